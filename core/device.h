@@ -1,0 +1,37 @@
+// What compute this process can see: the CPU always, CUDA devices when the backend is built
+// and a driver is present. Discovery never fails: without a driver (or with CUDA hidden), the
+// CUDA list is empty and `cuda_unavailable` says why.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace freeride {
+
+enum class DeviceKind { kCpu, kCuda };
+
+struct DeviceInfo {
+  DeviceKind kind = DeviceKind::kCpu;
+  int index = 0;
+  std::string name;
+  uint64_t total_memory_bytes = 0;
+  uint64_t free_memory_bytes = 0;
+  int compute_capability_major = 0;  // CUDA only
+  int compute_capability_minor = 0;
+  int parallel_units = 0;  // CPU: hardware threads; CUDA: streaming multiprocessors
+};
+
+struct DeviceInventory {
+  DeviceInfo cpu;
+  std::vector<DeviceInfo> cuda;
+  bool cuda_built = false;
+  std::string cuda_unavailable;  // empty when at least one CUDA device is usable
+};
+
+DeviceInventory DiscoverDevices();
+
+// One line: "cuda:0 NVIDIA H100 80GB HBM3, sm_90, 132 SMs, 79.1 GiB (78.5 GiB free)".
+std::string DescribeDevice(const DeviceInfo& device);
+
+}  // namespace freeride

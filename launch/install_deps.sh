@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the Debian packages freeride builds against, only those missing (idempotent).
+# The CUDA toolkit (nvcc, cuBLASLt, cuDNN, NCCL) is not a Debian package here: when it is
+# present in /usr/local/cuda the build turns the CUDA backend on by itself.
+set -euo pipefail
+
+packages=(build-essential cmake ninja-build pkg-config git
+          libabsl-dev libtomlplusplus-dev libgtest-dev libgmock-dev
+          libopenmpi-dev openmpi-bin libopenblas-dev libpcre2-dev)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+echo "install_deps: installing ${missing[*]}"
+if ! command -v apt-get >/dev/null; then
+  echo "install_deps: apt-get not found; install these yourself: ${missing[*]}" >&2
+  echo "  (on a machine without package access, see ../shared/gpu-kit/README.md)" >&2
+  exit 1
+fi
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"

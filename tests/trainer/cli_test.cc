@@ -1,0 +1,116 @@
+// The command line, run in-process with stdout and stderr captured.
+#include "trainer/cli.h"
+
+#include <iostream>
+#include <sstream>
+
+#include "core/files.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace freeride {
+namespace {
+
+using testing::HasSubstr;
+using testing::Not;
+
+struct CliResult {
+  int status;
+  std::string out;
+  std::string err;
+};
+
+CliResult RunCommand(const std::vector<std::string>& args) {
+  std::ostringstream out, err;
+  std::streambuf* old_out = std::cout.rdbuf(out.rdbuf());
+  std::streambuf* old_err = std::cerr.rdbuf(err.rdbuf());
+  int status = RunCli(args);
+  std::cout.rdbuf(old_out);
+  std::cerr.rdbuf(old_err);
+  return {status, out.str(), err.str()};
+}
+
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  std::string path = testing::TempDir() + name;
+  EXPECT_TRUE(WriteFileAtomically(path, text).ok());
+  return path;
+}
+
+TEST(CliTest, HelpListsCommands) {
+  CliResult result = RunCommand({"--help"});
+  EXPECT_EQ(result.status, kExitOk);
+  EXPECT_THAT(result.out, HasSubstr("config check"));
+  EXPECT_THAT(result.out, HasSubstr("version"));
+  EXPECT_EQ(RunCommand({}).status, kExitUsage);
+}
+
+TEST(CliTest, CommandHelpShowsOptions) {
+  CliResult result = RunCommand({"config", "check", "--help"});
+  EXPECT_EQ(result.status, kExitOk);
+  EXPECT_THAT(result.out, HasSubstr("--set SECTION.KEY=VALUE"));
+  EXPECT_EQ(RunCommand({"help", "config", "check"}).out, result.out);
+}
+
+TEST(CliTest, UnknownCommandAndOptionAreUsageErrors) {
+  CliResult unknown = RunCommand({"trian"});
+  EXPECT_EQ(unknown.status, kExitUsage);
+  EXPECT_THAT(unknown.err, HasSubstr("unknown command 'trian'"));
+  CliResult option = RunCommand({"version", "--fast"});
+  EXPECT_EQ(option.status, kExitUsage);
+  EXPECT_THAT(option.err, HasSubstr("unknown option --fast"));
+}
+
+TEST(CliTest, VersionReportsBuildFacts) {
+  CliResult result = RunCommand({"version"});
+  EXPECT_EQ(result.status, kExitOk);
+  for (const char* row : {"freeride", "commit", "CUDA backend", "MPI", "BLAS", "abseil"}) {
+    EXPECT_THAT(result.out, HasSubstr(row));
+  }
+  EXPECT_THAT(result.out, HasSubstr("OpenBLAS"));
+#ifdef FREERIDE_WITH_CUDA
+  EXPECT_THAT(result.out, HasSubstr("cuDNN"));
+  EXPECT_THAT(result.out, HasSubstr("NCCL"));
+#endif
+}
+
+TEST(CliTest, DevicesAlwaysListsTheCpu) {
+  CliResult result = RunCommand({"devices"});
+  EXPECT_EQ(result.status, kExitOk);
+  EXPECT_THAT(result.out, HasSubstr("cpu "));
+}
+
+TEST(CliTest, ConfigCheckPrintsEffectiveConfigWithOverrides) {
+  CliResult result = RunCommand({"config", "check", "configs/tiny_cpu.toml", "--set", "train.steps=7"});
+  EXPECT_EQ(result.status, kExitOk) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("[train]"));
+  EXPECT_THAT(result.out, HasSubstr("steps = 7\n"));
+  EXPECT_THAT(result.out, HasSubstr("lr = 0.001\n"));
+}
+
+TEST(CliTest, ConfigCheckWithoutFileUsesTheEmbeddedDefault) {
+  CliResult result = RunCommand({"config", "check"});
+  EXPECT_EQ(result.status, kExitOk) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("dir = \"runs/tiny_cpu\""));
+}
+
+TEST(CliTest, BrokenConfigGivesOneErrorLinePerProblemAndFails) {
+  std::string path = WriteTemp("broken.toml",
+                               "[data]\ntrain = 3\n[train]\nbatch_size = 0\nwhat = 1\n");
+  CliResult result = RunCommand({"config", "check", path});
+  EXPECT_EQ(result.status, kExitFailure);
+  EXPECT_EQ(result.out, "");
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 3) << result.err;
+  EXPECT_THAT(result.err, HasSubstr("error: " + path + ":2:9: data.train: expected a string"));
+  EXPECT_THAT(result.err, HasSubstr(path + ":4:14: train.batch_size: expected an integer >= 1"));
+  EXPECT_THAT(result.err, HasSubstr(path + ":5:1: train.what: unknown key"));
+}
+
+TEST(CliTest, MissingConfigFileIsAClearError) {
+  CliResult result = RunCommand({"config", "check", "/nonexistent/run.toml"});
+  EXPECT_EQ(result.status, kExitFailure);
+  EXPECT_THAT(result.err, HasSubstr("/nonexistent/run.toml: cannot open"));
+  EXPECT_THAT(result.err, Not(HasSubstr("[run]")));
+}
+
+}  // namespace
+}  // namespace freeride

@@ -1,0 +1,145 @@
+#include "trainer/cli.h"
+
+#include <algorithm>
+#include <functional>
+#include <iostream>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "core/build_info.h"
+#include "core/device.h"
+#include "trainer/config.h"
+#include "trainer/default_config.h"
+#include "trainer/flags.h"
+
+namespace freeride {
+namespace {
+
+struct Command {
+  std::string name;
+  std::string usage;
+  std::string summary;
+  std::vector<FlagSpec> flags;
+  std::function<int(const ParsedFlags&)> run;
+};
+
+int Version(const ParsedFlags&) {
+  for (const auto& [name, value] : BuildInfo()) {
+    std::cout << absl::StrFormat("%-14s %s\n", name, value);
+  }
+  return kExitOk;
+}
+
+int Devices(const ParsedFlags&) {
+  DeviceInventory inventory = DiscoverDevices();
+  std::cout << DescribeDevice(inventory.cpu) << "\n";
+  for (const DeviceInfo& device : inventory.cuda) std::cout << DescribeDevice(device) << "\n";
+  if (inventory.cuda.empty()) std::cout << "cuda: none (" << inventory.cuda_unavailable << ")\n";
+  return kExitOk;
+}
+
+// Prints one line per problem, each already naming file:line and key.
+int ReportConfigErrors(const absl::Status& status) {
+  for (absl::string_view line : absl::StrSplit(status.message(), '\n')) {
+    std::cerr << "error: " << line << "\n";
+  }
+  return kExitFailure;
+}
+
+int ConfigCheck(const ParsedFlags& flags) {
+  if (flags.positional().size() > 1) {
+    std::cerr << "error: config check takes at most one FILE\n";
+    return kExitUsage;
+  }
+  const std::vector<std::string> overrides = flags.GetAll("set");
+  absl::StatusOr<Config> config =
+      flags.positional().empty()
+          ? ParseConfig(DefaultConfigToml(), kDefaultConfigName, overrides)
+          : LoadConfigFile(flags.positional()[0], overrides);
+  if (!config.ok()) return ReportConfigErrors(config.status());
+  std::cout << ConfigToToml(*config);
+  return kExitOk;
+}
+
+int ConfigDocs(const ParsedFlags&) {
+  std::cout << ConfigReferenceMarkdown();
+  return kExitOk;
+}
+
+const FlagSpec kSetFlag{"set", "SECTION.KEY=VALUE", "override one config key", true};
+
+const std::vector<Command>& Commands() {
+  static const std::vector<Command> commands = {
+      {"version", "freeride version", "build facts and library versions", {}, Version},
+      {"devices", "freeride devices", "the CPU and CUDA devices this process sees", {}, Devices},
+      {"config check", "freeride config check [FILE] [--set SECTION.KEY=VALUE]...",
+       "validate a config (the embedded default when no FILE) and print the effective config",
+       {kSetFlag}, ConfigCheck},
+      {"config docs", "freeride config docs",
+       "print the configuration reference (docs/config.md)", {}, ConfigDocs},
+  };
+  return commands;
+}
+
+void PrintHelp(std::ostream& out) {
+  out << "freeride: a GPT trainer with pipeline parallelism whose bubbles run side tasks\n\n"
+         "usage: freeride COMMAND [options]\n\ncommands:\n";
+  for (const Command& command : Commands()) {
+    out << absl::StrFormat("  %-14s %s\n", command.name, command.summary);
+  }
+  out << "\n`freeride help COMMAND` or `freeride COMMAND --help` shows a command's options.\n";
+}
+
+void PrintCommandHelp(const Command& command, std::ostream& out) {
+  out << "usage: " << command.usage << "\n\n" << command.summary << "\n";
+  if (!command.flags.empty()) out << "\noptions:\n" << FlagsHelp(command.flags);
+}
+
+// The longest command name that prefixes `args` ("config check" before "config").
+const Command* FindCommand(const std::vector<std::string>& args, size_t* consumed) {
+  const Command* best = nullptr;
+  for (const Command& command : Commands()) {
+    std::vector<std::string> words = absl::StrSplit(command.name, ' ');
+    if (words.size() > args.size()) continue;
+    if (!std::equal(words.begin(), words.end(), args.begin())) continue;
+    if (best == nullptr || words.size() > *consumed) {
+      best = &command;
+      *consumed = words.size();
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+int RunCli(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" ||
+      (args[0] == "help" && args.size() == 1)) {
+    PrintHelp(std::cout);
+    return args.empty() ? kExitUsage : kExitOk;
+  }
+  const bool help = args[0] == "help";
+  std::vector<std::string> rest(args.begin() + (help ? 1 : 0), args.end());
+  size_t consumed = 0;
+  const Command* command = FindCommand(rest, &consumed);
+  if (command == nullptr) {
+    std::cerr << "error: unknown command '" << absl::StrJoin(rest, " ") << "'\n\n";
+    PrintHelp(std::cerr);
+    return kExitUsage;
+  }
+  rest.erase(rest.begin(), rest.begin() + consumed);
+  if (help || std::find(rest.begin(), rest.end(), "--help") != rest.end()) {
+    PrintCommandHelp(*command, std::cout);
+    return kExitOk;
+  }
+  absl::StatusOr<ParsedFlags> flags = ParseFlags(rest, command->flags);
+  if (!flags.ok()) {
+    std::cerr << "error: " << flags.status().message() << "\n\n";
+    PrintCommandHelp(*command, std::cerr);
+    return kExitUsage;
+  }
+  return command->run(*flags);
+}
+
+}  // namespace freeride

@@ -1,0 +1,17 @@
+// The `freeride` command line: subcommands, each a function of its arguments returning the
+// process exit status (0 success, 1 failure of the work, 2 bad usage).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace freeride {
+
+int RunCli(const std::vector<std::string>& args);
+
+// Exit statuses shared by every subcommand.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+
+}  // namespace freeride

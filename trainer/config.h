@@ -1,0 +1,137 @@
+// The run configuration: one TOML file (sections as in docs/config.md), validated against a
+// typed schema (trainer/config_schema.cc) that owns every key's type, range, default and
+// documentation. Defaults are the member initialisers below; the schema reads them from a
+// default-constructed Config, so there is one source of truth.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace freeride {
+
+struct RunConfig {
+  std::string dir = "runs/default";
+  int64_t seed = 1337;
+  int64_t log_every = 1;
+};
+
+struct ModelConfig {
+  std::string init_from;
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t n_embd = 128;
+  int64_t max_seq_len = 256;
+  int64_t vocab_size = 50257;
+};
+
+struct DataConfig {
+  std::string train;
+  std::string val;
+  bool shuffle = false;
+};
+
+struct TrainConfig {
+  int64_t batch_size = 8;
+  int64_t seq_len = 64;
+  int64_t microbatches = 1;
+  int64_t steps = 100;
+};
+
+struct OptimConfig {
+  double lr = 6e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;
+  int64_t warmup_steps = 0;
+  std::string schedule = "cosine";
+  double min_lr_ratio = 0.1;
+};
+
+struct EvalConfig {
+  int64_t every = 0;
+  int64_t batches = 8;
+};
+
+struct CheckpointConfig {
+  int64_t every = 0;
+  std::string dir;
+};
+
+struct ParallelConfig {
+  int64_t pp = 1;
+  int64_t dp = 1;
+  std::string schedule = "1f1b";
+  int64_t chunks = 1;
+  std::vector<int64_t> layers_per_stage;
+};
+
+struct RuntimeConfig {
+  std::string device = "cpu";
+  std::string precision = "fp32";
+  double comm_timeout_s = 300.0;
+  bool emulate_peers = false;
+  int64_t threads = 0;
+};
+
+struct FreerideConfig {
+  bool enabled = false;
+};
+
+// A side task's own arguments (`[side_tasks.args]`): scalars or arrays of one scalar type.
+using ArgValue = std::variant<bool, int64_t, double, std::string, std::vector<int64_t>,
+                              std::vector<double>, std::vector<std::string>>;
+
+struct SideTaskConfig {
+  std::string type;
+  std::string name;                 // defaults to type
+  std::vector<int64_t> stages;      // empty means every stage
+  int64_t priority = 0;             // higher runs first
+  int64_t memory_limit_bytes = 0;   // 0: no cap beyond what the stage has free
+  std::map<std::string, ArgValue> args;
+};
+
+struct Config {
+  RunConfig run;
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  OptimConfig optim;
+  EvalConfig eval;
+  CheckpointConfig checkpoint;
+  ParallelConfig parallel;
+  RuntimeConfig runtime;
+  FreerideConfig freeride;
+  std::vector<SideTaskConfig> side_tasks;
+};
+
+// Parses TOML `text` (named `source` in messages, usually its path), applies `overrides`
+// ("section.key=value" or "side_tasks.N.key=value", values in TOML syntax; a bare word is
+// taken as a string where a string is expected) and validates the result. On failure the
+// status message holds one line per problem, each naming source:line:column, the key, what
+// was expected and what was found.
+absl::StatusOr<Config> ParseConfig(absl::string_view text, absl::string_view source,
+                                   const std::vector<std::string>& overrides = {});
+
+// Reads and parses a config file.
+absl::StatusOr<Config> LoadConfigFile(const std::string& path,
+                                      const std::vector<std::string>& overrides = {});
+
+// The effective config as TOML, every key spelled out; parses back to an equal Config.
+std::string ConfigToToml(const Config& config);
+
+// docs/config.md, generated from the schema (a test keeps the committed file equal to it).
+std::string ConfigReferenceMarkdown();
+
+// Parses "512MiB", "2 GiB", "100MB", "4096" into bytes.
+absl::StatusOr<int64_t> ParseByteSize(absl::string_view text);
+std::string FormatByteSize(int64_t bytes);
+
+}  // namespace freeride

@@ -1,0 +1,42 @@
+// Command-line options for subcommands: `--name value`, `--name=value`, boolean `--name`,
+// repeatable options (`--set a=1 --set b=2`) and positional arguments. Every option a command
+// accepts is declared first, so a misspelt option is an error, never silently ignored.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace freeride {
+
+struct FlagSpec {
+  std::string name;  // without the leading "--"
+  std::string value_name;  // empty for a boolean switch
+  std::string help;
+  bool repeated = false;
+};
+
+class ParsedFlags {
+ public:
+  bool Has(const std::string& name) const { return values_.count(name) > 0; }
+  // The last value given, or `fallback`.
+  std::string Get(const std::string& name, const std::string& fallback = "") const;
+  std::vector<std::string> GetAll(const std::string& name) const;
+  const std::vector<std::string>& positional() const { return positional_; }
+
+ private:
+  friend absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>&,
+                                                const std::vector<FlagSpec>&);
+  std::map<std::string, std::vector<std::string>> values_;
+  std::vector<std::string> positional_;
+};
+
+absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args,
+                                       const std::vector<FlagSpec>& specs);
+
+// "  --name VALUE   help" lines for a command's usage text.
+std::string FlagsHelp(const std::vector<FlagSpec>& specs);
+
+}  // namespace freeride

@@ -1,0 +1,5 @@
+#include "trainer/cli.h"
+
+int main(int argc, char** argv) {
+  return freeride::RunCli(std::vector<std::string>(argv + 1, argv + argc));
+}
