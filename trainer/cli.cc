@@ -9,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "core/build_info.h"
 #include "core/device.h"
+#include "trainer/cmd_schedule.h"
 #include "trainer/config.h"
 #include "trainer/default_config.h"
 #include "trainer/flags.h"
@@ -78,6 +79,15 @@ const std::vector<Command>& Commands() {
        {kSetFlag}, ConfigCheck},
       {"config docs", "freeride config docs",
        "print the configuration reference (docs/config.md)", {}, ConfigDocs},
+      {"schedule",
+       "freeride schedule --kind 1f1b --stages 4 --microbatches 8 [--chunks V] "
+       "[--cost f=1,b=2,w=1,comm=0.1 | --cost-file FILE] [--format text|csv|json|chrome|svg]",
+       "build, validate and print a pipeline schedule with its BUBBLE instructions",
+       ScheduleFlags(), ScheduleCommand},
+      {"simulate",
+       "freeride simulate --kind 1f1b --stages 4 --microbatches 8 [...] [--format text|json]",
+       "simulate a schedule: step time, bubble fraction, per-stage bubbles by kind",
+       SimulateFlags(), SimulateCommand},
   };
   return commands;
 }

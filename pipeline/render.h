@@ -1,0 +1,22 @@
+// Pictures and summaries of a simulated schedule: the JSON summary of `freeride simulate`,
+// a Chrome trace (opens in Perfetto: one track per stage) and an SVG Gantt chart.
+#pragma once
+
+#include <string>
+
+#include "pipeline/schedule.h"
+#include "pipeline/simulator.h"
+
+namespace freeride::pipeline {
+
+// {"kind","stages","microbatches","chunks","step_time","bubble_fraction",
+//  "per_stage":[{"stage","busy","bubble","bubbles":[{"kind","start","duration"}]}]}; times in ms.
+std::string SummaryJson(const Schedule& schedule, const SimResult& sim);
+// A readable table of the same.
+std::string SummaryText(const Schedule& schedule, const SimResult& sim);
+// Chrome trace event format; `sim` must come from this schedule. Times in microseconds.
+std::string ChromeTrace(const Schedule& schedule, const SimResult& sim);
+// Stages × time, compute coloured by op, bubbles shaded by kind, with a legend.
+std::string GanttSvg(const Schedule& schedule, const SimResult& sim);
+
+}  // namespace freeride::pipeline

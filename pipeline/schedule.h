@@ -1,0 +1,94 @@
+// The schedule IR: per pipeline stage, the ordered list of instructions one rank executes in a
+// training step. Idle time is itself an instruction, BUBBLE, carrying its kind and predicted
+// duration. A schedule prints as text (one line per stage) and as CSV, and parses back from
+// both (round trips are tests).
+//
+// Text tokens (PyTorch-pipelining style; "c<k>" suffix names the model chunk when chunks > 1):
+//   F3  forward of micro-batch 3          B3  full backward (input and weight gradients)
+//   I3  backward for the input gradient   W3  backward for the weight gradient
+//   SEND_F3 / RECV_F3  activation out / in     SEND_B3 / RECV_B3  gradient out / in
+//   LOAD3  inputs (first stage) or labels (last stage) of micro-batch 3
+//   REDUCE_TIED  REDUCE_GRADS  OPTIMIZER   BUBBLE(warmup,4.2ms)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace freeride::pipeline {
+
+enum class Op {
+  kLoad,
+  kForward,
+  kBackward,        // input and weight gradients together
+  kBackwardInput,   // zero-bubble split: input gradient only
+  kBackwardWeight,  // zero-bubble split: weight gradient only
+  kSendAct,
+  kRecvAct,
+  kSendGrad,
+  kRecvGrad,
+  kReduceTied,
+  kReduceGrads,
+  kOptimizer,
+  kBubble,
+};
+
+enum class BubbleKind { kNone, kWarmup, kFill, kSteady, kCooldown, kSync };
+inline constexpr int kNumBubbleKinds = 6;
+
+enum class ScheduleKind { kGPipe, k1F1B, kInterleaved, kZBH1, kCustom };
+
+struct Instr {
+  Op op = Op::kForward;
+  int stage = 0;
+  int chunk = 0;
+  int microbatch = -1;  // -1 for step-level ops (REDUCE_*, OPTIMIZER, BUBBLE)
+  int buffer = -1;      // activation slot of F/B/I/W (assigned by AssignBuffers)
+  int peer = -1;        // SEND/RECV: the other stage (assigned by ResolvePeers)
+  BubbleKind bubble = BubbleKind::kNone;
+  double duration_ms = 0;  // BUBBLE: predicted duration
+  int64_t free_bytes = -1;  // BUBBLE: device memory free for side tasks; -1 unknown
+
+  bool operator==(const Instr&) const = default;
+};
+
+struct Schedule {
+  ScheduleKind kind = ScheduleKind::kCustom;
+  int stages = 1;        // p
+  int microbatches = 1;  // m
+  int chunks = 1;        // v: model chunks per stage
+  std::vector<std::vector<Instr>> per_stage;
+  std::vector<int> buffers_per_stage;  // activation slots each stage needs
+};
+
+bool IsCompute(Op op);   // F, B, I, W
+bool IsBackward(Op op);  // B, I
+// The virtual (model-chunk) stage an instruction computes: chunk * p + stage.
+inline int VirtualStage(const Schedule& s, const Instr& in) {
+  return in.chunk * s.stages + in.stage;
+}
+
+absl::string_view ScheduleKindName(ScheduleKind kind);
+absl::StatusOr<ScheduleKind> ParseScheduleKind(absl::string_view name);
+absl::string_view BubbleKindName(BubbleKind kind);
+absl::StatusOr<BubbleKind> ParseBubbleKind(absl::string_view name);
+absl::string_view OpName(Op op);  // "FORWARD", "SEND_ACT", ...
+
+// One token ("F3", "SEND_B2c1", "BUBBLE(fill,2.5ms)"); the chunk suffix only when chunks > 1.
+std::string FormatInstr(const Instr& instr, int chunks);
+absl::StatusOr<Instr> ParseInstr(absl::string_view token, int stage);
+
+// Text form: a header comment naming kind, p, m, v, then "stageN: tok tok ..." per stage.
+std::string ScheduleToText(const Schedule& schedule);
+// Reads the text form. Without the header, p is the number of stage lines and m, v are
+// inferred from the tokens. Peers and buffers are derived (see passes.h).
+absl::StatusOr<Schedule> ScheduleFromText(absl::string_view text);
+
+// CSV: header "stage,index,op,chunk,microbatch,buffer,peer,bubble,duration_ms,free_bytes".
+std::string ScheduleToCsv(const Schedule& schedule);
+absl::StatusOr<Schedule> ScheduleFromCsv(absl::string_view text);
+
+}  // namespace freeride::pipeline

@@ -1,0 +1,47 @@
+// Event-driven simulation of a schedule against a cost model: when every instruction of every
+// stage starts and ends, where each stage waits (the bubbles, with their kinds), busy time,
+// step time and bubble fraction. Compute ops take their cost; SEND and LOAD take no stage time
+// and a message lands `comm` after its SEND; RECV waits for its message; REDUCE_* post an
+// all-reduce that completes `reduce` after its last participant posts it; OPTIMIZER waits for
+// every stage to reach it (the global gradient-norm all-reduce) and for the stage's own
+// all-reduces, then takes `opt`. Bubble kinds: before the stage's first compute `warmup`,
+// before its first backward `fill`, after that `steady`, waiting at OPTIMIZER for other stages
+// `cooldown`, and for its own all-reduces `sync`.
+#pragma once
+
+#include <array>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "pipeline/cost_model.h"
+#include "pipeline/schedule.h"
+
+namespace freeride::pipeline {
+
+struct BubbleSpan {
+  BubbleKind kind = BubbleKind::kNone;
+  double start = 0;
+  double duration = 0;
+  int before_index = 0;  // the instruction (index in the stage's list) the stage waits at
+  int64_t free_bytes = -1;
+};
+
+struct StageResult {
+  int stage = 0;
+  double busy = 0;    // compute time
+  double bubble = 0;  // step time minus busy time
+  std::array<double, kNumBubbleKinds> bubble_by_kind{};
+  std::vector<BubbleSpan> bubbles;
+  std::vector<double> start, end;  // per instruction
+};
+
+struct SimResult {
+  double step_time = 0;
+  double bubble_fraction = 0;  // sum of bubble time over p × step time
+  std::vector<StageResult> stages;
+};
+
+// Fails, naming each stage's blocked instruction, when the schedule deadlocks.
+absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& cost);
+
+}  // namespace freeride::pipeline

@@ -1,0 +1,247 @@
+#include "trainer/cmd_schedule.h"
+
+#include <toml++/toml.h>
+
+#include <iostream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/files.h"
+#include "core/status.h"
+#include "pipeline/generators.h"
+#include "pipeline/passes.h"
+#include "pipeline/render.h"
+#include "pipeline/validator.h"
+#include "trainer/cli.h"
+
+namespace freeride {
+namespace {
+
+using pipeline::CostModel;
+using pipeline::Schedule;
+
+std::vector<FlagSpec> CommonFlags() {
+  return {
+      {"kind", "KIND", "gpipe, 1f1b, interleaved or zbh1 (default 1f1b)"},
+      {"stages", "P", "pipeline stages (default 4)"},
+      {"microbatches", "M", "micro-batches per step (default 8)"},
+      {"chunks", "V", "model chunks per stage (default 1; interleaved needs >= 2)"},
+      {"cost", "SPEC", "per-op milliseconds, e.g. f=1,b=2,w=1,comm=0.1 (also reduce=, opt=)"},
+      {"cost-file", "FILE", "TOML cost model: f, b, w (a number or one per stage), comm, ..."},
+      {"dp", "", "data-parallel: add REDUCE_GRADS before the optimizer"},
+      {"input", "FILE", "load a schedule (text or CSV form) instead of generating one"},
+      {"out", "FILE", "write to FILE instead of standard output"},
+  };
+}
+
+absl::StatusOr<double> CostValue(const toml::node& node, const std::string& where) {
+  std::optional<double> v = node.value<double>();
+  if (!v || *v < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": expected a number >= 0"));
+  }
+  return *v;
+}
+
+// The cost file: f, b, w as a number or a per-stage array; comm, reduce, opt numbers;
+// memory_total, memory_static, memory_per_buffer integers (bytes).
+absl::StatusOr<CostModel> LoadCostFile(const std::string& path, int stages) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ":", e.source().begin.line, ": ",
+                                                   std::string(e.description())));
+  }
+  CostModel model = CostModel::Uniform();
+  for (auto&& [key_view, node] : root) {
+    const std::string key(key_view.str());
+    const std::string where = absl::StrCat(path, ":", node.source().begin.line, ": ", key);
+    if (key == "f" || key == "b" || key == "w") {
+      std::vector<double> values;
+      if (const toml::array* array = node.as_array()) {
+        for (const toml::node& element : *array) {
+          FR_ASSIGN_OR_RETURN(double v, CostValue(element, where));
+          values.push_back(v);
+        }
+        if (static_cast<int>(values.size()) != stages) {
+          return absl::InvalidArgumentError(absl::StrCat(where, ": expected ", stages,
+                                                         " values (one per stage), found ",
+                                                         values.size()));
+        }
+      } else {
+        FR_ASSIGN_OR_RETURN(double v, CostValue(node, where));
+        values.assign(stages, v);
+      }
+      if (model.stages.size() == 1) model.stages.assign(stages, model.stages[0]);
+      for (int s = 0; s < stages; ++s) {
+        (key == "f" ? model.stages[s].f : key == "b" ? model.stages[s].b : model.stages[s].w) =
+            values[s];
+      }
+    } else if (key == "comm" || key == "reduce" || key == "opt") {
+      FR_ASSIGN_OR_RETURN(double v, CostValue(node, where));
+      (key == "comm" ? model.comm : key == "reduce" ? model.reduce : model.optimizer) = v;
+    } else if (key == "memory_total" || key == "memory_static" || key == "memory_per_buffer") {
+      std::optional<int64_t> v = node.value<int64_t>();
+      if (!v || *v < 0) return absl::InvalidArgumentError(absl::StrCat(where, ": expected bytes >= 0"));
+      (key == "memory_total" ? model.memory_total
+       : key == "memory_static" ? model.memory_static : model.memory_per_buffer) = *v;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": unknown key; expected f, b, w, comm, reduce, opt, memory_total, "
+                 "memory_static or memory_per_buffer"));
+    }
+  }
+  return model;
+}
+
+absl::StatusOr<int> IntFlag(const ParsedFlags& flags, const std::string& name, int fallback) {
+  if (!flags.Has(name)) return fallback;
+  int value = 0;
+  if (!absl::SimpleAtoi(flags.Get(name), &value) || value < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--", name, ": expected an integer >= 1, "
+                                                   "found '", flags.Get(name), "'"));
+  }
+  return value;
+}
+
+struct Built {
+  Schedule schedule;
+  CostModel cost;
+};
+
+// Generates or loads the schedule, validates it, and places its bubbles.
+absl::StatusOr<Built> BuildFromFlags(const ParsedFlags& flags) {
+  if (flags.Has("cost") && flags.Has("cost-file")) {
+    return absl::InvalidArgumentError("give --cost or --cost-file, not both");
+  }
+  Built built;
+  pipeline::ScheduleOptions options;
+  if (flags.Has("input")) {
+    for (const char* generated : {"kind", "stages", "microbatches", "chunks"}) {
+      if (flags.Has(generated)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", generated, " describes a generated schedule; --input gives its own"));
+      }
+    }
+    const std::string path = flags.Get("input");
+    FR_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+    absl::StatusOr<Schedule> loaded = absl::StrContains(text, "stage,index,op")
+                                          ? pipeline::ScheduleFromCsv(text)
+                                          : pipeline::ScheduleFromText(text);
+    if (!loaded.ok()) return Annotate(loaded.status(), absl::StrCat("reading ", path));
+    built.schedule = *std::move(loaded);
+    bool has_peers = false, has_buffers = false;
+    for (const auto& stage : built.schedule.per_stage) {
+      for (const pipeline::Instr& in : stage) {
+        has_peers = has_peers || in.peer >= 0;
+        has_buffers = has_buffers || in.buffer >= 0;
+      }
+    }
+    if (!has_peers) pipeline::ResolvePeers(&built.schedule);
+    if (!has_buffers) pipeline::AssignBuffers(&built.schedule);
+    if (built.schedule.buffers_per_stage.empty()) {
+      // Hand-given buffer ids: the stage needs as many slots as the highest id used.
+      built.schedule.buffers_per_stage.assign(built.schedule.stages, 0);
+      for (const auto& stage : built.schedule.per_stage) {
+        for (const pipeline::Instr& in : stage) {
+          if (in.stage < built.schedule.stages) {
+            int& n = built.schedule.buffers_per_stage[in.stage];
+            n = std::max(n, in.buffer + 1);
+          }
+        }
+      }
+    }
+  } else {
+    FR_ASSIGN_OR_RETURN(options.kind, pipeline::ParseScheduleKind(flags.Get("kind", "1f1b")));
+    FR_ASSIGN_OR_RETURN(options.stages, IntFlag(flags, "stages", 4));
+    FR_ASSIGN_OR_RETURN(options.microbatches, IntFlag(flags, "microbatches", 8));
+    FR_ASSIGN_OR_RETURN(options.chunks, IntFlag(flags, "chunks", 1));
+    options.data_parallel = flags.Has("dp");
+  }
+  const int stages = flags.Has("input") ? built.schedule.stages : options.stages;
+  if (flags.Has("cost-file")) {
+    FR_ASSIGN_OR_RETURN(built.cost, LoadCostFile(flags.Get("cost-file"), stages));
+  } else {
+    FR_ASSIGN_OR_RETURN(built.cost, pipeline::ParseCostSpec(flags.Get("cost", "")));
+  }
+  if (!flags.Has("input")) {
+    options.cost = built.cost;
+    FR_ASSIGN_OR_RETURN(built.schedule, pipeline::BuildSchedule(options));
+  }
+  FR_RETURN_IF_ERROR(pipeline::Validate(built.schedule));
+  FR_RETURN_IF_ERROR(pipeline::InsertBubbles(&built.schedule, built.cost));
+  return built;
+}
+
+int Emit(const ParsedFlags& flags, const std::string& text) {
+  if (!flags.Has("out")) {
+    std::cout << text;
+    return kExitOk;
+  }
+  absl::Status status = WriteFileAtomically(flags.Get("out"), text);
+  if (!status.ok()) {
+    std::cerr << "error: " << status.message() << "\n";
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+int Fail(const absl::Status& status) {
+  std::cerr << "error: " << status.message() << (absl::EndsWith(status.message(), "\n") ? "" : "\n");
+  return kExitFailure;
+}
+
+}  // namespace
+
+const std::vector<FlagSpec>& ScheduleFlags() {
+  static const std::vector<FlagSpec> flags = [] {
+    std::vector<FlagSpec> f = CommonFlags();
+    f.push_back({"format", "FORMAT", "text, csv, json, chrome or svg (default text)"});
+    return f;
+  }();
+  return flags;
+}
+
+const std::vector<FlagSpec>& SimulateFlags() {
+  static const std::vector<FlagSpec> flags = [] {
+    std::vector<FlagSpec> f = CommonFlags();
+    f.push_back({"format", "FORMAT", "text or json (default text)"});
+    return f;
+  }();
+  return flags;
+}
+
+int ScheduleCommand(const ParsedFlags& flags) {
+  const std::string format = flags.Get("format", "text");
+  if (format != "text" && format != "csv" && format != "json" && format != "chrome" &&
+      format != "svg") {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--format: expected text, csv, json, chrome or svg, found '", format, "'")));
+  }
+  absl::StatusOr<Built> built = BuildFromFlags(flags);
+  if (!built.ok()) return Fail(built.status());
+  if (format == "text") return Emit(flags, pipeline::ScheduleToText(built->schedule));
+  if (format == "csv") return Emit(flags, pipeline::ScheduleToCsv(built->schedule));
+  absl::StatusOr<pipeline::SimResult> sim = pipeline::Simulate(built->schedule, built->cost);
+  if (!sim.ok()) return Fail(sim.status());
+  if (format == "json") return Emit(flags, pipeline::SummaryJson(built->schedule, *sim));
+  if (format == "chrome") return Emit(flags, pipeline::ChromeTrace(built->schedule, *sim));
+  return Emit(flags, pipeline::GanttSvg(built->schedule, *sim));
+}
+
+int SimulateCommand(const ParsedFlags& flags) {
+  const std::string format = flags.Get("format", "text");
+  if (format != "text" && format != "json") {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--format: expected text or json, found '", format, "'")));
+  }
+  absl::StatusOr<Built> built = BuildFromFlags(flags);
+  if (!built.ok()) return Fail(built.status());
+  absl::StatusOr<pipeline::SimResult> sim = pipeline::Simulate(built->schedule, built->cost);
+  if (!sim.ok()) return Fail(sim.status());
+  return Emit(flags, format == "json" ? pipeline::SummaryJson(built->schedule, *sim)
+                                      : pipeline::SummaryText(built->schedule, *sim));
+}
+
+}  // namespace freeride
