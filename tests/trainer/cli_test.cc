@@ -114,3 +114,61 @@ TEST(CliTest, MissingConfigFileIsAClearError) {
 
 }  // namespace
 }  // namespace freeride
+
+namespace freeride {
+namespace {
+
+TEST(CliScheduleTest, PrintsAScheduleThatParsesBack) {
+  CliResult result = RunCommand({"schedule", "--kind", "1f1b", "--stages", "2",
+                                 "--microbatches", "3"});
+  EXPECT_EQ(result.status, kExitOk) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("stage1: LOAD0 BUBBLE(warmup,1ms) RECV_F0 F0"));
+  const std::string path = WriteTemp("sched.txt", result.out);
+  CliResult again = RunCommand({"schedule", "--input", path});
+  EXPECT_EQ(again.status, kExitOk) << again.err;
+  EXPECT_EQ(again.out, result.out);
+}
+
+TEST(CliScheduleTest, SimulateJsonHasTheDocumentedKeys) {
+  CliResult result = RunCommand({"simulate", "--kind", "gpipe", "--stages", "4",
+                                 "--microbatches", "4", "--format", "json"});
+  EXPECT_EQ(result.status, kExitOk) << result.err;
+  for (const char* key : {"\"kind\":\"gpipe\"", "\"stages\":4", "\"microbatches\":4",
+                          "\"chunks\":1", "\"step_time\":", "\"bubble_fraction\":0.428571",
+                          "\"per_stage\":[{\"stage\":0,\"busy\":", "\"bubbles\":[{\"kind\":"}) {
+    EXPECT_THAT(result.out, HasSubstr(key));
+  }
+}
+
+TEST(CliScheduleTest, PicturesAndCostFile) {
+  const std::string costs = WriteTemp("costs.toml", "f = [1.0, 2.0]\nb = 1\ncomm = 0.5\n");
+  CliResult svg = RunCommand({"schedule", "--stages", "2", "--microbatches", "2",
+                              "--cost-file", costs, "--format", "svg"});
+  EXPECT_EQ(svg.status, kExitOk) << svg.err;
+  EXPECT_THAT(svg.out, HasSubstr("<svg"));
+  EXPECT_THAT(svg.out, HasSubstr("cooldown"));
+  CliResult trace = RunCommand({"schedule", "--stages", "2", "--microbatches", "2",
+                                "--format", "chrome"});
+  EXPECT_THAT(trace.out, HasSubstr("\"traceEvents\""));
+  EXPECT_THAT(trace.out, HasSubstr("\"cat\":\"bubble\""));
+  const std::string bad = WriteTemp("bad_costs.toml", "f = [1.0]\n");
+  CliResult error = RunCommand({"simulate", "--stages", "2", "--cost-file", bad});
+  EXPECT_EQ(error.status, kExitFailure);
+  EXPECT_THAT(error.err, HasSubstr("bad_costs.toml:1: f: expected 2 values"));
+}
+
+TEST(CliScheduleTest, BadInputsAreClearErrors) {
+  CliResult kind = RunCommand({"simulate", "--kind", "pipedream"});
+  EXPECT_EQ(kind.status, kExitFailure);
+  EXPECT_THAT(kind.err, HasSubstr("unknown schedule kind 'pipedream'"));
+  CliResult refused = RunCommand({"simulate", "--kind", "interleaved", "--stages", "4",
+                                  "--microbatches", "6", "--chunks", "2"});
+  EXPECT_THAT(refused.err, HasSubstr("Try m=4 or m=8"));
+  const std::string broken = WriteTemp("broken_sched.txt", "stage0: F0 B1 F1 B0\n");
+  CliResult invalid = RunCommand({"simulate", "--input", broken});
+  EXPECT_EQ(invalid.status, kExitFailure);
+  EXPECT_THAT(invalid.err, HasSubstr("rule 'order'"));
+}
+
+}  // namespace
+}  // namespace freeride
