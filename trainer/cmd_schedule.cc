@@ -167,8 +167,11 @@ absl::StatusOr<Built> BuildFromFlags(const ParsedFlags& flags) {
   }
   if (!flags.Has("input")) {
     options.cost = built.cost;
-    FR_ASSIGN_OR_RETURN(built.schedule, pipeline::BuildSchedule(options));
+    FR_ASSIGN_OR_RETURN(built.schedule, pipeline::BuildSchedule(options));  // bubbles placed
+    FR_RETURN_IF_ERROR(pipeline::Validate(built.schedule));
+    return built;
   }
+  // A loaded schedule's bubbles (if any) came from another cost model: place them anew.
   FR_RETURN_IF_ERROR(pipeline::Validate(built.schedule));
   FR_RETURN_IF_ERROR(pipeline::InsertBubbles(&built.schedule, built.cost));
   return built;

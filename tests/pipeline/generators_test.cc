@@ -105,8 +105,8 @@ TEST(GeneratorsTest, InterleavedBubbleOverIdealIsPMinusOneOverVM) {
 TEST(GeneratorsTest, ZeroBubbleH1LeavesAThirdOf1F1BsBubble) {
   for (int p = 2; p <= 8; ++p) {
     for (int m = p; m <= 16; ++m) {
-      const double zb = MustSimulate(Options(ScheduleKind::kZBH1, p, m)).bubble_fraction *
-                        MustSimulate(Options(ScheduleKind::kZBH1, p, m)).step_time;
+      const SimResult zero_bubble = MustSimulate(Options(ScheduleKind::kZBH1, p, m));
+      const double zb = zero_bubble.bubble_fraction * zero_bubble.step_time;
       const SimResult one = MustSimulate(Options(ScheduleKind::k1F1B, p, m));
       // ZB-H1's bubble per stage (p-1)(T_F + T_B - T_W) against 1F1B's (p-1)(T_F + T_B + T_W).
       EXPECT_NEAR(zb, (p - 1.0), 1e-9) << "p=" << p << " m=" << m;
