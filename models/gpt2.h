@@ -1,0 +1,103 @@
+// One pipeline stage of GPT-2 on the CPU (the whole model is the one-stage case): its
+// parameters and gradients in llm.c's layout, and activation slots for micro-batches in flight.
+//
+// A micro-batch's life in a slot: Forward → BackwardInput → BackwardWeight. BackwardInput
+// stashes every output gradient the weight gradients need, so BackwardWeight can run later
+// (zero-bubble schedules) and produces the same bits as running both at once.
+//
+// The head's share of the tied token-embedding gradient accumulates in its own buffer and is
+// added to the embedding's share by FoldHeadWteGrad (one stage) or by the pipeline's tied
+// all-reduce: either way the result is emb + head, bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "models/gpt2_config.h"
+
+namespace freeride {
+
+template <typename T>
+class GPT2Stage {
+ public:
+  // `micro_batch` sequences of `seq_len` tokens per slot; `slots` micro-batches in flight.
+  GPT2Stage(const GPT2Config& config, const StageSpec& stage, int64_t micro_batch,
+            int64_t seq_len, int slots);
+  ~GPT2Stage();
+  GPT2Stage(const GPT2Stage&) = delete;
+  GPT2Stage& operator=(const GPT2Stage&) = delete;
+
+  const GPT2Config& config() const { return layout_.config; }
+  const StageSpec& stage() const { return layout_.stage; }
+  const ParamLayout& layout() const { return layout_; }
+  int64_t micro_batch() const { return B_; }
+  int64_t seq_len() const { return T_; }
+  int slots() const;
+
+  T* params() { return params_.data(); }
+  const T* params() const { return params_.data(); }
+  T* grads() { return grads_.data(); }
+  const T* grads() const { return grads_.data(); }
+  int64_t num_params() const { return layout_.total; }
+  // Start of tensor `t` (for per-layer tensors: of this stage's first layer).
+  T* param(ParamTensor t) { return params_.data() + layout_.slot(t).offset; }
+  T* grad(ParamTensor t) { return grads_.data() + layout_.slot(t).offset; }
+  // The head's share of the wte gradient (empty without a head).
+  T* head_wte_grad() { return head_wte_grad_.data(); }
+
+  // GPT-2's initialisation, seeded per (tensor, layer) so any stage initialises exactly its
+  // slice of the whole model: N(0, 0.02), residual projections scaled by 1/sqrt(2·n_layer),
+  // biases 0, LayerNorm weights 1, padded vocabulary rows 0.
+  void InitRandom(uint64_t seed);
+  void ZeroGrads();
+
+  // Inputs of a slot: tokens [B·T] for the embedding stage, targets [B·T] for the head stage,
+  // activations [B·T·C] for any other stage (write them before Forward).
+  int32_t* tokens(int slot);
+  int32_t* targets(int slot);
+  T* input_activations(int slot);
+  // Outputs: activations [B·T·C] a non-head stage sends on after Forward; the gradient
+  // [B·T·C] a non-head stage receives (write before BackwardInput); the gradient of this
+  // stage's input activations a non-embedding stage sends back after BackwardInput.
+  const T* output_activations(int slot) const;
+  T* output_grad(int slot);
+  const T* input_grad(int slot) const;
+
+  // Runs the stage forward. On the head stage returns the micro-batch's mean loss, else 0.
+  double Forward(int slot);
+  // Gradients with respect to activations. `loss_scale` multiplies the head's per-token loss
+  // gradient (1 / tokens in the whole optimizer step, for a mean over the step).
+  void BackwardInput(int slot, T loss_scale);
+  // Accumulates parameter gradients from what BackwardInput stashed.
+  void BackwardWeight(int slot);
+
+  // Per-token losses of the slot's last Forward (head stage).
+  const T* losses(int slot) const;
+  // Logits [B·T·Vp] of the slot's last Forward (head stage).
+  const T* logits(int slot) const;
+
+  // Moves the head's wte gradient into grad(kWte): added to the embedding's share on a stage
+  // holding both, copied on a head-only stage (whose wte gradient the pipeline then
+  // all-reduces with the first stage's). Call once per step, after the last BackwardWeight.
+  void FoldHeadWteGrad();
+
+ private:
+  struct Slot;
+  void LayerForward(Slot& s, int64_t l, const T* x);
+  void LayerBackwardInput(Slot& s, int64_t l, const T* x, T* dx);
+  void LayerBackwardWeight(Slot& s, int64_t l, const T* x);
+  const T* LayerInput(const Slot& s, int64_t l) const;
+
+  ParamLayout layout_;
+  int64_t B_, T_;
+  std::vector<T> params_, grads_, head_wte_grad_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  // Scratch shared by all slots (only one slot computes at a time).
+  std::vector<T> scratch_4c_, scratch_c_;
+};
+
+extern template class GPT2Stage<float>;
+extern template class GPT2Stage<double>;
+
+}  // namespace freeride

@@ -1,0 +1,149 @@
+#include "models/gpt2_config.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace freeride {
+
+int64_t PadVocab(int64_t vocab_size) { return (vocab_size + 127) / 128 * 128; }
+
+absl::Status ValidateGPT2Config(const GPT2Config& c) {
+  if (c.n_layer < 1 || c.n_head < 1 || c.n_embd < 1 || c.max_seq_len < 1 || c.vocab_size < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "model shape must be positive: n_layer=%d n_head=%d n_embd=%d max_seq_len=%d "
+        "vocab_size=%d",
+        c.n_layer, c.n_head, c.n_embd, c.max_seq_len, c.vocab_size));
+  }
+  if (c.n_embd % c.n_head != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "model.n_head (%d) must divide model.n_embd (%d)", c.n_head, c.n_embd));
+  }
+  if (c.padded_vocab_size < c.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "padded vocabulary %d is smaller than the vocabulary %d", c.padded_vocab_size,
+        c.vocab_size));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GPT2Config> MakeGPT2Config(int64_t n_layer, int64_t n_head, int64_t n_embd,
+                                          int64_t max_seq_len, int64_t vocab_size) {
+  GPT2Config c{max_seq_len, vocab_size, PadVocab(vocab_size), n_layer, n_head, n_embd};
+  if (absl::Status s = ValidateGPT2Config(c); !s.ok()) return s;
+  return c;
+}
+
+const char* ParamTensorName(ParamTensor t) {
+  static const char* kNames[kNumParamTensors] = {
+      "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+      "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+  return kNames[static_cast<int>(t)];
+}
+
+bool IsPerLayer(ParamTensor t) {
+  return t != ParamTensor::kWte && t != ParamTensor::kWpe && t != ParamTensor::kLnfW &&
+         t != ParamTensor::kLnfB;
+}
+
+bool IsDecayed(ParamTensor t) {
+  switch (t) {
+    case ParamTensor::kWte: case ParamTensor::kWpe: case ParamTensor::kQkvW:
+    case ParamTensor::kAttProjW: case ParamTensor::kFcW: case ParamTensor::kFcProjW:
+      return true;
+    default:
+      return false;
+  }
+}
+
+int64_t ParamElements(const GPT2Config& c, ParamTensor t) {
+  const int64_t C = c.n_embd;
+  switch (t) {
+    case ParamTensor::kWte: return c.padded_vocab_size * C;
+    case ParamTensor::kWpe: return c.max_seq_len * C;
+    case ParamTensor::kLn1W: case ParamTensor::kLn1B: case ParamTensor::kLn2W:
+    case ParamTensor::kLn2B: case ParamTensor::kAttProjB: case ParamTensor::kFcProjB:
+    case ParamTensor::kLnfW: case ParamTensor::kLnfB:
+      return C;
+    case ParamTensor::kQkvW: return 3 * C * C;
+    case ParamTensor::kQkvB: return 3 * C;
+    case ParamTensor::kAttProjW: return C * C;
+    case ParamTensor::kFcW: case ParamTensor::kFcProjW: return 4 * C * C;
+    case ParamTensor::kFcB: return 4 * C;
+  }
+  return 0;
+}
+
+StageSpec WholeModel(const GPT2Config& config) { return {0, config.n_layer, true, true}; }
+
+absl::StatusOr<std::vector<StageSpec>> SplitIntoStages(
+    const GPT2Config& config, int64_t stages, const std::vector<int64_t>& layers_per_stage) {
+  if (stages < 1) return absl::InvalidArgumentError("pipeline stages must be at least 1");
+  if (stages > config.n_layer) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%d pipeline stages but the model has only %d layers: at most %d stages fit", stages,
+        config.n_layer, config.n_layer));
+  }
+  std::vector<int64_t> counts = layers_per_stage;
+  if (counts.empty()) {
+    for (int64_t s = 0; s < stages; ++s) {
+      counts.push_back(config.n_layer / stages + (s < config.n_layer % stages ? 1 : 0));
+    }
+  }
+  int64_t sum = 0;
+  for (int64_t n : counts) sum += n;
+  if (static_cast<int64_t>(counts.size()) != stages || sum != config.n_layer ||
+      std::find_if(counts.begin(), counts.end(), [](int64_t n) { return n < 1; }) !=
+          counts.end()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "parallel.layers_per_stage = [%s] must list %d positive counts summing to n_layer = %d",
+        absl::StrJoin(counts, ", "), stages, config.n_layer));
+  }
+  std::vector<StageSpec> specs;
+  int64_t first = 0;
+  for (int64_t s = 0; s < stages; ++s) {
+    specs.push_back({first, first + counts[s], s == 0, s == stages - 1});
+    first += counts[s];
+  }
+  return specs;
+}
+
+ParamLayout MakeParamLayout(const GPT2Config& config, const StageSpec& stage) {
+  ParamLayout layout;
+  layout.config = config;
+  layout.stage = stage;
+  int64_t offset = 0;
+  for (int i = 0; i < kNumParamTensors; ++i) {
+    const ParamTensor t = static_cast<ParamTensor>(i);
+    bool present = false;
+    int64_t elements = ParamElements(config, t);
+    if (t == ParamTensor::kWte) {
+      present = stage.has_embedding || stage.has_head;
+    } else if (t == ParamTensor::kWpe) {
+      present = stage.has_embedding;
+    } else if (t == ParamTensor::kLnfW || t == ParamTensor::kLnfB) {
+      present = stage.has_head;
+    } else {
+      present = stage.num_layers() > 0;
+      elements *= stage.num_layers();
+    }
+    layout.slots[i] = {t, offset, present ? elements : 0, present};
+    if (present) offset += elements;
+  }
+  layout.total = offset;
+  return layout;
+}
+
+int64_t NumParameters(const GPT2Config& config) {
+  return MakeParamLayout(config, WholeModel(config)).total;
+}
+
+double TrainingFlopsPerToken(const GPT2Config& c, int64_t seq_len) {
+  const double C = static_cast<double>(c.n_embd);
+  const double matmul_params =
+      static_cast<double>(c.n_layer) * 12.0 * C * C + static_cast<double>(c.padded_vocab_size) * C;
+  return 6.0 * matmul_params + 12.0 * static_cast<double>(c.n_layer) * C * seq_len;
+}
+
+}  // namespace freeride
