@@ -11,11 +11,20 @@ find_package(tomlplusplus REQUIRED CONFIG)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 
 # OpenBLAS: Debian's OpenBLASConfig.cmake hard-codes /usr, so look for the files instead.
+# The OpenMP build comes first: it shares one thread pool with our OpenMP kernels, where the
+# pthreads build's threads and OpenMP's spinning threads fight over the cores (measured 2.4x
+# slower CPU training on 2 cores). The build records the chosen directory as the run path.
 find_path(CBLAS_INCLUDE_DIR cblas.h
-  PATH_SUFFIXES openblas-pthread x86_64-linux-gnu/openblas-pthread openblas x86_64-linux-gnu
+  PATH_SUFFIXES x86_64-linux-gnu/openblas-openmp openblas-openmp x86_64-linux-gnu/openblas-pthread
+                openblas-pthread openblas x86_64-linux-gnu
   REQUIRED)
 find_library(OPENBLAS_LIBRARY NAMES openblas
-  PATH_SUFFIXES openblas-pthread x86_64-linux-gnu/openblas-pthread REQUIRED)
+  PATH_SUFFIXES x86_64-linux-gnu/openblas-openmp openblas-openmp x86_64-linux-gnu/openblas-pthread
+                openblas-pthread REQUIRED)
+if(NOT OPENBLAS_LIBRARY MATCHES "openmp")
+  message(WARNING "OpenBLAS is not the OpenMP build (${OPENBLAS_LIBRARY}): CPU training will be "
+                  "slower; install libopenblas-openmp-dev")
+endif()
 add_library(freeride_cblas INTERFACE)
 target_include_directories(freeride_cblas SYSTEM INTERFACE ${CBLAS_INCLUDE_DIR})
 target_link_libraries(freeride_cblas INTERFACE ${OPENBLAS_LIBRARY})

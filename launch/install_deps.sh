@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages freeride builds against, only those missing (idempotent).
-# The CUDA toolkit (nvcc, cuBLASLt, cuDNN, NCCL) is not a Debian package here: when it is
+# npm fetches the GPT-2 tokenizer ranks (launch/fetch_tokenizer.sh); bible-kjv is the default
+# corpus (launch/prepare_data.sh). The CUDA toolkit (nvcc, cuBLASLt, cuDNN, NCCL) is not a Debian package here: when it is
 # present in /usr/local/cuda the build turns the CUDA backend on by itself.
 set -euo pipefail
 
 packages=(build-essential cmake ninja-build pkg-config git
           libabsl-dev libtomlplusplus-dev libgtest-dev libgmock-dev
-          libopenmpi-dev openmpi-bin libopenblas-dev libpcre2-dev)
+          libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libpcre2-dev
+          npm bible-kjv)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -8,6 +8,7 @@ build=${BUILD_DIR:-$root/build}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 "$root/launch/install_deps.sh"
 "$root/launch/build.sh"
+"$root/launch/fetch_tokenizer.sh"
 status=0
 (cd "$build" && ctest --output-on-failure -j "$(nproc)" --timeout 600 "$@") || status=$?
 # ctest does not print why a test skipped; the skipping suites say it on their first line.

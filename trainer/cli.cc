@@ -9,7 +9,9 @@
 #include "absl/strings/str_split.h"
 #include "core/build_info.h"
 #include "core/device.h"
+#include "trainer/cmd_prepare.h"
 #include "trainer/cmd_schedule.h"
+#include "trainer/cmd_train.h"
 #include "trainer/config.h"
 #include "trainer/default_config.h"
 #include "trainer/flags.h"
@@ -79,6 +81,17 @@ const std::vector<Command>& Commands() {
        {kSetFlag}, ConfigCheck},
       {"config docs", "freeride config docs",
        "print the configuration reference (docs/config.md)", {}, ConfigDocs},
+      {"train", "freeride train [--config FILE] [--set SECTION.KEY=VALUE]...",
+       "train GPT-2 (the embedded tiny CPU run when no --config)", TrainFlags(), TrainCommand},
+      {"prepare", "freeride prepare --input FILE... --out DIR [--val_tokens N]",
+       "tokenize text files into GPT-2 token shards (llm.c format)", PrepareFlags(),
+       PrepareCommand},
+      {"sample",
+       "freeride sample --checkpoint PATH [--prompt TEXT] [--tokens N] [--temperature X] "
+       "[--top_k K] [--seed N]",
+       "generate text from a checkpoint", SampleFlags(), SampleCommand},
+      {"eval", "freeride eval --checkpoint PATH --data GLOB [--batch_size B] [--seq_len T]",
+       "mean loss of a checkpoint on token shards", EvalFlags(), EvalCommand},
       {"schedule",
        "freeride schedule --kind 1f1b --stages 4 --microbatches 8 [--chunks V] "
        "[--cost f=1,b=2,w=1,comm=0.1 | --cost-file FILE] [--format text|csv|json|chrome|svg]",

@@ -115,6 +115,7 @@ bool InRange(const KeySpec& spec, double v) {
 void Loader::SetKey(const KeySpec& spec, const toml::node& node, const Origin& origin) {
   const std::string name = spec.FullName();
   origins_[name] = origin;
+  config.explicit_keys.insert(name);
   void* field = spec.field(config);
   switch (spec.type) {
     case KeyType::kInt:

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -63,6 +64,7 @@ struct EvalConfig {
 struct CheckpointConfig {
   int64_t every = 0;
   std::string dir;
+  std::string resume;
 };
 
 struct ParallelConfig {
@@ -110,6 +112,9 @@ struct Config {
   RuntimeConfig runtime;
   FreerideConfig freeride;
   std::vector<SideTaskConfig> side_tasks;
+  // "section.key" of every key the file or an override set (the rest kept their defaults):
+  // lets a checkpoint's architecture rule where the config is silent.
+  std::set<std::string> explicit_keys;
 };
 
 // Parses TOML `text` (named `source` in messages, usually its path), applies `overrides`

@@ -82,9 +82,12 @@ std::vector<KeySpec> BuildSchema() {
       FR_KEY(eval, every).Min(0).Doc("Validation loss every this many steps; 0 turns it off."),
       FR_KEY(eval, batches).Min(1).Doc("Validation batches per evaluation."),
 
-      FR_KEY(checkpoint, every).Min(0).Doc("Write a checkpoint every this many steps; 0: only "
-                                           "at the end when checkpoint.dir is set."),
+      FR_KEY(checkpoint, every).Min(0).Doc("Write a checkpoint every this many steps; the final "
+                                           "step always writes one."),
       FR_KEY(checkpoint, dir).Doc("Checkpoint directory; empty means run.dir/checkpoints."),
+      FR_KEY(checkpoint, resume).Doc("Resume training from a checkpoint directory (one written by "
+                                     "this project), or \"latest\" for the newest one in "
+                                     "checkpoint.dir; empty starts afresh."),
 
       FR_KEY(parallel, pp).Min(1).Max(4096).Doc("Pipeline stages."),
       FR_KEY(parallel, dp).Min(1).Max(4096).Doc("Data-parallel replicas; world size is pp × dp."),

@@ -1,0 +1,195 @@
+#include "trainer/cmd_train.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <random>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "models/gpt2.h"
+#include "models/llmc_checkpoint.h"
+#include "trainer/cli.h"
+#include "trainer/default_config.h"
+#include "trainer/run_dir.h"
+#include "trainer/tokenizer.h"
+#include "trainer/train_state.h"
+#include "trainer/trainer.h"
+
+namespace freeride {
+namespace {
+
+int Fail(const absl::Status& status) {
+  for (absl::string_view line : absl::StrSplit(status.message(), '\n')) {
+    std::cerr << "error: " << line << "\n";
+  }
+  return kExitFailure;
+}
+
+template <typename N>
+bool ParseNumber(const ParsedFlags& flags, const std::string& name, N* value) {
+  if (!flags.Has(name)) return true;
+  bool ok;
+  if constexpr (std::is_floating_point_v<N>) {
+    ok = absl::SimpleAtod(flags.Get(name), value);
+  } else {
+    ok = absl::SimpleAtoi(flags.Get(name), value);
+  }
+  if (!ok) std::cerr << "error: --" << name << " expects a number, found '" << flags.Get(name) << "'\n";
+  return ok;
+}
+
+absl::StatusOr<std::unique_ptr<GPT2Stage<float>>> LoadModel(const std::string& checkpoint,
+                                                           int64_t B, int64_t T) {
+  absl::StatusOr<LlmcModel> weights = ReadLlmcModel(ModelFileOf(checkpoint));
+  if (!weights.ok()) return weights.status();
+  if (T > weights->config.max_seq_len) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "sequence length %d exceeds the model's max_seq_len %d", T, weights->config.max_seq_len));
+  }
+  auto model = std::make_unique<GPT2Stage<float>>(weights->config, WholeModel(weights->config),
+                                                  B, T, 1);
+  std::memcpy(model->params(), weights->params.data(), weights->params.size() * sizeof(float));
+  return model;
+}
+
+}  // namespace
+
+std::vector<FlagSpec> TrainFlags() {
+  return {{"config", "FILE", "the run's TOML config (default: the embedded tiny CPU run)"},
+          {"set", "SECTION.KEY=VALUE", "override one config key", true}};
+}
+
+int TrainCommand(const ParsedFlags& flags) {
+  const std::vector<std::string> overrides = flags.GetAll("set");
+  absl::StatusOr<Config> config =
+      flags.Has("config") ? LoadConfigFile(flags.Get("config"), overrides)
+                          : ParseConfig(DefaultConfigToml(), kDefaultConfigName, overrides);
+  if (!config.ok()) return Fail(config.status());
+  if (absl::Status s = PrepareRunDir(*config); !s.ok()) return Fail(s);
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*config);
+  if (!trainer.ok()) return Fail(trainer.status());
+  if (absl::Status s = (*trainer)->Run(); !s.ok()) return Fail(s);
+  return kExitOk;
+}
+
+std::vector<FlagSpec> SampleFlags() {
+  return {{"checkpoint", "PATH", "a checkpoint directory or an llm.c model file"},
+          {"prompt", "TEXT", "text to continue (default: start of a document)"},
+          {"tokens", "N", "tokens to generate (default 64)"},
+          {"temperature", "X", "softmax temperature; 0 picks the most likely token (default 1)"},
+          {"top_k", "K", "sample among the K most likely tokens; 0: all (default 40)"},
+          {"seed", "N", "random seed (default 1337)"},
+          {"tokenizer", "FILE", "GPT-2 BPE ranks (default data/r50k_base.tiktoken)"}};
+}
+
+int SampleCommand(const ParsedFlags& flags) {
+  if (!flags.Has("checkpoint")) {
+    std::cerr << "error: sample needs --checkpoint PATH\n";
+    return kExitUsage;
+  }
+  int64_t tokens = 64, top_k = 40, seed = 1337;
+  double temperature = 1.0;
+  if (!ParseNumber(flags, "tokens", &tokens) || !ParseNumber(flags, "top_k", &top_k) ||
+      !ParseNumber(flags, "seed", &seed) || !ParseNumber(flags, "temperature", &temperature) ||
+      tokens < 1 || top_k < 0 || temperature < 0) {
+    std::cerr << "error: --tokens must be >= 1, --top_k and --temperature >= 0\n";
+    return kExitUsage;
+  }
+  auto tokenizer = Tokenizer::Load(flags.Get("tokenizer", kDefaultTokenizerPath));
+  if (!tokenizer.ok()) return Fail(tokenizer.status());
+  std::vector<int32_t> context{kEndOfText};
+  if (flags.Has("prompt")) {
+    absl::StatusOr<std::vector<int32_t>> ids = (*tokenizer)->Encode(flags.Get("prompt"));
+    if (!ids.ok()) return Fail(ids.status());
+    context.insert(context.end(), ids->begin(), ids->end());
+  }
+  absl::StatusOr<GPT2Config> shape = ReadLlmcModelConfig(ModelFileOf(flags.Get("checkpoint")));
+  if (!shape.ok()) return Fail(shape.status());
+  const int64_t T = std::min<int64_t>(shape->max_seq_len, context.size() + tokens);
+  auto model = LoadModel(flags.Get("checkpoint"), 1, T);
+  if (!model.ok()) return Fail(model.status());
+  GPT2Stage<float>& m = **model;
+  const int64_t V = m.config().vocab_size, Vp = m.config().padded_vocab_size;
+  std::mt19937_64 rng(static_cast<uint64_t>(seed));
+  std::vector<std::pair<float, int32_t>> candidates(V);
+  std::cout << flags.Get("prompt") << std::flush;
+  for (int64_t n = 0; n < tokens; ++n) {
+    // The model sees the last T tokens; later positions cannot affect earlier ones (causal).
+    const int64_t start = std::max<int64_t>(0, static_cast<int64_t>(context.size()) - T);
+    const int64_t len = static_cast<int64_t>(context.size()) - start;
+    std::fill(m.tokens(0), m.tokens(0) + T, 0);
+    std::fill(m.targets(0), m.targets(0) + T, 0);
+    std::copy(context.begin() + start, context.end(), m.tokens(0));
+    m.Forward(0);
+    const float* logits = m.logits(0) + (len - 1) * Vp;
+    int32_t next = 0;
+    for (int32_t v = 0; v < V; ++v) candidates[v] = {logits[v], v};
+    if (temperature == 0) {
+      next = std::max_element(candidates.begin(), candidates.end())->second;
+    } else {
+      const int64_t k = top_k == 0 ? V : std::min<int64_t>(top_k, V);
+      std::partial_sort(candidates.begin(), candidates.begin() + k, candidates.end(),
+                        [](const auto& a, const auto& b) { return a.first > b.first; });
+      std::vector<double> weights(k);
+      for (int64_t i = 0; i < k; ++i) {
+        weights[i] = std::exp((candidates[i].first - candidates[0].first) / temperature);
+      }
+      next = candidates[std::discrete_distribution<int64_t>(weights.begin(), weights.end())(rng)]
+                 .second;
+    }
+    context.push_back(next);
+    absl::StatusOr<std::string> text = (*tokenizer)->Decode({next});
+    if (text.ok()) std::cout << *text << std::flush;
+  }
+  std::cout << "\n";
+  return kExitOk;
+}
+
+std::vector<FlagSpec> EvalFlags() {
+  return {{"checkpoint", "PATH", "a checkpoint directory or an llm.c model file"},
+          {"data", "GLOB", "token shards to evaluate on (llm.c format)"},
+          {"batch_size", "B", "sequences per batch (default 4)"},
+          {"seq_len", "T", "tokens per sequence (default 64)"},
+          {"batches", "N", "batches to average; 0: one pass over the data (default 0)"}};
+}
+
+int EvalCommand(const ParsedFlags& flags) {
+  if (!flags.Has("checkpoint") || !flags.Has("data")) {
+    std::cerr << "error: eval needs --checkpoint PATH and --data GLOB\n";
+    return kExitUsage;
+  }
+  int64_t B = 4, T = 64, batches = 0;
+  if (!ParseNumber(flags, "batch_size", &B) || !ParseNumber(flags, "seq_len", &T) ||
+      !ParseNumber(flags, "batches", &batches) || B < 1 || T < 1 || batches < 0) {
+    std::cerr << "error: --batch_size and --seq_len must be >= 1, --batches >= 0\n";
+    return kExitUsage;
+  }
+  auto model = LoadModel(flags.Get("checkpoint"), B, T);
+  if (!model.ok()) return Fail(model.status());
+  absl::StatusOr<TokenLoader> loader = TokenLoader::Open(flags.Get("data"), B, T, false, 0);
+  if (!loader.ok()) return Fail(loader.status());
+  if (batches == 0) batches = loader->batches_per_epoch();
+  double loss = 0;
+  std::vector<int32_t> inputs(B * T), targets(B * T);
+  for (int64_t b = 0; b < batches; ++b) {
+    loader->Next(inputs.data(), targets.data());
+    for (int64_t i = 0; i < B * T; ++i) {
+      if (inputs[i] >= (*model)->config().vocab_size) {
+        return Fail(absl::InvalidArgumentError(absl::StrFormat(
+            "the data holds token %d, outside the model's vocabulary of %d", inputs[i],
+            (*model)->config().vocab_size)));
+      }
+    }
+    std::memcpy((*model)->tokens(0), inputs.data(), B * T * sizeof(int32_t));
+    std::memcpy((*model)->targets(0), targets.data(), B * T * sizeof(int32_t));
+    loss += (*model)->Forward(0);
+  }
+  std::cout << absl::StrFormat("eval: %d batches of %d x %d tokens: mean loss %.6f\n", batches,
+                               B, T, loss / static_cast<double>(batches));
+  return kExitOk;
+}
+
+}  // namespace freeride

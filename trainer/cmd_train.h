@@ -1,0 +1,17 @@
+// `freeride train`, `freeride sample` and `freeride eval`: training and using checkpoints.
+#pragma once
+
+#include <vector>
+
+#include "trainer/flags.h"
+
+namespace freeride {
+
+std::vector<FlagSpec> TrainFlags();
+int TrainCommand(const ParsedFlags& flags);
+std::vector<FlagSpec> SampleFlags();
+int SampleCommand(const ParsedFlags& flags);
+std::vector<FlagSpec> EvalFlags();
+int EvalCommand(const ParsedFlags& flags);
+
+}  // namespace freeride

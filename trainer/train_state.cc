@@ -1,0 +1,150 @@
+#include "trainer/train_state.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "core/files.h"
+#include "models/llmc_checkpoint.h"
+
+namespace freeride {
+namespace {
+
+constexpr char kMagic[8] = {'F', 'R', 'S', 'T', 'A', 'T', 'E', '\0'};
+constexpr int kHeaderInts = 20;
+
+}  // namespace
+
+std::string CheckpointDirName(int64_t step) { return absl::StrFormat("step_%08d", step); }
+std::string RankStateFileName(int rank) { return absl::StrFormat("state_r%03d.bin", rank); }
+
+absl::Status WriteRankState(const std::string& path, const RankState& s) {
+  const int64_t n = static_cast<int64_t>(s.params.size());
+  const int64_t header[kHeaderInts] = {kTrainStateVersion, s.step, n,
+                                       s.model.max_seq_len, s.model.vocab_size,
+                                       s.model.padded_vocab_size, s.model.n_layer,
+                                       s.model.n_head, s.model.n_embd,
+                                       s.stage.first_layer, s.stage.last_layer,
+                                       s.stage.has_embedding, s.stage.has_head,
+                                       s.data.epoch, s.data.shard, s.data.window};
+  std::string bytes(sizeof(kMagic) + sizeof(header) + 3 * n * sizeof(float), '\0');
+  char* p = bytes.data();
+  std::memcpy(p, kMagic, sizeof(kMagic));
+  std::memcpy(p += sizeof(kMagic), header, sizeof(header));
+  p += sizeof(header);
+  for (const std::vector<float>* v : {&s.params, &s.m, &s.v}) {
+    std::memcpy(p, v->data(), n * sizeof(float));
+    p += n * sizeof(float);
+  }
+  return WriteFileAtomically(path, bytes);
+}
+
+absl::StatusOr<RankState> ReadRankState(const std::string& path) {
+  absl::StatusOr<std::string> bytes = ReadFile(path);
+  if (!bytes.ok()) return bytes.status();
+  int64_t h[kHeaderInts];
+  if (bytes->size() < sizeof(kMagic) + sizeof(h) ||
+      std::memcmp(bytes->data(), kMagic, sizeof(kMagic)) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: not a freeride training state (bad magic or truncated)", path));
+  }
+  std::memcpy(h, bytes->data() + sizeof(kMagic), sizeof(h));
+  if (h[0] != kTrainStateVersion) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: training state version %d; this build reads version %d", path, h[0],
+        kTrainStateVersion));
+  }
+  RankState s;
+  const int64_t n = h[2];
+  s.step = h[1];
+  s.model = {h[3], h[4], h[5], h[6], h[7], h[8]};
+  s.stage = {h[9], h[10], h[11] != 0, h[12] != 0};
+  s.data = {h[13], h[14], h[15]};
+  const size_t expected = sizeof(kMagic) + sizeof(h) + 3 * n * sizeof(float);
+  if (n < 0 || bytes->size() != expected) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %d bytes, expected %d for %d parameters (truncated or corrupt)", path,
+        bytes->size(), expected, n));
+  }
+  const char* p = bytes->data() + sizeof(kMagic) + sizeof(h);
+  for (std::vector<float>* v : {&s.params, &s.m, &s.v}) {
+    v->resize(n);
+    std::memcpy(v->data(), p, n * sizeof(float));
+    p += n * sizeof(float);
+  }
+  return s;
+}
+
+absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const RankState& state) {
+  namespace fs = std::filesystem;
+  const std::string name = CheckpointDirName(state.step);
+  const std::string final_dir = (fs::path(dir) / name).string();
+  const std::string tmp_dir = absl::StrFormat("%s.tmp-%d", final_dir, getpid());
+  std::error_code ec;
+  fs::remove_all(tmp_dir, ec);
+  if (absl::Status s = MakeDirectories(tmp_dir); !s.ok()) return s;
+  if (absl::Status s = WriteRankState((fs::path(tmp_dir) / RankStateFileName(0)).string(), state);
+      !s.ok()) {
+    return s;
+  }
+  if (state.stage == WholeModel(state.model)) {
+    if (absl::Status s = WriteLlmcModel((fs::path(tmp_dir) / "model.bin").string(), state.model,
+                                        state.params.data());
+        !s.ok()) {
+      return s;
+    }
+  }
+  const GPT2Config& c = state.model;
+  const std::string manifest = absl::StrFormat(
+      "{\"format\": \"freeride-checkpoint\", \"version\": %d, \"step\": %d, \"ranks\": 1, "
+      "\"model\": {\"n_layer\": %d, \"n_head\": %d, \"n_embd\": %d, \"max_seq_len\": %d, "
+      "\"vocab_size\": %d}, \"files\": [\"%s\"]}\n",
+      kTrainStateVersion, state.step, c.n_layer, c.n_head, c.n_embd, c.max_seq_len,
+      c.vocab_size, RankStateFileName(0));
+  if (absl::Status s = WriteFileAtomically((fs::path(tmp_dir) / "manifest.json").string(),
+                                           manifest);
+      !s.ok()) {
+    return s;
+  }
+  fs::remove_all(final_dir, ec);
+  fs::rename(tmp_dir, final_dir, ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrFormat("cannot rename %s to %s: %s", tmp_dir, final_dir, ec.message()));
+  }
+  if (absl::Status s = WriteFileAtomically((fs::path(dir) / "latest").string(), name + "\n");
+      !s.ok()) {
+    return s;
+  }
+  return final_dir;
+}
+
+absl::StatusOr<std::string> ResolveCheckpoint(const std::string& resume, const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::string path = resume;
+  if (resume == "latest") {
+    absl::StatusOr<std::string> latest = ReadFile((fs::path(dir) / "latest").string());
+    if (!latest.ok()) {
+      return absl::NotFoundError(absl::StrFormat(
+          "checkpoint.resume = \"latest\" but %s/latest does not exist (no checkpoint yet)",
+          dir));
+    }
+    path = (fs::path(dir) / std::string(absl::StripTrailingAsciiWhitespace(*latest))).string();
+  }
+  if (!fs::exists(fs::path(path) / RankStateFileName(0))) {
+    return absl::NotFoundError(absl::StrFormat(
+        "checkpoint.resume: %s is not a checkpoint directory (no %s in it)", path,
+        RankStateFileName(0)));
+  }
+  return path;
+}
+
+std::string ModelFileOf(const std::string& path) {
+  namespace fs = std::filesystem;
+  return fs::is_directory(path) ? (fs::path(path) / "model.bin").string() : path;
+}
+
+}  // namespace freeride

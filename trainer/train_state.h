@@ -1,0 +1,48 @@
+// Training checkpoints: everything needed to continue a run bit for bit. A checkpoint is a
+// directory `<checkpoint.dir>/step_NNNNNNNN/` holding
+//   manifest.json      format, version, step, model shape, ranks and their files
+//   state_rNNN.bin     per rank: its stage's parameters, AdamW moments, data position
+//   model.bin          the whole model as an llm.c checkpoint (for sample, eval, llm.c)
+// written under a temporary name and renamed into place, then `latest` (a one-line file
+// naming the newest step directory) is replaced atomically: a crash never leaves a torn
+// checkpoint, and `latest` only ever names complete ones.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "models/gpt2_config.h"
+#include "trainer/token_shards.h"
+
+namespace freeride {
+
+inline constexpr int kTrainStateVersion = 1;
+
+struct RankState {
+  int64_t step = 0;  // optimizer steps completed
+  GPT2Config model;
+  StageSpec stage;
+  LoaderPosition data;
+  std::vector<float> params, m, v;
+};
+
+absl::Status WriteRankState(const std::string& path, const RankState& state);
+absl::StatusOr<RankState> ReadRankState(const std::string& path);
+
+std::string CheckpointDirName(int64_t step);
+std::string RankStateFileName(int rank);
+
+// Writes a one-rank checkpoint (state + llm.c model + manifest) for `state.step` under `dir`
+// and points `dir/latest` at it. Returns the checkpoint's directory.
+absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const RankState& state);
+
+// Resolves checkpoint.resume: "latest" reads `dir/latest`; anything else is a checkpoint
+// directory path. Errors say what is missing.
+absl::StatusOr<std::string> ResolveCheckpoint(const std::string& resume, const std::string& dir);
+
+// The model file of a checkpoint: `path/model.bin` for a checkpoint directory, else `path`.
+std::string ModelFileOf(const std::string& path);
+
+}  // namespace freeride
