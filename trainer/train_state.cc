@@ -144,7 +144,13 @@ absl::StatusOr<std::string> ResolveCheckpoint(const std::string& resume, const s
 
 std::string ModelFileOf(const std::string& path) {
   namespace fs = std::filesystem;
-  return fs::is_directory(path) ? (fs::path(path) / "model.bin").string() : path;
+  if (!fs::is_directory(path)) return path;
+  if (absl::StatusOr<std::string> latest = ReadFile((fs::path(path) / "latest").string());
+      latest.ok()) {
+    return (fs::path(path) / std::string(absl::StripTrailingAsciiWhitespace(*latest)) / "model.bin")
+        .string();
+  }
+  return (fs::path(path) / "model.bin").string();
 }
 
 }  // namespace freeride

@@ -42,7 +42,8 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const RankSt
 // directory path. Errors say what is missing.
 absl::StatusOr<std::string> ResolveCheckpoint(const std::string& resume, const std::string& dir);
 
-// The model file of a checkpoint: `path/model.bin` for a checkpoint directory, else `path`.
+// The model file behind a path: for a checkpoint.dir (holding `latest`), the newest
+// checkpoint's model.bin; for a checkpoint directory, its model.bin; else the path itself.
 std::string ModelFileOf(const std::string& path);
 
 }  // namespace freeride

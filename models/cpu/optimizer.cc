@@ -31,9 +31,20 @@ double SumOfSquares(const T* x, int64_t n) {
   std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {
-    double s = 0;
+    // Eight interleaved accumulators (a fixed order, so still deterministic) let the compiler
+    // keep the loop in vector registers.
+    constexpr int kLanes = 8;
+    double lane[kLanes] = {};
     const int64_t lo = c * kChunk, hi = std::min(n, lo + kChunk);
-    for (int64_t i = lo; i < hi; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+    int64_t i = lo;
+    for (; i + kLanes <= hi; i += kLanes) {
+      for (int k = 0; k < kLanes; ++k) {
+        lane[k] += static_cast<double>(x[i + k]) * static_cast<double>(x[i + k]);
+      }
+    }
+    double s = 0;
+    for (; i < hi; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+    for (int k = 0; k < kLanes; ++k) s += lane[k];
     partial[c] = s;
   }
   double total = 0;

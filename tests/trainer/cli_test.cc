@@ -84,7 +84,7 @@ TEST(CliTest, ConfigCheckPrintsEffectiveConfigWithOverrides) {
   EXPECT_EQ(result.status, kExitOk) << result.err;
   EXPECT_THAT(result.out, HasSubstr("[train]"));
   EXPECT_THAT(result.out, HasSubstr("steps = 7\n"));
-  EXPECT_THAT(result.out, HasSubstr("lr = 0.001\n"));
+  EXPECT_THAT(result.out, HasSubstr("lr = 0.003\n"));
 }
 
 TEST(CliTest, ConfigCheckWithoutFileUsesTheEmbeddedDefault) {
