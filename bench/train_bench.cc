@@ -53,10 +53,10 @@ steps = %d
               "%.3f GFLOP/token\n",
               (long)L, (long)C, (long)NH, (long)(*trainer)->model().num_params(), (long)B,
               (long)T, omp_get_max_threads(), BlasCoreName(), flops_per_token / 1e9);
-  (*trainer)->Step();  // warm-up: first touch of memory, thread pools
+  (void)(*trainer)->Step();  // warm-up: first touch of memory, thread pools
   double total = 0;
   for (int64_t i = 0; i < steps; ++i) {
-    const StepStats s = (*trainer)->Step();
+    const StepStats s = *(*trainer)->Step();
     total += s.step_s;
     std::printf("step %ld: loss %.4f  %.3f s  %.1f tok/s\n", (long)s.step, s.loss, s.step_s,
                 s.tokens_per_s);

@@ -1,7 +1,5 @@
 #include "trainer/train_state.h"
 
-#include <unistd.h>
-
 #include <cstring>
 #include <filesystem>
 
@@ -19,7 +17,7 @@ constexpr int kHeaderInts = 20;
 }  // namespace
 
 std::string CheckpointDirName(int64_t step) { return absl::StrFormat("step_%08d", step); }
-std::string RankStateFileName(int rank) { return absl::StrFormat("state_r%03d.bin", rank); }
+std::string RankStateFileName(int stage) { return absl::StrFormat("state_r%03d.bin", stage); }
 
 absl::Status WriteRankState(const std::string& path, const RankState& s) {
   const int64_t n = static_cast<int64_t>(s.params.size());
@@ -27,8 +25,7 @@ absl::Status WriteRankState(const std::string& path, const RankState& s) {
                                        s.model.max_seq_len, s.model.vocab_size,
                                        s.model.padded_vocab_size, s.model.n_layer,
                                        s.model.n_head, s.model.n_embd,
-                                       s.stage.first_layer, s.stage.last_layer,
-                                       s.stage.has_embedding, s.stage.has_head,
+                                       s.pp, s.chunks, s.stage, s.dp,
                                        s.data.epoch, s.data.shard, s.data.window};
   std::string bytes(sizeof(kMagic) + sizeof(header) + 3 * n * sizeof(float), '\0');
   char* p = bytes.data();
@@ -61,7 +58,10 @@ absl::StatusOr<RankState> ReadRankState(const std::string& path) {
   const int64_t n = h[2];
   s.step = h[1];
   s.model = {h[3], h[4], h[5], h[6], h[7], h[8]};
-  s.stage = {h[9], h[10], h[11] != 0, h[12] != 0};
+  s.pp = h[9];
+  s.chunks = h[10];
+  s.stage = h[11];
+  s.dp = h[12];
   s.data = {h[13], h[14], h[15]};
   const size_t expected = sizeof(kMagic) + sizeof(h) + 3 * n * sizeof(float);
   if (n < 0 || bytes->size() != expected) {
@@ -78,42 +78,51 @@ absl::StatusOr<RankState> ReadRankState(const std::string& path) {
   return s;
 }
 
-absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const RankState& state) {
+std::string CheckpointStagingDir(const std::string& dir, int64_t step) {
+  return (std::filesystem::path(dir) / (CheckpointDirName(step) + ".partial")).string();
+}
+
+absl::Status StartCheckpoint(const std::string& dir, int64_t step) {
+  std::error_code ec;
+  const std::string staging = CheckpointStagingDir(dir, step);
+  std::filesystem::remove_all(staging, ec);
+  return MakeDirectories(staging);
+}
+
+absl::StatusOr<std::string> FinishCheckpoint(const std::string& dir, const RankState& state,
+                                             const float* whole_params) {
   namespace fs = std::filesystem;
+  const std::string staging = CheckpointStagingDir(dir, state.step);
   const std::string name = CheckpointDirName(state.step);
   const std::string final_dir = (fs::path(dir) / name).string();
-  const std::string tmp_dir = absl::StrFormat("%s.tmp-%d", final_dir, getpid());
-  std::error_code ec;
-  fs::remove_all(tmp_dir, ec);
-  if (absl::Status s = MakeDirectories(tmp_dir); !s.ok()) return s;
-  if (absl::Status s = WriteRankState((fs::path(tmp_dir) / RankStateFileName(0)).string(), state);
-      !s.ok()) {
-    return s;
-  }
-  if (state.stage == WholeModel(state.model)) {
-    if (absl::Status s = WriteLlmcModel((fs::path(tmp_dir) / "model.bin").string(), state.model,
-                                        state.params.data());
+  if (whole_params != nullptr) {
+    if (absl::Status s = WriteLlmcModel((fs::path(staging) / "model.bin").string(), state.model,
+                                        whole_params);
         !s.ok()) {
       return s;
     }
   }
+  std::string files;
+  for (int64_t stage = 0; stage < state.pp; ++stage) {
+    files += absl::StrFormat("%s\"%s\"", stage ? ", " : "", RankStateFileName(stage));
+  }
   const GPT2Config& c = state.model;
   const std::string manifest = absl::StrFormat(
-      "{\"format\": \"freeride-checkpoint\", \"version\": %d, \"step\": %d, \"ranks\": 1, "
-      "\"model\": {\"n_layer\": %d, \"n_head\": %d, \"n_embd\": %d, \"max_seq_len\": %d, "
-      "\"vocab_size\": %d}, \"files\": [\"%s\"]}\n",
-      kTrainStateVersion, state.step, c.n_layer, c.n_head, c.n_embd, c.max_seq_len,
-      c.vocab_size, RankStateFileName(0));
-  if (absl::Status s = WriteFileAtomically((fs::path(tmp_dir) / "manifest.json").string(),
-                                           manifest);
+      "{\"format\": \"freeride-checkpoint\", \"version\": %d, \"step\": %d, \"pp\": %d, "
+      "\"dp\": %d, \"chunks\": %d, \"model\": {\"n_layer\": %d, \"n_head\": %d, \"n_embd\": %d, "
+      "\"max_seq_len\": %d, \"vocab_size\": %d}, \"files\": [%s]}\n",
+      kTrainStateVersion, state.step, state.pp, state.dp, state.chunks, c.n_layer, c.n_head,
+      c.n_embd, c.max_seq_len, c.vocab_size, files);
+  if (absl::Status s = WriteFileAtomically((fs::path(staging) / "manifest.json").string(), manifest);
       !s.ok()) {
     return s;
   }
+  std::error_code ec;
   fs::remove_all(final_dir, ec);
-  fs::rename(tmp_dir, final_dir, ec);
+  fs::rename(staging, final_dir, ec);
   if (ec) {
     return absl::InternalError(
-        absl::StrFormat("cannot rename %s to %s: %s", tmp_dir, final_dir, ec.message()));
+        absl::StrFormat("cannot rename %s to %s: %s", staging, final_dir, ec.message()));
   }
   if (absl::Status s = WriteFileAtomically((fs::path(dir) / "latest").string(), name + "\n");
       !s.ok()) {

@@ -20,10 +20,12 @@ namespace freeride {
 
 inline constexpr int kTrainStateVersion = 1;
 
+// One pipeline stage's state (data-parallel replicas hold the same, so replica 0 writes it):
+// its chunks' parameters and AdamW moments, concatenated in chunk order.
 struct RankState {
   int64_t step = 0;  // optimizer steps completed
   GPT2Config model;
-  StageSpec stage;
+  int64_t pp = 1, dp = 1, chunks = 1, stage = 0;
   LoaderPosition data;
   std::vector<float> params, m, v;
 };
@@ -32,11 +34,16 @@ absl::Status WriteRankState(const std::string& path, const RankState& state);
 absl::StatusOr<RankState> ReadRankState(const std::string& path);
 
 std::string CheckpointDirName(int64_t step);
-std::string RankStateFileName(int rank);
+std::string RankStateFileName(int stage);
 
-// Writes a one-rank checkpoint (state + llm.c model + manifest) for `state.step` under `dir`
-// and points `dir/latest` at it. Returns the checkpoint's directory.
-absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const RankState& state);
+// Writing a checkpoint of `step` under `dir`, in three moves: the directory a checkpoint is
+// assembled in (rank 0 creates it, every stage writes its state file into it), then
+// FinishCheckpoint (rank 0, once every state file is written): the manifest, the llm.c
+// model file when `whole_params` is given, the rename into place, and `latest`.
+std::string CheckpointStagingDir(const std::string& dir, int64_t step);
+absl::Status StartCheckpoint(const std::string& dir, int64_t step);
+absl::StatusOr<std::string> FinishCheckpoint(const std::string& dir, const RankState& state,
+                                             const float* whole_params);
 
 // Resolves checkpoint.resume: "latest" reads `dir/latest`; anything else is a checkpoint
 // directory path. Errors say what is missing.

@@ -16,6 +16,7 @@
 #include "core/logging.h"
 #include "core/timer.h"
 #include "models/llmc_checkpoint.h"
+#include "pipeline/generators.h"
 #include "trainer/train_state.h"
 
 namespace freeride {
@@ -43,6 +44,38 @@ absl::Status CheckVocabulary(const std::vector<std::string>& files, int64_t voca
     }
   }
   return absl::OkStatus();
+}
+
+// Forward passes only, in the training schedule's geometry: for validation.
+pipeline::Schedule ForwardOnlySchedule(const pipeline::Schedule& training) {
+  using pipeline::Instr;
+  using pipeline::Op;
+  pipeline::Schedule s = training;
+  const int p = s.stages, V = p * s.chunks;
+  for (int stage = 0; stage < p; ++stage) {
+    std::vector<Instr>& list = s.per_stage[stage];
+    list.clear();
+    for (int mb = 0; mb < s.microbatches; ++mb) {
+      for (int c = 0; c < s.chunks; ++c) {
+        const int vs = c * p + stage;
+        auto add = [&](Op op, int peer) {
+          Instr in;
+          in.op = op;
+          in.stage = stage;
+          in.chunk = c;
+          in.microbatch = mb;
+          in.peer = peer;
+          in.buffer = op == Op::kForward ? 0 : -1;
+          list.push_back(in);
+        };
+        if (vs == 0 || vs == V - 1) add(Op::kLoad, -1);
+        if (vs > 0) add(Op::kRecvAct, (vs - 1) % p);
+        add(Op::kForward, -1);
+        if (vs < V - 1) add(Op::kSendAct, (vs + 1) % p);
+      }
+    }
+  }
+  return s;
 }
 
 std::string FormatDuration(double seconds) {
@@ -73,58 +106,118 @@ absl::StatusOr<GPT2Config> ResolveModelConfig(const Config& config) {
   return c;
 }
 
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config) {
+absl::Status CheckWorldSize(const Config& config, int world_size) {
+  const int64_t pp = config.parallel.pp, dp = config.parallel.dp;
+  if (pp * dp == world_size) return absl::OkStatus();
+  std::vector<std::string> fits;
+  for (int64_t p = 1; p <= world_size; ++p) {
+    if (world_size % p == 0 && p <= config.model.n_layer) {
+      fits.push_back(absl::StrFormat("pp=%d dp=%d", p, world_size / p));
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%d ranks, but parallel.pp × parallel.dp = %d × %d = %d; with %d ranks these fit: %s "
+      "(or launch %d ranks)",
+      world_size, pp, dp, pp * dp, world_size, absl::StrJoin(fits, ", "), pp * dp));
+}
+
+Trainer::~Trainer() = default;
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
+                                                         pipeline::Transport* transport) {
   if (config.runtime.device != "cpu") {
     return absl::UnimplementedError(absl::StrFormat(
         "runtime.device = \"%s\": this build trains on the CPU backend only (the CUDA backend "
         "is not part of it yet)",
         config.runtime.device));
   }
-  if (config.parallel.pp * config.parallel.dp != 1) {
-    return absl::UnimplementedError(absl::StrFormat(
-        "parallel.pp = %d, parallel.dp = %d: pipeline and data-parallel training across ranks "
-        "is not part of this build yet; set both to 1",
-        config.parallel.pp, config.parallel.dp));
-  }
   if (config.runtime.threads > 0) {
     omp_set_num_threads(static_cast<int>(config.runtime.threads));
     openblas_set_num_threads(static_cast<int>(config.runtime.threads));
   }
   std::unique_ptr<Trainer> t(new Trainer(config));
+  if (transport == nullptr) {
+    t->own_transport_ = pipeline::MakeSelfTransport();
+    transport = t->own_transport_.get();
+  }
+  t->transport_ = transport;
+  if (absl::Status s = CheckWorldSize(config, transport->size()); !s.ok()) return s;
   absl::StatusOr<GPT2Config> model = ResolveModelConfig(config);
   if (!model.ok()) return model.status();
+  t->model_config_ = *model;
   const TrainConfig& tc = config.train;
   if (tc.seq_len > model->max_seq_len) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "train.seq_len = %d exceeds the model's max_seq_len = %d", tc.seq_len,
         model->max_seq_len));
   }
+  pipeline::RankLayout& L = t->layout_;
+  L.pp = static_cast<int>(config.parallel.pp);
+  L.dp = static_cast<int>(config.parallel.dp);
+  const bool interleaved = config.parallel.schedule == "interleaved";
+  L.chunks = interleaved ? static_cast<int>(config.parallel.chunks) : 1;
+  L.stage = transport->rank() % L.pp;
+  L.replica = transport->rank() / L.pp;
+
+  absl::StatusOr<std::vector<StageSpec>> specs =
+      SplitIntoStages(*model, L.pp * L.chunks, config.parallel.layers_per_stage);
+  if (!specs.ok()) return specs.status();
+  pipeline::ScheduleOptions options;
+  absl::StatusOr<pipeline::ScheduleKind> kind =
+      pipeline::ParseScheduleKind(config.parallel.schedule);
+  if (!kind.ok()) return kind.status();
+  options.kind = *kind;
+  options.stages = L.pp;
+  options.microbatches = static_cast<int>(tc.microbatches);
+  options.chunks = L.chunks;
+  options.data_parallel = L.dp > 1;
+  absl::StatusOr<pipeline::Schedule> schedule = pipeline::BuildSchedule(options);
+  if (!schedule.ok()) return schedule.status();
+  const int slots = std::max(1, schedule->buffers_per_stage[L.stage]);
+
   const int64_t micro = tc.batch_size / tc.microbatches;
-  t->model_ = std::make_unique<GPT2Stage<float>>(*model, WholeModel(*model), micro, tc.seq_len,
-                                                 /*slots=*/1);
-  if (config.model.init_from.empty()) {
-    t->model_->InitRandom(static_cast<uint64_t>(config.run.seed));
-  } else {
-    absl::StatusOr<LlmcModel> weights = ReadLlmcModel(config.model.init_from);
-    if (!weights.ok()) return weights.status();
-    std::memcpy(t->model_->params(), weights->params.data(),
-                weights->params.size() * sizeof(float));
+  std::optional<LlmcModel> weights;
+  if (!config.model.init_from.empty()) {
+    absl::StatusOr<LlmcModel> w = ReadLlmcModel(config.model.init_from);
+    if (!w.ok()) return w.status();
+    weights = *std::move(w);
   }
-  t->optimizer_ = std::make_unique<AdamW>(t->model_->num_params());
+  std::vector<GPT2Stage<float>*> raw;
+  for (int c = 0; c < L.chunks; ++c) {
+    const StageSpec& spec = (*specs)[c * L.pp + L.stage];
+    auto chunk = std::make_unique<GPT2Stage<float>>(*model, spec, micro, tc.seq_len, slots);
+    if (weights) {
+      CopyStageFromWhole(*model, spec, weights->params.data(), chunk->params());
+    } else {
+      chunk->InitRandom(static_cast<uint64_t>(config.run.seed));
+    }
+    t->optimizers_.push_back(std::make_unique<AdamW>(chunk->num_params()));
+    raw.push_back(chunk.get());
+    t->chunks_.push_back(std::move(chunk));
+  }
+  Trainer* self = t.get();
+  t->executor_ = std::make_unique<pipeline::StageExecutor>(
+      *schedule, L, raw, transport, config.runtime.comm_timeout_s,
+      [self] { return self->OptimizerStep(); });
+
+  // The global batch: dp replicas × batch_size sequences, replica r taking its own rows.
   absl::StatusOr<TokenLoader> train = TokenLoader::Open(
-      config.data.train, tc.batch_size, tc.seq_len, config.data.shuffle, config.run.seed);
+      config.data.train, tc.batch_size * L.dp, tc.seq_len, config.data.shuffle, config.run.seed);
   if (!train.ok()) return train.status();
   if (absl::Status s = CheckVocabulary(train->files(), model->vocab_size); !s.ok()) return s;
   t->train_ = *std::move(train);
   if (!config.data.val.empty()) {
     absl::StatusOr<TokenLoader> val =
-        TokenLoader::Open(config.data.val, tc.batch_size, tc.seq_len, false, 0);
+        TokenLoader::Open(config.data.val, tc.batch_size * L.dp, tc.seq_len, false, 0);
     if (!val.ok()) return val.status();
     if (absl::Status s = CheckVocabulary(val->files(), model->vocab_size); !s.ok()) return s;
     t->val_ = *std::move(val);
+    t->eval_executor_ = std::make_unique<pipeline::StageExecutor>(
+        ForwardOnlySchedule(*schedule), L, raw, transport, config.runtime.comm_timeout_s,
+        nullptr);
   }
-  t->inputs_.resize(tc.batch_size * tc.seq_len);
-  t->targets_.resize(tc.batch_size * tc.seq_len);
+  t->inputs_.resize(tc.batch_size * L.dp * tc.seq_len);
+  t->targets_.resize(tc.batch_size * L.dp * tc.seq_len);
   t->checkpoint_dir_ = config.checkpoint.dir.empty()
                            ? (std::filesystem::path(config.run.dir) / "checkpoints").string()
                            : config.checkpoint.dir;
@@ -139,139 +232,278 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config) {
 
 absl::Status Trainer::Resume(const std::string& path) {
   absl::StatusOr<RankState> state = ReadRankState(
-      (std::filesystem::path(path) / RankStateFileName(0)).string());
+      (std::filesystem::path(path) / RankStateFileName(layout_.stage)).string());
   if (!state.ok()) return state.status();
-  if (!(state->model == model_->config()) || !(state->stage == model_->stage())) {
+  if (!(state->model == model_config_) || state->pp != layout_.pp ||
+      state->chunks != layout_.chunks) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: the checkpoint's model (n_layer %d, n_head %d, n_embd %d, vocab %d) differs from "
-        "the config's (n_layer %d, n_head %d, n_embd %d, vocab %d)",
+        "%s: the checkpoint holds a model (n_layer %d, n_head %d, n_embd %d, vocab %d) split as "
+        "pp = %d, chunks = %d; this run has (n_layer %d, n_head %d, n_embd %d, vocab %d), "
+        "pp = %d, chunks = %d",
         path, state->model.n_layer, state->model.n_head, state->model.n_embd,
-        state->model.vocab_size, model_->config().n_layer, model_->config().n_head,
-        model_->config().n_embd, model_->config().vocab_size));
+        state->model.vocab_size, state->pp, state->chunks, model_config_.n_layer,
+        model_config_.n_head, model_config_.n_embd, model_config_.vocab_size, layout_.pp,
+        layout_.chunks));
   }
-  std::memcpy(model_->params(), state->params.data(), state->params.size() * sizeof(float));
-  optimizer_->m() = std::move(state->m);
-  optimizer_->v() = std::move(state->v);
+  int64_t offset = 0;
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const int64_t n = chunks_[c]->num_params();
+    std::memcpy(chunks_[c]->params(), state->params.data() + offset, n * sizeof(float));
+    std::memcpy(optimizers_[c]->m().data(), state->m.data() + offset, n * sizeof(float));
+    std::memcpy(optimizers_[c]->v().data(), state->v.data() + offset, n * sizeof(float));
+    offset += n;
+  }
   step_ = state->step;
   train_->Seek(state->data);
   FR_LOG(INFO) << "resumed from " << path << " at step " << step_;
   return absl::OkStatus();
 }
 
-StepStats Trainer::Step() {
-  Timer timer;
-  const TrainConfig& tc = config_.train;
-  const int64_t m = tc.microbatches, rows = model_->micro_batch() * tc.seq_len;
-  train_->Next(inputs_.data(), targets_.data());
-  model_->ZeroGrads();
-  const float loss_scale = 1.0f / static_cast<float>(tc.batch_size * tc.seq_len);
-  double loss = 0;
-  for (int64_t j = 0; j < m; ++j) {
-    std::memcpy(model_->tokens(0), inputs_.data() + j * rows, rows * sizeof(int32_t));
-    std::memcpy(model_->targets(0), targets_.data() + j * rows, rows * sizeof(int32_t));
-    loss += model_->Forward(0);
-    model_->BackwardInput(0, loss_scale);
-    model_->BackwardWeight(0);
+pipeline::MicrobatchData Trainer::Microbatches() const {
+  const int64_t rows = chunks_[0]->micro_batch() * config_.train.seq_len;
+  const int64_t replica_offset = layout_.replica * config_.train.batch_size * config_.train.seq_len;
+  pipeline::MicrobatchData data;
+  data.rows = rows;
+  data.tokens = [this, rows, replica_offset](int mb) {
+    return inputs_.data() + replica_offset + mb * rows;
+  };
+  data.targets = [this, rows, replica_offset](int mb) {
+    return targets_.data() + replica_offset + mb * rows;
+  };
+  return data;
+}
+
+absl::Status Trainer::OptimizerStep() {
+  // Gradient squares per model unit (embedding, layers, final LayerNorm) at their places in
+  // the whole model: every stage fills its own, the sum over the pipeline adds zeros
+  // elsewhere (exact), and the units are added in model order, as one process would.
+  const int64_t L = model_config_.n_layer;
+  std::vector<double> units(L + 2, 0.0);
+  for (const auto& chunk : chunks_) {
+    const std::vector<double> own = GradSquaresByUnit(*chunk);
+    size_t k = 0;
+    if (chunk->stage().has_embedding) units[0] = own[k++];
+    for (int64_t l = chunk->stage().first_layer; l < chunk->stage().last_layer; ++l) {
+      units[1 + l] = own[k++];
+    }
+    if (chunk->stage().has_head) units[L + 1] = own[k++];
   }
-  model_->FoldHeadWteGrad();
+  if (absl::Status s = transport_->AllReduceSum(units.data(), L + 2, layout_.PipelineGroup(),
+                                                config_.runtime.comm_timeout_s);
+      !s.ok()) {
+    return s;
+  }
   double squares = 0;
-  for (double unit : GradSquaresByUnit(*model_)) squares += unit;
+  for (double u : units) squares += u;
+  last_grad_norm_ = std::sqrt(squares);
+  last_lr_ = LearningRate(config_.optim, step_, config_.train.steps);
+  const double scale = ClipScale(last_grad_norm_, config_.optim.grad_clip);
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    optimizers_[c]->Update(*chunks_[c], config_.optim, last_lr_, scale, step_ + 1);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepStats> Trainer::Step() {
+  const TrainConfig& tc = config_.train;
+  train_->Next(inputs_.data(), targets_.data());
+  const float loss_scale = 1.0f / static_cast<float>(tc.batch_size * layout_.dp * tc.seq_len);
+  absl::StatusOr<pipeline::StepOutcome> outcome = executor_->RunStep(Microbatches(), loss_scale);
+  if (!outcome.ok()) return outcome.status();
   StepStats stats;
-  stats.grad_norm = std::sqrt(squares);
-  stats.lr = LearningRate(config_.optim, step_, tc.steps);
-  optimizer_->Update(*model_, config_.optim, stats.lr,
-                     ClipScale(stats.grad_norm, config_.optim.grad_clip), step_ + 1);
   stats.step = ++step_;
-  stats.loss = loss / static_cast<double>(m);
-  stats.step_s = timer.ElapsedSeconds();
-  stats.tokens_per_s = static_cast<double>(tc.batch_size * tc.seq_len) / stats.step_s;
+  stats.loss = outcome->loss;
+  stats.lr = last_lr_;
+  stats.grad_norm = last_grad_norm_;
+  stats.step_s = outcome->step_s;
+  stats.tokens_per_s =
+      static_cast<double>(tc.batch_size * layout_.dp * tc.seq_len) / outcome->step_s;
+  // Each stage's waiting time, as replica 0 measured it.
+  stats.bubble_s.assign(layout_.pp, 0.0);
+  if (layout_.replica == 0) stats.bubble_s[layout_.stage] = outcome->bubble_s;
+  std::vector<int> world(transport_->size());
+  for (int r = 0; r < transport_->size(); ++r) world[r] = r;
+  if (absl::Status s = transport_->AllReduceSum(stats.bubble_s.data(), layout_.pp, world,
+                                                config_.runtime.comm_timeout_s);
+      !s.ok()) {
+    return s;
+  }
+  constexpr size_t kTimelineSteps = 4;
+  if (stats.step > 1 && timelines_.size() < kTimelineSteps) {
+    timelines_.emplace_back(stats.step, outcome->timeline);
+  }
   return stats;
 }
 
-double Trainer::Evaluate() {
+absl::StatusOr<double> Trainer::Evaluate() {
   if (!val_) return NAN;
   val_->Reset();
-  const int64_t m = config_.train.microbatches, rows = model_->micro_batch() * config_.train.seq_len;
   double loss = 0;
   for (int64_t b = 0; b < config_.eval.batches; ++b) {
     val_->Next(inputs_.data(), targets_.data());
-    for (int64_t j = 0; j < m; ++j) {
-      std::memcpy(model_->tokens(0), inputs_.data() + j * rows, rows * sizeof(int32_t));
-      std::memcpy(model_->targets(0), targets_.data() + j * rows, rows * sizeof(int32_t));
-      loss += model_->Forward(0);
-    }
+    absl::StatusOr<pipeline::StepOutcome> outcome = eval_executor_->RunStep(Microbatches(), 0);
+    if (!outcome.ok()) return outcome.status();
+    loss += outcome->loss;
   }
-  return loss / static_cast<double>(config_.eval.batches * m);
+  return loss / static_cast<double>(config_.eval.batches);
+}
+
+absl::Status Trainer::Barrier() {
+  double token[1] = {0};
+  std::vector<int> world(transport_->size());
+  for (int r = 0; r < transport_->size(); ++r) world[r] = r;
+  return transport_->AllReduceSum(token, 1, world, config_.runtime.comm_timeout_s);
 }
 
 absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
+  const bool leader = transport_->rank() == 0;
+  if (leader) {
+    if (absl::Status s = StartCheckpoint(checkpoint_dir_, step_); !s.ok()) return s;
+  }
+  if (absl::Status s = Barrier(); !s.ok()) return s;
   RankState state;
   state.step = step_;
-  state.model = model_->config();
-  state.stage = model_->stage();
+  state.model = model_config_;
+  state.pp = layout_.pp;
+  state.dp = layout_.dp;
+  state.chunks = layout_.chunks;
+  state.stage = layout_.stage;
   state.data = train_->position();
-  state.params.assign(model_->params(), model_->params() + model_->num_params());
-  state.m = optimizer_->m();
-  state.v = optimizer_->v();
-  return WriteCheckpoint(checkpoint_dir_, state);
+  // The whole model for model.bin, gathered by a sum in which each tensor piece has one owner
+  // (wte: the embedding's chunk; the head's copy is equal).
+  std::vector<float> whole(NumParameters(model_config_), 0.0f);
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const GPT2Stage<float>& chunk = *chunks_[c];
+    state.params.insert(state.params.end(), chunk.params(), chunk.params() + chunk.num_params());
+    state.m.insert(state.m.end(), optimizers_[c]->m().begin(), optimizers_[c]->m().end());
+    state.v.insert(state.v.end(), optimizers_[c]->v().begin(), optimizers_[c]->v().end());
+    std::vector<float> part(chunk.params(), chunk.params() + chunk.num_params());
+    if (!chunk.stage().has_embedding && chunk.stage().has_head) {
+      const TensorSlot& wte = chunk.layout().slot(ParamTensor::kWte);
+      std::fill(part.begin() + wte.offset, part.begin() + wte.offset + wte.elements, 0.0f);
+    }
+    CopyStageToWhole(model_config_, chunk.stage(), part.data(), whole.data());
+  }
+  if (absl::Status s = transport_->AllReduceSum(whole.data(), static_cast<int64_t>(whole.size()),
+                                                layout_.PipelineGroup(),
+                                                config_.runtime.comm_timeout_s);
+      !s.ok()) {
+    return s;
+  }
+  if (layout_.replica == 0) {
+    absl::Status s = WriteRankState(
+        (std::filesystem::path(CheckpointStagingDir(checkpoint_dir_, step_)) /
+         RankStateFileName(layout_.stage)).string(), state);
+    if (!s.ok()) return s;
+  }
+  if (absl::Status s = Barrier(); !s.ok()) return s;
+  absl::StatusOr<std::string> dir =
+      (std::filesystem::path(checkpoint_dir_) / CheckpointDirName(step_)).string();
+  if (leader) dir = FinishCheckpoint(checkpoint_dir_, state, whole.data());
+  if (absl::Status s = Barrier(); !s.ok()) return s;
+  return dir;
 }
 
 void Trainer::WriteMetric(const std::string& json) {
   if (metrics_.is_open()) metrics_ << json << "\n" << std::flush;
 }
 
+// The measured steps as a Chrome trace (the schedule pictures' format): one process per rank,
+// one slice per instruction, BUBBLE slices named by their kind.
+absl::Status Trainer::WriteTimeline() const {
+  if (timelines_.empty()) return absl::OkStatus();
+  const auto& instrs = executor_->instructions();
+  std::string json = "{\"traceEvents\": [\n";
+  bool first = true;
+  double offset_us = 0;
+  for (const auto& [step, timeline] : timelines_) {
+    for (const pipeline::InstrTiming& t : timeline) {
+      const pipeline::Instr& in = instrs[t.index];
+      json += absl::StrFormat(
+          "%s{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, "
+          "\"ts\": %.3f, \"dur\": %.3f, \"args\": {\"step\": %d}}",
+          first ? "" : ",\n", pipeline::FormatInstr(in, layout_.chunks),
+          pipeline::OpName(in.op), transport_->rank(), layout_.stage,
+          offset_us + t.start_s * 1e6, (t.end_s - t.start_s) * 1e6, step);
+      first = false;
+    }
+    if (!timeline.empty()) offset_us += timeline.back().end_s * 1e6;
+  }
+  json += absl::StrFormat("\n], \"displayTimeUnit\": \"ms\", \"otherData\": {\"rank\": %d, "
+                          "\"stage\": %d, \"replica\": %d}}\n",
+                          transport_->rank(), layout_.stage, layout_.replica);
+  return WriteFileAtomically(
+      (std::filesystem::path(config_.run.dir) /
+       absl::StrFormat("timeline_rank%03d.json", transport_->rank())).string(), json);
+}
+
 absl::Status Trainer::Run() {
-  const std::string metrics_path = (std::filesystem::path(config_.run.dir) / "metrics.jsonl").string();
-  if (absl::Status s = MakeDirectories(config_.run.dir); !s.ok()) return s;
-  metrics_.open(metrics_path, step_ > 0 ? std::ios::app : std::ios::trunc);
-  if (!metrics_) return absl::InternalError("cannot write " + metrics_path);
-  const GPT2Config& c = model_->config();
+  const bool leader = transport_->rank() == 0;
+  if (leader) {
+    const std::string path = (std::filesystem::path(config_.run.dir) / "metrics.jsonl").string();
+    if (absl::Status s = MakeDirectories(config_.run.dir); !s.ok()) return s;
+    metrics_.open(path, step_ > 0 ? std::ios::app : std::ios::trunc);
+    if (!metrics_) return absl::InternalError("cannot write " + path);
+  }
+  const GPT2Config& c = model_config_;
   FR_LOG(INFO) << absl::StrFormat(
       "model: %d layers, %d heads, width %d, vocab %d (padded %d), %d parameters; batch %d x %d "
-      "tokens in %d micro-batches; %d train tokens; %d threads",
-      c.n_layer, c.n_head, c.n_embd, c.vocab_size, c.padded_vocab_size, model_->num_params(),
-      config_.train.batch_size, config_.train.seq_len, config_.train.microbatches,
-      train_->total_tokens(), omp_get_max_threads());
+      "tokens in %d micro-batches; pp %d x dp %d, %s schedule%s; this rank: stage %d, %d "
+      "parameters; %d train tokens; %d threads",
+      c.n_layer, c.n_head, c.n_embd, c.vocab_size, c.padded_vocab_size, NumParameters(c),
+      config_.train.batch_size, config_.train.seq_len, config_.train.microbatches, layout_.pp,
+      layout_.dp, config_.parallel.schedule,
+      layout_.chunks > 1 ? absl::StrFormat(" (%d chunks)", layout_.chunks) : "", layout_.stage,
+      chunks_[0]->num_params(), train_->total_tokens(), omp_get_max_threads());
   const int64_t total = config_.train.steps;
-  const auto evaluate = [&] {
-    if (!val_ || config_.eval.every == 0) return;
-    const double val = Evaluate();
-    FR_LOG(INFO) << absl::StrFormat("step %d | val loss %.4f", step_, val);
-    WriteMetric(absl::StrFormat("{\"kind\": \"val\", \"step\": %d, \"loss\": %.6f}", step_, val));
+  const auto evaluate = [&]() -> absl::Status {
+    if (!val_ || config_.eval.every == 0) return absl::OkStatus();
+    absl::StatusOr<double> val = Evaluate();
+    if (!val.ok()) return val.status();
+    if (leader) FR_LOG(INFO) << absl::StrFormat("step %d | val loss %.4f", step_, *val);
+    WriteMetric(absl::StrFormat("{\"kind\": \"val\", \"step\": %d, \"loss\": %.6f}", step_, *val));
+    return absl::OkStatus();
   };
-  if (step_ == 0) evaluate();
+  if (step_ == 0) {
+    if (absl::Status s = evaluate(); !s.ok()) return s;
+  }
   double elapsed = 0;
   int64_t timed = 0;
   while (step_ < total) {
-    const StepStats s = Step();
+    absl::StatusOr<StepStats> step = Step();
+    if (!step.ok()) return step.status();
+    const StepStats& s = *step;
     if (!std::isfinite(s.loss)) {
       return absl::InternalError(absl::StrFormat("step %d: loss is %f; stopping", s.step, s.loss));
     }
     // The first step warms caches and thread pools: leave it out of the ETA.
     if (s.step > 1 || total == 1) elapsed += s.step_s, ++timed;
     const double eta = timed > 0 ? elapsed / timed * static_cast<double>(total - s.step) : 0;
+    std::vector<std::string> bubbles;
+    for (double b : s.bubble_s) bubbles.push_back(absl::StrFormat("%.6f", b));
     WriteMetric(absl::StrFormat(
         "{\"kind\": \"train\", \"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, "
-        "\"step_s\": %.6f, \"tokens_per_s\": %.1f}",
-        s.step, s.loss, s.lr, s.grad_norm, s.step_s, s.tokens_per_s));
-    if (s.step % config_.run.log_every == 0 || s.step == total) {
+        "\"step_s\": %.6f, \"tokens_per_s\": %.1f, \"bubble_s\": [%s]}",
+        s.step, s.loss, s.lr, s.grad_norm, s.step_s, s.tokens_per_s, absl::StrJoin(bubbles, ", ")));
+    if (leader && (s.step % config_.run.log_every == 0 || s.step == total)) {
       FR_LOG(INFO) << absl::StrFormat(
           "step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s | eta %s",
           static_cast<int>(std::to_string(total).size()), s.step, total, s.loss, s.lr,
           s.grad_norm, s.step_s * 1e3, s.tokens_per_s, FormatDuration(eta));
     }
     if (config_.eval.every > 0 && (s.step % config_.eval.every == 0 || s.step == total)) {
-      evaluate();
+      if (absl::Status e = evaluate(); !e.ok()) return e;
     }
-    if (config_.checkpoint.every > 0 && s.step % config_.checkpoint.every == 0) {
+    if (config_.checkpoint.every > 0 && s.step % config_.checkpoint.every == 0 && s.step < total) {
       absl::StatusOr<std::string> dir = SaveCheckpoint();
       if (!dir.ok()) return dir.status();
-      FR_LOG(INFO) << "checkpoint " << *dir;
+      if (leader) FR_LOG(INFO) << "checkpoint " << *dir;
     }
   }
+  if (absl::Status s = WriteTimeline(); !s.ok()) return s;
   absl::StatusOr<std::string> dir = SaveCheckpoint();
   if (!dir.ok()) return dir.status();
-  FR_LOG(INFO) << "final checkpoint " << *dir << " (model.bin is an llm.c checkpoint)";
+  if (leader) FR_LOG(INFO) << "final checkpoint " << *dir << " (model.bin is an llm.c checkpoint)";
   return absl::OkStatus();
 }
 

@@ -1,6 +1,7 @@
-// Single-process training on the CPU backend: the one-stage case of the pipeline code path
-// (the same micro-batch loop, gradient accumulation order and optimizer), with validation,
-// checkpoints, resume and metrics.
+// Training on the CPU backend, one rank of a PP × DP grid (one process alone is the 1 × 1 case
+// of the same code path): the rank's model chunks, its schedule run by the StageExecutor,
+// the optimizer step with the global gradient norm, validation, checkpoints, resume, metrics
+// and the measured timeline.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,8 @@
 
 #include "absl/status/statusor.h"
 #include "models/gpt2.h"
+#include "pipeline/comm/transport.h"
+#include "pipeline/stage_executor.h"
 #include "trainer/config.h"
 #include "trainer/optimizer.h"
 #include "trainer/token_shards.h"
@@ -25,42 +28,63 @@ struct StepStats {
   double grad_norm = 0;
   double step_s = 0;
   double tokens_per_s = 0;
+  std::vector<double> bubble_s;  // per stage (replica 0), measured waiting time
 };
 
 // The model shape a config asks for. With model.init_from set, the checkpoint's header rules
 // and every model key the config sets explicitly must agree with it.
 absl::StatusOr<GPT2Config> ResolveModelConfig(const Config& config);
 
+// Refuses a world that is not parallel.pp × parallel.dp ranks, saying what would fit.
+absl::Status CheckWorldSize(const Config& config, int world_size);
+
 class Trainer {
  public:
-  // Builds the model, data loaders and optimizer; resumes when checkpoint.resume is set.
-  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const Config& config);
+  // Builds this rank's model chunks, schedule, data loaders and optimizer, and resumes when
+  // checkpoint.resume is set. `transport` connects the ranks (not owned; null: one process).
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const Config& config,
+                                                         pipeline::Transport* transport = nullptr);
+  ~Trainer();
 
-  // Runs the remaining steps with logging, evaluation and checkpoints.
+  // Runs the remaining steps with logging (rank 0), evaluation and checkpoints.
   absl::Status Run();
-  // One optimizer step over train.microbatches micro-batches.
-  StepStats Step();
+  // One optimizer step over train.microbatches micro-batches per replica.
+  absl::StatusOr<StepStats> Step();
   // Mean loss over eval.batches validation batches (from the start of the validation data).
-  double Evaluate();
+  absl::StatusOr<double> Evaluate();
   absl::StatusOr<std::string> SaveCheckpoint();
 
   int64_t step() const { return step_; }
-  GPT2Stage<float>& model() { return *model_; }
+  // This rank's model chunks (one unless parallel.schedule is interleaved).
+  GPT2Stage<float>& model(int chunk = 0) { return *chunks_[chunk]; }
+  int num_chunks() const { return static_cast<int>(chunks_.size()); }
+  const pipeline::RankLayout& layout() const { return layout_; }
   const std::string& checkpoint_dir() const { return checkpoint_dir_; }
 
  private:
   explicit Trainer(const Config& config) : config_(config) {}
   absl::Status Resume(const std::string& path);
+  absl::Status OptimizerStep();
+  absl::Status Barrier();
+  pipeline::MicrobatchData Microbatches() const;
   void WriteMetric(const std::string& json);
+  absl::Status WriteTimeline() const;
 
   Config config_;
-  std::unique_ptr<GPT2Stage<float>> model_;
-  std::unique_ptr<AdamW> optimizer_;
+  GPT2Config model_config_;
+  pipeline::RankLayout layout_;
+  std::unique_ptr<pipeline::Transport> own_transport_;
+  pipeline::Transport* transport_ = nullptr;
+  std::vector<std::unique_ptr<GPT2Stage<float>>> chunks_;
+  std::vector<std::unique_ptr<AdamW>> optimizers_;
+  std::unique_ptr<pipeline::StageExecutor> executor_, eval_executor_;
   std::optional<TokenLoader> train_, val_;
   std::vector<int32_t> inputs_, targets_;
   int64_t step_ = 0;
+  double last_grad_norm_ = 0, last_lr_ = 0;
   std::string checkpoint_dir_;
   std::ofstream metrics_;
+  std::vector<std::pair<int64_t, std::vector<pipeline::InstrTiming>>> timelines_;
 };
 
 }  // namespace freeride

@@ -1,0 +1,127 @@
+#include <mpi.h>
+
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/mpi_check.h"
+#include "core/timer.h"
+#include "pipeline/comm/transport.h"
+
+namespace freeride::pipeline {
+namespace {
+
+// Polls `request` until done or the deadline. Sleeps between polls (backing off to 1 ms) so
+// that a waiting rank leaves the core to computing ranks when they share cores.
+absl::Status PollUntilDone(MPI_Request* request, double timeout_s, const std::string& what) {
+  const double deadline = MonotonicSeconds() + timeout_s;
+  auto pause = std::chrono::microseconds(20);
+  while (true) {
+    int done = 0;
+    MPI_CHECK(MPI_Test(request, &done, MPI_STATUS_IGNORE));
+    if (done) return absl::OkStatus();
+    if (MonotonicSeconds() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrFormat("%s did not complete within %.1f s", what, timeout_s));
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
+}
+
+class MpiTransport : public Transport {
+ public:
+  MpiTransport() {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  }
+  ~MpiTransport() override {
+    for (auto& [group, comm] : comms_) MPI_Comm_free(&comm);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  absl::StatusOr<Request> Isend(const void* data, int64_t bytes, int peer, int tag) override {
+    MPI_Request r;
+    MPI_CHECK(MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, tag, MPI_COMM_WORLD, &r));
+    return Store(r, absl::StrFormat("send of %d bytes to rank %d (tag %d)", bytes, peer, tag));
+  }
+
+  absl::StatusOr<Request> Irecv(void* data, int64_t bytes, int peer, int tag) override {
+    MPI_Request r;
+    MPI_CHECK(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, tag, MPI_COMM_WORLD, &r));
+    return Store(r, absl::StrFormat("receive of %d bytes from rank %d (tag %d)", bytes, peer, tag));
+  }
+
+  absl::Status Wait(Request request, double timeout_s) override {
+    auto it = requests_.find(request);
+    if (it == requests_.end()) return absl::InvalidArgumentError("unknown request");
+    absl::Status s = PollUntilDone(&it->second.first, timeout_s, it->second.second);
+    if (s.ok()) requests_.erase(it);
+    return s;
+  }
+
+  absl::Status AllReduceSum(float* data, int64_t n, const std::vector<int>& group,
+                            double timeout_s) override {
+    return Reduce(data, n, MPI_FLOAT, group, timeout_s);
+  }
+  absl::Status AllReduceSum(double* data, int64_t n, const std::vector<int>& group,
+                            double timeout_s) override {
+    return Reduce(data, n, MPI_DOUBLE, group, timeout_s);
+  }
+
+ private:
+  Request Store(MPI_Request r, std::string what) {
+    requests_[next_] = {r, std::move(what)};
+    return next_++;
+  }
+
+  absl::StatusOr<MPI_Comm> CommFor(const std::vector<int>& group) {
+    if (auto it = comms_.find(group); it != comms_.end()) return it->second;
+    MPI_Group world, sub;
+    MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+    MPI_CHECK(MPI_Group_incl(world, static_cast<int>(group.size()), group.data(), &sub));
+    MPI_Comm comm;
+    // Collective over the group's members only, so each group is built by exactly its ranks.
+    MPI_CHECK(MPI_Comm_create_group(MPI_COMM_WORLD, sub, /*tag=*/0, &comm));
+    MPI_Group_free(&sub);
+    MPI_Group_free(&world);
+    comms_[group] = comm;
+    return comm;
+  }
+
+  absl::Status Reduce(void* data, int64_t n, MPI_Datatype type, const std::vector<int>& group,
+                      double timeout_s) {
+    if (group.size() <= 1) return absl::OkStatus();
+    absl::StatusOr<MPI_Comm> comm = CommFor(group);
+    if (!comm.ok()) return comm.status();
+    // Large buffers go in pieces: MPI counts are int.
+    constexpr int64_t kPiece = int64_t{1} << 28;
+    const int64_t elem = type == MPI_FLOAT ? 4 : 8;
+    for (int64_t off = 0; off < n; off += kPiece) {
+      const int count = static_cast<int>(std::min(kPiece, n - off));
+      MPI_Request r;
+      MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(data) + off * elem, count, type,
+                               MPI_SUM, *comm, &r));
+      absl::Status s = PollUntilDone(
+          &r, timeout_s,
+          absl::StrFormat("sum of %d values over ranks {%s}", n, absl::StrJoin(group, ",")));
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  int rank_ = 0, size_ = 1;
+  Request next_ = 0;
+  std::map<Request, std::pair<MPI_Request, std::string>> requests_;
+  std::map<std::vector<int>, MPI_Comm> comms_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> MakeMpiTransport() { return std::make_unique<MpiTransport>(); }
+
+}  // namespace freeride::pipeline

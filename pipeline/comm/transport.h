@@ -1,0 +1,50 @@
+// How pipeline ranks talk: point-to-point activations and gradients, and sums over groups of
+// ranks (tied embedding, data-parallel gradients, gradient norm, loss). One interface, several
+// implementations: MPI between processes (mpi_transport.cc), threads in one process for tests
+// (in_process_transport.cc). Every wait has a timeout, so a lost peer is an error, never a hang.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace freeride::pipeline {
+
+class Transport {
+ public:
+  using Request = int64_t;
+
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Non-blocking send / receive of `bytes` to / from global rank `peer`; `tag` tells the
+  // messages of one peer apart (matched in order per (peer, tag)). The buffer must stay
+  // untouched until Wait returns.
+  virtual absl::StatusOr<Request> Isend(const void* data, int64_t bytes, int peer, int tag) = 0;
+  virtual absl::StatusOr<Request> Irecv(void* data, int64_t bytes, int peer, int tag) = 0;
+  // Blocks until the request completes; DeadlineExceeded after `timeout_s`.
+  virtual absl::Status Wait(Request request, double timeout_s) = 0;
+
+  // In-place elementwise sum over `group` (global ranks, ascending; this rank among them),
+  // DeadlineExceeded after `timeout_s`. Every member gets the same bits.
+  virtual absl::Status AllReduceSum(float* data, int64_t n, const std::vector<int>& group,
+                                    double timeout_s) = 0;
+  virtual absl::Status AllReduceSum(double* data, int64_t n, const std::vector<int>& group,
+                                    double timeout_s) = 0;
+};
+
+// A world of one rank: sums are the identity; point-to-point is an error (nothing to talk to).
+std::unique_ptr<Transport> MakeSelfTransport();
+
+// MPI_COMM_WORLD (MPI must be initialised, with at least MPI_THREAD_FUNNELED).
+std::unique_ptr<Transport> MakeMpiTransport();
+
+// `size` ranks as threads of this process: MakeInProcessWorld returns one Transport per rank,
+// each to be used by one thread. Sums add contributions in rank order.
+std::vector<std::unique_ptr<Transport>> MakeInProcessWorld(int size);
+
+}  // namespace freeride::pipeline

@@ -1,0 +1,228 @@
+#include "pipeline/stage_executor.h"
+
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "core/timer.h"
+
+namespace freeride::pipeline {
+
+std::vector<int> RankLayout::PipelineGroup() const {
+  std::vector<int> group;
+  for (int s = 0; s < pp; ++s) group.push_back(RankOf(s, replica));
+  return group;
+}
+
+std::vector<int> RankLayout::DataParallelGroup() const {
+  std::vector<int> group;
+  for (int r = 0; r < dp; ++r) group.push_back(RankOf(stage, r));
+  return group;
+}
+
+StageExecutor::StageExecutor(Schedule schedule, RankLayout layout,
+                             std::vector<GPT2Stage<float>*> chunks, Transport* transport,
+                             double timeout_s, std::function<absl::Status()> optimizer)
+    : schedule_(std::move(schedule)),
+      layout_(layout),
+      chunks_(std::move(chunks)),
+      transport_(transport),
+      timeout_s_(timeout_s),
+      optimizer_(std::move(optimizer)) {
+  const int m = schedule_.microbatches, cells = layout_.chunks * m;
+  slot_of_.assign(cells, 0);
+  for (const Instr& in : instructions()) {
+    if (in.op == Op::kForward) slot_of_[in.chunk * m + in.microbatch] = in.buffer;
+  }
+  const int64_t floats = ActivationFloats();
+  for (auto* v : {&recv_act_, &recv_grad_, &send_act_, &send_grad_}) {
+    v->assign(cells, std::vector<float>(floats));
+  }
+  recv_act_req_.assign(cells, -1);
+  recv_grad_req_.assign(cells, -1);
+}
+
+int64_t StageExecutor::ActivationFloats() const {
+  const GPT2Stage<float>& c = *chunks_[0];
+  return c.micro_batch() * c.seq_len() * c.config().n_embd;
+}
+
+int StageExecutor::Tag(bool gradient, int sender_virtual_stage, int microbatch) const {
+  const int m = schedule_.microbatches;
+  return ((gradient ? NumVirtualStages() : 0) + sender_virtual_stage) * m + microbatch;
+}
+
+std::string StageExecutor::Describe(const Instr& in) const {
+  std::string what = absl::StrFormat("%s micro-batch %d", OpName(in.op), in.microbatch);
+  if (layout_.chunks > 1) what += absl::StrFormat(" chunk %d", in.chunk);
+  if (in.peer >= 0) {
+    what += absl::StrFormat(" (peer: stage %d, rank %d)", in.peer, layout_.RankOf(in.peer, layout_.replica));
+  }
+  return what;
+}
+
+absl::Status StageExecutor::ReduceTied() {
+  GPT2Stage<float>* head = chunks_[layout_.chunks - 1];
+  if (layout_.stage == layout_.pp - 1) head->FoldHeadWteGrad();
+  const int64_t n = chunks_[0]->config().padded_vocab_size * chunks_[0]->config().n_embd;
+  if (layout_.pp == 1) {
+    // Embedding and head on this rank: in one chunk FoldHeadWteGrad already added them; in
+    // separate chunks add here (emb + head, the same sum a two-rank all-reduce makes) and
+    // give the head's copy the same gradient.
+    if (layout_.chunks > 1) {
+      float* emb = chunks_[0]->grad(ParamTensor::kWte);
+      float* tied = head->grad(ParamTensor::kWte);
+      for (int64_t i = 0; i < n; ++i) emb[i] += tied[i];
+      std::memcpy(tied, emb, n * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
+  if (layout_.stage != 0 && layout_.stage != layout_.pp - 1) return absl::OkStatus();
+  GPT2Stage<float>* owner = layout_.stage == 0 ? chunks_[0] : head;
+  return transport_->AllReduceSum(owner->grad(ParamTensor::kWte), n,
+                                  {layout_.RankOf(0, layout_.replica),
+                                   layout_.RankOf(layout_.pp - 1, layout_.replica)},
+                                  timeout_s_);
+}
+
+absl::Status StageExecutor::ReduceDataParallel() {
+  for (GPT2Stage<float>* chunk : chunks_) {
+    absl::Status s = transport_->AllReduceSum(chunk->grads(), chunk->num_params(),
+                                              layout_.DataParallelGroup(), timeout_s_);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data, float loss_scale,
+                                    double* head_loss, double* waited) {
+  const int m = schedule_.microbatches;
+  const int cell = in.chunk * m + std::max(0, in.microbatch);
+  GPT2Stage<float>* chunk = in.chunk < static_cast<int>(chunks_.size()) ? chunks_[in.chunk] : nullptr;
+  const int slot = slot_of_[cell];
+  const int64_t floats = ActivationFloats();
+  const int peer = in.peer >= 0 ? layout_.RankOf(in.peer, layout_.replica) : -1;
+  switch (in.op) {
+    case Op::kLoad:
+      if (chunk->stage().has_embedding) {
+        std::memcpy(chunk->tokens(slot), data.tokens(in.microbatch), data.rows * sizeof(int32_t));
+      }
+      if (chunk->stage().has_head) {
+        std::memcpy(chunk->targets(slot), data.targets(in.microbatch), data.rows * sizeof(int32_t));
+      }
+      return absl::OkStatus();
+    case Op::kRecvAct:
+    case Op::kRecvGrad: {
+      const bool grad = in.op == Op::kRecvGrad;
+      const double start = MonotonicSeconds();
+      absl::Status s = transport_->Wait((grad ? recv_grad_req_ : recv_act_req_)[cell], timeout_s_);
+      *waited += MonotonicSeconds() - start;
+      if (!s.ok()) return s;
+      float* dst = grad ? chunk->output_grad(slot) : chunk->input_activations(slot);
+      std::memcpy(dst, (grad ? recv_grad_ : recv_act_)[cell].data(), floats * sizeof(float));
+      return absl::OkStatus();
+    }
+    case Op::kForward: {
+      const double loss = chunk->Forward(slot);
+      if (chunk->stage().has_head) *head_loss += loss;
+      return absl::OkStatus();
+    }
+    case Op::kBackward:
+      chunk->BackwardInput(slot, loss_scale);
+      chunk->BackwardWeight(slot);
+      return absl::OkStatus();
+    case Op::kBackwardInput:
+      chunk->BackwardInput(slot, loss_scale);
+      return absl::OkStatus();
+    case Op::kBackwardWeight:
+      chunk->BackwardWeight(slot);
+      return absl::OkStatus();
+    case Op::kSendAct:
+    case Op::kSendGrad: {
+      const bool grad = in.op == Op::kSendGrad;
+      std::vector<float>& buf = (grad ? send_grad_ : send_act_)[cell];
+      std::memcpy(buf.data(), grad ? chunk->input_grad(slot) : chunk->output_activations(slot),
+                  floats * sizeof(float));
+      absl::StatusOr<Transport::Request> r = transport_->Isend(
+          buf.data(), floats * sizeof(float), peer, Tag(grad, VirtualStage(in.chunk), in.microbatch));
+      if (!r.ok()) return r.status();
+      sends_.push_back(*r);
+      return absl::OkStatus();
+    }
+    case Op::kReduceTied: {
+      tied_reduced_ = true;
+      const double start = MonotonicSeconds();
+      absl::Status s = ReduceTied();
+      *waited += MonotonicSeconds() - start;
+      return s;
+    }
+    case Op::kReduceGrads: {
+      const double start = MonotonicSeconds();
+      absl::Status s = ReduceDataParallel();
+      *waited += MonotonicSeconds() - start;
+      return s;
+    }
+    case Op::kOptimizer:
+      // A one-stage schedule has no REDUCE_TIED: the tied gradient is summed locally here.
+      if (!tied_reduced_) {
+        if (absl::Status s = ReduceTied(); !s.ok()) return s;
+        tied_reduced_ = true;
+      }
+      return optimizer_ ? optimizer_() : absl::OkStatus();
+    case Op::kBubble:
+      if (hook_ != nullptr) hook_->OnBubble(in, MonotonicSeconds() + in.duration_ms * 1e-3);
+      return absl::OkStatus();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, float loss_scale) {
+  const double t0 = MonotonicSeconds();
+  const int m = schedule_.microbatches;
+  const int64_t bytes = ActivationFloats() * static_cast<int64_t>(sizeof(float));
+  for (GPT2Stage<float>* chunk : chunks_) chunk->ZeroGrads();
+  tied_reduced_ = false;
+  // Every receive of the step is posted now, into its own staging buffer.
+  for (const Instr& in : instructions()) {
+    if (in.op != Op::kRecvAct && in.op != Op::kRecvGrad) continue;
+    const bool grad = in.op == Op::kRecvGrad;
+    const int cell = in.chunk * m + in.microbatch;
+    const int sender = VirtualStage(in.chunk) + (grad ? 1 : -1);
+    absl::StatusOr<Transport::Request> r =
+        transport_->Irecv((grad ? recv_grad_ : recv_act_)[cell].data(), bytes,
+                          layout_.RankOf(in.peer, layout_.replica), Tag(grad, sender, in.microbatch));
+    if (!r.ok()) return r.status();
+    (grad ? recv_grad_req_ : recv_act_req_)[cell] = *r;
+  }
+  StepOutcome out;
+  double head_loss = 0;
+  const std::vector<Instr>& instrs = instructions();
+  for (size_t i = 0; i < instrs.size(); ++i) {
+    const double start = MonotonicSeconds();
+    absl::Status s = Execute(instrs[i], data, loss_scale, &head_loss, &out.bubble_s);
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrFormat(
+          "rank %d (stage %d, replica %d) blocked on %s: %s", layout_.rank(), layout_.stage,
+          layout_.replica, Describe(instrs[i]), s.message()));
+    }
+    out.timeline.push_back({static_cast<int>(i), start - t0, MonotonicSeconds() - t0});
+  }
+  for (Transport::Request r : sends_) {
+    absl::Status s = transport_->Wait(r, timeout_s_);
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrFormat("rank %d: a send of the step never completed: %s",
+                                                    layout_.rank(), s.message()));
+    }
+  }
+  sends_.clear();
+  // The head's loss to every rank: the other ranks add zeros (exact), then replicas average.
+  double loss[1] = {head_loss / m};
+  if (layout_.stage != layout_.pp - 1) loss[0] = 0;
+  absl::Status s = transport_->AllReduceSum(loss, 1, layout_.PipelineGroup(), timeout_s_);
+  if (s.ok()) s = transport_->AllReduceSum(loss, 1, layout_.DataParallelGroup(), timeout_s_);
+  if (!s.ok()) return s;
+  out.loss = loss[0] / layout_.dp;
+  out.step_s = MonotonicSeconds() - t0;
+  return out;
+}
+
+}  // namespace freeride::pipeline

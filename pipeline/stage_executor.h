@@ -1,0 +1,97 @@
+// Runs one rank's instruction list for a training step: the model chunks this rank holds,
+// activations and gradients to and from its neighbours (receives posted when the step starts,
+// sends that never block the compute after them), the tied-embedding and data-parallel sums,
+// and BUBBLE handed to a hook. Every instruction's start and end are recorded.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "models/gpt2.h"
+#include "pipeline/comm/transport.h"
+#include "pipeline/schedule.h"
+
+namespace freeride::pipeline {
+
+// Where a rank sits in the PP × DP grid. Ranks of one replica are adjacent:
+// rank = replica · pp + stage.
+struct RankLayout {
+  int pp = 1, dp = 1, chunks = 1;
+  int stage = 0, replica = 0;
+  int RankOf(int stage_index, int replica_index) const { return replica_index * pp + stage_index; }
+  int rank() const { return RankOf(stage, replica); }
+  std::vector<int> PipelineGroup() const;      // this replica's stages
+  std::vector<int> DataParallelGroup() const;  // this stage in every replica
+};
+
+// Called at each BUBBLE instruction; `predicted_end_s` is on MonotonicSeconds()'s clock. The
+// side-task executor plugs in here; returns when the hook hands the rank back.
+class BubbleHook {
+ public:
+  virtual ~BubbleHook() = default;
+  virtual void OnBubble(const Instr& bubble, double predicted_end_s) = 0;
+};
+
+struct InstrTiming {
+  int index = 0;  // into the stage's instruction list
+  double start_s = 0, end_s = 0;  // since the step started
+};
+
+struct StepOutcome {
+  double loss = 0;       // mean over the step's micro-batches and replicas, on every rank
+  double step_s = 0;
+  double bubble_s = 0;   // time this rank waited for peers (receives and sums)
+  std::vector<InstrTiming> timeline;
+};
+
+// A micro-batch's tokens and targets, `rows` = micro-batch size × sequence length each.
+struct MicrobatchData {
+  std::function<const int32_t*(int microbatch)> tokens;
+  std::function<const int32_t*(int microbatch)> targets;
+  int64_t rows = 0;
+};
+
+class StageExecutor {
+ public:
+  // `chunks[c]` is this rank's model chunk c (virtual stage c·pp + stage); each has at least
+  // schedule.buffers_per_stage[stage] slots. `optimizer` runs at OPTIMIZER.
+  StageExecutor(Schedule schedule, RankLayout layout, std::vector<GPT2Stage<float>*> chunks,
+                Transport* transport, double timeout_s, std::function<absl::Status()> optimizer);
+
+  void set_bubble_hook(BubbleHook* hook) { hook_ = hook; }
+  const Schedule& schedule() const { return schedule_; }
+  const std::vector<Instr>& instructions() const { return schedule_.per_stage[layout_.stage]; }
+
+  // One training step. `loss_scale` multiplies the per-token loss gradient (1 / tokens in the
+  // global batch). Errors name the instruction a rank was blocked on.
+  absl::StatusOr<StepOutcome> RunStep(const MicrobatchData& data, float loss_scale);
+
+ private:
+  absl::Status Execute(const Instr& in, const MicrobatchData& data, float loss_scale,
+                       double* head_loss, double* waited);
+  absl::Status ReduceTied();
+  absl::Status ReduceDataParallel();
+  int VirtualStage(int chunk) const { return chunk * layout_.pp + layout_.stage; }
+  int NumVirtualStages() const { return layout_.pp * layout_.chunks; }
+  int Tag(bool gradient, int sender_virtual_stage, int microbatch) const;
+  int64_t ActivationFloats() const;
+  std::string Describe(const Instr& in) const;
+
+  Schedule schedule_;
+  RankLayout layout_;
+  std::vector<GPT2Stage<float>*> chunks_;
+  Transport* transport_;
+  double timeout_s_;
+  std::function<absl::Status()> optimizer_;
+  BubbleHook* hook_ = nullptr;
+  std::vector<int> slot_of_;  // [chunk · m + microbatch] → activation slot
+  // Staging buffers for messages, [chunk · m + microbatch].
+  std::vector<std::vector<float>> recv_act_, recv_grad_, send_act_, send_grad_;
+  std::vector<Transport::Request> recv_act_req_, recv_grad_req_;
+  std::vector<Transport::Request> sends_;
+  bool tied_reduced_ = false;
+};
+
+}  // namespace freeride::pipeline
