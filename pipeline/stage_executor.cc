@@ -157,7 +157,10 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
     }
     case Op::kReduceGrads: {
       const double start = MonotonicSeconds();
-      absl::Status s = ReduceDataParallel();
+      // The head's share of wte lives outside grads() until the tied sum folds it in.
+      absl::Status s = tied_reduced_ ? absl::OkStatus() : ReduceTied();
+      tied_reduced_ = true;
+      if (s.ok()) s = ReduceDataParallel();
       *waited += MonotonicSeconds() - start;
       return s;
     }

@@ -1,0 +1,141 @@
+// Pipeline training with ranks as threads (in-process transport): every layout reproduces the
+// single-process trainer's losses bit for bit; data parallelism within 1e-6; resume in
+// pipeline mode; a silent peer is a clear timeout, not a hang.
+#include <cblas.h>
+#include <omp.h>
+
+#include <thread>
+
+#include "tests/pipeline/train_parity.h"
+
+namespace freeride {
+namespace {
+
+using testing::ParityConfig;
+using testing::ParityShard;
+using testing::SingleProcessLosses;
+
+// Runs `config` on pp × dp threads; returns rank 0's losses (every rank sees the same).
+std::vector<double> ThreadedLosses(const Config& config, int steps = 5,
+                                   std::vector<std::string>* errors = nullptr,
+                                   int resume_at = -1) {
+  const int world = static_cast<int>(config.parallel.pp * config.parallel.dp);
+  auto transports = pipeline::MakeInProcessWorld(world);
+  std::vector<std::vector<double>> losses(world);
+  std::vector<std::string> failures(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      auto trainer = Trainer::Create(config, transports[r].get());
+      if (!trainer.ok()) {
+        failures[r] = std::string(trainer.status().message());
+        return;
+      }
+      for (int i = 0; i < steps; ++i) {
+        auto s = (*trainer)->Step();
+        if (!s.ok()) {
+          failures[r] = std::string(s.status().message());
+          return;
+        }
+        losses[r].push_back(s->loss);
+        if (i + 1 == resume_at) {
+          auto dir = (*trainer)->SaveCheckpoint();
+          if (!dir.ok()) failures[r] = std::string(dir.status().message());
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < world; ++r) {
+    if (errors != nullptr) {
+      errors->push_back(failures[r]);
+    } else {
+      EXPECT_EQ(failures[r], "") << "rank " << r;
+    }
+    if (r > 0 && errors == nullptr) {
+      EXPECT_EQ(losses[r], losses[0]) << "rank " << r;
+    }
+  }
+  return losses[0];
+}
+
+class PipelineTrainTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // One BLAS and OpenMP thread per rank: the ranks are already threads.
+    openblas_set_num_threads(1);
+    omp_set_num_threads(1);
+  }
+};
+
+TEST_F(PipelineTrainTest, EveryLayoutMatchesOneProcessBitForBit) {
+  const std::string shard = ParityShard();
+  for (int m : {1, 4, 8}) {
+    const std::vector<double> expected =
+        SingleProcessLosses(ParityConfig(shard, "1f1b", 1, 1, m));
+    for (const std::string schedule : {"gpipe", "1f1b", "interleaved", "zbh1"}) {
+      for (int pp : {2, 4}) {
+        if (schedule == "interleaved" && m % pp != 0) continue;  // interleaving needs m % p == 0
+        SCOPED_TRACE(absl::StrFormat("%s pp=%d m=%d", schedule, pp, m));
+        EXPECT_EQ(ThreadedLosses(ParityConfig(shard, schedule, pp, 1, m)), expected);
+      }
+    }
+  }
+}
+
+TEST_F(PipelineTrainTest, DataParallelWithinOneMillionth) {
+  const std::string shard = ParityShard();
+  // dp = 2 replicas of batch 4 in 2 micro-batches = one process with batch 8 in 4.
+  const std::vector<double> expected = SingleProcessLosses(ParityConfig(shard, "1f1b", 1, 1, 4, 8));
+  for (int pp : {1, 2}) {
+    SCOPED_TRACE(absl::StrFormat("pp=%d dp=2", pp));
+    const std::vector<double> got = ThreadedLosses(ParityConfig(shard, "1f1b", pp, 2, 2, 4));
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-6 * expected[i]);
+  }
+}
+
+TEST_F(PipelineTrainTest, ResumeInPipelineModeIsBitIdentical) {
+  const std::string shard = ParityShard();
+  const std::string dir = (std::filesystem::path(::testing::TempDir()) / "pp_resume").string();
+  std::filesystem::remove_all(dir);
+  Config config = ParityConfig(shard, "zbh1", 2, 1, 4, 8, dir);
+  const std::vector<double> straight = ThreadedLosses(config, 5, nullptr, /*resume_at=*/2);
+  config.checkpoint.resume = "latest";
+  const std::vector<double> resumed = ThreadedLosses(config, 3);
+  ASSERT_EQ(resumed.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(resumed[i], straight[2 + i]) << "step " << 3 + i;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/checkpoints/step_00000002/state_r001.bin"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/checkpoints/step_00000002/model.bin"));
+}
+
+TEST_F(PipelineTrainTest, WrongWorldSizeSaysWhatFits) {
+  Config config = ParityConfig(ParityShard(), "1f1b", 4, 1, 4);
+  auto world = pipeline::MakeInProcessWorld(2);
+  auto trainer = Trainer::Create(config, world[0].get());
+  ASSERT_FALSE(trainer.ok());
+  EXPECT_NE(trainer.status().message().find("2 ranks, but parallel.pp × parallel.dp = 4 × 1 = 4; "
+                                            "with 2 ranks these fit: pp=1 dp=2, pp=2 dp=1"),
+            std::string::npos)
+      << trainer.status().message();
+}
+
+TEST_F(PipelineTrainTest, SilentPeerIsATimeoutNamingTheInstruction) {
+  // Stage 1 of 2 never starts: stage 0 waits for its gradient and gives up.
+  Config config = ParityConfig(ParityShard(), "1f1b", 2, 1, 2);
+  config.runtime.comm_timeout_s = 0.5;
+  auto world = pipeline::MakeInProcessWorld(2);
+  auto trainer = Trainer::Create(config, world[0].get());
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto step = (*trainer)->Step();
+  ASSERT_FALSE(step.ok());
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(step.status().message().find(
+                "rank 0 (stage 0, replica 0) blocked on RECV_GRAD micro-batch 0 (peer: stage 1, "
+                "rank 1)"),
+            std::string::npos)
+      << step.status().message();
+}
+
+}  // namespace
+}  // namespace freeride

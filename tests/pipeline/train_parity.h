@@ -1,0 +1,77 @@
+// Shared by the in-process and MPI pipeline-training tests: a tiny run's config and the
+// losses of the single-process trainer, the reference every pipeline layout must reproduce.
+#pragma once
+
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "gtest/gtest.h"
+#include "trainer/token_shards.h"
+#include "trainer/trainer.h"
+
+namespace freeride::testing {
+
+inline std::string ParityShard() {
+  const std::string path =
+      (std::filesystem::path(::testing::TempDir()) / "parity_tokens.bin").string();
+  std::mt19937 rng(17);
+  std::vector<uint16_t> ids(20000);
+  for (auto& t : ids) t = static_cast<uint16_t>(rng() % 64);
+  EXPECT_TRUE(WriteTokenShard(path, ids).ok());
+  return path;
+}
+
+// 8 layers so that 4 stages × 2 chunks fit; batch 8 so that 8 micro-batches fit.
+inline Config ParityConfig(const std::string& shard, const std::string& schedule, int pp, int dp,
+                           int microbatches, int batch = 8, const std::string& dir = "") {
+  const std::string toml = absl::StrFormat(R"(
+[run]
+dir = "%s"
+seed = 3
+[model]
+n_layer = 8
+n_head = 2
+n_embd = 16
+max_seq_len = 8
+vocab_size = 64
+[data]
+train = "%s"
+shuffle = true
+[train]
+batch_size = %d
+seq_len = 8
+microbatches = %d
+steps = 5
+[optim]
+lr = 1e-2
+warmup_steps = 2
+[parallel]
+pp = %d
+dp = %d
+schedule = "%s"
+chunks = %d
+)", dir.empty() ? (std::filesystem::path(::testing::TempDir()) / "parity_run").string() : dir,
+      shard, batch, microbatches, pp, dp, schedule, schedule == "interleaved" ? 2 : 1);
+  auto config = ParseConfig(toml, "parity.toml");
+  EXPECT_TRUE(config.ok()) << config.status();
+  return config.ok() ? *config : Config{};
+}
+
+// Losses of `steps` steps of `config` run by one process.
+inline std::vector<double> SingleProcessLosses(const Config& config, int steps = 5) {
+  auto trainer = Trainer::Create(config);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  std::vector<double> losses;
+  if (!trainer.ok()) return losses;
+  for (int i = 0; i < steps; ++i) {
+    auto s = (*trainer)->Step();
+    EXPECT_TRUE(s.ok()) << s.status();
+    losses.push_back(s.ok() ? s->loss : NAN);
+  }
+  return losses;
+}
+
+}  // namespace freeride::testing
