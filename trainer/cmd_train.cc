@@ -9,7 +9,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include <mpi.h>
+
+#include "core/logging.h"
 #include "models/gpt2.h"
+#include "pipeline/comm/transport.h"
 #include "models/llmc_checkpoint.h"
 #include "trainer/cli.h"
 #include "trainer/default_config.h"
@@ -62,17 +66,51 @@ std::vector<FlagSpec> TrainFlags() {
           {"set", "SECTION.KEY=VALUE", "override one config key", true}};
 }
 
+// True when an MPI launcher (mpirun, srun with PMI/PMIx) started this process.
+bool LaunchedByMpi() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"}) {
+    if (std::getenv(var) != nullptr) return true;
+  }
+  return false;
+}
+
 int TrainCommand(const ParsedFlags& flags) {
   const std::vector<std::string> overrides = flags.GetAll("set");
   absl::StatusOr<Config> config =
       flags.Has("config") ? LoadConfigFile(flags.Get("config"), overrides)
                           : ParseConfig(DefaultConfigToml(), kDefaultConfigName, overrides);
   if (!config.ok()) return Fail(config.status());
-  if (absl::Status s = PrepareRunDir(*config); !s.ok()) return Fail(s);
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*config);
-  if (!trainer.ok()) return Fail(trainer.status());
-  if (absl::Status s = (*trainer)->Run(); !s.ok()) return Fail(s);
-  return kExitOk;
+  if (!LaunchedByMpi()) {
+    if (absl::Status s = PrepareRunDir(*config); !s.ok()) return Fail(s);
+    absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*config);
+    if (!trainer.ok()) return Fail(trainer.status());
+    if (absl::Status s = (*trainer)->Run(); !s.ok()) return Fail(s);
+    return kExitOk;
+  }
+  // One rank of an MPI job. A failure on any rank ends the whole job (MPI_Abort): the other
+  // ranks would otherwise wait for it until their timeouts.
+  int provided = 0;
+  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  SetLogRank(rank);
+  auto fail = [&](const absl::Status& status) {
+    Fail(absl::Status(status.code(), absl::StrFormat("rank %d: %s", rank, status.message())));
+    MPI_Abort(MPI_COMM_WORLD, kExitFailure);
+    return kExitFailure;
+  };
+  if (rank == 0) {
+    if (absl::Status s = PrepareRunDir(*config); !s.ok()) return fail(s);
+  }
+  int status = kExitOk;
+  {
+    std::unique_ptr<pipeline::Transport> transport = pipeline::MakeMpiTransport();
+    absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*config, transport.get());
+    if (!trainer.ok()) return fail(trainer.status());
+    if (absl::Status s = (*trainer)->Run(); !s.ok()) return fail(s);
+  }
+  MPI_Finalize();
+  return status;
 }
 
 std::vector<FlagSpec> SampleFlags() {
