@@ -52,7 +52,8 @@ int StageExecutor::Tag(bool gradient, int sender_virtual_stage, int microbatch) 
 }
 
 std::string StageExecutor::Describe(const Instr& in) const {
-  std::string what = absl::StrFormat("%s micro-batch %d", OpName(in.op), in.microbatch);
+  std::string what(OpName(in.op));
+  if (in.microbatch >= 0) what += absl::StrFormat(" micro-batch %d", in.microbatch);
   if (layout_.chunks > 1) what += absl::StrFormat(" chunk %d", in.chunk);
   if (in.peer >= 0) {
     what += absl::StrFormat(" (peer: stage %d, rank %d)", in.peer, layout_.RankOf(in.peer, layout_.replica));

@@ -8,6 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include <mpi.h>
 
@@ -95,7 +96,9 @@ int TrainCommand(const ParsedFlags& flags) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   SetLogRank(rank);
   auto fail = [&](const absl::Status& status) {
-    Fail(absl::Status(status.code(), absl::StrFormat("rank %d: %s", rank, status.message())));
+    const bool named = absl::StartsWith(status.message(), "rank ");
+    Fail(named ? status
+               : absl::Status(status.code(), absl::StrFormat("rank %d: %s", rank, status.message())));
     MPI_Abort(MPI_COMM_WORLD, kExitFailure);
     return kExitFailure;
   };

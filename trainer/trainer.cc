@@ -328,6 +328,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
       !s.ok()) {
     return s;
   }
+  last_timeline_ = outcome->timeline;
   constexpr size_t kTimelineSteps = 4;
   if (stats.step > 1 && timelines_.size() < kTimelineSteps) {
     timelines_.emplace_back(stats.step, outcome->timeline);

@@ -59,6 +59,10 @@ class Trainer {
   GPT2Stage<float>& model(int chunk = 0) { return *chunks_[chunk]; }
   int num_chunks() const { return static_cast<int>(chunks_.size()); }
   const pipeline::RankLayout& layout() const { return layout_; }
+  // This rank's schedule and the measured timing of each of its instructions in the last step.
+  const pipeline::Schedule& schedule() const { return executor_->schedule(); }
+  const std::vector<pipeline::InstrTiming>& last_timeline() const { return last_timeline_; }
+  pipeline::Transport& transport() { return *transport_; }
   const std::string& checkpoint_dir() const { return checkpoint_dir_; }
 
  private:
@@ -85,6 +89,7 @@ class Trainer {
   std::string checkpoint_dir_;
   std::ofstream metrics_;
   std::vector<std::pair<int64_t, std::vector<pipeline::InstrTiming>>> timelines_;
+  std::vector<pipeline::InstrTiming> last_timeline_;
 };
 
 }  // namespace freeride

@@ -38,6 +38,9 @@ class MpiTransport : public Transport {
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
   }
   ~MpiTransport() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;  // the communicators went with MPI
     for (auto& [group, comm] : comms_) MPI_Comm_free(&comm);
   }
 

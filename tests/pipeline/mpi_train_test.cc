@@ -1,0 +1,65 @@
+// Pipeline training across processes (run by ctest under `mpirun -n 4 --oversubscribe`): every
+// 4-rank layout reproduces the single-process trainer, which each rank also runs alone.
+#include <mpi.h>
+
+#include "pipeline/comm/transport.h"
+#include "tests/pipeline/train_parity.h"
+
+namespace freeride {
+namespace {
+
+using testing::ParityConfig;
+using testing::ParityShard;
+using testing::SingleProcessLosses;
+
+std::vector<double> MpiLosses(const Config& config, pipeline::Transport* transport) {
+  auto trainer = Trainer::Create(config, transport);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  std::vector<double> losses;
+  if (!trainer.ok()) return losses;
+  for (int i = 0; i < 5; ++i) {
+    auto s = (*trainer)->Step();
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (!s.ok()) break;
+    losses.push_back(s->loss);
+  }
+  return losses;
+}
+
+class MpiTrainTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int size = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size != 4) GTEST_SKIP() << "needs 4 ranks (ctest runs it under mpirun -n 4)";
+    transport_ = pipeline::MakeMpiTransport();
+  }
+  std::unique_ptr<pipeline::Transport> transport_;
+};
+
+TEST_F(MpiTrainTest, FourStagesMatchOneProcessBitForBit) {
+  const std::string shard = ParityShard();
+  for (int m : {4, 8}) {
+    const std::vector<double> expected = SingleProcessLosses(ParityConfig(shard, "1f1b", 1, 1, m));
+    for (const std::string schedule : {"gpipe", "1f1b", "interleaved", "zbh1"}) {
+      SCOPED_TRACE(absl::StrFormat("%s pp=4 m=%d", schedule, m));
+      EXPECT_EQ(MpiLosses(ParityConfig(shard, schedule, 4, 1, m), transport_.get()), expected);
+    }
+  }
+}
+
+TEST_F(MpiTrainTest, DataParallelWithinOneMillionth) {
+  const std::string shard = ParityShard();
+  const std::vector<double> expected = SingleProcessLosses(ParityConfig(shard, "1f1b", 1, 1, 4, 8));
+  for (auto [pp, dp] : {std::pair{2, 2}, std::pair{1, 4}}) {
+    SCOPED_TRACE(absl::StrFormat("pp=%d dp=%d", pp, dp));
+    const int m = 4 / dp;
+    const std::vector<double> got =
+        MpiLosses(ParityConfig(shard, "zbh1", pp, dp, m, 8 / dp), transport_.get());
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-6 * expected[i]);
+  }
+}
+
+}  // namespace
+}  // namespace freeride
