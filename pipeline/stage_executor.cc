@@ -32,6 +32,7 @@ StageExecutor::StageExecutor(Schedule schedule, RankLayout layout,
   slot_of_.assign(cells, 0);
   for (const Instr& in : instructions()) {
     if (in.op == Op::kForward) slot_of_[in.chunk * m + in.microbatch] = in.buffer;
+    if (IsBackward(in.op)) has_backward_ = true;
   }
   const int64_t floats = ActivationFloats();
   for (auto* v : {&recv_act_, &recv_grad_, &send_act_, &send_grad_}) {
@@ -183,7 +184,9 @@ absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, f
   const double t0 = MonotonicSeconds();
   const int m = schedule_.microbatches;
   const int64_t bytes = ActivationFloats() * static_cast<int64_t>(sizeof(float));
-  for (GPT2Stage<float>* chunk : chunks_) chunk->ZeroGrads();
+  if (has_backward_) {
+    for (GPT2Stage<float>* chunk : chunks_) chunk->ZeroGrads();
+  }
   tied_reduced_ = false;
   // Every receive of the step is posted now, into its own staging buffer.
   for (const Instr& in : instructions()) {

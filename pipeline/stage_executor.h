@@ -92,6 +92,7 @@ class StageExecutor {
   std::vector<Transport::Request> recv_act_req_, recv_grad_req_;
   std::vector<Transport::Request> sends_;
   bool tied_reduced_ = false;
+  bool has_backward_ = false;  // a forward-only (validation) schedule leaves gradients alone
 };
 
 }  // namespace freeride::pipeline

@@ -90,6 +90,7 @@ absl::StatusOr<TokenLoader> TokenLoader::Open(const std::string& pattern, int64_
           file, tokens->size(), B, T, B * T + 1));
     }
     loader.total_tokens_ += static_cast<int64_t>(tokens->size());
+    for (uint16_t t : *tokens) loader.max_token_ = std::max<int32_t>(loader.max_token_, t);
     loader.shards_.push_back(*std::move(tokens));
     loader.files_.push_back(file);
   }

@@ -43,6 +43,8 @@ class TokenLoader {
   const LoaderPosition& position() const { return position_; }
   void Seek(const LoaderPosition& position);
   int64_t total_tokens() const { return total_tokens_; }
+  // The largest token id in any shard (ids at or above a model's vocabulary are refused).
+  int32_t max_token() const { return max_token_; }
   // Batches in one pass over every shard.
   int64_t batches_per_epoch() const;
   const std::vector<std::string>& files() const { return files_; }
@@ -54,6 +56,7 @@ class TokenLoader {
   std::vector<std::string> files_;
   std::vector<std::vector<uint16_t>> shards_;
   int64_t B_ = 0, T_ = 0, total_tokens_ = 0;
+  int32_t max_token_ = 0;
   bool shuffle_ = false;
   uint64_t seed_ = 0;
   LoaderPosition position_;

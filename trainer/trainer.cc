@@ -31,19 +31,19 @@ absl::Status CheckAgrees(const Config& config, const std::string& key, int64_t c
       key, configured, path, from_checkpoint));
 }
 
-// Largest token id in a loader's data: ids at or above the vocabulary would index past the
-// embedding, so they are refused before training starts.
-absl::Status CheckVocabulary(const std::vector<std::string>& files, int64_t vocab_size) {
-  for (const std::string& file : files) {
-    absl::StatusOr<std::vector<uint16_t>> tokens = ReadTokenShard(file);
-    if (!tokens.ok()) return tokens.status();
-    const uint16_t max = tokens->empty() ? 0 : *std::max_element(tokens->begin(), tokens->end());
-    if (max >= vocab_size) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s holds token %d but model.vocab_size is %d", file, max, vocab_size));
-    }
-  }
-  return absl::OkStatus();
+// Token ids at or above the vocabulary would index past the embedding: refused before
+// training starts, naming the data.
+absl::Status CheckVocabulary(const TokenLoader& loader, int64_t vocab_size) {
+  if (loader.max_token() < vocab_size) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%s holds token %d but model.vocab_size is %d", absl::StrJoin(loader.files(), ", "),
+      loader.max_token(), vocab_size));
+}
+
+std::vector<int> WorldGroup(int size) {
+  std::vector<int> world(size);
+  for (int r = 0; r < size; ++r) world[r] = r;
+  return world;
 }
 
 // Forward passes only, in the training schedule's geometry: for validation.
@@ -204,13 +204,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   absl::StatusOr<TokenLoader> train = TokenLoader::Open(
       config.data.train, tc.batch_size * L.dp, tc.seq_len, config.data.shuffle, config.run.seed);
   if (!train.ok()) return train.status();
-  if (absl::Status s = CheckVocabulary(train->files(), model->vocab_size); !s.ok()) return s;
+  if (absl::Status s = CheckVocabulary(*train, model->vocab_size); !s.ok()) return s;
   t->train_ = *std::move(train);
   if (!config.data.val.empty()) {
     absl::StatusOr<TokenLoader> val =
         TokenLoader::Open(config.data.val, tc.batch_size * L.dp, tc.seq_len, false, 0);
     if (!val.ok()) return val.status();
-    if (absl::Status s = CheckVocabulary(val->files(), model->vocab_size); !s.ok()) return s;
+    if (absl::Status s = CheckVocabulary(*val, model->vocab_size); !s.ok()) return s;
     t->val_ = *std::move(val);
     t->eval_executor_ = std::make_unique<pipeline::StageExecutor>(
         ForwardOnlySchedule(*schedule), L, raw, transport, config.runtime.comm_timeout_s,
@@ -321,9 +321,8 @@ absl::StatusOr<StepStats> Trainer::Step() {
   // Each stage's waiting time, as replica 0 measured it.
   stats.bubble_s.assign(layout_.pp, 0.0);
   if (layout_.replica == 0) stats.bubble_s[layout_.stage] = outcome->bubble_s;
-  std::vector<int> world(transport_->size());
-  for (int r = 0; r < transport_->size(); ++r) world[r] = r;
-  if (absl::Status s = transport_->AllReduceSum(stats.bubble_s.data(), layout_.pp, world,
+  if (absl::Status s = transport_->AllReduceSum(stats.bubble_s.data(), layout_.pp,
+                                                WorldGroup(transport_->size()),
                                                 config_.runtime.comm_timeout_s);
       !s.ok()) {
     return s;
@@ -351,9 +350,8 @@ absl::StatusOr<double> Trainer::Evaluate() {
 
 absl::Status Trainer::Barrier() {
   double token[1] = {0};
-  std::vector<int> world(transport_->size());
-  for (int r = 0; r < transport_->size(); ++r) world[r] = r;
-  return transport_->AllReduceSum(token, 1, world, config_.runtime.comm_timeout_s);
+  return transport_->AllReduceSum(token, 1, WorldGroup(transport_->size()),
+                                  config_.runtime.comm_timeout_s);
 }
 
 absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
