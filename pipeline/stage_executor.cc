@@ -174,10 +174,23 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
       }
       return optimizer_ ? optimizer_() : absl::OkStatus();
     case Op::kBubble:
-      if (hook_ != nullptr) hook_->OnBubble(in, MonotonicSeconds() + in.duration_ms * 1e-3);
-      return absl::OkStatus();
+      return absl::OkStatus();  // RunStep hands bubbles to the hook
   }
   return absl::OkStatus();
+}
+
+std::function<bool()> StageExecutor::InputReady(size_t bubble_index) const {
+  const std::vector<Instr>& instrs = instructions();
+  size_t j = bubble_index + 1;
+  while (j < instrs.size() && instrs[j].op == Op::kBubble) ++j;
+  if (j == instrs.size() || (instrs[j].op != Op::kRecvAct && instrs[j].op != Op::kRecvGrad)) {
+    return [] { return false; };
+  }
+  const Instr& in = instrs[j];
+  const int cell = in.chunk * schedule_.microbatches + in.microbatch;
+  const Transport::Request r =
+      (in.op == Op::kRecvGrad ? recv_grad_req_ : recv_act_req_)[cell];
+  return [this, r] { return transport_->Test(r); };
 }
 
 absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, float loss_scale) {
@@ -201,11 +214,21 @@ absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, f
     (grad ? recv_grad_req_ : recv_act_req_)[cell] = *r;
   }
   StepOutcome out;
+  out.start_s = t0;
   double head_loss = 0;
   const std::vector<Instr>& instrs = instructions();
+  int open_bubble = -1;  // the BUBBLE whose awaited instruction comes next
   for (size_t i = 0; i < instrs.size(); ++i) {
     const double start = MonotonicSeconds();
+    if (instrs[i].op == Op::kBubble && hook_ != nullptr) {
+      open_bubble = static_cast<int>(i);
+      hook_->OnBubble(instrs[i], open_bubble, start, InputReady(i));
+    }
     absl::Status s = Execute(instrs[i], data, loss_scale, &head_loss, &out.bubble_s);
+    if (open_bubble >= 0 && instrs[i].op != Op::kBubble) {
+      hook_->OnBubbleEnd(open_bubble, MonotonicSeconds());
+      open_bubble = -1;
+    }
     if (!s.ok()) {
       return absl::Status(s.code(), absl::StrFormat(
           "rank %d (stage %d, replica %d) blocked on %s: %s", layout_.rank(), layout_.stage,

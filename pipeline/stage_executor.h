@@ -26,12 +26,17 @@ struct RankLayout {
   std::vector<int> DataParallelGroup() const;  // this stage in every replica
 };
 
-// Called at each BUBBLE instruction; `predicted_end_s` is on MonotonicSeconds()'s clock. The
-// side-task executor plugs in here; returns when the hook hands the rank back.
+// The side-task executor plugs in here. OnBubble is called at each BUBBLE instruction
+// (`index`: its place in the stage's list, the bubble's identity from step to step;
+// `start_s` on MonotonicSeconds()'s clock) and returns when the hook hands the rank back;
+// `input_ready` polls the input the bubble waits for (always false where it cannot tell).
+// OnBubbleEnd says when the instruction the bubble waited at stopped waiting.
 class BubbleHook {
  public:
   virtual ~BubbleHook() = default;
-  virtual void OnBubble(const Instr& bubble, double predicted_end_s) = 0;
+  virtual void OnBubble(const Instr& bubble, int index, double start_s,
+                        const std::function<bool()>& input_ready) = 0;
+  virtual void OnBubbleEnd(int index, double end_s) = 0;
 };
 
 struct InstrTiming {
@@ -43,6 +48,7 @@ struct StepOutcome {
   double loss = 0;       // mean over the step's micro-batches and replicas, on every rank
   double step_s = 0;
   double bubble_s = 0;   // time this rank waited for peers (receives and sums)
+  double start_s = 0;    // MonotonicSeconds() when the step began (timeline origin)
   std::vector<InstrTiming> timeline;
 };
 
@@ -73,6 +79,8 @@ class StageExecutor {
                        double* head_loss, double* waited);
   absl::Status ReduceTied();
   absl::Status ReduceDataParallel();
+  // Polls the receive the BUBBLE at `bubble_index` waits for (always false if none).
+  std::function<bool()> InputReady(size_t bubble_index) const;
   int VirtualStage(int chunk) const { return chunk * layout_.pp + layout_.stage; }
   int NumVirtualStages() const { return layout_.pp * layout_.chunks; }
   int Tag(bool gradient, int sender_virtual_stage, int microbatch) const;

@@ -232,11 +232,12 @@ void Loader::SetSideTaskKey(size_t index, absl::string_view key, const toml::nod
   SideTaskConfig& task = config.side_tasks[index];
   const std::string name = absl::StrCat("side_tasks[", index, "].", key);
   origins_[name] = origin;
-  if (key == "type" || key == "name") {
+  if (key == "type" || key == "name" || key == "plugin") {
     if (!node.is_string() || node.value<std::string>()->empty()) {
       return Mismatch(origin, name, "a non-empty string", Describe(node));
     }
-    (key == "type" ? task.type : task.name) = *node.value<std::string>();
+    (key == "type" ? task.type : key == "name" ? task.name : task.plugin) =
+        *node.value<std::string>();
   } else if (key == "priority") {
     if (!node.is_integer()) return Mismatch(origin, name, "an integer", Describe(node));
     task.priority = *node.value<int64_t>();

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "freeride/task_args.h"
 
 namespace freeride {
 
@@ -85,19 +86,20 @@ struct RuntimeConfig {
 
 struct FreerideConfig {
   bool enabled = false;
+  int64_t alternate_every = 0;
+  int64_t calibration_steps = 3;
+  double margin = 0.1;
 };
 
-// A side task's own arguments (`[side_tasks.args]`): scalars or arrays of one scalar type.
-using ArgValue = std::variant<bool, int64_t, double, std::string, std::vector<int64_t>,
-                              std::vector<double>, std::vector<std::string>>;
 
 struct SideTaskConfig {
   std::string type;
   std::string name;                 // defaults to type
+  std::string plugin;               // shared object providing `type`; empty: built-in
   std::vector<int64_t> stages;      // empty means every stage
   int64_t priority = 0;             // higher runs first
   int64_t memory_limit_bytes = 0;   // 0: no cap beyond what the stage has free
-  std::map<std::string, ArgValue> args;
+  TaskArgs args;
 };
 
 struct Config {

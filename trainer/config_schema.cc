@@ -110,6 +110,14 @@ std::vector<KeySpec> BuildSchema() {
       FR_KEY(runtime, threads).Min(0).Doc("CPU threads per rank; 0: the cores available."),
 
       FR_KEY(freeride, enabled).Doc("Run the configured side tasks inside pipeline bubbles."),
+      FR_KEY(freeride, alternate_every).Min(0).Doc(
+          "Measure overhead in one run: harvest in blocks of this many steps, alternating with "
+          "blocks without; 0 harvests every step."),
+      FR_KEY(freeride, calibration_steps).Min(1).Doc(
+          "Steps of each task run alone before training, to measure its standalone step time."),
+      FR_KEY(freeride, margin).Min(0).Max(1).Doc(
+          "Fraction of a bubble's predicted time kept free: a task step starts only if it fits "
+          "in the rest."),
   };
 }
 
@@ -153,6 +161,8 @@ const std::vector<SideTaskKeyDoc>& SideTaskKeys() {
       {"priority", "integer", "0", "Higher-priority tasks are offered bubbles first."},
       {"memory_limit", "integer bytes or size string", "0",
        "Cap on the task's device memory, e.g. \"512MiB\"; 0: no cap beyond what is free."},
+      {"plugin", "string (path)", "\"\"",
+       "Shared object providing `type` (an out-of-tree task); empty for built-in tasks."},
       {"args", "table", "{}", "The task's own arguments, checked by the task at start."},
   };
   return keys;

@@ -1,6 +1,7 @@
 #include "trainer/trainer.h"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <cblas.h>
 
@@ -227,7 +228,48 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
     if (!path.ok()) return path.status();
     if (absl::Status s = t->Resume(*path); !s.ok()) return s;
   }
+  if (absl::Status s = t->CreateSideTasks(); !s.ok()) return s;
   return t;
+}
+
+absl::Status Trainer::CreateSideTasks() {
+  if (!config_.freeride.enabled) return absl::OkStatus();
+  std::vector<SideTaskSpec> specs;
+  const int64_t available =
+      static_cast<int64_t>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+  for (size_t i = 0; i < config_.side_tasks.size(); ++i) {
+    const SideTaskConfig& task = config_.side_tasks[i];
+    for (int64_t stage : task.stages) {
+      if (stage >= layout_.pp) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "side_tasks[%d].stages: stage %d, but parallel.pp = %d (stages 0..%d)", i, stage,
+            layout_.pp, layout_.pp - 1));
+      }
+    }
+    if (task.memory_limit_bytes > available) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "side_tasks[%d].memory_limit = %s is more than this stage has free (%s)", i,
+          FormatByteSize(task.memory_limit_bytes), FormatByteSize(available)));
+    }
+    const bool here = task.stages.empty() ||
+                      std::find(task.stages.begin(), task.stages.end(), layout_.stage) !=
+                          task.stages.end();
+    if (!here) continue;
+    specs.push_back({task.type, task.name.empty() ? task.type : task.name, task.plugin,
+                     task.priority, task.memory_limit_bytes, task.args});
+  }
+  if (specs.empty()) return absl::OkStatus();
+  ExecutorOptions options;
+  options.rank = transport_->rank();
+  options.stage = layout_.stage;
+  options.margin = config_.freeride.margin;
+  options.calibration_steps = static_cast<int>(config_.freeride.calibration_steps);
+  options.results_dir = (std::filesystem::path(config_.run.dir) / "side_tasks").string();
+  absl::StatusOr<std::unique_ptr<SideTaskExecutor>> side = SideTaskExecutor::Create(specs, options);
+  if (!side.ok()) return side.status();
+  side_ = *std::move(side);
+  executor_->set_bubble_hook(side_.get());
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::Resume(const std::string& path) {
@@ -308,8 +350,16 @@ absl::StatusOr<StepStats> Trainer::Step() {
   const TrainConfig& tc = config_.train;
   train_->Next(inputs_.data(), targets_.data());
   const float loss_scale = 1.0f / static_cast<float>(tc.batch_size * layout_.dp * tc.seq_len);
+  // Alternating blocks (freeride.alternate_every) give the overhead within one run.
+  const int64_t every = config_.freeride.alternate_every;
+  const bool harvesting = every == 0 || (step_ / every) % 2 == 0;
+  if (side_) side_->set_harvesting(harvesting);
   absl::StatusOr<pipeline::StepOutcome> outcome = executor_->RunStep(Microbatches(), loss_scale);
   if (!outcome.ok()) return outcome.status();
+  if (step_ > 0) {  // the first step warms up: left out of the comparison
+    (harvesting ? on_s_ : off_s_) += outcome->step_s;
+    ++(harvesting ? on_steps_ : off_steps_);
+  }
   StepStats stats;
   stats.step = ++step_;
   stats.loss = outcome->loss;
@@ -331,6 +381,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
   constexpr size_t kTimelineSteps = 4;
   if (stats.step > 1 && timelines_.size() < kTimelineSteps) {
     timelines_.emplace_back(stats.step, outcome->timeline);
+    timeline_starts_.push_back(outcome->start_s);
   }
   return stats;
 }
@@ -415,7 +466,22 @@ absl::Status Trainer::WriteTimeline() const {
   std::string json = "{\"traceEvents\": [\n";
   bool first = true;
   double offset_us = 0;
-  for (const auto& [step, timeline] : timelines_) {
+  for (size_t k = 0; k < timelines_.size(); ++k) {
+    const auto& [step, timeline] = timelines_[k];
+    if (side_ && !timeline.empty()) {
+      // Side-task steps of this step's window, on the rank's second track.
+      const double t0 = timeline_starts_[k], t1 = t0 + timeline.back().end_s;
+      const HarvestReport report = side_->Report();
+      for (const SideStepEvent& e : side_->events()) {
+        if (e.start_s < t0 || e.start_s > t1) continue;
+        json += absl::StrFormat(
+            "%s{\"name\": \"%s\", \"cat\": \"side_task\", \"ph\": \"X\", \"pid\": %d, "
+            "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"step\": %d}}",
+            first ? "" : ",\n", report.tasks[e.task].name, transport_->rank(), layout_.stage + 1000,
+            offset_us + (e.start_s - t0) * 1e6, (e.end_s - e.start_s) * 1e6, step);
+        first = false;
+      }
+    }
     for (const pipeline::InstrTiming& t : timeline) {
       const pipeline::Instr& in = instrs[t.index];
       json += absl::StrFormat(
@@ -498,6 +564,10 @@ absl::Status Trainer::Run() {
       if (!dir.ok()) return dir.status();
       if (leader) FR_LOG(INFO) << "checkpoint " << *dir;
     }
+  }
+  if (config_.freeride.enabled) {
+    if (side_) side_->Finish();
+    if (absl::Status s = ReportHarvest(); !s.ok()) return s;
   }
   if (absl::Status s = WriteTimeline(); !s.ok()) return s;
   absl::StatusOr<std::string> dir = SaveCheckpoint();

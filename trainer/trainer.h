@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "freeride/executor.h"
 #include "models/gpt2.h"
 #include "pipeline/comm/transport.h"
 #include "pipeline/stage_executor.h"
@@ -63,6 +64,8 @@ class Trainer {
   const pipeline::Schedule& schedule() const { return executor_->schedule(); }
   const std::vector<pipeline::InstrTiming>& last_timeline() const { return last_timeline_; }
   pipeline::Transport& transport() { return *transport_; }
+  // This rank's side-task executor (null without freeride.enabled or tasks for this stage).
+  SideTaskExecutor* side_tasks() { return side_.get(); }
   const std::string& checkpoint_dir() const { return checkpoint_dir_; }
 
  private:
@@ -73,6 +76,8 @@ class Trainer {
   pipeline::MicrobatchData Microbatches() const;
   void WriteMetric(const std::string& json);
   absl::Status WriteTimeline() const;
+  absl::Status CreateSideTasks();
+  absl::Status ReportHarvest();
 
   Config config_;
   GPT2Config model_config_;
@@ -90,6 +95,12 @@ class Trainer {
   std::ofstream metrics_;
   std::vector<std::pair<int64_t, std::vector<pipeline::InstrTiming>>> timelines_;
   std::vector<pipeline::InstrTiming> last_timeline_;
+  std::vector<double> timeline_starts_;  // absolute start of each recorded step
+  // Side tasks (freeride.enabled): this rank's executor, and step times with harvesting on
+  // and off (alternating blocks) for the overhead.
+  std::unique_ptr<SideTaskExecutor> side_;
+  double on_s_ = 0, off_s_ = 0;
+  int64_t on_steps_ = 0, off_steps_ = 0;
 };
 
 }  // namespace freeride

@@ -80,6 +80,15 @@ class InProcessTransport : public Transport {
     return absl::OkStatus();
   }
 
+  bool Test(Request request) override {
+    auto it = pending_.find(request);
+    if (it == pending_.end()) return false;
+    if (!it->second.is_recv) return true;
+    std::lock_guard<std::mutex> lock(hub_->mu);
+    auto q = hub_->queues.find({it->second.peer, rank_, it->second.tag});
+    return q != hub_->queues.end() && !q->second.empty();
+  }
+
   absl::Status AllReduceSum(float* data, int64_t n, const std::vector<int>& group,
                             double timeout_s) override {
     return Reduce(data, n, group, timeout_s);
@@ -159,6 +168,7 @@ class SelfTransport : public Transport {
   absl::Status Wait(Request, double) override {
     return absl::FailedPreconditionError("no requests in a world of 1");
   }
+  bool Test(Request) override { return false; }
   absl::Status AllReduceSum(float*, int64_t, const std::vector<int>&, double) override {
     return absl::OkStatus();
   }

@@ -67,6 +67,14 @@ class MpiTransport : public Transport {
     return s;
   }
 
+  bool Test(Request request) override {
+    auto it = requests_.find(request);
+    if (it == requests_.end()) return false;
+    int done = 0;
+    MPI_Test(&it->second.first, &done, MPI_STATUS_IGNORE);
+    return done != 0;
+  }
+
   absl::Status AllReduceSum(float* data, int64_t n, const std::vector<int>& group,
                             double timeout_s) override {
     return Reduce(data, n, MPI_FLOAT, group, timeout_s);

@@ -28,6 +28,8 @@ class Transport {
   virtual absl::StatusOr<Request> Irecv(void* data, int64_t bytes, int peer, int tag) = 0;
   // Blocks until the request completes; DeadlineExceeded after `timeout_s`.
   virtual absl::Status Wait(Request request, double timeout_s) = 0;
+  // True when the request has completed (Wait then returns at once); never blocks.
+  virtual bool Test(Request request) = 0;
 
   // In-place elementwise sum over `group` (global ranks, ascending; this rank among them),
   // DeadlineExceeded after `timeout_s`. Every member gets the same bits.

@@ -1,0 +1,103 @@
+// The SideTaskExecutor: one per rank, in the training process (no RPC). At each BUBBLE it runs
+// steps of the highest-priority runnable task whose predicted step time fits the bubble's
+// remaining predicted time, until the awaited input is ready or nothing fits, then hands the
+// rank back. Bubble durations are predicted per bubble (its place in the stage's schedule)
+// from the measured durations of earlier steps; task step times from a calibration run at
+// start, corrected online. A failing task is FAILED with its reason; training never sees it.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "freeride/side_task.h"
+#include "pipeline/stage_executor.h"
+
+namespace freeride {
+
+struct SideTaskSpec {
+  std::string type, name, plugin;
+  int64_t priority = 0;
+  int64_t memory_limit_bytes = 0;
+  TaskArgs args;
+};
+
+struct ExecutorOptions {
+  int rank = 0;
+  int stage = 0;
+  double margin = 0.1;        // fraction of a bubble's predicted time left unharvested
+  int calibration_steps = 3;  // standalone steps per task at start
+  std::string results_dir;    // tasks write under results_dir/<name>_r<rank>/
+};
+
+struct TaskReport {
+  std::string name, type, state, reason, unit, summary;
+  int64_t steps = 0;           // steps run inside bubbles
+  double units = 0;            // units of work done inside bubbles
+  double harvested_s = 0;      // time of those steps
+  double standalone_step_s = 0;   // mean step time alone (calibration)
+  double standalone_unit_s = 0;   // seconds per unit of work alone
+};
+
+struct SideStepEvent {
+  int task = 0;
+  int bubble = 0;  // index of the BUBBLE instruction
+  double start_s = 0, end_s = 0;  // MonotonicSeconds()
+};
+
+struct HarvestReport {
+  int rank = 0, stage = 0;
+  int64_t bubbles = 0;
+  std::array<double, pipeline::kNumBubbleKinds> bubble_s{}, harvested_s{}, overrun_s{};
+  std::vector<TaskReport> tasks;
+  double total_bubble_s() const;
+  double total_harvested_s() const;
+  double total_overrun_s() const;
+};
+
+class SideTaskExecutor : public pipeline::BubbleHook {
+ public:
+  // Creates, loads and calibrates every task; an error in any stops the run before training.
+  static absl::StatusOr<std::unique_ptr<SideTaskExecutor>> Create(
+      const std::vector<SideTaskSpec>& specs, const ExecutorOptions& options);
+  ~SideTaskExecutor() override;
+
+  void OnBubble(const pipeline::Instr& bubble, int index, double start_s,
+                const std::function<bool()>& input_ready) override;
+  void OnBubbleEnd(int index, double end_s) override;
+
+  // Off: bubbles are still measured (for the predictions), nothing runs in them and they stay
+  // out of the report (the overhead's reference blocks).
+  void set_harvesting(bool on) { harvesting_ = on; }
+  // Unloads every task: FINISHED if it was done, else STOPPED (FAILED stays FAILED).
+  void Finish();
+  HarvestReport Report() const;
+  const std::vector<SideStepEvent>& events() const { return events_; }
+
+ private:
+  struct Task;
+  struct Open {
+    int index = -1;
+    pipeline::BubbleKind kind = pipeline::BubbleKind::kNone;
+    double start = 0, harvest_end = 0, predicted_end = 0, harvested = 0;
+    bool overran = false;  // the input was found ready right after a side step
+    bool harvesting = false;  // counted in the report (blocks with harvesting off are not)
+  };
+  explicit SideTaskExecutor(const ExecutorOptions& options);
+  Task* Pick(double remaining);
+  bool RunStep(Task& task, double deadline, const std::function<bool()>& input_ready);
+  void Fail(Task& task, const std::string& reason);
+
+  ExecutorOptions options_;
+  std::vector<std::unique_ptr<Task>> tasks_;
+  std::vector<double> predicted_;  // per BUBBLE index; < 0 until measured
+  bool harvesting_ = true;
+  Open open_;
+  size_t round_robin_ = 0;
+  HarvestReport report_;
+  std::vector<SideStepEvent> events_;
+};
+
+}  // namespace freeride

@@ -1,0 +1,92 @@
+// The side-task API: work that runs inside pipeline bubbles.
+//
+// Lifecycle (DESIGN §5): SUBMITTED → Create (host state, arguments) → CREATED → Load (device
+// memory, through the context's capped arena) → LOADED ⇄ RUNNING (one Step at a time, each a
+// bounded unit of work) → Unload → FINISHED (Done() said so), STOPPED (training ended first)
+// or FAILED (an error, an exception, or memory beyond the limit; training goes on).
+//
+// Two interfaces, as in FreeRide: iterative (Step does one unit and returns) and imperative
+// (`command`: an external program resumed with SIGCONT when a bubble starts and stopped with
+// SIGSTOP when it ends; such a task says FillsBubble() and its Step runs until the context's
+// deadline or until the awaited input is ready).
+//
+// Built-in tasks register with FREERIDE_REGISTER_SIDE_TASK(Type, "name"). Out-of-tree tasks
+// are shared objects that define both symbols of FREERIDE_SIDE_TASK_PLUGIN(Type, "name") and
+// are named in the config (`plugin = "path/to/libtask.so"`).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/arena.h"
+#include "freeride/task_args.h"
+
+namespace freeride {
+
+enum class TaskState { kSubmitted, kCreated, kLoaded, kRunning, kFinished, kFailed, kStopped };
+const char* TaskStateName(TaskState state);
+
+// What a task is given: who it is, where it runs, its memory, its time, where results go.
+struct SideTaskContext {
+  std::string name;
+  int rank = 0;
+  int stage = 0;
+  const TaskArgs* args = nullptr;
+  CappedArena* arena = nullptr;      // every allocation of the task's working memory
+  std::string results_dir;           // the task's own directory for outputs
+  double deadline_s = 0;             // MonotonicSeconds() by which the current Step must end
+  std::function<bool()> input_ready; // true once training's awaited input has landed
+};
+
+class SideTask {
+ public:
+  virtual ~SideTask() = default;
+  // Reads arguments (ArgReader) and builds host state. Errors stop the run before training.
+  virtual absl::Status Create(SideTaskContext& ctx) = 0;
+  // Takes device memory (on the CPU backend: working memory) from ctx.arena.
+  virtual absl::Status Load(SideTaskContext&) { return absl::OkStatus(); }
+  // One bounded unit of work; returns the units of work it did (iterations, images, ...).
+  virtual absl::StatusOr<double> Step(SideTaskContext& ctx) = 0;
+  // Gives the memory back (preemption or the end); the task may be loaded again later.
+  virtual absl::Status Unload(SideTaskContext&) { return absl::OkStatus(); }
+  // True once the task has nothing left to do.
+  virtual bool Done() const { return false; }
+  // A step's duration when known in advance (seconds); 0: measured at start.
+  virtual double DeclaredStepSeconds() const { return 0; }
+  // An imperative task runs for the whole remaining bubble in one Step.
+  virtual bool FillsBubble() const { return false; }
+  // What a unit of work is, for reports ("iterations", "images").
+  virtual std::string UnitName() const { return "steps"; }
+  // One line for the report: what the task produced.
+  virtual std::string Summary() const { return ""; }
+};
+
+using SideTaskFactory = std::function<std::unique_ptr<SideTask>()>;
+
+// Registers a built-in type; returns true (for static registration).
+bool RegisterSideTask(const std::string& type, SideTaskFactory factory);
+std::vector<std::string> RegisteredSideTasks();
+
+// A task of `type`: from the built-in registry when `plugin` is empty, else from the shared
+// object at `plugin` (loaded once; its ABI version must match). Errors name the type, the
+// plugin, the missing symbol or the version found.
+absl::StatusOr<std::unique_ptr<SideTask>> CreateSideTask(const std::string& type,
+                                                         const std::string& plugin);
+
+// Bumped whenever SideTask or SideTaskContext changes layout.
+inline constexpr int kSideTaskAbiVersion = 1;
+
+}  // namespace freeride
+
+#define FREERIDE_REGISTER_SIDE_TASK(Type, name)                             \
+  [[maybe_unused]] static const bool freeride_registered_##Type =           \
+      ::freeride::RegisterSideTask(name, [] { return std::make_unique<Type>(); })
+
+// In a plugin's source: the two C symbols freeride looks for.
+#define FREERIDE_SIDE_TASK_PLUGIN(Type, name)                                              \
+  extern "C" int freeride_side_task_abi_version() { return ::freeride::kSideTaskAbiVersion; } \
+  extern "C" ::freeride::SideTask* freeride_create_side_task(const char* type) {          \
+    return std::string(type) == name ? new Type() : nullptr;                               \
+  }

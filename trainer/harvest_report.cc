@@ -1,0 +1,120 @@
+// The harvest report at the end of a run with side tasks: per stage and bubble kind the
+// measured bubble, harvested and overrun time, utilisation; per task its state and work;
+// the overhead (alternating blocks) and the reclaimed fraction. Gathered over every rank,
+// printed and written by rank 0 (metrics.jsonl), task records by each rank.
+#include <filesystem>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/files.h"
+#include "core/logging.h"
+#include "trainer/trainer.h"
+
+namespace freeride {
+namespace {
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    if (static_cast<unsigned char>(c) < 0x20) {
+      out += absl::StrFormat("\\u%04x", c);
+      continue;
+    }
+    out.push_back(c);
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+absl::Status Trainer::ReportHarvest() {
+  constexpr int K = pipeline::kNumBubbleKinds;
+  const int pp = layout_.pp;
+  std::vector<double> table(static_cast<size_t>(pp) * 3 * K, 0.0);
+  // Work done in bubbles in seconds of the tasks alone, and training device-seconds.
+  std::vector<double> totals(2, 0.0);
+  totals[1] = on_s_ + off_s_;
+  std::vector<int> world(transport_->size());
+  for (int r = 0; r < transport_->size(); ++r) world[r] = r;
+  if (side_) {
+    const HarvestReport report = side_->Report();
+    if (layout_.replica == 0) {
+      for (int k = 0; k < K; ++k) {
+        table[(layout_.stage * 3 + 0) * K + k] = report.bubble_s[k];
+        table[(layout_.stage * 3 + 1) * K + k] = report.harvested_s[k];
+        table[(layout_.stage * 3 + 2) * K + k] = report.overrun_s[k];
+      }
+    }
+    std::string lines;
+    for (const TaskReport& t : report.tasks) {
+      totals[0] += t.units * t.standalone_unit_s;
+      FR_LOG(INFO) << absl::StrFormat(
+          "side task '%s' (%s): %s, %d steps, %.6g %s in bubbles (%.3f s), alone %.3f ms/step%s%s",
+          t.name, t.type, t.state, t.steps, t.units, t.unit, t.harvested_s,
+          t.standalone_step_s * 1e3, t.reason.empty() ? "" : "; reason: " + t.reason,
+          t.summary.empty() ? "" : "; " + t.summary);
+      absl::StrAppendFormat(
+          &lines,
+          "{\"kind\": \"side_task\", \"step\": %d, \"rank\": %d, \"stage\": %d, \"name\": %s, "
+          "\"type\": %s, \"state\": %s, \"steps\": %d, \"units\": %.6g, \"unit\": %s, "
+          "\"harvested_s\": %.6f, \"standalone_step_s\": %.6f, \"reason\": %s, \"summary\": %s}\n",
+          step_, transport_->rank(), layout_.stage, JsonString(t.name), JsonString(t.type),
+          JsonString(t.state), t.steps, t.units, JsonString(t.unit), t.harvested_s,
+          t.standalone_step_s, JsonString(t.reason), JsonString(t.summary));
+    }
+    absl::Status s = WriteFileAtomically(
+        (std::filesystem::path(config_.run.dir) /
+         absl::StrFormat("side_tasks_rank%03d.jsonl", transport_->rank())).string(), lines);
+    if (!s.ok()) return s;
+  }
+  for (std::vector<double>* v : {&table, &totals}) {
+    absl::Status s = transport_->AllReduceSum(v->data(), static_cast<int64_t>(v->size()), world,
+                                              config_.runtime.comm_timeout_s);
+    if (!s.ok()) return s;
+  }
+  if (transport_->rank() != 0) return absl::OkStatus();
+  FR_LOG(INFO) << "harvest: stage  kind      bubble_s  harvested_s  utilisation  overrun_s";
+  for (int st = 0; st < pp; ++st) {
+    double bubble = 0, harvested = 0, overrun = 0;
+    std::vector<std::string> by_kind;
+    for (int k = 1; k < K; ++k) {
+      const double b = table[(st * 3 + 0) * K + k], h = table[(st * 3 + 1) * K + k];
+      const double o = table[(st * 3 + 2) * K + k];
+      bubble += b, harvested += h, overrun += o;
+      if (b == 0) continue;
+      const std::string kind(pipeline::BubbleKindName(static_cast<pipeline::BubbleKind>(k)));
+      FR_LOG(INFO) << absl::StrFormat("harvest: %5d  %-8s %9.3f  %11.3f  %10.1f%%  %9.4f", st,
+                                      kind, b, h, 100 * h / b, o);
+      by_kind.push_back(absl::StrFormat(
+          "\"%s\": {\"bubble_s\": %.6f, \"harvested_s\": %.6f, \"overrun_s\": %.6f}", kind, b, h, o));
+    }
+    const double util = bubble > 0 ? harvested / bubble : 0;
+    FR_LOG(INFO) << absl::StrFormat("harvest: %5d  %-8s %9.3f  %11.3f  %10.1f%%  %9.4f", st,
+                                    "all", bubble, harvested, 100 * util, overrun);
+    WriteMetric(absl::StrFormat(
+        "{\"kind\": \"harvest\", \"step\": %d, \"stage\": %d, \"bubble_s\": %.6f, "
+        "\"harvested_s\": %.6f, \"utilisation\": %.6f, \"overrun_s\": %.6f, \"by_kind\": {%s}}",
+        step_, st, bubble, harvested, util, overrun, absl::StrJoin(by_kind, ", ")));
+  }
+  const double reclaimed = totals[1] > 0 ? totals[0] / totals[1] : 0;
+  std::string overhead = "null";
+  if (on_steps_ > 0 && off_steps_ > 0) {
+    const double ratio = (on_s_ / on_steps_) / (off_s_ / off_steps_) - 1;
+    overhead = absl::StrFormat("%.6f", ratio);
+    FR_LOG(INFO) << absl::StrFormat(
+        "overhead: %+.2f%% (harvesting on: %d steps, mean %.4f s; off: %d steps, mean %.4f s)",
+        100 * ratio, on_steps_, on_s_ / on_steps_, off_steps_, off_s_ / off_steps_);
+  }
+  FR_LOG(INFO) << absl::StrFormat(
+      "reclaimed: %.2f%% (side work worth %.3f s of the tasks alone, over %.3f training "
+      "device-seconds)",
+      100 * reclaimed, totals[0], totals[1]);
+  WriteMetric(absl::StrFormat(
+      "{\"kind\": \"harvest_summary\", \"step\": %d, \"overhead\": %s, \"reclaimed\": %.6f, "
+      "\"side_work_s\": %.6f, \"device_s\": %.6f}",
+      step_, overhead, reclaimed, totals[0], totals[1]));
+  return absl::OkStatus();
+}
+
+}  // namespace freeride
