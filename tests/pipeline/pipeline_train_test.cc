@@ -14,50 +14,7 @@ namespace {
 using testing::ParityConfig;
 using testing::ParityShard;
 using testing::SingleProcessLosses;
-
-// Runs `config` on pp × dp threads; returns rank 0's losses (every rank sees the same).
-std::vector<double> ThreadedLosses(const Config& config, int steps = 5,
-                                   std::vector<std::string>* errors = nullptr,
-                                   int resume_at = -1) {
-  const int world = static_cast<int>(config.parallel.pp * config.parallel.dp);
-  auto transports = pipeline::MakeInProcessWorld(world);
-  std::vector<std::vector<double>> losses(world);
-  std::vector<std::string> failures(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      auto trainer = Trainer::Create(config, transports[r].get());
-      if (!trainer.ok()) {
-        failures[r] = std::string(trainer.status().message());
-        return;
-      }
-      for (int i = 0; i < steps; ++i) {
-        auto s = (*trainer)->Step();
-        if (!s.ok()) {
-          failures[r] = std::string(s.status().message());
-          return;
-        }
-        losses[r].push_back(s->loss);
-        if (i + 1 == resume_at) {
-          auto dir = (*trainer)->SaveCheckpoint();
-          if (!dir.ok()) failures[r] = std::string(dir.status().message());
-        }
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < world; ++r) {
-    if (errors != nullptr) {
-      errors->push_back(failures[r]);
-    } else {
-      EXPECT_EQ(failures[r], "") << "rank " << r;
-    }
-    if (r > 0 && errors == nullptr) {
-      EXPECT_EQ(losses[r], losses[0]) << "rank " << r;
-    }
-  }
-  return losses[0];
-}
+using testing::ThreadedLosses;
 
 class PipelineTrainTest : public ::testing::Test {
  protected:

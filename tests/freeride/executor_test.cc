@@ -1,0 +1,178 @@
+// The side-task executor fed synthetic bubbles (no pipeline): it measures a bubble first, then
+// fills it with steps that fit, stops when the input is ready, follows priorities, and marks
+// failing tasks FAILED while the others go on.
+#include "freeride/executor.h"
+
+#include <chrono>
+#include <filesystem>
+#include <stdexcept>
+#include <thread>
+
+#include "core/timer.h"
+#include "gtest/gtest.h"
+
+namespace freeride {
+namespace {
+
+using pipeline::BubbleKind;
+using pipeline::Instr;
+using pipeline::Op;
+
+// Test-only task types for failure injection.
+class ThrowingTask : public SideTask {
+ public:
+  absl::Status Create(SideTaskContext&) override { return absl::OkStatus(); }
+  absl::StatusOr<double> Step(SideTaskContext&) override {
+    if (++calls_ > 3) throw std::runtime_error("boom");  // calibration (3 steps) passes
+    return 1.0;
+  }
+  int calls_ = 0;
+};
+FREERIDE_REGISTER_SIDE_TASK(ThrowingTask, "test_throwing");
+
+class ErroringTask : public SideTask {
+ public:
+  absl::Status Create(SideTaskContext&) override { return absl::OkStatus(); }
+  absl::StatusOr<double> Step(SideTaskContext&) override {
+    if (++calls_ > 3) return absl::DataLossError("lost the data");
+    return 1.0;
+  }
+  int calls_ = 0;
+};
+FREERIDE_REGISTER_SIDE_TASK(ErroringTask, "test_erroring");
+
+// Takes 1 MiB more on every step: exceeds a small memory limit after a few.
+class GrowingTask : public SideTask {
+ public:
+  absl::Status Create(SideTaskContext&) override { return absl::OkStatus(); }
+  absl::StatusOr<double> Step(SideTaskContext& ctx) override {
+    absl::StatusOr<void*> p = ctx.arena->Allocate(1 << 20, "growing buffer");
+    if (!p.ok()) return p.status();
+    return 1.0;
+  }
+};
+FREERIDE_REGISTER_SIDE_TASK(GrowingTask, "test_growing");
+
+std::string ResultsDir() {
+  return (std::filesystem::path(::testing::TempDir()) / "side_results").string();
+}
+
+std::unique_ptr<SideTaskExecutor> MakeExecutor(const std::vector<SideTaskSpec>& specs) {
+  ExecutorOptions options;
+  options.results_dir = ResultsDir();
+  options.margin = 0.1;
+  auto ex = SideTaskExecutor::Create(specs, options);
+  EXPECT_TRUE(ex.ok()) << ex.status();
+  return ex.ok() ? *std::move(ex) : nullptr;
+}
+
+SideTaskSpec Spin(const std::string& name, double step_ms, int64_t priority = 0,
+                  int64_t steps = 0) {
+  SideTaskSpec spec{"spin", name, "", priority, 0, {{"step_ms", step_ms}}};
+  if (steps > 0) spec.args["steps"] = steps;
+  return spec;
+}
+
+// One synthetic bubble of `length_s` at BUBBLE index `index`; the input is ready after
+// `ready_after_s` (never when negative).
+void Bubble(SideTaskExecutor& ex, int index, double length_s, double ready_after_s = -1) {
+  Instr bubble;
+  bubble.op = Op::kBubble;
+  bubble.bubble = BubbleKind::kSteady;
+  const double start = MonotonicSeconds();
+  ex.OnBubble(bubble, index, start, [&] {
+    return ready_after_s >= 0 && MonotonicSeconds() >= start + ready_after_s;
+  });
+  while (MonotonicSeconds() < start + length_s) std::this_thread::yield();
+  ex.OnBubbleEnd(index, std::max(MonotonicSeconds(), start + length_s));
+}
+
+TEST(SideTaskExecutorTest, MeasuresFirstThenFillsWithinTheBubble) {
+  auto ex = MakeExecutor({Spin("spin", 1.0)});
+  ASSERT_NE(ex, nullptr);
+  Bubble(*ex, 0, 0.030);  // first sight: measured, not harvested
+  EXPECT_TRUE(ex->events().empty());
+  const double start = MonotonicSeconds();
+  for (int i = 0; i < 5; ++i) Bubble(*ex, 0, 0.030);
+  const HarvestReport r = ex->Report();
+  EXPECT_EQ(r.bubbles, 6);
+  const double util = r.total_harvested_s() / r.total_bubble_s();
+  EXPECT_GT(util, 0.6) << "harvested " << r.total_harvested_s() << " of " << r.total_bubble_s();
+  EXPECT_LE(util, 1.0);
+  // Every step starts inside a bubble and ends before the bubble's predicted end (30 ms).
+  for (const SideStepEvent& e : ex->events()) {
+    EXPECT_GE(e.start_s, start);
+    EXPECT_LT(e.end_s - e.start_s, 0.02);  // a 1 ms step, with room for a loaded machine
+  }
+  EXPECT_EQ(r.tasks[0].state, "LOADED");
+}
+
+TEST(SideTaskExecutorTest, StopsWhenTheInputIsReady) {
+  auto ex = MakeExecutor({Spin("spin", 1.0)});
+  Bubble(*ex, 0, 0.040);
+  const size_t before = ex->events().size();
+  const double start = MonotonicSeconds();
+  Bubble(*ex, 0, 0.040, /*ready_after_s=*/0.005);
+  ASSERT_GT(ex->events().size(), before);
+  // The last step started before the input was seen and ended within one step of it.
+  EXPECT_LT(ex->events().back().end_s - start, 0.005 + 0.015);
+}
+
+TEST(SideTaskExecutorTest, HigherPriorityFirstThenTheRest) {
+  auto ex = MakeExecutor({Spin("low", 1.0, 0), Spin("high", 1.0, 5, /*steps=*/8)});
+  Bubble(*ex, 0, 0.030);
+  for (int i = 0; i < 4; ++i) Bubble(*ex, 0, 0.030);
+  const HarvestReport r = ex->Report();
+  ASSERT_EQ(r.tasks.size(), 2u);
+  EXPECT_EQ(r.tasks[0].name, "high");  // sorted by priority
+  EXPECT_EQ(r.tasks[0].state, "FINISHED");
+  EXPECT_EQ(r.tasks[0].steps, 8 - 3);  // 3 ran in calibration
+  EXPECT_GT(r.tasks[1].steps, 0);
+  // "low" ran only after "high" was done.
+  const auto& events = ex->events();
+  size_t last_high = 0, first_low = events.size();
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (events[i].task == 0) last_high = i;
+    if (events[i].task == 1 && first_low == events.size()) first_low = i;
+  }
+  EXPECT_LT(last_high, first_low);
+}
+
+TEST(SideTaskExecutorTest, FailuresAreIsolated) {
+  SideTaskSpec growing{"test_growing", "growing", "", 3, 5 << 20, {}};
+  auto ex = MakeExecutor({SideTaskSpec{"test_throwing", "throwing", "", 2, 0, {}},
+                          SideTaskSpec{"test_erroring", "erroring", "", 2, 0, {}}, growing,
+                          Spin("spin", 1.0)});
+  ASSERT_NE(ex, nullptr);
+  Bubble(*ex, 0, 0.030);
+  for (int i = 0; i < 4; ++i) Bubble(*ex, 0, 0.030);
+  const HarvestReport r = ex->Report();
+  std::map<std::string, TaskReport> by_name;
+  for (const TaskReport& t : r.tasks) by_name[t.name] = t;
+  EXPECT_EQ(by_name["throwing"].state, "FAILED");
+  EXPECT_NE(by_name["throwing"].reason.find("threw boom"), std::string::npos);
+  EXPECT_EQ(by_name["erroring"].state, "FAILED");
+  EXPECT_NE(by_name["erroring"].reason.find("lost the data"), std::string::npos);
+  EXPECT_EQ(by_name["growing"].state, "FAILED");
+  EXPECT_NE(by_name["growing"].reason.find("exceeds the memory limit of 5242880 bytes"),
+            std::string::npos)
+      << by_name["growing"].reason;
+  EXPECT_EQ(by_name["spin"].state, "LOADED");
+  EXPECT_GT(by_name["spin"].steps, 0);  // the healthy task keeps the bubbles
+  ex->Finish();
+  EXPECT_EQ(ex->Report().tasks.back().state, "STOPPED");
+}
+
+TEST(SideTaskExecutorTest, HarvestingOffMeasuresButRunsNothing) {
+  auto ex = MakeExecutor({Spin("spin", 1.0)});
+  ex->set_harvesting(false);
+  for (int i = 0; i < 3; ++i) Bubble(*ex, 0, 0.010);
+  EXPECT_TRUE(ex->events().empty());
+  EXPECT_EQ(ex->Report().bubbles, 0);
+  ex->set_harvesting(true);
+  Bubble(*ex, 0, 0.010);
+  EXPECT_FALSE(ex->events().empty());  // the prediction was learnt while off
+}
+
+}  // namespace
+}  // namespace freeride

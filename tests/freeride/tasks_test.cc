@@ -1,0 +1,181 @@
+// Registry and plugins (each error asserted), and the built-in tasks against independent
+// references: PageRank by a plain float64 power iteration, images by their PPM output, the
+// `command` task's process state read from /proc.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "core/files.h"
+#include "core/timer.h"
+#include "freeride/executor.h"
+#include "gtest/gtest.h"
+
+namespace freeride {
+namespace {
+
+std::string Temp(const std::string& name) {
+  return (std::filesystem::path(::testing::TempDir()) / name).string();
+}
+
+std::string ErrorOf(const std::string& type, const std::string& plugin) {
+  auto task = CreateSideTask(type, plugin);
+  return task.ok() ? "" : std::string(task.status().message());
+}
+
+TEST(SideTaskRegistryTest, UnknownTypeListsTheBuiltIns) {
+  const std::string message = ErrorOf("pagernk", "");
+  EXPECT_NE(message.find("unknown side task type 'pagernk'"), std::string::npos) << message;
+  EXPECT_NE(message.find("pagerank"), std::string::npos);
+  EXPECT_NE(message.find("image"), std::string::npos);
+}
+
+TEST(SideTaskRegistryTest, PluginLoadsAndRuns) {
+  auto task = CreateSideTask("collatz", FREERIDE_COLLATZ_PLUGIN);
+  ASSERT_TRUE(task.ok()) << task.status();
+  TaskArgs args{{"chunk", int64_t{1000}}};
+  CappedArena arena;
+  SideTaskContext ctx{"collatz", 0, 0, &args, &arena, Temp("collatz"), 0, [] { return false; }};
+  ASSERT_TRUE((*task)->Create(ctx).ok());
+  ASSERT_TRUE((*task)->Step(ctx).ok());
+  // Below 1000, 871 has the longest chain: 179 terms (a known result).
+  EXPECT_NE((*task)->Summary().find("starts at 871 (179 terms)"), std::string::npos)
+      << (*task)->Summary();
+}
+
+TEST(SideTaskRegistryTest, PluginErrorsAreClear) {
+  EXPECT_NE(ErrorOf("collatz", Temp("missing.so")).find("cannot be loaded"), std::string::npos);
+  EXPECT_NE(ErrorOf("x", FREERIDE_NO_SYMBOL_PLUGIN)
+                .find("lacks the symbol freeride_side_task_abi_version"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("x", FREERIDE_WRONG_ABI_PLUGIN)
+                .find("built for side-task ABI version 999; this freeride has version 1"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("pagerank", FREERIDE_COLLATZ_PLUGIN).find("does not provide type 'pagerank'"),
+            std::string::npos);
+}
+
+TEST(SideTaskArgsTest, BadArgumentsNameTaskAndArgument) {
+  ExecutorOptions options;
+  options.results_dir = Temp("args");
+  auto bad = SideTaskExecutor::Create(
+      {SideTaskSpec{"pagerank", "pr", "", 0, 0, {{"damping", std::string("high")}}}}, options);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(
+                "side task 'pr': args.damping: expected a number in [0, 1], found \"high\""),
+            std::string::npos)
+      << bad.status().message();
+  auto unknown = SideTaskExecutor::Create(
+      {SideTaskSpec{"image", "img", "", 0, 0, {{"colour", int64_t{3}}}}}, options);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("unknown argument args.colour"), std::string::npos);
+}
+
+// Runs a task alone through its lifecycle until Done (or `max_steps`).
+void RunToEnd(SideTask& task, SideTaskContext& ctx, int max_steps) {
+  ASSERT_TRUE(task.Create(ctx).ok());
+  ASSERT_TRUE(MakeDirectories(ctx.results_dir).ok());
+  ASSERT_TRUE(task.Load(ctx).ok());
+  for (int i = 0; i < max_steps && !task.Done(); ++i) ASSERT_TRUE(task.Step(ctx).ok());
+  ASSERT_TRUE(task.Unload(ctx).ok());
+}
+
+TEST(PageRankTaskTest, MatchesPlainPowerIteration) {
+  // 0→1, 0→2, 1→2, 2→0, 3→2, and 4 dangling (no out-edges) but pointed at by 3.
+  const std::vector<std::pair<int, int>> edges{{0, 1}, {0, 2}, {1, 2}, {2, 0}, {3, 2}, {3, 4}};
+  std::string text = "# a small graph\n";
+  for (auto [u, v] : edges) text += std::to_string(u) + " " + std::to_string(v) + "\n";
+  ASSERT_TRUE(WriteFileAtomically(Temp("graph.txt"), text).ok());
+  auto task = CreateSideTask("pagerank", "");
+  ASSERT_TRUE(task.ok());
+  TaskArgs args{{"edges", Temp("graph.txt")}, {"tolerance", 1e-12}, {"rows_per_step", int64_t{2}}};
+  CappedArena arena;
+  SideTaskContext ctx{"pr", 0, 0, &args, &arena, Temp("pr"), 0, [] { return false; }};
+  RunToEnd(**task, ctx, 100000);
+  EXPECT_TRUE((*task)->Done());
+  // The reference: dense power iteration with dangling mass spread evenly.
+  const int n = 5;
+  std::vector<double> r(n, 1.0 / n), out(n, 0);
+  for (auto [u, v] : edges) out[u] += 1;
+  for (int it = 0; it < 200; ++it) {
+    double dangling = 0;
+    for (int v = 0; v < n; ++v) dangling += out[v] == 0 ? r[v] : 0;
+    std::vector<double> next(n, (1 - 0.85) / n + 0.85 * dangling / n);
+    for (auto [u, v] : edges) next[v] += 0.85 * r[u] / out[u];
+    r = next;
+  }
+  std::ifstream in(Temp("pr") + "/ranks.txt");
+  std::string line;
+  std::getline(in, line);  // header
+  int v;
+  double rank;
+  int count = 0;
+  while (in >> v >> rank) {
+    EXPECT_NEAR(rank, r[v], 1e-9) << "vertex " << v;
+    ++count;
+  }
+  EXPECT_EQ(count, n);
+}
+
+TEST(ImageTaskTest, WritesWatermarkedImages) {
+  auto task = CreateSideTask("image", "");
+  ASSERT_TRUE(task.ok());
+  TaskArgs args{{"width", int64_t{64}}, {"height", int64_t{48}}, {"out_width", int64_t{40}},
+                {"out_height", int64_t{30}}, {"count", int64_t{3}}, {"write_every", int64_t{1}}};
+  CappedArena arena(1 << 20);
+  SideTaskContext ctx{"img", 0, 0, &args, &arena, Temp("img"), 0, [] { return false; }};
+  RunToEnd(**task, ctx, 10);
+  EXPECT_TRUE((*task)->Done());
+  auto ppm = ReadFile(Temp("img") + "/image_000003.ppm");
+  ASSERT_TRUE(ppm.ok());
+  EXPECT_EQ(ppm->substr(0, 13), "P6\n40 30\n255\n");
+  EXPECT_EQ(ppm->size(), 13u + 40 * 30 * 3);
+}
+
+char ProcessState(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string all((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t paren = all.rfind(')');
+  return paren == std::string::npos || paren + 2 >= all.size() ? '?' : all[paren + 2];
+}
+
+TEST(CommandTaskTest, RunsOnlyInsideBubbles) {
+  auto task = CreateSideTask("command", "");
+  ASSERT_TRUE(task.ok());
+  // The child records its pid, then sleeps: stopped outside bubbles, sleeping inside.
+  TaskArgs args{{"argv", std::vector<std::string>{"sh", "-c", "echo $$ > pid; exec sleep 60"}}};
+  CappedArena arena;
+  SideTaskContext ctx{"cmd", 0, 0, &args, &arena, Temp("cmd"), 0, [] { return false; }};
+  std::filesystem::remove_all(ctx.results_dir);
+  ASSERT_TRUE(MakeDirectories(ctx.results_dir).ok());
+  ASSERT_TRUE((*task)->Create(ctx).ok());
+  ASSERT_TRUE((*task)->Load(ctx).ok());
+  ctx.deadline_s = MonotonicSeconds() + 0.3;  // one bubble of 300 ms
+  ASSERT_TRUE((*task)->Step(ctx).ok());
+  auto pid_text = ReadFile(ctx.results_dir + "/pid");
+  ASSERT_TRUE(pid_text.ok()) << "the child never ran inside the bubble";
+  const int pid = std::stoi(*pid_text);
+  EXPECT_EQ(ProcessState(pid), 'T') << "outside a bubble the command must be stopped";
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(ProcessState(pid), 'T');
+  ASSERT_TRUE((*task)->Unload(ctx).ok());  // the end of training: killed
+  EXPECT_FALSE((*task)->Done());
+}
+
+TEST(CommandTaskTest, CrashIsAnErrorWithTheStatus) {
+  auto task = CreateSideTask("command", "");
+  TaskArgs args{{"argv", std::vector<std::string>{"sh", "-c", "exit 3"}}};
+  CappedArena arena;
+  SideTaskContext ctx{"crash", 0, 0, &args, &arena, Temp("crash"), 0, [] { return false; }};
+  ASSERT_TRUE(MakeDirectories(ctx.results_dir).ok());
+  ASSERT_TRUE((*task)->Create(ctx).ok());
+  ASSERT_TRUE((*task)->Load(ctx).ok());
+  ctx.deadline_s = MonotonicSeconds() + 2;
+  auto step = (*task)->Step(ctx);
+  ASSERT_FALSE(step.ok());
+  EXPECT_NE(step.status().message().find("exited with status 3"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace freeride
