@@ -21,7 +21,7 @@ std::vector<int> RankLayout::DataParallelGroup() const {
 
 StageExecutor::StageExecutor(Schedule schedule, RankLayout layout,
                              std::vector<GPT2Stage<float>*> chunks, Transport* transport,
-                             double timeout_s, std::function<absl::Status()> optimizer)
+                             double timeout_s, OptimizerHooks optimizer)
     : schedule_(std::move(schedule)),
       layout_(layout),
       chunks_(std::move(chunks)),
@@ -117,7 +117,8 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
       const bool grad = in.op == Op::kRecvGrad;
       const double start = MonotonicSeconds();
       absl::Status s = transport_->Wait((grad ? recv_grad_req_ : recv_act_req_)[cell], timeout_s_);
-      *waited += MonotonicSeconds() - start;
+      wait_end_s_ = MonotonicSeconds();
+      *waited += wait_end_s_ - start;
       if (!s.ok()) return s;
       float* dst = grad ? chunk->output_grad(slot) : chunk->input_activations(slot);
       std::memcpy(dst, (grad ? recv_grad_ : recv_act_)[cell].data(), floats * sizeof(float));
@@ -154,7 +155,8 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
       tied_reduced_ = true;
       const double start = MonotonicSeconds();
       absl::Status s = ReduceTied();
-      *waited += MonotonicSeconds() - start;
+      wait_end_s_ = MonotonicSeconds();
+      *waited += wait_end_s_ - start;
       return s;
     }
     case Op::kReduceGrads: {
@@ -163,16 +165,26 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
       absl::Status s = tied_reduced_ ? absl::OkStatus() : ReduceTied();
       tied_reduced_ = true;
       if (s.ok()) s = ReduceDataParallel();
-      *waited += MonotonicSeconds() - start;
+      wait_end_s_ = MonotonicSeconds();
+      *waited += wait_end_s_ - start;
       return s;
     }
-    case Op::kOptimizer:
+    case Op::kOptimizer: {
       // A one-stage schedule has no REDUCE_TIED: the tied gradient is summed locally here.
       if (!tied_reduced_) {
         if (absl::Status s = ReduceTied(); !s.ok()) return s;
         tied_reduced_ = true;
       }
-      return optimizer_ ? optimizer_() : absl::OkStatus();
+      if (!optimizer_.units) return absl::OkStatus();
+      std::vector<double> units = optimizer_.units();
+      const double start = MonotonicSeconds();
+      absl::Status s = transport_->AllReduceSum(units.data(), static_cast<int64_t>(units.size()),
+                                                layout_.PipelineGroup(), timeout_s_);
+      wait_end_s_ = MonotonicSeconds();
+      *waited += wait_end_s_ - start;
+      if (!s.ok()) return s;
+      return optimizer_.apply(units);
+    }
     case Op::kBubble:
       return absl::OkStatus();  // RunStep hands bubbles to the hook
   }
@@ -224,9 +236,12 @@ absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, f
       open_bubble = static_cast<int>(i);
       hook_->OnBubble(instrs[i], open_bubble, start, InputReady(i));
     }
+    wait_end_s_ = 0;
     absl::Status s = Execute(instrs[i], data, loss_scale, &head_loss, &out.bubble_s);
     if (open_bubble >= 0 && instrs[i].op != Op::kBubble) {
-      hook_->OnBubbleEnd(open_bubble, MonotonicSeconds());
+      // The bubble ended when the awaited instruction stopped waiting (for OPTIMIZER: its
+      // pipeline-wide sum, before the update's own compute).
+      hook_->OnBubbleEnd(open_bubble, wait_end_s_ > 0 ? wait_end_s_ : MonotonicSeconds());
       open_bubble = -1;
     }
     if (!s.ok()) {

@@ -59,12 +59,20 @@ struct MicrobatchData {
   int64_t rows = 0;
 };
 
+// The optimizer step, in the two halves around the pipeline-wide sum OPTIMIZER waits in:
+// `units` gives this rank's gradient squares at their places in the whole model (zeros
+// elsewhere); the executor sums them over the pipeline; `apply` gets the sums.
+struct OptimizerHooks {
+  std::function<std::vector<double>()> units;
+  std::function<absl::Status(const std::vector<double>& summed)> apply;
+};
+
 class StageExecutor {
  public:
   // `chunks[c]` is this rank's model chunk c (virtual stage c·pp + stage); each has at least
-  // schedule.buffers_per_stage[stage] slots. `optimizer` runs at OPTIMIZER.
+  // schedule.buffers_per_stage[stage] slots. `optimizer` runs at OPTIMIZER (none: skipped).
   StageExecutor(Schedule schedule, RankLayout layout, std::vector<GPT2Stage<float>*> chunks,
-                Transport* transport, double timeout_s, std::function<absl::Status()> optimizer);
+                Transport* transport, double timeout_s, OptimizerHooks optimizer);
 
   void set_bubble_hook(BubbleHook* hook) { hook_ = hook; }
   const Schedule& schedule() const { return schedule_; }
@@ -92,7 +100,8 @@ class StageExecutor {
   std::vector<GPT2Stage<float>*> chunks_;
   Transport* transport_;
   double timeout_s_;
-  std::function<absl::Status()> optimizer_;
+  OptimizerHooks optimizer_;
+  double wait_end_s_ = 0;  // when the last waiting instruction stopped waiting
   BubbleHook* hook_ = nullptr;
   std::vector<int> slot_of_;  // [chunk · m + microbatch] → activation slot
   // Staging buffers for messages, [chunk · m + microbatch].

@@ -199,7 +199,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   Trainer* self = t.get();
   t->executor_ = std::make_unique<pipeline::StageExecutor>(
       *schedule, L, raw, transport, config.runtime.comm_timeout_s,
-      [self] { return self->OptimizerStep(); });
+      pipeline::OptimizerHooks{[self] { return self->GradientUnits(); },
+                               [self](const std::vector<double>& units) {
+                                 return self->OptimizerStep(units);
+                               }});
 
   // The global batch: dp replicas × batch_size sequences, replica r taking its own rows.
   absl::StatusOr<TokenLoader> train = TokenLoader::Open(
@@ -215,7 +218,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
     t->val_ = *std::move(val);
     t->eval_executor_ = std::make_unique<pipeline::StageExecutor>(
         ForwardOnlySchedule(*schedule), L, raw, transport, config.runtime.comm_timeout_s,
-        nullptr);
+        pipeline::OptimizerHooks{});
   }
   t->inputs_.resize(tc.batch_size * L.dp * tc.seq_len);
   t->targets_.resize(tc.batch_size * L.dp * tc.seq_len);
@@ -315,7 +318,7 @@ pipeline::MicrobatchData Trainer::Microbatches() const {
   return data;
 }
 
-absl::Status Trainer::OptimizerStep() {
+std::vector<double> Trainer::GradientUnits() {
   // Gradient squares per model unit (embedding, layers, final LayerNorm) at their places in
   // the whole model: every stage fills its own, the sum over the pipeline adds zeros
   // elsewhere (exact), and the units are added in model order, as one process would.
@@ -330,11 +333,10 @@ absl::Status Trainer::OptimizerStep() {
     }
     if (chunk->stage().has_head) units[L + 1] = own[k++];
   }
-  if (absl::Status s = transport_->AllReduceSum(units.data(), L + 2, layout_.PipelineGroup(),
-                                                config_.runtime.comm_timeout_s);
-      !s.ok()) {
-    return s;
-  }
+  return units;
+}
+
+absl::Status Trainer::OptimizerStep(const std::vector<double>& units) {
   double squares = 0;
   for (double u : units) squares += u;
   last_grad_norm_ = std::sqrt(squares);

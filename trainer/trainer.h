@@ -71,7 +71,8 @@ class Trainer {
  private:
   explicit Trainer(const Config& config) : config_(config) {}
   absl::Status Resume(const std::string& path);
-  absl::Status OptimizerStep();
+  std::vector<double> GradientUnits();
+  absl::Status OptimizerStep(const std::vector<double>& summed_units);
   absl::Status Barrier();
   pipeline::MicrobatchData Microbatches() const;
   void WriteMetric(const std::string& json);
