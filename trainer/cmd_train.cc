@@ -14,6 +14,7 @@
 
 #include "core/logging.h"
 #include "models/gpt2.h"
+#include "models/gpt2_decoder.h"
 #include "pipeline/comm/transport.h"
 #include "models/llmc_checkpoint.h"
 #include "trainer/cli.h"
@@ -147,25 +148,29 @@ int SampleCommand(const ParsedFlags& flags) {
     if (!ids.ok()) return Fail(ids.status());
     context.insert(context.end(), ids->begin(), ids->end());
   }
-  absl::StatusOr<GPT2Config> shape = ReadLlmcModelConfig(ModelFileOf(flags.Get("checkpoint")));
-  if (!shape.ok()) return Fail(shape.status());
-  const int64_t T = std::min<int64_t>(shape->max_seq_len, context.size() + tokens);
-  auto model = LoadModel(flags.Get("checkpoint"), 1, T);
-  if (!model.ok()) return Fail(model.status());
-  GPT2Stage<float>& m = **model;
-  const int64_t V = m.config().vocab_size, Vp = m.config().padded_vocab_size;
+  absl::StatusOr<LlmcModel> weights = ReadLlmcModel(ModelFileOf(flags.Get("checkpoint")));
+  if (!weights.ok()) return Fail(weights.status());
+  const GPT2Config& config = weights->config;
+  const int64_t room = config.max_seq_len - static_cast<int64_t>(context.size());
+  if (room < 1) {
+    return Fail(absl::InvalidArgumentError(absl::StrFormat(
+        "the prompt has %d tokens; the model's context holds %d", context.size() - 1,
+        config.max_seq_len)));
+  }
+  if (tokens > room) {
+    std::cerr << absl::StrFormat("note: generating %d tokens, what the model's context of %d "
+                                 "leaves after the prompt\n", room, config.max_seq_len);
+    tokens = room;
+  }
+  // The prompt goes through the key/value cache once; each new token then costs one position.
+  GPT2Decoder decoder(config, weights->params.data(), 1, context.size() + tokens);
+  const float* logits = nullptr;
+  for (int32_t token : context) logits = decoder.Step(&token);
+  const int64_t V = config.vocab_size;
   std::mt19937_64 rng(static_cast<uint64_t>(seed));
   std::vector<std::pair<float, int32_t>> candidates(V);
   std::cout << flags.Get("prompt") << std::flush;
   for (int64_t n = 0; n < tokens; ++n) {
-    // The model sees the last T tokens; later positions cannot affect earlier ones (causal).
-    const int64_t start = std::max<int64_t>(0, static_cast<int64_t>(context.size()) - T);
-    const int64_t len = static_cast<int64_t>(context.size()) - start;
-    std::fill(m.tokens(0), m.tokens(0) + T, 0);
-    std::fill(m.targets(0), m.targets(0) + T, 0);
-    std::copy(context.begin() + start, context.end(), m.tokens(0));
-    m.Forward(0);
-    const float* logits = m.logits(0) + (len - 1) * Vp;
     int32_t next = 0;
     for (int32_t v = 0; v < V; ++v) candidates[v] = {logits[v], v};
     if (temperature == 0) {
@@ -174,16 +179,15 @@ int SampleCommand(const ParsedFlags& flags) {
       const int64_t k = top_k == 0 ? V : std::min<int64_t>(top_k, V);
       std::partial_sort(candidates.begin(), candidates.begin() + k, candidates.end(),
                         [](const auto& a, const auto& b) { return a.first > b.first; });
-      std::vector<double> weights(k);
+      std::vector<double> w(k);
       for (int64_t i = 0; i < k; ++i) {
-        weights[i] = std::exp((candidates[i].first - candidates[0].first) / temperature);
+        w[i] = std::exp((candidates[i].first - candidates[0].first) / temperature);
       }
-      next = candidates[std::discrete_distribution<int64_t>(weights.begin(), weights.end())(rng)]
-                 .second;
+      next = candidates[std::discrete_distribution<int64_t>(w.begin(), w.end())(rng)].second;
     }
-    context.push_back(next);
     absl::StatusOr<std::string> text = (*tokenizer)->Decode({next});
     if (text.ok()) std::cout << *text << std::flush;
+    if (n + 1 < tokens) logits = decoder.Step(&next);
   }
   std::cout << "\n";
   return kExitOk;

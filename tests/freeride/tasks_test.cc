@@ -2,6 +2,7 @@
 // references: PageRank by a plain float64 power iteration, images by their PPM output, the
 // `command` task's process state read from /proc.
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -175,6 +176,65 @@ TEST(CommandTaskTest, CrashIsAnErrorWithTheStatus) {
   auto step = (*task)->Step(ctx);
   ASSERT_FALSE(step.ok());
   EXPECT_NE(step.status().message().find("exited with status 3"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace freeride
+
+namespace freeride {
+namespace {
+
+TEST(TrainTaskTest, LossFalls) {
+  auto task = CreateSideTask("train", "");
+  ASSERT_TRUE(task.ok());
+  TaskArgs args{{"steps", int64_t{80}}, {"n_embd", int64_t{32}}, {"vocab", int64_t{32}},
+                {"seq_len", int64_t{16}}, {"lr", 1e-2}};
+  CappedArena arena(64 << 20);
+  SideTaskContext ctx{"train", 0, 0, &args, &arena, Temp("train"), 0, [] { return false; }};
+  RunToEnd(**task, ctx, 1000);
+  EXPECT_TRUE((*task)->Done());
+  double first = 0, last = 0;
+  ASSERT_EQ(std::sscanf((*task)->Summary().c_str(), "80 steps, loss %lf -> %lf", &first, &last), 2)
+      << (*task)->Summary();
+  EXPECT_NEAR(first, std::log(32.0), 0.3);
+  EXPECT_LT(last, first - 1.0);
+}
+
+TEST(GptInferTaskTest, GeneratesBatchesFromACheckpoint) {
+  auto task = CreateSideTask("gpt_infer", "");
+  ASSERT_TRUE(task.ok());
+  TaskArgs args{{"checkpoint", std::string("tests/data/gpt2_golden/model.bin")},
+                {"batch", int64_t{2}}, {"max_tokens", int64_t{5}}, {"requests", int64_t{4}}};
+  CappedArena arena(16 << 20);
+  SideTaskContext ctx{"infer", 0, 0, &args, &arena, Temp("infer"), 0, [] { return false; }};
+  std::filesystem::remove_all(ctx.results_dir);
+  RunToEnd(**task, ctx, 100);
+  EXPECT_TRUE((*task)->Done());
+  auto text = ReadFile(ctx.results_dir + "/generations.txt");
+  ASSERT_TRUE(text.ok());
+  std::istringstream lines(*text);
+  std::string line;
+  int count = 0;
+  while (std::getline(lines, line)) {
+    std::istringstream ids(line);
+    int id, n = 0;
+    while (ids >> id) {
+      EXPECT_TRUE(id >= 0 && id < 100) << id;
+      ++n;
+    }
+    EXPECT_EQ(n, 5);
+    ++count;
+  }
+  EXPECT_EQ(count, 4);
+  // The weights alone (about 120 KB) do not fit a 64 KiB limit.
+  auto small = CreateSideTask("gpt_infer", "");
+  CappedArena tiny(64 << 10);
+  SideTaskContext ctx2{"infer", 0, 0, &args, &tiny, Temp("infer2"), 0, [] { return false; }};
+  ASSERT_TRUE((*small)->Create(ctx2).ok());
+  absl::Status load = (*small)->Load(ctx2);
+  ASSERT_FALSE(load.ok());
+  EXPECT_NE(load.message().find("gpt_infer weights"), std::string::npos);
+  EXPECT_NE(load.message().find("exceeds the memory limit"), std::string::npos);
 }
 
 }  // namespace

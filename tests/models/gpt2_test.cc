@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "models/gpt2_decoder.h"
 #include "models/llmc_checkpoint.h"
 #include "tests/models/grad_check.h"
 
@@ -136,6 +137,37 @@ TEST(GPT2Test, Gpt2SmallHas124MParameters) {
   const GPT2Config cfg = *MakeGPT2Config(12, 12, 768, 1024, 50257);
   EXPECT_EQ(cfg.padded_vocab_size, 50304);
   EXPECT_EQ(NumParameters(cfg), 124475904);  // llm.c prints this for GPT-2 small
+}
+
+}  // namespace
+}  // namespace freeride
+
+namespace freeride {
+namespace {
+
+// The KV-cache decoder gives, position by position, the logits of the full forward pass.
+TEST(GPT2DecoderTest, MatchesTheFullForwardPass) {
+  const GPT2Config cfg = *MakeGPT2Config(2, 2, 16, 8, 50);
+  GPT2Stage<float> full(cfg, WholeModel(cfg), /*micro_batch=*/2, /*seq_len=*/6, 1);
+  full.InitRandom(11);
+  // Livelier weights than GPT-2's init so the attention is far from uniform.
+  for (int64_t i = 0; i < full.num_params(); ++i) full.params()[i] *= 8.0f;
+  std::mt19937 rng(5);
+  for (int i = 0; i < 12; ++i) full.tokens(0)[i] = rng() % 50, full.targets(0)[i] = 0;
+  full.Forward(0);
+  GPT2Decoder decoder(cfg, full.params(), /*batch=*/2, /*max_len=*/6);
+  const int64_t Vp = cfg.padded_vocab_size;
+  for (int64_t t = 0; t < 6; ++t) {
+    const int32_t step_tokens[2] = {full.tokens(0)[t], full.tokens(0)[6 + t]};
+    const float* logits = decoder.Step(step_tokens);
+    for (int64_t b = 0; b < 2; ++b) {
+      const float* expected = full.logits(0) + (b * 6 + t) * Vp;
+      for (int64_t v = 0; v < cfg.vocab_size; ++v) {
+        EXPECT_NEAR(logits[b * Vp + v], expected[v], 1e-4 * (1 + std::fabs(expected[v])))
+            << "batch " << b << " position " << t << " token " << v;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,131 @@
+// `gpt_infer`: LLM inference in bubbles. Batched generation from a GPT checkpoint (an llm.c
+// model file, args.checkpoint) with a key/value cache: a step decodes one token for each of
+// args.batch sequences; after args.max_tokens a batch is complete, its token ids are appended
+// to results_dir/generations.txt and a new batch starts from <|endoftext|>. args.requests > 0
+// ends the task after that many sequences. Weights, cache and activations live in the task's
+// arena (its memory_limit caps them).
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <random>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "freeride/side_task.h"
+#include "models/gpt2_decoder.h"
+#include "models/llmc_checkpoint.h"
+
+namespace freeride {
+namespace {
+
+class GptInferTask : public SideTask {
+ public:
+  absl::Status Create(SideTaskContext& ctx) override {
+    ArgReader args(ctx.name, *ctx.args);
+    if (absl::Status s = args.OnlyKnown({"checkpoint", "batch", "max_tokens", "requests",
+                                         "temperature", "top_k", "seed"});
+        !s.ok()) {
+      return s;
+    }
+    auto path = args.String("checkpoint", "");
+    auto batch = args.Int("batch", 4, 1, 4096);
+    auto tokens = args.Int("max_tokens", 64, 1, 1 << 20);
+    auto requests = args.Int("requests", 0, 0, int64_t{1} << 40);
+    auto temperature = args.Number("temperature", 1.0, 0, 100);
+    auto top_k = args.Int("top_k", 40, 0, 1 << 24);
+    auto seed = args.Int("seed", 1, 0, int64_t{1} << 62);
+    for (const absl::Status& s : {path.status(), batch.status(), tokens.status(),
+                                  requests.status(), temperature.status(), top_k.status(),
+                                  seed.status()}) {
+      if (!s.ok()) return s;
+    }
+    if (path->empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "side task '%s': args.checkpoint is required (an llm.c model file)", ctx.name));
+    }
+    absl::StatusOr<GPT2Config> config = ReadLlmcModelConfig(*path);
+    if (!config.ok()) return config.status();
+    path_ = *path, config_ = *config, batch_ = *batch, requests_ = *requests;
+    max_tokens_ = std::min<int64_t>(*tokens, config_.max_seq_len - 1);
+    temperature_ = *temperature, top_k_ = *top_k;
+    rng_.seed(static_cast<uint64_t>(*seed));
+    return absl::OkStatus();
+  }
+
+  absl::Status Load(SideTaskContext& ctx) override {
+    absl::StatusOr<LlmcModel> model = ReadLlmcModel(path_);
+    if (!model.ok()) return model.status();
+    absl::StatusOr<float*> weights =
+        ctx.arena->AllocateArray<float>(static_cast<int64_t>(model->params.size()), "gpt_infer weights");
+    if (!weights.ok()) return weights.status();
+    std::copy(model->params.begin(), model->params.end(), *weights);
+    const int64_t floats = GPT2Decoder::WorkspaceFloats(config_, batch_, max_tokens_ + 1);
+    absl::StatusOr<float*> workspace = ctx.arena->AllocateArray<float>(floats, "gpt_infer KV cache");
+    if (!workspace.ok()) return workspace.status();
+    decoder_ = std::make_unique<GPT2Decoder>(config_, *weights, batch_, max_tokens_ + 1, *workspace);
+    StartBatch();
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<double> Step(SideTaskContext& ctx) override {
+    const float* logits = decoder_->Step(current_.data());
+    const int64_t V = config_.vocab_size, Vp = config_.padded_vocab_size;
+    for (int64_t b = 0; b < batch_; ++b) {
+      current_[b] = Sample(logits + b * Vp, V);
+      generated_[b].push_back(current_[b]);
+    }
+    if (decoder_->position() >= max_tokens_) {
+      std::ofstream out(ctx.results_dir + "/generations.txt", std::ios::app);
+      for (const auto& seq : generated_) out << absl::StrJoin(seq, " ") << "\n";
+      sequences_ += batch_;
+      StartBatch();
+    }
+    tokens_ += batch_;
+    return static_cast<double>(batch_);
+  }
+
+  absl::Status Unload(SideTaskContext&) override {
+    decoder_.reset();
+    return absl::OkStatus();
+  }
+  bool Done() const override { return requests_ > 0 && sequences_ >= requests_; }
+  std::string UnitName() const override { return "tokens"; }
+  std::string Summary() const override {
+    return absl::StrFormat("%d tokens, %d complete sequences of %d (batch %d)", tokens_,
+                           sequences_, max_tokens_, batch_);
+  }
+
+ private:
+  void StartBatch() {
+    decoder_->Reset();
+    const int32_t start = config_.vocab_size > 50256 ? 50256 : 0;  // <|endoftext|>
+    current_.assign(batch_, start);
+    generated_.assign(batch_, {});
+  }
+  int32_t Sample(const float* logits, int64_t V) {
+    if (temperature_ == 0) return static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
+    std::vector<std::pair<float, int32_t>> c(V);
+    for (int32_t v = 0; v < V; ++v) c[v] = {logits[v], v};
+    const int64_t k = top_k_ == 0 ? V : std::min<int64_t>(top_k_, V);
+    std::partial_sort(c.begin(), c.begin() + k, c.end(),
+                      [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::vector<double> w(k);
+    for (int64_t i = 0; i < k; ++i) w[i] = std::exp((c[i].first - c[0].first) / temperature_);
+    return c[std::discrete_distribution<int64_t>(w.begin(), w.end())(rng_)].second;
+  }
+
+  std::string path_;
+  GPT2Config config_;
+  int64_t batch_ = 4, max_tokens_ = 64, requests_ = 0, top_k_ = 40, sequences_ = 0, tokens_ = 0;
+  double temperature_ = 1;
+  std::mt19937_64 rng_;
+  std::unique_ptr<GPT2Decoder> decoder_;
+  std::vector<int32_t> current_;
+  std::vector<std::vector<int32_t>> generated_;
+};
+
+}  // namespace
+
+FREERIDE_REGISTER_SIDE_TASK(GptInferTask, "gpt_infer");
+
+}  // namespace freeride
