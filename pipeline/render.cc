@@ -118,9 +118,14 @@ std::string ChromeTrace(const Schedule& s, const SimResult& sim) {
   return out + "\n]}\n";
 }
 
-std::string GanttSvg(const Schedule& s, const SimResult& sim) {
+std::string GanttSvg(const Schedule& s, const SimResult& sim,
+                     const std::vector<std::vector<std::pair<double, double>>>* side_steps,
+                     const std::string& title) {
   const double label = 70, right = 20, top = 36, row = 26, gap = 6;
-  const double width = std::clamp(200.0 + 14.0 * s.microbatches * s.chunks * 3, 900.0, 2400.0);
+  // Wide enough for the legend (nine entries, plus the side-task bar when drawn).
+  const double width = std::max(std::clamp(200.0 + 14.0 * s.microbatches * s.chunks * 3, 900.0,
+                                           2400.0),
+                                side_steps != nullptr ? 1080.0 : 960.0);
   const double scale = sim.step_time > 0 ? (width - label - right) / sim.step_time : 1;
   const double legend_y = top + s.stages * (row + gap) + 14;
   const double height = legend_y + 40;
@@ -128,10 +133,13 @@ std::string GanttSvg(const Schedule& s, const SimResult& sim) {
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
       "font-family=\"sans-serif\" font-size=\"11\">\n"
       "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-      "<text x=\"%.0f\" y=\"20\" font-size=\"14\">%s schedule: p=%d, m=%d, v=%d; step %s ms, "
-      "bubble fraction %.3f</text>\n",
-      width, height, label, ScheduleKindName(s.kind), s.stages, s.microbatches, s.chunks,
-      Num(sim.step_time), sim.bubble_fraction);
+      "<text x=\"%.0f\" y=\"20\" font-size=\"14\">%s</text>\n",
+      width, height, label,
+      title.empty() ? absl::StrFormat("%s schedule: p=%d, m=%d, v=%d; step %s ms, bubble "
+                                      "fraction %.3f",
+                                      ScheduleKindName(s.kind), s.stages, s.microbatches,
+                                      s.chunks, Num(sim.step_time), sim.bubble_fraction)
+                    : title);
   for (int st = 0; st < s.stages; ++st) {
     const double y = top + st * (row + gap);
     absl::StrAppend(&out, absl::StrFormat("<text x=\"6\" y=\"%.1f\">stage %d</text>\n",
@@ -161,6 +169,14 @@ std::string GanttSvg(const Schedule& s, const SimResult& sim) {
             x + w / 2, y + row * 0.65, token));
       }
     }
+    if (side_steps != nullptr && st < static_cast<int>(side_steps->size())) {
+      for (const auto& [start, end] : (*side_steps)[st]) {
+        absl::StrAppend(&out, absl::StrFormat(
+            "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.0f\" fill=\"#222222\">"
+            "<title>side task step</title></rect>\n",
+            label + start * scale, y + row - 7, std::max(0.5, (end - start) * scale), 6.0));
+      }
+    }
   }
   struct Entry { const char* name; const char* colour; };
   const Entry legend[] = {
@@ -176,6 +192,12 @@ std::string GanttSvg(const Schedule& s, const SimResult& sim) {
         "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", x, legend_y, e.colour, x + 18, legend_y + 11,
         e.name));
     x += 30 + 7 * std::string(e.name).size();
+  }
+  if (side_steps != nullptr) {
+    absl::StrAppend(&out, absl::StrFormat(
+        "<rect x=\"%.0f\" y=\"%.0f\" width=\"14\" height=\"6\" fill=\"#222222\"/>"
+        "<text x=\"%.0f\" y=\"%.0f\">side task step</text>\n", x, legend_y + 8, x + 18,
+        legend_y + 11));
   }
   return out + "</svg>\n";
 }

@@ -16,7 +16,12 @@ std::string SummaryJson(const Schedule& schedule, const SimResult& sim);
 std::string SummaryText(const Schedule& schedule, const SimResult& sim);
 // Chrome trace event format; `sim` must come from this schedule. Times in microseconds.
 std::string ChromeTrace(const Schedule& schedule, const SimResult& sim);
-// Stages × time, compute coloured by op, bubbles shaded by kind, with a legend.
-std::string GanttSvg(const Schedule& schedule, const SimResult& sim);
+// Stages × time, compute coloured by op, bubbles shaded by kind, with a legend. `side_steps`
+// (per stage, [start, end] in the same time unit) draws side-task steps as bars along the
+// bottom of each stage's row; `title` replaces the default heading.
+std::string GanttSvg(const Schedule& schedule, const SimResult& sim,
+                     const std::vector<std::vector<std::pair<double, double>>>* side_steps =
+                         nullptr,
+                     const std::string& title = "");
 
 }  // namespace freeride::pipeline

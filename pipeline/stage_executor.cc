@@ -249,7 +249,8 @@ absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, f
           "rank %d (stage %d, replica %d) blocked on %s: %s", layout_.rank(), layout_.stage,
           layout_.replica, Describe(instrs[i]), s.message()));
     }
-    out.timeline.push_back({static_cast<int>(i), start - t0, MonotonicSeconds() - t0});
+    out.timeline.push_back({static_cast<int>(i), start - t0, MonotonicSeconds() - t0,
+                            wait_end_s_ > 0 ? wait_end_s_ - t0 : 0});
   }
   for (Transport::Request r : sends_) {
     absl::Status s = transport_->Wait(r, timeout_s_);

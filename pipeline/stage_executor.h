@@ -42,6 +42,7 @@ class BubbleHook {
 struct InstrTiming {
   int index = 0;  // into the stage's instruction list
   double start_s = 0, end_s = 0;  // since the step started
+  double wait_end_s = 0;  // for a waiting instruction: when the wait ended (else 0)
 };
 
 struct StepOutcome {
@@ -75,6 +76,9 @@ class StageExecutor {
                 Transport* transport, double timeout_s, OptimizerHooks optimizer);
 
   void set_bubble_hook(BubbleHook* hook) { hook_ = hook; }
+  // Swaps in the same schedule with its BUBBLE instructions placed anew (same compute and
+  // communication order; e.g. from measured costs). Between steps only.
+  void set_schedule(Schedule schedule) { schedule_ = std::move(schedule); }
   const Schedule& schedule() const { return schedule_; }
   const std::vector<Instr>& instructions() const { return schedule_.per_stage[layout_.stage]; }
 

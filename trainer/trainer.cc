@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <iostream>
 
 #include "absl/strings/str_format.h"
@@ -18,6 +19,7 @@
 #include "core/timer.h"
 #include "models/llmc_checkpoint.h"
 #include "pipeline/generators.h"
+#include "pipeline/passes.h"
 #include "trainer/train_state.h"
 
 namespace freeride {
@@ -380,12 +382,58 @@ absl::StatusOr<StepStats> Trainer::Step() {
     return s;
   }
   last_timeline_ = outcome->timeline;
-  constexpr size_t kTimelineSteps = 4;
+  if (stats.step == 1 && layout_.pp > 1) {
+    if (absl::Status s = PlaceBubblesFromMeasuredCosts(outcome->timeline); !s.ok()) return s;
+  }
+  constexpr size_t kTimelineSteps = 8;
   if (stats.step > 1 && timelines_.size() < kTimelineSteps) {
     timelines_.emplace_back(stats.step, outcome->timeline);
     timeline_starts_.push_back(outcome->start_s);
+    timeline_harvested_.push_back(side_ != nullptr && harvesting);
   }
   return stats;
+}
+
+// The schedule was built with uniform costs, so its BUBBLEs sit where equal stages would wait.
+// After the first step each stage's measured F/B/I/W times place them where this model's
+// stages really wait: that is what side tasks are offered.
+absl::Status Trainer::PlaceBubblesFromMeasuredCosts(
+    const std::vector<pipeline::InstrTiming>& timeline) {
+  using pipeline::Op;
+  const auto& instrs = executor_->instructions();
+  std::map<Op, double> sum;
+  std::map<Op, int> count;
+  for (const pipeline::InstrTiming& t : timeline) {
+    sum[instrs[t.index].op] += (t.end_s - t.start_s) * 1e3;
+    ++count[instrs[t.index].op];
+  }
+  auto mean = [&](Op op) { return count[op] ? sum[op] / count[op] : 0.0; };
+  // Per stage: f, b, w for all of its chunks (the cost model's unit), from replica 0.
+  std::vector<double> costs(3 * layout_.pp, 0.0);
+  if (layout_.replica == 0) {
+    const bool split = count[Op::kBackwardInput] > 0;
+    costs[3 * layout_.stage] = mean(Op::kForward) * layout_.chunks;
+    costs[3 * layout_.stage + 1] =
+        (split ? mean(Op::kBackwardInput) : mean(Op::kBackward)) * layout_.chunks;
+    costs[3 * layout_.stage + 2] = split ? mean(Op::kBackwardWeight) * layout_.chunks : 0.0;
+  }
+  if (absl::Status s = transport_->AllReduceSum(costs.data(), 3 * layout_.pp,
+                                                WorldGroup(transport_->size()),
+                                                config_.runtime.comm_timeout_s);
+      !s.ok()) {
+    return s;
+  }
+  pipeline::CostModel cost;
+  for (int st = 0; st < layout_.pp; ++st) {
+    cost.stages.push_back({costs[3 * st], costs[3 * st + 1], costs[3 * st + 2]});
+  }
+  pipeline::Schedule schedule = executor_->schedule();
+  if (absl::Status s = pipeline::InsertBubbles(&schedule, cost); !s.ok()) return s;
+  if (transport_->rank() == 0) {
+    FR_LOG(INFO) << "bubbles placed from measured costs (ms): " << pipeline::FormatCostModel(cost);
+  }
+  executor_->set_schedule(std::move(schedule));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<double> Trainer::Evaluate() {
@@ -460,50 +508,6 @@ void Trainer::WriteMetric(const std::string& json) {
   if (metrics_.is_open()) metrics_ << json << "\n" << std::flush;
 }
 
-// The measured steps as a Chrome trace (the schedule pictures' format): one process per rank,
-// one slice per instruction, BUBBLE slices named by their kind.
-absl::Status Trainer::WriteTimeline() const {
-  if (timelines_.empty()) return absl::OkStatus();
-  const auto& instrs = executor_->instructions();
-  std::string json = "{\"traceEvents\": [\n";
-  bool first = true;
-  double offset_us = 0;
-  for (size_t k = 0; k < timelines_.size(); ++k) {
-    const auto& [step, timeline] = timelines_[k];
-    if (side_ && !timeline.empty()) {
-      // Side-task steps of this step's window, on the rank's second track.
-      const double t0 = timeline_starts_[k], t1 = t0 + timeline.back().end_s;
-      const HarvestReport report = side_->Report();
-      for (const SideStepEvent& e : side_->events()) {
-        if (e.start_s < t0 || e.start_s > t1) continue;
-        json += absl::StrFormat(
-            "%s{\"name\": \"%s\", \"cat\": \"side_task\", \"ph\": \"X\", \"pid\": %d, "
-            "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"step\": %d}}",
-            first ? "" : ",\n", report.tasks[e.task].name, transport_->rank(), layout_.stage + 1000,
-            offset_us + (e.start_s - t0) * 1e6, (e.end_s - e.start_s) * 1e6, step);
-        first = false;
-      }
-    }
-    for (const pipeline::InstrTiming& t : timeline) {
-      const pipeline::Instr& in = instrs[t.index];
-      json += absl::StrFormat(
-          "%s{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, "
-          "\"ts\": %.3f, \"dur\": %.3f, \"args\": {\"step\": %d}}",
-          first ? "" : ",\n", pipeline::FormatInstr(in, layout_.chunks),
-          pipeline::OpName(in.op), transport_->rank(), layout_.stage,
-          offset_us + t.start_s * 1e6, (t.end_s - t.start_s) * 1e6, step);
-      first = false;
-    }
-    if (!timeline.empty()) offset_us += timeline.back().end_s * 1e6;
-  }
-  json += absl::StrFormat("\n], \"displayTimeUnit\": \"ms\", \"otherData\": {\"rank\": %d, "
-                          "\"stage\": %d, \"replica\": %d}}\n",
-                          transport_->rank(), layout_.stage, layout_.replica);
-  return WriteFileAtomically(
-      (std::filesystem::path(config_.run.dir) /
-       absl::StrFormat("timeline_rank%03d.json", transport_->rank())).string(), json);
-}
-
 absl::Status Trainer::Run() {
   const bool leader = transport_->rank() == 0;
   if (leader) {
@@ -572,6 +576,7 @@ absl::Status Trainer::Run() {
     if (absl::Status s = ReportHarvest(); !s.ok()) return s;
   }
   if (absl::Status s = WriteTimeline(); !s.ok()) return s;
+  if (absl::Status s = WriteTimelineSvg(); !s.ok()) return s;
   absl::StatusOr<std::string> dir = SaveCheckpoint();
   if (!dir.ok()) return dir.status();
   if (leader) FR_LOG(INFO) << "final checkpoint " << *dir << " (model.bin is an llm.c checkpoint)";

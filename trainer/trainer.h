@@ -77,6 +77,8 @@ class Trainer {
   pipeline::MicrobatchData Microbatches() const;
   void WriteMetric(const std::string& json);
   absl::Status WriteTimeline() const;
+  absl::Status WriteTimelineSvg();
+  absl::Status PlaceBubblesFromMeasuredCosts(const std::vector<pipeline::InstrTiming>& timeline);
   absl::Status CreateSideTasks();
   absl::Status ReportHarvest();
 
@@ -97,6 +99,7 @@ class Trainer {
   std::vector<std::pair<int64_t, std::vector<pipeline::InstrTiming>>> timelines_;
   std::vector<pipeline::InstrTiming> last_timeline_;
   std::vector<double> timeline_starts_;  // absolute start of each recorded step
+  std::vector<bool> timeline_harvested_;  // whether side tasks ran in that step
   // Side tasks (freeride.enabled): this rank's executor, and step times with harvesting on
   // and off (alternating blocks) for the overhead.
   std::unique_ptr<SideTaskExecutor> side_;

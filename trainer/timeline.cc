@@ -1,0 +1,146 @@
+// The measured timeline of a run: a Chrome trace per rank (every instruction of the first
+// measured steps, side-task steps on their own track) and one SVG of a recorded step (the last with side tasks running, if any)
+// across all stages, with side-task steps drawn inside the bubbles.
+#include <filesystem>
+
+#include "absl/strings/str_format.h"
+#include "core/files.h"
+#include "pipeline/render.h"
+#include "pipeline/simulator.h"
+#include "trainer/trainer.h"
+
+namespace freeride {
+
+// The measured steps as a Chrome trace (the schedule pictures' format): one process per rank,
+// one slice per instruction, BUBBLE slices named by their kind.
+absl::Status Trainer::WriteTimeline() const {
+  if (timelines_.empty()) return absl::OkStatus();
+  const auto& instrs = executor_->instructions();
+  std::string json = "{\"traceEvents\": [\n";
+  bool first = true;
+  double offset_us = 0;
+  for (size_t k = 0; k < timelines_.size(); ++k) {
+    const auto& [step, timeline] = timelines_[k];
+    if (side_ && !timeline.empty()) {
+      // Side-task steps of this step's window, on the rank's second track.
+      const double t0 = timeline_starts_[k], t1 = t0 + timeline.back().end_s;
+      const HarvestReport report = side_->Report();
+      for (const SideStepEvent& e : side_->events()) {
+        if (e.start_s < t0 || e.start_s > t1) continue;
+        json += absl::StrFormat(
+            "%s{\"name\": \"%s\", \"cat\": \"side_task\", \"ph\": \"X\", \"pid\": %d, "
+            "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"step\": %d}}",
+            first ? "" : ",\n", report.tasks[e.task].name, transport_->rank(), layout_.stage + 1000,
+            offset_us + (e.start_s - t0) * 1e6, (e.end_s - e.start_s) * 1e6, step);
+        first = false;
+      }
+    }
+    for (const pipeline::InstrTiming& t : timeline) {
+      const pipeline::Instr& in = instrs[t.index];
+      json += absl::StrFormat(
+          "%s{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, "
+          "\"ts\": %.3f, \"dur\": %.3f, \"args\": {\"step\": %d}}",
+          first ? "" : ",\n", pipeline::FormatInstr(in, layout_.chunks),
+          pipeline::OpName(in.op), transport_->rank(), layout_.stage,
+          offset_us + t.start_s * 1e6, (t.end_s - t.start_s) * 1e6, step);
+      first = false;
+    }
+    if (!timeline.empty()) offset_us += timeline.back().end_s * 1e6;
+  }
+  json += absl::StrFormat("\n], \"displayTimeUnit\": \"ms\", \"otherData\": {\"rank\": %d, "
+                          "\"stage\": %d, \"replica\": %d}}\n",
+                          transport_->rank(), layout_.stage, layout_.replica);
+  return WriteFileAtomically(
+      (std::filesystem::path(config_.run.dir) /
+       absl::StrFormat("timeline_rank%03d.json", transport_->rank())).string(), json);
+}
+
+absl::Status Trainer::WriteTimelineSvg() {
+  // Gather that step of replica 0 to rank 0: every rank knows the whole
+  // schedule, so each fills its own stage's slice of fixed-size buffers and a sum joins them.
+  const pipeline::Schedule& schedule = executor_->schedule();
+  constexpr int kMaxSideSteps = 4096;
+  std::vector<int64_t> offset(layout_.pp + 1, 0);
+  for (int st = 0; st < layout_.pp; ++st) {
+    offset[st + 1] = offset[st] + static_cast<int64_t>(schedule.per_stage[st].size());
+  }
+  // The last recorded step, or the last with side tasks running when there is one.
+  size_t pick = timelines_.empty() ? 0 : timelines_.size() - 1;
+  for (size_t k = 0; k < timelines_.size(); ++k) {
+    if (timeline_harvested_[k]) pick = k;
+  }
+  std::vector<double> times(3 * offset[layout_.pp], 0.0);
+  std::vector<double> side(static_cast<size_t>(layout_.pp) * (1 + 2 * kMaxSideSteps), 0.0);
+  if (layout_.replica == 0 && !timelines_.empty()) {
+    for (const pipeline::InstrTiming& t : timelines_[pick].second) {
+      const int64_t k = 3 * (offset[layout_.stage] + t.index);
+      times[k] = t.start_s * 1e3, times[k + 1] = t.end_s * 1e3, times[k + 2] = t.wait_end_s * 1e3;
+    }
+    if (side_) {
+      const double t0 = timeline_starts_[pick];
+      const double t1 = t0 + timelines_[pick].second.back().end_s;
+      double* mine = side.data() + layout_.stage * (1 + 2 * kMaxSideSteps);
+      int n = 0;
+      for (const SideStepEvent& e : side_->events()) {
+        if (e.start_s < t0 || e.start_s > t1 || n == kMaxSideSteps) continue;
+        mine[1 + 2 * n] = (e.start_s - t0) * 1e3, mine[2 + 2 * n] = (e.end_s - t0) * 1e3;
+        ++n;
+      }
+      mine[0] = n;
+    }
+  }
+  std::vector<int> world(transport_->size());
+  for (int r = 0; r < transport_->size(); ++r) world[r] = r;
+  for (std::vector<double>* v : {&times, &side}) {
+    absl::Status s = transport_->AllReduceSum(v->data(), static_cast<int64_t>(v->size()), world,
+                                              config_.runtime.comm_timeout_s);
+    if (!s.ok()) return s;
+  }
+  if (transport_->rank() != 0 || timelines_.empty()) return absl::OkStatus();
+  // The measurement in the simulator's shape, so the schedule pictures' renderer draws it.
+  pipeline::SimResult sim;
+  double bubble_total = 0;
+  for (int st = 0; st < layout_.pp; ++st) {
+    pipeline::StageResult r;
+    r.stage = st;
+    const auto& instrs = schedule.per_stage[st];
+    for (size_t i = 0; i < instrs.size(); ++i) {
+      r.start.push_back(times[3 * (offset[st] + i)]);
+      r.end.push_back(times[3 * (offset[st] + i) + 1]);
+      sim.step_time = std::max(sim.step_time, r.end.back());
+    }
+    for (size_t i = 0; i < instrs.size(); ++i) {
+      if (instrs[i].op != pipeline::Op::kBubble) continue;
+      size_t j = i + 1;
+      while (j < instrs.size() && instrs[j].op == pipeline::Op::kBubble) ++j;
+      if (j == instrs.size()) continue;
+      const double wait_end = times[3 * (offset[st] + j) + 2];
+      const double end = wait_end > 0 ? wait_end : r.end[j];
+      pipeline::BubbleSpan span;
+      span.kind = instrs[i].bubble;
+      span.start = r.start[i];
+      span.duration = std::max(0.0, end - span.start);
+      span.before_index = static_cast<int>(j);
+      r.bubbles.push_back(span);
+      r.bubble += span.duration;
+    }
+    bubble_total += r.bubble;
+    sim.stages.push_back(std::move(r));
+  }
+  sim.bubble_fraction = sim.step_time > 0 ? bubble_total / (layout_.pp * sim.step_time) : 0;
+  std::vector<std::vector<std::pair<double, double>>> steps(layout_.pp);
+  for (int st = 0; st < layout_.pp; ++st) {
+    const double* slice = side.data() + st * (1 + 2 * kMaxSideSteps);
+    for (int n = 0; n < static_cast<int>(slice[0]); ++n) {
+      steps[st].emplace_back(slice[1 + 2 * n], slice[2 + 2 * n]);
+    }
+  }
+  const std::string title = absl::StrFormat(
+      "measured step %d: %s, p=%d, m=%d; %.1f ms, waiting %.1f%% of stage time%s",
+      timelines_[pick].first, config_.parallel.schedule, layout_.pp, schedule.microbatches,
+      sim.step_time, 100 * sim.bubble_fraction, side_ ? "; bars: side-task steps" : "");
+  return WriteFileAtomically((std::filesystem::path(config_.run.dir) / "timeline.svg").string(),
+                             pipeline::GanttSvg(schedule, sim, side_ ? &steps : nullptr, title));
+}
+
+}  // namespace freeride
