@@ -382,6 +382,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
     return s;
   }
   last_timeline_ = outcome->timeline;
+  last_step_start_s_ = outcome->start_s;
   if (stats.step == 1 && layout_.pp > 1) {
     if (absl::Status s = PlaceBubblesFromMeasuredCosts(outcome->timeline); !s.ok()) return s;
   }

@@ -63,6 +63,7 @@ class Trainer {
   // This rank's schedule and the measured timing of each of its instructions in the last step.
   const pipeline::Schedule& schedule() const { return executor_->schedule(); }
   const std::vector<pipeline::InstrTiming>& last_timeline() const { return last_timeline_; }
+  double last_step_start_s() const { return last_step_start_s_; }  // MonotonicSeconds()
   pipeline::Transport& transport() { return *transport_; }
   // This rank's side-task executor (null without freeride.enabled or tasks for this stage).
   SideTaskExecutor* side_tasks() { return side_.get(); }
@@ -98,6 +99,7 @@ class Trainer {
   std::ofstream metrics_;
   std::vector<std::pair<int64_t, std::vector<pipeline::InstrTiming>>> timelines_;
   std::vector<pipeline::InstrTiming> last_timeline_;
+  double last_step_start_s_ = 0;
   std::vector<double> timeline_starts_;  // absolute start of each recorded step
   std::vector<bool> timeline_harvested_;  // whether side tasks ran in that step
   // Side tasks (freeride.enabled): this rank's executor, and step times with harvesting on

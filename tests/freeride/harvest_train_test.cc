@@ -3,6 +3,10 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <thread>
+
+#include "absl/strings/str_format.h"
+
 #include "tests/pipeline/train_parity.h"
 
 namespace freeride {
@@ -59,6 +63,78 @@ TEST(HarvestTrainTest, ConfigErrorsStopBeforeTraining) {
   t = Trainer::Create(config);
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("unknown side task type 'no_such_task'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace freeride
+
+namespace freeride {
+namespace {
+
+// Every side-task step starts inside a bubble window of its rank (from the BUBBLE instruction
+// to the end of the wait it precedes) and ends no later than one step past that window's end
+// (the bounded overrun the report counts).
+TEST(HarvestTrainTest, SideStepsLieInsideBubbleWindows) {
+  openblas_set_num_threads(1);
+  omp_set_num_threads(1);
+  Config config = testing::ParityConfig(testing::ParityShard(), "1f1b", 2, 1, 4);
+  config.train.steps = 8;
+  config.freeride.enabled = true;
+  config.freeride.calibration_steps = 1;
+  config.run.dir = (std::filesystem::path(::testing::TempDir()) / "windows_run").string();
+  SideTaskConfig spin;
+  spin.type = "spin";
+  spin.args["step_ms"] = 0.2;
+  config.side_tasks = {spin};
+  auto world = pipeline::MakeInProcessWorld(2);
+  std::vector<std::string> problems(2);
+  std::vector<int> checked(2, 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto trainer = Trainer::Create(config, world[r].get());
+      if (!trainer.ok()) {
+        problems[r] = std::string(trainer.status().message());
+        return;
+      }
+      Trainer& t = **trainer;
+      size_t seen = 0;
+      for (int step = 0; step < 8; ++step) {
+        auto s = t.Step();
+        if (!s.ok()) {
+          problems[r] = std::string(s.status().message());
+          return;
+        }
+        const auto& instrs = t.schedule().per_stage[t.layout().stage];
+        const auto& timeline = t.last_timeline();
+        const double t0 = t.last_step_start_s();
+        std::vector<std::pair<double, double>> windows;
+        for (size_t i = 0; i + 1 < timeline.size(); ++i) {
+          if (instrs[timeline[i].index].op != pipeline::Op::kBubble) continue;
+          const pipeline::InstrTiming& next = timeline[i + 1];
+          const double end = next.wait_end_s > 0 ? next.wait_end_s : next.end_s;
+          windows.emplace_back(t0 + timeline[i].start_s, t0 + end);
+        }
+        const auto& events = t.side_tasks()->events();
+        for (; seen < events.size(); ++seen) {
+          const SideStepEvent& e = events[seen];
+          const double step_s = e.end_s - e.start_s;
+          bool inside = false;
+          for (auto [from, to] : windows) {
+            inside = inside || (e.start_s >= from && e.start_s <= to && e.end_s <= to + step_s);
+          }
+          if (!inside) {
+            problems[r] += absl::StrFormat("step at %.6f..%.6f outside every bubble; ", e.start_s,
+                                           e.end_s);
+          }
+          ++checked[r];
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(problems[r], "") << "rank " << r;
+  EXPECT_GT(checked[0], 0) << "stage 0 never harvested";
 }
 
 }  // namespace
