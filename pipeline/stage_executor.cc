@@ -48,8 +48,8 @@ int64_t StageExecutor::ActivationFloats() const {
 }
 
 int StageExecutor::Tag(bool gradient, int sender_virtual_stage, int microbatch) const {
-  const int m = schedule_.microbatches;
-  return ((gradient ? NumVirtualStages() : 0) + sender_virtual_stage) * m + microbatch;
+  return MessageTag(gradient, sender_virtual_stage, microbatch, NumVirtualStages(),
+                    schedule_.microbatches);
 }
 
 std::string StageExecutor::Describe(const Instr& in) const {
@@ -117,8 +117,7 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
       const bool grad = in.op == Op::kRecvGrad;
       const double start = MonotonicSeconds();
       absl::Status s = transport_->Wait((grad ? recv_grad_req_ : recv_act_req_)[cell], timeout_s_);
-      wait_end_s_ = MonotonicSeconds();
-      *waited += wait_end_s_ - start;
+      *waited += MonotonicSeconds() - start;
       if (!s.ok()) return s;
       float* dst = grad ? chunk->output_grad(slot) : chunk->input_activations(slot);
       std::memcpy(dst, (grad ? recv_grad_ : recv_act_)[cell].data(), floats * sizeof(float));
@@ -151,39 +150,37 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
       sends_.push_back(*r);
       return absl::OkStatus();
     }
-    case Op::kReduceTied: {
-      tied_reduced_ = true;
-      const double start = MonotonicSeconds();
-      absl::Status s = ReduceTied();
-      wait_end_s_ = MonotonicSeconds();
-      *waited += wait_end_s_ - start;
-      return s;
-    }
+    case Op::kReduceTied:
+      // Posted here, summed when the gradient is next needed (REDUCE_GRADS or OPTIMIZER), as
+      // the simulator models it: the wait for the other end of the pipeline then falls in the
+      // cooldown BUBBLE before OPTIMIZER, where side tasks can use it.
+      return absl::OkStatus();
     case Op::kReduceGrads: {
       const double start = MonotonicSeconds();
       // The head's share of wte lives outside grads() until the tied sum folds it in.
       absl::Status s = tied_reduced_ ? absl::OkStatus() : ReduceTied();
       tied_reduced_ = true;
       if (s.ok()) s = ReduceDataParallel();
-      wait_end_s_ = MonotonicSeconds();
-      *waited += wait_end_s_ - start;
+      *waited += MonotonicSeconds() - start;
       return s;
     }
     case Op::kOptimizer: {
-      // A one-stage schedule has no REDUCE_TIED: the tied gradient is summed locally here.
-      if (!tied_reduced_) {
-        if (absl::Status s = ReduceTied(); !s.ok()) return s;
-        tied_reduced_ = true;
+      // Waiting here: the tied sum when REDUCE_TIED posted it (or a one-stage schedule, which
+      // has none and sums locally), then the pipeline-wide sum of the gradient norm's units.
+      // Only the two sums count as waiting, not computing the units between them.
+      double start = MonotonicSeconds();
+      absl::Status s = tied_reduced_ ? absl::OkStatus() : ReduceTied();
+      tied_reduced_ = true;
+      *waited += MonotonicSeconds() - start;
+      if (s.ok() && optimizer_.units) {
+        std::vector<double> units = optimizer_.units();
+        start = MonotonicSeconds();
+        s = transport_->AllReduceSum(units.data(), static_cast<int64_t>(units.size()),
+                                     layout_.PipelineGroup(), timeout_s_);
+        *waited += MonotonicSeconds() - start;
+        if (s.ok()) s = optimizer_.apply(units);
       }
-      if (!optimizer_.units) return absl::OkStatus();
-      std::vector<double> units = optimizer_.units();
-      const double start = MonotonicSeconds();
-      absl::Status s = transport_->AllReduceSum(units.data(), static_cast<int64_t>(units.size()),
-                                                layout_.PipelineGroup(), timeout_s_);
-      wait_end_s_ = MonotonicSeconds();
-      *waited += wait_end_s_ - start;
-      if (!s.ok()) return s;
-      return optimizer_.apply(units);
+      return s;
     }
     case Op::kBubble:
       return absl::OkStatus();  // RunStep hands bubbles to the hook
@@ -207,6 +204,7 @@ std::function<bool()> StageExecutor::InputReady(size_t bubble_index) const {
 
 absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, float loss_scale) {
   const double t0 = MonotonicSeconds();
+  transport_->OnStepStart(t0);
   const int m = schedule_.microbatches;
   const int64_t bytes = ActivationFloats() * static_cast<int64_t>(sizeof(float));
   if (has_backward_) {
@@ -236,12 +234,13 @@ absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, f
       open_bubble = static_cast<int>(i);
       hook_->OnBubble(instrs[i], open_bubble, start, InputReady(i));
     }
-    wait_end_s_ = 0;
+    const double waited_before = out.bubble_s;
     absl::Status s = Execute(instrs[i], data, loss_scale, &head_loss, &out.bubble_s);
+    // How long this instruction waited (receives, sums); the bubble before it lasted until
+    // then. For OPTIMIZER that is its two sums, not the compute between and after them.
+    const double waited = out.bubble_s - waited_before;
     if (open_bubble >= 0 && instrs[i].op != Op::kBubble) {
-      // The bubble ended when the awaited instruction stopped waiting (for OPTIMIZER: its
-      // pipeline-wide sum, before the update's own compute).
-      hook_->OnBubbleEnd(open_bubble, wait_end_s_ > 0 ? wait_end_s_ : MonotonicSeconds());
+      hook_->OnBubbleEnd(open_bubble, waited > 0 ? start + waited : MonotonicSeconds());
       open_bubble = -1;
     }
     if (!s.ok()) {
@@ -250,7 +249,7 @@ absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, f
           layout_.replica, Describe(instrs[i]), s.message()));
     }
     out.timeline.push_back({static_cast<int>(i), start - t0, MonotonicSeconds() - t0,
-                            wait_end_s_ > 0 ? wait_end_s_ - t0 : 0});
+                            waited > 0 ? start + waited - t0 : 0});
   }
   for (Transport::Request r : sends_) {
     absl::Status s = transport_->Wait(r, timeout_s_);

@@ -42,7 +42,7 @@ class BubbleHook {
 struct InstrTiming {
   int index = 0;  // into the stage's instruction list
   double start_s = 0, end_s = 0;  // since the step started
-  double wait_end_s = 0;  // for a waiting instruction: when the wait ended (else 0)
+  double wait_end_s = 0;  // a waiting instruction: start + its time spent waiting (else 0)
 };
 
 struct StepOutcome {
@@ -82,6 +82,13 @@ class StageExecutor {
   const Schedule& schedule() const { return schedule_; }
   const std::vector<Instr>& instructions() const { return schedule_.per_stage[layout_.stage]; }
 
+  // The message tag of an activation (gradient = false) or gradient sent by virtual stage
+  // `sender` for `microbatch`, in a pipeline of `virtual_stages` and `microbatches`.
+  static int MessageTag(bool gradient, int sender, int microbatch, int virtual_stages,
+                        int microbatches) {
+    return ((gradient ? virtual_stages : 0) + sender) * microbatches + microbatch;
+  }
+
   // One training step. `loss_scale` multiplies the per-token loss gradient (1 / tokens in the
   // global batch). Errors name the instruction a rank was blocked on.
   absl::StatusOr<StepOutcome> RunStep(const MicrobatchData& data, float loss_scale);
@@ -105,7 +112,6 @@ class StageExecutor {
   Transport* transport_;
   double timeout_s_;
   OptimizerHooks optimizer_;
-  double wait_end_s_ = 0;  // when the last waiting instruction stopped waiting
   BubbleHook* hook_ = nullptr;
   std::vector<int> slot_of_;  // [chunk · m + microbatch] → activation slot
   // Staging buffers for messages, [chunk · m + microbatch].

@@ -81,6 +81,8 @@ struct RuntimeConfig {
   std::string precision = "fp32";
   double comm_timeout_s = 300.0;
   bool emulate_peers = false;
+  int64_t emulated_stage = 0;
+  double link_bandwidth_gbs = 25.0;
   int64_t threads = 0;
 };
 

@@ -106,7 +106,13 @@ std::vector<KeySpec> BuildSchema() {
           "Seconds a blocking communication may wait before the job stops with a report of "
           "what each rank was waiting for."),
       FR_KEY(runtime, emulate_peers).Doc(
-          "Run one stage for real and emulate the other stages' timing (see docs)."),
+          "Run one stage (runtime.emulated_stage) for real in this one process and emulate the "
+          "other stages' timing from their measured costs (docs/emulation.md)."),
+      FR_KEY(runtime, emulated_stage).Min(0).Doc(
+          "With runtime.emulate_peers: the stage that runs for real."),
+      FR_KEY(runtime, link_bandwidth_gbs).Min(0, true).Doc(
+          "With runtime.emulate_peers: bandwidth (GB/s) of the link between stages, for the "
+          "emulated transfer time of an activation or gradient."),
       FR_KEY(runtime, threads).Min(0).Doc("CPU threads per rank; 0: the cores available."),
 
       FR_KEY(freeride, enabled).Doc("Run the configured side tasks inside pipeline bubbles."),

@@ -89,6 +89,7 @@ absl::Status Trainer::ReportHarvest() {
       by_kind.push_back(absl::StrFormat(
           "\"%s\": {\"bubble_s\": %.6f, \"harvested_s\": %.6f, \"overrun_s\": %.6f}", kind, b, h, o));
     }
+    if (bubble == 0 && harvested == 0) continue;  // no rank there (emulated) or no bubbles
     const double util = bubble > 0 ? harvested / bubble : 0;
     FR_LOG(INFO) << absl::StrFormat("harvest: %5d  %-8s %9.3f  %11.3f  %10.1f%%  %9.4f", st,
                                     "all", bubble, harvested, 100 * util, overrun);

@@ -20,6 +20,7 @@
 #include "models/llmc_checkpoint.h"
 #include "pipeline/generators.h"
 #include "pipeline/passes.h"
+#include "trainer/emulation.h"
 #include "trainer/train_state.h"
 
 namespace freeride {
@@ -139,12 +140,28 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
     openblas_set_num_threads(static_cast<int>(config.runtime.threads));
   }
   std::unique_ptr<Trainer> t(new Trainer(config));
-  if (transport == nullptr) {
-    t->own_transport_ = pipeline::MakeSelfTransport();
-    transport = t->own_transport_.get();
+  const bool emulate = config.runtime.emulate_peers;
+  if (emulate) {
+    if (transport != nullptr) {
+      return absl::InvalidArgumentError(
+          "runtime.emulate_peers runs one process that emulates the other stages: launch it "
+          "without mpirun");
+    }
+    if (config.parallel.dp != 1 || config.parallel.schedule == "interleaved" ||
+        config.runtime.emulated_stage >= config.parallel.pp) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "runtime.emulate_peers needs parallel.dp = 1 (is %d), a schedule other than "
+          "interleaved (is %s) and runtime.emulated_stage below parallel.pp (%d, pp = %d)",
+          config.parallel.dp, config.parallel.schedule, config.runtime.emulated_stage,
+          config.parallel.pp));
+    }
+  } else {
+    if (transport == nullptr) {
+      t->own_transport_ = pipeline::MakeSelfTransport();
+      transport = t->own_transport_.get();
+    }
+    if (absl::Status s = CheckWorldSize(config, transport->size()); !s.ok()) return s;
   }
-  t->transport_ = transport;
-  if (absl::Status s = CheckWorldSize(config, transport->size()); !s.ok()) return s;
   absl::StatusOr<GPT2Config> model = ResolveModelConfig(config);
   if (!model.ok()) return model.status();
   t->model_config_ = *model;
@@ -159,8 +176,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   L.dp = static_cast<int>(config.parallel.dp);
   const bool interleaved = config.parallel.schedule == "interleaved";
   L.chunks = interleaved ? static_cast<int>(config.parallel.chunks) : 1;
-  L.stage = transport->rank() % L.pp;
-  L.replica = transport->rank() / L.pp;
+  L.stage = emulate ? static_cast<int>(config.runtime.emulated_stage) : transport->rank() % L.pp;
+  L.replica = emulate ? 0 : transport->rank() / L.pp;
 
   absl::StatusOr<std::vector<StageSpec>> specs =
       SplitIntoStages(*model, L.pp * L.chunks, config.parallel.layers_per_stage);
@@ -174,11 +191,32 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   options.microbatches = static_cast<int>(tc.microbatches);
   options.chunks = L.chunks;
   options.data_parallel = L.dp > 1;
+  const int64_t micro_batch = tc.batch_size / tc.microbatches;
+  if (emulate) {
+    // The other stages' costs, measured by running their layers here; the schedule's bubbles
+    // are placed with them from the start.
+    absl::StatusOr<pipeline::CostModel> cost =
+        CalibrateStageCosts(*model, *specs, micro_batch, tc.seq_len,
+                            config.runtime.link_bandwidth_gbs, config.run.seed);
+    if (!cost.ok()) return cost.status();
+    options.cost = *cost;
+    t->emulation_cost_ = *cost;
+    FR_LOG(INFO) << "emulated peers: stage " << L.stage << " of " << L.pp
+                 << " runs for real; measured costs (ms): " << pipeline::FormatCostModel(*cost);
+  }
   absl::StatusOr<pipeline::Schedule> schedule = pipeline::BuildSchedule(options);
   if (!schedule.ok()) return schedule.status();
+  if (emulate) {
+    absl::StatusOr<std::unique_ptr<pipeline::Transport>> emulated =
+        pipeline::MakeEmulatedPeersTransport(*schedule, options.cost, L.stage,
+                                             micro_batch * tc.seq_len * model->n_embd);
+    if (!emulated.ok()) return emulated.status();
+    t->own_transport_ = *std::move(emulated);
+    transport = t->own_transport_.get();
+  }
+  t->transport_ = transport;
   const int slots = std::max(1, schedule->buffers_per_stage[L.stage]);
 
-  const int64_t micro = tc.batch_size / tc.microbatches;
   std::optional<LlmcModel> weights;
   if (!config.model.init_from.empty()) {
     absl::StatusOr<LlmcModel> w = ReadLlmcModel(config.model.init_from);
@@ -188,7 +226,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   std::vector<GPT2Stage<float>*> raw;
   for (int c = 0; c < L.chunks; ++c) {
     const StageSpec& spec = (*specs)[c * L.pp + L.stage];
-    auto chunk = std::make_unique<GPT2Stage<float>>(*model, spec, micro, tc.seq_len, slots);
+    auto chunk = std::make_unique<GPT2Stage<float>>(*model, spec, micro_batch, tc.seq_len, slots);
     if (weights) {
       CopyStageFromWhole(*model, spec, weights->params.data(), chunk->params());
     } else {
@@ -418,15 +456,22 @@ absl::Status Trainer::PlaceBubblesFromMeasuredCosts(
         (split ? mean(Op::kBackwardInput) : mean(Op::kBackward)) * layout_.chunks;
     costs[3 * layout_.stage + 2] = split ? mean(Op::kBackwardWeight) * layout_.chunks : 0.0;
   }
-  if (absl::Status s = transport_->AllReduceSum(costs.data(), 3 * layout_.pp,
-                                                WorldGroup(transport_->size()),
-                                                config_.runtime.comm_timeout_s);
-      !s.ok()) {
-    return s;
-  }
   pipeline::CostModel cost;
-  for (int st = 0; st < layout_.pp; ++st) {
-    cost.stages.push_back({costs[3 * st], costs[3 * st + 1], costs[3 * st + 2]});
+  if (config_.runtime.emulate_peers) {
+    // The emulated stages keep their calibrated costs; the real one takes its measurement.
+    cost = emulation_cost_;
+    const int st = layout_.stage;
+    cost.stages[st] = {costs[3 * st], costs[3 * st + 1], costs[3 * st + 2]};
+  } else {
+    if (absl::Status s = transport_->AllReduceSum(costs.data(), 3 * layout_.pp,
+                                                  WorldGroup(transport_->size()),
+                                                  config_.runtime.comm_timeout_s);
+        !s.ok()) {
+      return s;
+    }
+    for (int st = 0; st < layout_.pp; ++st) {
+      cost.stages.push_back({costs[3 * st], costs[3 * st + 1], costs[3 * st + 2]});
+    }
   }
   pipeline::Schedule schedule = executor_->schedule();
   if (absl::Status s = pipeline::InsertBubbles(&schedule, cost); !s.ok()) return s;

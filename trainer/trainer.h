@@ -15,6 +15,7 @@
 #include "freeride/executor.h"
 #include "models/gpt2.h"
 #include "pipeline/comm/transport.h"
+#include "pipeline/cost_model.h"
 #include "pipeline/stage_executor.h"
 #include "trainer/config.h"
 #include "trainer/optimizer.h"
@@ -65,6 +66,8 @@ class Trainer {
   const std::vector<pipeline::InstrTiming>& last_timeline() const { return last_timeline_; }
   double last_step_start_s() const { return last_step_start_s_; }  // MonotonicSeconds()
   pipeline::Transport& transport() { return *transport_; }
+  // With runtime.emulate_peers: the measured per-stage costs the emulator times peers with.
+  const pipeline::CostModel& emulation_cost() const { return emulation_cost_; }
   // This rank's side-task executor (null without freeride.enabled or tasks for this stage).
   SideTaskExecutor* side_tasks() { return side_.get(); }
   const std::string& checkpoint_dir() const { return checkpoint_dir_; }
@@ -100,6 +103,7 @@ class Trainer {
   std::vector<std::pair<int64_t, std::vector<pipeline::InstrTiming>>> timelines_;
   std::vector<pipeline::InstrTiming> last_timeline_;
   double last_step_start_s_ = 0;
+  pipeline::CostModel emulation_cost_;
   std::vector<double> timeline_starts_;  // absolute start of each recorded step
   std::vector<bool> timeline_harvested_;  // whether side tasks ran in that step
   // Side tasks (freeride.enabled): this rank's executor, and step times with harvesting on

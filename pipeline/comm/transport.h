@@ -37,6 +37,8 @@ class Transport {
                                     double timeout_s) = 0;
   virtual absl::Status AllReduceSum(double* data, int64_t n, const std::vector<int>& group,
                                     double timeout_s) = 0;
+  // A training step begins (MonotonicSeconds()); transports that keep time per step use it.
+  virtual void OnStepStart(double /*now_s*/) {}
 };
 
 // A world of one rank: sums are the identity; point-to-point is an error (nothing to talk to).
@@ -44,6 +46,20 @@ std::unique_ptr<Transport> MakeSelfTransport();
 
 // MPI_COMM_WORLD (MPI must be initialised, with at least MPI_THREAD_FUNNELED).
 std::unique_ptr<Transport> MakeMpiTransport();
+
+struct Schedule;
+struct CostModel;
+
+// One real stage of a p-stage pipeline; the other stages are emulated (one process, dp = 1,
+// one chunk per stage). Messages to the real stage arrive when the simulator, run with
+// `cost`, says they would, shifted by how late the real stage's own earlier sends were
+// against their simulated times (so a slow real stage sees its gradients come back late);
+// their contents are synthetic. Sums with emulated members complete when the last of them
+// would arrive and add nothing to the real stage's values. See docs/emulation.md.
+absl::StatusOr<std::unique_ptr<Transport>> MakeEmulatedPeersTransport(const Schedule& schedule,
+                                                                      const CostModel& cost,
+                                                                      int real_stage,
+                                                                      int64_t message_floats);
 
 // `size` ranks as threads of this process: MakeInProcessWorld returns one Transport per rank,
 // each to be used by one thread. Sums add contributions in rank order.

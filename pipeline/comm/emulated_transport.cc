@@ -1,0 +1,197 @@
+// Emulated pipeline peers: the real stage's messages and sums are timed by the simulator.
+#include <chrono>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_format.h"
+#include "core/timer.h"
+#include "pipeline/comm/transport.h"
+#include "pipeline/simulator.h"
+#include "pipeline/stage_executor.h"
+
+namespace freeride::pipeline {
+namespace {
+
+// Sleeps until `when` (MonotonicSeconds), the last stretch spinning for precision.
+void SleepUntil(double when) {
+  while (true) {
+    const double left = when - MonotonicSeconds();
+    if (left <= 0) return;
+    if (left > 2e-4) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(left - 1e-4));
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
+class EmulatedPeersTransport : public Transport {
+ public:
+  EmulatedPeersTransport(const Schedule& schedule, SimResult sim, int real, int64_t floats,
+                         double comm_ms)
+      : schedule_(schedule), sim_(std::move(sim)), real_(real), floats_(floats) {
+    const int p = schedule.stages, m = schedule.microbatches;
+    // Simulated departure and arrival (ms after the step start) of every message, by tag,
+    // and the simulated times of the real stage's own sends.
+    for (int st = 0; st < p; ++st) {
+      const auto& instrs = schedule.per_stage[st];
+      for (size_t i = 0; i < instrs.size(); ++i) {
+        const Instr& in = instrs[i];
+        if (in.op != Op::kSendAct && in.op != Op::kSendGrad) continue;
+        const int tag = StageExecutor::MessageTag(in.op == Op::kSendGrad, VirtualStage(schedule, in),
+                                                  in.microbatch, p * schedule.chunks, m);
+        const double depart = sim_.stages[st].end[i];
+        messages_[tag] = {depart, depart + comm_ms};
+        if (st == real_) own_sends_.push_back({depart, tag});
+      }
+      for (size_t i = 0; i < instrs.size(); ++i) {
+        if (instrs[i].op == Op::kReduceTied) tied_arrival_[st] = sim_.stages[st].start[i];
+        if (instrs[i].op == Op::kOptimizer) barrier_arrival_[st] = sim_.stages[st].start[i];
+      }
+    }
+    std::sort(own_sends_.begin(), own_sends_.end());
+  }
+
+  int rank() const override { return real_; }
+  int size() const override { return schedule_.stages; }
+
+  void OnStepStart(double now_s) override {
+    t0_ = now_s;
+    actual_send_.clear();
+    in_step_ = true;
+    // The first sum of a step on the first or last stage is the tied embedding's (REDUCE_TIED
+    // comes before the optimizer in every schedule); the next is the optimizer's.
+    expect_tied_ = schedule_.stages > 1 && (real_ == 0 || real_ == schedule_.stages - 1);
+  }
+
+  absl::StatusOr<Request> Isend(const void*, int64_t, int, int tag) override {
+    actual_send_[tag] = (MonotonicSeconds() - t0_) * 1e3;
+    pending_[next_] = {nullptr, 0, tag, false};
+    return next_++;
+  }
+
+  absl::StatusOr<Request> Irecv(void* data, int64_t bytes, int peer, int tag) override {
+    if (!messages_.count(tag)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("emulated peers: no message with tag %d from stage %d", tag, peer));
+    }
+    pending_[next_] = {data, bytes, tag, true};
+    return next_++;
+  }
+
+  bool Test(Request request) override {
+    auto it = pending_.find(request);
+    return it == pending_.end() || !it->second.recv || MonotonicSeconds() >= Arrival(it->second.tag);
+  }
+
+  absl::Status Wait(Request request, double timeout_s) override {
+    auto it = pending_.find(request);
+    if (it == pending_.end()) return absl::InvalidArgumentError("unknown request");
+    const Pending p = it->second;
+    pending_.erase(it);
+    if (!p.recv) return absl::OkStatus();
+    const double when = Arrival(p.tag);
+    if (when - MonotonicSeconds() > timeout_s) {
+      return absl::DeadlineExceededError(absl::StrFormat(
+          "emulated message (tag %d) would arrive after the %.1f s timeout", p.tag, timeout_s));
+    }
+    SleepUntil(when);
+    // Synthetic contents: activations and gradients of a plausible scale, fixed per tag.
+    std::mt19937 rng(static_cast<uint32_t>(p.tag) * 2654435761u);
+    std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+    float* out = static_cast<float*>(p.data);
+    for (int64_t i = 0; i < p.bytes / static_cast<int64_t>(sizeof(float)); ++i) out[i] = u(rng);
+    return absl::OkStatus();
+  }
+
+  absl::Status AllReduceSum(float*, int64_t, const std::vector<int>& group, double) override {
+    return Collective(group);
+  }
+  absl::Status AllReduceSum(double*, int64_t, const std::vector<int>& group, double) override {
+    return Collective(group);
+  }
+
+ private:
+  struct Times {
+    double depart = 0, arrive = 0;
+  };
+  struct Pending {
+    void* data = nullptr;
+    int64_t bytes = 0;
+    int tag = 0;
+    bool recv = false;
+  };
+
+  // When a message reaches the real stage: its simulated arrival, later by as much as the real
+  // stage's latest own send before the message left the peer was late against the simulation.
+  double Arrival(int tag) const {
+    const Times& t = messages_.at(tag);
+    double lag = 0;
+    for (const auto& [sim_time, own_tag] : own_sends_) {
+      if (sim_time > t.depart) break;
+      auto it = actual_send_.find(own_tag);
+      if (it != actual_send_.end()) lag = std::max(0.0, it->second - sim_time);
+    }
+    return t0_ + (t.arrive + lag) * 1e-3;
+  }
+
+  // The step's sums wait for the emulated members' simulated arrival (tied embedding: the
+  // other end of the pipeline at REDUCE_TIED; the optimizer's norm: every stage at OPTIMIZER),
+  // shifted by the real stage's lateness. Sums after the optimizer's complete at once.
+  absl::Status Collective(const std::vector<int>& group) {
+    if (group.size() <= 1 || !in_step_) return absl::OkStatus();
+    const bool tied = expect_tied_;
+    expect_tied_ = false;
+    double latest = 0;
+    for (int member : group) {
+      if (member == real_) continue;
+      const auto& arrivals = tied ? tied_arrival_ : barrier_arrival_;
+      auto it = arrivals.find(member);
+      if (it != arrivals.end()) latest = std::max(latest, it->second);
+    }
+    double lag = 0;
+    for (const auto& [sim_time, own_tag] : own_sends_) {
+      auto it = actual_send_.find(own_tag);
+      if (it != actual_send_.end()) lag = std::max(0.0, it->second - sim_time);
+    }
+    SleepUntil(t0_ + (latest + lag) * 1e-3);
+    if (!tied) in_step_ = false;  // the optimizer's sum ends the step's timed part
+    return absl::OkStatus();
+  }
+
+  const Schedule schedule_;
+  const SimResult sim_;
+  const int real_;
+  const int64_t floats_;
+  std::map<int, Times> messages_;
+  std::vector<std::pair<double, int>> own_sends_;  // (simulated time, tag), by time
+  std::map<int, double> tied_arrival_, barrier_arrival_;
+  std::map<int, double> actual_send_;  // tag → ms after the step start
+  std::map<Request, Pending> pending_;
+  Request next_ = 0;
+  double t0_ = 0;
+  bool in_step_ = false, expect_tied_ = false;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Transport>> MakeEmulatedPeersTransport(const Schedule& schedule,
+                                                                      const CostModel& cost,
+                                                                      int real_stage,
+                                                                      int64_t message_floats) {
+  if (schedule.chunks != 1) {
+    return absl::InvalidArgumentError("emulated peers need one model chunk per stage");
+  }
+  if (real_stage < 0 || real_stage >= schedule.stages) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "runtime.emulated_stage = %d, but the pipeline has stages 0..%d", real_stage,
+        schedule.stages - 1));
+  }
+  absl::StatusOr<SimResult> sim = Simulate(schedule, cost);
+  if (!sim.ok()) return sim.status();
+  return std::unique_ptr<Transport>(
+      new EmulatedPeersTransport(schedule, *std::move(sim), real_stage, message_floats, cost.comm));
+}
+
+}  // namespace freeride::pipeline
