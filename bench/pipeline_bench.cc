@@ -2,7 +2,7 @@
 // P-stage pipeline on random tokens, measures each stage's F/B/I/W and optimizer times from
 // the executor's timeline, feeds them to the schedule simulator, and prints measured against
 // predicted step time and per-stage bubble (bubble = step time − F/B/I/W/optimizer time, the
-// simulator's definition).
+// simulator's definition; an instruction's own waiting counts as bubble).
 // Usage: mpirun -n 2 build/bench/pipeline_bench [schedule=1f1b] [microbatches=8] [steps=6]
 #include <mpi.h>
 
@@ -76,7 +76,9 @@ schedule = "%s"
     step_s += s.step_s;
     for (const pipeline::InstrTiming& timing : t.last_timeline()) {
       const Op op = instrs[timing.index].op;
-      const double d = timing.end_s - timing.start_s;
+      // Time an instruction spent waiting (receives, sums) is bubble, not work.
+      const double waited = timing.wait_end_s > 0 ? timing.wait_end_s - timing.start_s : 0;
+      const double d = timing.end_s - timing.start_s - waited;
       sum[op] += d;
       ++count[op];
       if (pipeline::IsCompute(op) || op == Op::kOptimizer) busy_s += d;
@@ -98,10 +100,10 @@ schedule = "%s"
                 MPI_COMM_WORLD);
   if (rank == 0) {
     pipeline::CostModel cost;
-    double optimizer = 1e30;
+    double optimizer = 0;  // the slowest stage's update (the barrier waits for it)
     for (int s = 0; s < size; ++s) {
       cost.stages.push_back({table[6 * s], table[6 * s + 1], table[6 * s + 2]});
-      optimizer = std::min(optimizer, table[6 * s + 3]);  // the stage that waited least
+      optimizer = std::max(optimizer, table[6 * s + 3]);
     }
     cost.optimizer = optimizer;
     auto sim = pipeline::Simulate(t.schedule(), cost);
