@@ -169,6 +169,13 @@ absl::StatusOr<std::unique_ptr<SideTaskExecutor>> SideTaskExecutor::Create(
   return ex;
 }
 
+void SideTaskExecutor::set_active_tasks(const std::vector<std::string>& names) {
+  active_.assign(tasks_.size(), false);
+  for (size_t i = 0; i < tasks_.size(); ++i) {
+    active_[i] = std::find(names.begin(), names.end(), tasks_[i]->spec.name) != names.end();
+  }
+}
+
 SideTaskExecutor::Task* SideTaskExecutor::Pick(double remaining) {
   // Among runnable tasks of the highest priority that has one that fits, rotate.
   for (size_t i = 0; i < tasks_.size();) {
@@ -176,8 +183,10 @@ SideTaskExecutor::Task* SideTaskExecutor::Pick(double remaining) {
     while (j < tasks_.size() && tasks_[j]->spec.priority == tasks_[i]->spec.priority) ++j;
     const size_t n = j - i;
     for (size_t k = 0; k < n; ++k) {
-      Task& t = *tasks_[i + (round_robin_ + k) % n];
-      const bool runnable = t.state == TaskState::kLoaded;
+      const size_t index = i + (round_robin_ + k) % n;
+      Task& t = *tasks_[index];
+      const bool runnable =
+          t.state == TaskState::kLoaded && (active_.empty() || active_[index]);
       if (runnable && (t.impl->FillsBubble() || t.predicted_step_s <= remaining)) {
         round_robin_ = (round_robin_ + k + 1) % n;
         return &t;

@@ -71,6 +71,9 @@ class SideTaskExecutor : public pipeline::BubbleHook {
   // Off: bubbles are still measured (for the predictions), nothing runs in them and they stay
   // out of the report (the overhead's reference blocks).
   void set_harvesting(bool on) { harvesting_ = on; }
+  // Only the named tasks are offered bubbles (all when never called); an empty set harvests
+  // nothing while still measuring and counting the bubbles (a study's "training alone").
+  void set_active_tasks(const std::vector<std::string>& names);
   // Unloads every task: FINISHED if it was done, else STOPPED (FAILED stays FAILED).
   void Finish();
   HarvestReport Report() const;
@@ -93,6 +96,7 @@ class SideTaskExecutor : public pipeline::BubbleHook {
   ExecutorOptions options_;
   std::vector<std::unique_ptr<Task>> tasks_;
   std::vector<double> predicted_;  // per BUBBLE index; < 0 until measured
+  std::vector<bool> active_;        // per task (in tasks_ order)
   bool harvesting_ = true;
   Open open_;
   size_t round_robin_ = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <random>
 
@@ -21,6 +22,7 @@
 #include "trainer/default_config.h"
 #include "trainer/run_dir.h"
 #include "trainer/tokenizer.h"
+#include "trainer/study.h"
 #include "trainer/train_state.h"
 #include "trainer/trainer.h"
 
@@ -76,21 +78,24 @@ bool LaunchedByMpi() {
   return false;
 }
 
-int TrainCommand(const ParsedFlags& flags) {
+// Loads the config, and runs `work` on a Trainer: alone, or as one rank of an MPI job (a
+// failure on any rank then ends the whole job: the others would wait for it until their
+// timeouts).
+int WithTrainer(const ParsedFlags& flags, const std::function<void(Config&)>& adjust,
+                const std::function<absl::Status(Trainer&, const Config&)>& work) {
   const std::vector<std::string> overrides = flags.GetAll("set");
   absl::StatusOr<Config> config =
       flags.Has("config") ? LoadConfigFile(flags.Get("config"), overrides)
                           : ParseConfig(DefaultConfigToml(), kDefaultConfigName, overrides);
   if (!config.ok()) return Fail(config.status());
+  adjust(*config);
   if (!LaunchedByMpi()) {
     if (absl::Status s = PrepareRunDir(*config); !s.ok()) return Fail(s);
     absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*config);
     if (!trainer.ok()) return Fail(trainer.status());
-    if (absl::Status s = (*trainer)->Run(); !s.ok()) return Fail(s);
+    if (absl::Status s = work(**trainer, *config); !s.ok()) return Fail(s);
     return kExitOk;
   }
-  // One rank of an MPI job. A failure on any rank ends the whole job (MPI_Abort): the other
-  // ranks would otherwise wait for it until their timeouts.
   int provided = 0;
   MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
   int rank = 0;
@@ -106,15 +111,54 @@ int TrainCommand(const ParsedFlags& flags) {
   if (rank == 0) {
     if (absl::Status s = PrepareRunDir(*config); !s.ok()) return fail(s);
   }
-  int status = kExitOk;
   {
     std::unique_ptr<pipeline::Transport> transport = pipeline::MakeMpiTransport();
     absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*config, transport.get());
     if (!trainer.ok()) return fail(trainer.status());
-    if (absl::Status s = (*trainer)->Run(); !s.ok()) return fail(s);
+    if (absl::Status s = work(**trainer, *config); !s.ok()) return fail(s);
   }
   MPI_Finalize();
-  return status;
+  return kExitOk;
+}
+
+int TrainCommand(const ParsedFlags& flags) {
+  return WithTrainer(flags, [](Config&) {},
+                     [](Trainer& trainer, const Config&) { return trainer.Run(); });
+}
+
+std::vector<FlagSpec> StudyFlags() {
+  return {{"config", "FILE", "the run's TOML config, with freeride.enabled and [[side_tasks]]"},
+          {"set", "SECTION.KEY=VALUE", "override one config key", true},
+          {"rounds", "R", "how many times each arm's block comes (default 3)"},
+          {"block_steps", "N", "training steps per block (default 4)"}};
+}
+
+int StudyCommand(const ParsedFlags& flags) {
+  StudyOptions options;
+  int64_t rounds = options.rounds, block = options.block_steps;
+  if (!ParseNumber(flags, "rounds", &rounds) || !ParseNumber(flags, "block_steps", &block) ||
+      rounds < 1 || block < 1) {
+    std::cerr << "error: --rounds and --block_steps take integers >= 1\n";
+    return kExitUsage;
+  }
+  options.rounds = static_cast<int>(rounds);
+  options.block_steps = static_cast<int>(block);
+  return WithTrainer(
+      flags,
+      [&](Config& config) {
+        // The study decides when side tasks run and how many steps there are.
+        config.train.steps = StudySteps(config, options);
+        config.freeride.alternate_every = 0;
+        config.eval.every = 0;
+      },
+      [&](Trainer& trainer, const Config& config) -> absl::Status {
+        absl::StatusOr<std::string> table = RunStudy(trainer, config, options);
+        if (!table.ok()) return table.status();
+        if (trainer.side_tasks() != nullptr) trainer.side_tasks()->Finish();
+        if (absl::Status s = trainer.WriteTimelines(); !s.ok()) return s;
+        std::cout << *table << std::flush;
+        return absl::OkStatus();
+      });
 }
 
 std::vector<FlagSpec> SampleFlags() {

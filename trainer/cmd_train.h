@@ -1,4 +1,5 @@
-// `freeride train`, `freeride sample` and `freeride eval`: training and using checkpoints.
+// `freeride train`, `freeride study`, `freeride sample` and `freeride eval`: training, the
+// harvest study, and using checkpoints.
 #pragma once
 
 #include <vector>
@@ -9,6 +10,8 @@ namespace freeride {
 
 std::vector<FlagSpec> TrainFlags();
 int TrainCommand(const ParsedFlags& flags);
+std::vector<FlagSpec> StudyFlags();
+int StudyCommand(const ParsedFlags& flags);
 std::vector<FlagSpec> SampleFlags();
 int SampleCommand(const ParsedFlags& flags);
 std::vector<FlagSpec> EvalFlags();

@@ -55,6 +55,11 @@ class Trainer {
   // Mean loss over eval.batches validation batches (from the start of the validation data).
   absl::StatusOr<double> Evaluate();
   absl::StatusOr<std::string> SaveCheckpoint();
+  // run.dir/timeline_rankNNN.json and run.dir/timeline.svg of the recorded steps (collective).
+  absl::Status WriteTimelines() {
+    absl::Status s = WriteTimeline();
+    return s.ok() ? WriteTimelineSvg() : s;
+  }
 
   int64_t step() const { return step_; }
   // This rank's model chunks (one unless parallel.schedule is interleaved).
