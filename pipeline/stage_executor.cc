@@ -62,7 +62,19 @@ std::string StageExecutor::Describe(const Instr& in) const {
   return what;
 }
 
-absl::Status StageExecutor::ReduceTied() {
+// A sum of a large buffer is part waiting for the other members, part moving data. A one-value
+// sum first marks the moment every member has arrived: only that counts as waiting (and ends a
+// bubble); the transfer after it is the step's own work.
+absl::Status StageExecutor::Arrive(const std::vector<int>& group, double* waited) {
+  if (group.size() <= 1) return absl::OkStatus();
+  double token[1] = {0};
+  const double start = MonotonicSeconds();
+  absl::Status s = transport_->AllReduceSum(token, 1, group, timeout_s_);
+  *waited += MonotonicSeconds() - start;
+  return s;
+}
+
+absl::Status StageExecutor::ReduceTied(double* waited) {
   GPT2Stage<float>* head = chunks_[layout_.chunks - 1];
   if (layout_.stage == layout_.pp - 1) head->FoldHeadWteGrad();
   const int64_t n = chunks_[0]->config().padded_vocab_size * chunks_[0]->config().n_embd;
@@ -80,13 +92,14 @@ absl::Status StageExecutor::ReduceTied() {
   }
   if (layout_.stage != 0 && layout_.stage != layout_.pp - 1) return absl::OkStatus();
   GPT2Stage<float>* owner = layout_.stage == 0 ? chunks_[0] : head;
-  return transport_->AllReduceSum(owner->grad(ParamTensor::kWte), n,
-                                  {layout_.RankOf(0, layout_.replica),
-                                   layout_.RankOf(layout_.pp - 1, layout_.replica)},
-                                  timeout_s_);
+  const std::vector<int> pair = {layout_.RankOf(0, layout_.replica),
+                                 layout_.RankOf(layout_.pp - 1, layout_.replica)};
+  if (absl::Status s = Arrive(pair, waited); !s.ok()) return s;
+  return transport_->AllReduceSum(owner->grad(ParamTensor::kWte), n, pair, timeout_s_);
 }
 
-absl::Status StageExecutor::ReduceDataParallel() {
+absl::Status StageExecutor::ReduceDataParallel(double* waited) {
+  if (absl::Status s = Arrive(layout_.DataParallelGroup(), waited); !s.ok()) return s;
   for (GPT2Stage<float>* chunk : chunks_) {
     absl::Status s = transport_->AllReduceSum(chunk->grads(), chunk->num_params(),
                                               layout_.DataParallelGroup(), timeout_s_);
@@ -156,25 +169,22 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
       // cooldown BUBBLE before OPTIMIZER, where side tasks can use it.
       return absl::OkStatus();
     case Op::kReduceGrads: {
-      const double start = MonotonicSeconds();
       // The head's share of wte lives outside grads() until the tied sum folds it in.
-      absl::Status s = tied_reduced_ ? absl::OkStatus() : ReduceTied();
+      absl::Status s = tied_reduced_ ? absl::OkStatus() : ReduceTied(waited);
       tied_reduced_ = true;
-      if (s.ok()) s = ReduceDataParallel();
-      *waited += MonotonicSeconds() - start;
+      if (s.ok()) s = ReduceDataParallel(waited);
       return s;
     }
     case Op::kOptimizer: {
       // Waiting here: the tied sum when REDUCE_TIED posted it (or a one-stage schedule, which
       // has none and sums locally), then the pipeline-wide sum of the gradient norm's units.
-      // Only the two sums count as waiting, not computing the units between them.
-      double start = MonotonicSeconds();
-      absl::Status s = tied_reduced_ ? absl::OkStatus() : ReduceTied();
+      // Only waiting counts: the tied sum's arrival and the units' sum, not the tied
+      // transfer or computing the units.
+      absl::Status s = tied_reduced_ ? absl::OkStatus() : ReduceTied(waited);
       tied_reduced_ = true;
-      *waited += MonotonicSeconds() - start;
       if (s.ok() && optimizer_.units) {
         std::vector<double> units = optimizer_.units();
-        start = MonotonicSeconds();
+        const double start = MonotonicSeconds();
         s = transport_->AllReduceSum(units.data(), static_cast<int64_t>(units.size()),
                                      layout_.PipelineGroup(), timeout_s_);
         *waited += MonotonicSeconds() - start;

@@ -96,8 +96,9 @@ class StageExecutor {
  private:
   absl::Status Execute(const Instr& in, const MicrobatchData& data, float loss_scale,
                        double* head_loss, double* waited);
-  absl::Status ReduceTied();
-  absl::Status ReduceDataParallel();
+  absl::Status Arrive(const std::vector<int>& group, double* waited);
+  absl::Status ReduceTied(double* waited);
+  absl::Status ReduceDataParallel(double* waited);
   // Polls the receive the BUBBLE at `bubble_index` waits for (always false if none).
   std::function<bool()> InputReady(size_t bubble_index) const;
   int VirtualStage(int chunk) const { return chunk * layout_.pp + layout_.stage; }

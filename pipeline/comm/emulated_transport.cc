@@ -60,9 +60,9 @@ class EmulatedPeersTransport : public Transport {
     t0_ = now_s;
     actual_send_.clear();
     in_step_ = true;
-    // The first sum of a step on the first or last stage is the tied embedding's (REDUCE_TIED
-    // comes before the optimizer in every schedule); the next is the optimizer's.
-    expect_tied_ = schedule_.stages > 1 && (real_ == 0 || real_ == schedule_.stages - 1);
+    // On the first or last stage a step's sums come as: the tied embedding's arrival (one
+    // value), its transfer, then the optimizer's; elsewhere only the optimizer's.
+    tied_phase_ = schedule_.stages > 1 && (real_ == 0 || real_ == schedule_.stages - 1) ? 0 : 2;
   }
 
   absl::StatusOr<Request> Isend(const void*, int64_t, int, int tag) override {
@@ -138,11 +138,16 @@ class EmulatedPeersTransport : public Transport {
 
   // The step's sums wait for the emulated members' simulated arrival (tied embedding: the
   // other end of the pipeline at REDUCE_TIED; the optimizer's norm: every stage at OPTIMIZER),
-  // shifted by the real stage's lateness. Sums after the optimizer's complete at once.
+  // shifted by the real stage's lateness; the tied transfer after its arrival completes at
+  // once. Sums after the optimizer's complete at once.
   absl::Status Collective(const std::vector<int>& group) {
     if (group.size() <= 1 || !in_step_) return absl::OkStatus();
-    const bool tied = expect_tied_;
-    expect_tied_ = false;
+    if (tied_phase_ == 1) {  // the tied transfer: the emulated peer is already there
+      tied_phase_ = 2;
+      return absl::OkStatus();
+    }
+    const bool tied = tied_phase_ == 0;
+    if (tied) tied_phase_ = 1;
     double latest = 0;
     for (int member : group) {
       if (member == real_) continue;
@@ -171,7 +176,8 @@ class EmulatedPeersTransport : public Transport {
   std::map<Request, Pending> pending_;
   Request next_ = 0;
   double t0_ = 0;
-  bool in_step_ = false, expect_tied_ = false;
+  bool in_step_ = false;
+  int tied_phase_ = 2;  // 0: expecting the tied arrival, 1: its transfer, 2: done
 };
 
 }  // namespace
