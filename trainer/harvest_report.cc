@@ -35,8 +35,7 @@ absl::Status Trainer::ReportHarvest() {
   // Work done in bubbles in seconds of the tasks alone, and training device-seconds.
   std::vector<double> totals(2, 0.0);
   totals[1] = on_s_ + off_s_;
-  std::vector<int> world(transport_->size());
-  for (int r = 0; r < transport_->size(); ++r) world[r] = r;
+  const std::vector<int> world = transport_->AllRanks();
   if (side_) {
     const HarvestReport report = side_->Report();
     if (layout_.replica == 0) {

@@ -122,8 +122,7 @@ absl::StatusOr<std::string> RunStudy(Trainer& trainer, const Config& config,
   for (const Arm& arm : arms) {
     for (double v : {arm.bubble_s, arm.harvested_s, arm.overrun_s, arm.work_s}) sums.push_back(v);
   }
-  std::vector<int> world(trainer.transport().size());
-  for (int r = 0; r < static_cast<int>(world.size()); ++r) world[r] = r;
+  const std::vector<int> world = trainer.transport().AllRanks();
   if (absl::Status s = trainer.transport().AllReduceSum(sums.data(),
                                                         static_cast<int64_t>(sums.size()), world,
                                                         config.runtime.comm_timeout_s);

@@ -89,8 +89,7 @@ absl::Status Trainer::WriteTimelineSvg() {
       mine[0] = n;
     }
   }
-  std::vector<int> world(transport_->size());
-  for (int r = 0; r < transport_->size(); ++r) world[r] = r;
+  const std::vector<int> world = transport_->AllRanks();
   for (std::vector<double>* v : {&times, &side}) {
     absl::Status s = transport_->AllReduceSum(v->data(), static_cast<int64_t>(v->size()), world,
                                               config_.runtime.comm_timeout_s);

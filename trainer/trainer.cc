@@ -44,12 +44,6 @@ absl::Status CheckVocabulary(const TokenLoader& loader, int64_t vocab_size) {
       loader.max_token(), vocab_size));
 }
 
-std::vector<int> WorldGroup(int size) {
-  std::vector<int> world(size);
-  for (int r = 0; r < size; ++r) world[r] = r;
-  return world;
-}
-
 // Forward passes only, in the training schedule's geometry: for validation.
 pipeline::Schedule ForwardOnlySchedule(const pipeline::Schedule& training) {
   using pipeline::Instr;
@@ -414,7 +408,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
   stats.bubble_s.assign(layout_.pp, 0.0);
   if (layout_.replica == 0) stats.bubble_s[layout_.stage] = outcome->bubble_s;
   if (absl::Status s = transport_->AllReduceSum(stats.bubble_s.data(), layout_.pp,
-                                                WorldGroup(transport_->size()),
+                                                transport_->AllRanks(),
                                                 config_.runtime.comm_timeout_s);
       !s.ok()) {
     return s;
@@ -464,7 +458,7 @@ absl::Status Trainer::PlaceBubblesFromMeasuredCosts(
     cost.stages[st] = {costs[3 * st], costs[3 * st + 1], costs[3 * st + 2]};
   } else {
     if (absl::Status s = transport_->AllReduceSum(costs.data(), 3 * layout_.pp,
-                                                  WorldGroup(transport_->size()),
+                                                  transport_->AllRanks(),
                                                   config_.runtime.comm_timeout_s);
         !s.ok()) {
       return s;
@@ -497,7 +491,7 @@ absl::StatusOr<double> Trainer::Evaluate() {
 
 absl::Status Trainer::Barrier() {
   double token[1] = {0};
-  return transport_->AllReduceSum(token, 1, WorldGroup(transport_->size()),
+  return transport_->AllReduceSum(token, 1, transport_->AllRanks(),
                                   config_.runtime.comm_timeout_s);
 }
 

@@ -20,6 +20,12 @@ class Transport {
   virtual ~Transport() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // Every rank, ascending: the group of a world-wide sum.
+  std::vector<int> AllRanks() const {
+    std::vector<int> all(size());
+    for (int r = 0; r < size(); ++r) all[r] = r;
+    return all;
+  }
 
   // Non-blocking send / receive of `bytes` to / from global rank `peer`; `tag` tells the
   // messages of one peer apart (matched in order per (peer, tag)). The buffer must stay
