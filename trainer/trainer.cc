@@ -1,7 +1,6 @@
 #include "trainer/trainer.h"
 
 #include <omp.h>
-#include <unistd.h>
 
 #include <cblas.h>
 
@@ -269,46 +268,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   return t;
 }
 
-absl::Status Trainer::CreateSideTasks() {
-  if (!config_.freeride.enabled) return absl::OkStatus();
-  std::vector<SideTaskSpec> specs;
-  const int64_t available =
-      static_cast<int64_t>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
-  for (size_t i = 0; i < config_.side_tasks.size(); ++i) {
-    const SideTaskConfig& task = config_.side_tasks[i];
-    for (int64_t stage : task.stages) {
-      if (stage >= layout_.pp) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "side_tasks[%d].stages: stage %d, but parallel.pp = %d (stages 0..%d)", i, stage,
-            layout_.pp, layout_.pp - 1));
-      }
-    }
-    if (task.memory_limit_bytes > available) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "side_tasks[%d].memory_limit = %s is more than this stage has free (%s)", i,
-          FormatByteSize(task.memory_limit_bytes), FormatByteSize(available)));
-    }
-    const bool here = task.stages.empty() ||
-                      std::find(task.stages.begin(), task.stages.end(), layout_.stage) !=
-                          task.stages.end();
-    if (!here) continue;
-    specs.push_back({task.type, task.name.empty() ? task.type : task.name, task.plugin,
-                     task.priority, task.memory_limit_bytes, task.args});
-  }
-  if (specs.empty()) return absl::OkStatus();
-  ExecutorOptions options;
-  options.rank = transport_->rank();
-  options.stage = layout_.stage;
-  options.margin = config_.freeride.margin;
-  options.calibration_steps = static_cast<int>(config_.freeride.calibration_steps);
-  options.results_dir = (std::filesystem::path(config_.run.dir) / "side_tasks").string();
-  absl::StatusOr<std::unique_ptr<SideTaskExecutor>> side = SideTaskExecutor::Create(specs, options);
-  if (!side.ok()) return side.status();
-  side_ = *std::move(side);
-  executor_->set_bubble_hook(side_.get());
-  return absl::OkStatus();
-}
-
 absl::Status Trainer::Resume(const std::string& path) {
   absl::StatusOr<RankState> state = ReadRankState(
       (std::filesystem::path(path) / RankStateFileName(layout_.stage)).string());
@@ -571,7 +530,9 @@ absl::Status Trainer::Run() {
     if (!val_ || config_.eval.every == 0) return absl::OkStatus();
     absl::StatusOr<double> val = Evaluate();
     if (!val.ok()) return val.status();
-    if (leader) FR_LOG(INFO) << absl::StrFormat("step %d | val loss %.4f", step_, *val);
+    if (leader) {
+      FR_LOG(INFO) << absl::StrFormat("step %d | val loss %.4f", step_, *val);
+    }
     WriteMetric(absl::StrFormat("{\"kind\": \"val\", \"step\": %d, \"loss\": %.6f}", step_, *val));
     return absl::OkStatus();
   };
@@ -608,7 +569,9 @@ absl::Status Trainer::Run() {
     if (config_.checkpoint.every > 0 && s.step % config_.checkpoint.every == 0 && s.step < total) {
       absl::StatusOr<std::string> dir = SaveCheckpoint();
       if (!dir.ok()) return dir.status();
-      if (leader) FR_LOG(INFO) << "checkpoint " << *dir;
+      if (leader) {
+        FR_LOG(INFO) << "checkpoint " << *dir;
+      }
     }
   }
   if (config_.freeride.enabled) {
@@ -619,7 +582,9 @@ absl::Status Trainer::Run() {
   if (absl::Status s = WriteTimelineSvg(); !s.ok()) return s;
   absl::StatusOr<std::string> dir = SaveCheckpoint();
   if (!dir.ok()) return dir.status();
-  if (leader) FR_LOG(INFO) << "final checkpoint " << *dir << " (model.bin is an llm.c checkpoint)";
+  if (leader) {
+    FR_LOG(INFO) << "final checkpoint " << *dir << " (model.bin is an llm.c checkpoint)";
+  }
   return absl::OkStatus();
 }
 

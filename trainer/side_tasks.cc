@@ -1,7 +1,11 @@
-// The harvest report at the end of a run with side tasks: per stage and bubble kind the
-// measured bubble, harvested and overrun time, utilisation; per task its state and work;
-// the overhead (alternating blocks) and the reclaimed fraction. Gathered over every rank,
+// The trainer's side tasks: this rank's executor, created from the config, and the harvest
+// report at the end of a run: per stage and bubble kind the measured bubble, harvested and
+// overrun time, utilisation; per task its state and work; the overhead (alternating blocks)
+// and the reclaimed fraction. Gathered over every rank,
 // printed and written by rank 0 (metrics.jsonl), task records by each rank.
+#include <unistd.h>
+
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/str_format.h"
@@ -27,6 +31,46 @@ std::string JsonString(const std::string& s) {
 }
 
 }  // namespace
+
+absl::Status Trainer::CreateSideTasks() {
+  if (!config_.freeride.enabled) return absl::OkStatus();
+  std::vector<SideTaskSpec> specs;
+  const int64_t available =
+      static_cast<int64_t>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+  for (size_t i = 0; i < config_.side_tasks.size(); ++i) {
+    const SideTaskConfig& task = config_.side_tasks[i];
+    for (int64_t stage : task.stages) {
+      if (stage >= layout_.pp) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "side_tasks[%d].stages: stage %d, but parallel.pp = %d (stages 0..%d)", i, stage,
+            layout_.pp, layout_.pp - 1));
+      }
+    }
+    if (task.memory_limit_bytes > available) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "side_tasks[%d].memory_limit = %s is more than this stage has free (%s)", i,
+          FormatByteSize(task.memory_limit_bytes), FormatByteSize(available)));
+    }
+    const bool here = task.stages.empty() ||
+                      std::find(task.stages.begin(), task.stages.end(), layout_.stage) !=
+                          task.stages.end();
+    if (!here) continue;
+    specs.push_back({task.type, task.name.empty() ? task.type : task.name, task.plugin,
+                     task.priority, task.memory_limit_bytes, task.args});
+  }
+  if (specs.empty()) return absl::OkStatus();
+  ExecutorOptions options;
+  options.rank = transport_->rank();
+  options.stage = layout_.stage;
+  options.margin = config_.freeride.margin;
+  options.calibration_steps = static_cast<int>(config_.freeride.calibration_steps);
+  options.results_dir = (std::filesystem::path(config_.run.dir) / "side_tasks").string();
+  absl::StatusOr<std::unique_ptr<SideTaskExecutor>> side = SideTaskExecutor::Create(specs, options);
+  if (!side.ok()) return side.status();
+  side_ = *std::move(side);
+  executor_->set_bubble_hook(side_.get());
+  return absl::OkStatus();
+}
 
 absl::Status Trainer::ReportHarvest() {
   constexpr int K = pipeline::kNumBubbleKinds;
