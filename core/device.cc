@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 
@@ -97,6 +98,14 @@ std::string DescribeDevice(const DeviceInfo& device) {
                          device.name, device.compute_capability_major,
                          device.compute_capability_minor, device.parallel_units,
                          device.total_memory_bytes / kGiB, device.free_memory_bytes / kGiB);
+}
+
+int NodeLocalRank() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && *value != '\0') return std::atoi(value);
+  }
+  return 0;
 }
 
 }  // namespace freeride

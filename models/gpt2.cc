@@ -77,18 +77,19 @@ int GPT2Stage<T>::slots() const {
 }
 
 template <typename T>
-void GPT2Stage<T>::InitRandom(uint64_t seed) {
-  const GPT2Config& cfg = layout_.config;
+void InitGPT2Params(const ParamLayout& layout, uint64_t seed, T* params) {
+  const GPT2Config& cfg = layout.config;
+  const StageSpec& stage = layout.stage;
   const T residual_std = static_cast<T>(0.02 / std::sqrt(2.0 * static_cast<double>(cfg.n_layer)));
   for (int i = 0; i < kNumParamTensors; ++i) {
     const ParamTensor t = static_cast<ParamTensor>(i);
-    const TensorSlot& slot = layout_.slot(t);
+    const TensorSlot& slot = layout.slot(t);
     if (!slot.present) continue;
     const int64_t per = IsPerLayer(t) ? ParamElements(cfg, t) : slot.elements;
-    const int64_t pieces = IsPerLayer(t) ? stage().num_layers() : 1;
+    const int64_t pieces = IsPerLayer(t) ? stage.num_layers() : 1;
     for (int64_t p = 0; p < pieces; ++p) {
-      T* dst = params_.data() + slot.offset + p * per;
-      const int64_t global_layer = IsPerLayer(t) ? stage().first_layer + p : 0;
+      T* dst = params + slot.offset + p * per;
+      const int64_t global_layer = IsPerLayer(t) ? stage.first_layer + p : 0;
       switch (t) {
         case ParamTensor::kLn1W: case ParamTensor::kLn2W: case ParamTensor::kLnfW:
           std::fill(dst, dst + per, static_cast<T>(1));
@@ -113,6 +114,14 @@ void GPT2Stage<T>::InitRandom(uint64_t seed) {
       std::fill(dst + n, dst + per, static_cast<T>(0));
     }
   }
+}
+
+template void InitGPT2Params<float>(const ParamLayout&, uint64_t, float*);
+template void InitGPT2Params<double>(const ParamLayout&, uint64_t, double*);
+
+template <typename T>
+void GPT2Stage<T>::InitRandom(uint64_t seed) {
+  InitGPT2Params(layout_, seed, params_.data());
 }
 
 template <typename T>

@@ -18,6 +18,11 @@
 
 namespace freeride {
 
+// GPT-2's initialisation of a stage's parameters (see GPT2Stage::InitRandom): any backend that
+// fills its parameters through this gets the CPU's values exactly.
+template <typename T>
+void InitGPT2Params(const ParamLayout& layout, uint64_t seed, T* params);
+
 template <typename T>
 class GPT2Stage {
  public:

@@ -20,7 +20,7 @@ std::vector<int> RankLayout::DataParallelGroup() const {
 }
 
 StageExecutor::StageExecutor(Schedule schedule, RankLayout layout,
-                             std::vector<GPT2Stage<float>*> chunks, Transport* transport,
+                             std::vector<StageModel*> chunks, Transport* transport,
                              double timeout_s, OptimizerHooks optimizer)
     : schedule_(std::move(schedule)),
       layout_(layout),
@@ -43,7 +43,7 @@ StageExecutor::StageExecutor(Schedule schedule, RankLayout layout,
 }
 
 int64_t StageExecutor::ActivationFloats() const {
-  const GPT2Stage<float>& c = *chunks_[0];
+  const StageModel& c = *chunks_[0];
   return c.micro_batch() * c.seq_len() * c.config().n_embd;
 }
 
@@ -75,34 +75,49 @@ absl::Status StageExecutor::Arrive(const std::vector<int>& group, double* waited
 }
 
 absl::Status StageExecutor::ReduceTied(double* waited) {
-  GPT2Stage<float>* head = chunks_[layout_.chunks - 1];
-  if (layout_.stage == layout_.pp - 1) head->FoldHeadWteGrad();
+  StageModel* head = chunks_[layout_.chunks - 1];
+  if (layout_.stage == layout_.pp - 1) {
+    if (absl::Status s = head->FoldHeadWteGrad(); !s.ok()) return s;
+  }
   const int64_t n = chunks_[0]->config().padded_vocab_size * chunks_[0]->config().n_embd;
   if (layout_.pp == 1) {
     // Embedding and head on this rank: in one chunk FoldHeadWteGrad already added them; in
     // separate chunks add here (emb + head, the same sum a two-rank all-reduce makes) and
     // give the head's copy the same gradient.
     if (layout_.chunks > 1) {
-      float* emb = chunks_[0]->grad(ParamTensor::kWte);
-      float* tied = head->grad(ParamTensor::kWte);
-      for (int64_t i = 0; i < n; ++i) emb[i] += tied[i];
-      std::memcpy(tied, emb, n * sizeof(float));
+      const int64_t offset = chunks_[0]->layout().slot(ParamTensor::kWte).offset;
+      const int64_t head_offset = head->layout().slot(ParamTensor::kWte).offset;
+      absl::StatusOr<float*> emb = chunks_[0]->HostGrads(offset, n);
+      if (!emb.ok()) return emb.status();
+      absl::StatusOr<float*> tied = head->HostGrads(head_offset, n);
+      if (!tied.ok()) return tied.status();
+      for (int64_t i = 0; i < n; ++i) (*emb)[i] += (*tied)[i];
+      std::memcpy(*tied, *emb, n * sizeof(float));
+      if (absl::Status s = chunks_[0]->CommitHostGrads(offset, n); !s.ok()) return s;
+      return head->CommitHostGrads(head_offset, n);
     }
     return absl::OkStatus();
   }
   if (layout_.stage != 0 && layout_.stage != layout_.pp - 1) return absl::OkStatus();
-  GPT2Stage<float>* owner = layout_.stage == 0 ? chunks_[0] : head;
+  StageModel* owner = layout_.stage == 0 ? chunks_[0] : head;
   const std::vector<int> pair = {layout_.RankOf(0, layout_.replica),
                                  layout_.RankOf(layout_.pp - 1, layout_.replica)};
   if (absl::Status s = Arrive(pair, waited); !s.ok()) return s;
-  return transport_->AllReduceSum(owner->grad(ParamTensor::kWte), n, pair, timeout_s_);
+  const int64_t offset = owner->layout().slot(ParamTensor::kWte).offset;
+  absl::StatusOr<float*> grads = owner->HostGrads(offset, n);
+  if (!grads.ok()) return grads.status();
+  absl::Status s = transport_->AllReduceSum(*grads, n, pair, timeout_s_);
+  return s.ok() ? owner->CommitHostGrads(offset, n) : s;
 }
 
 absl::Status StageExecutor::ReduceDataParallel(double* waited) {
   if (absl::Status s = Arrive(layout_.DataParallelGroup(), waited); !s.ok()) return s;
-  for (GPT2Stage<float>* chunk : chunks_) {
-    absl::Status s = transport_->AllReduceSum(chunk->grads(), chunk->num_params(),
-                                              layout_.DataParallelGroup(), timeout_s_);
+  for (StageModel* chunk : chunks_) {
+    const int64_t n = chunk->num_params();
+    absl::StatusOr<float*> grads = chunk->HostGrads(0, n);
+    if (!grads.ok()) return grads.status();
+    absl::Status s = transport_->AllReduceSum(*grads, n, layout_.DataParallelGroup(), timeout_s_);
+    if (s.ok()) s = chunk->CommitHostGrads(0, n);
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
@@ -112,18 +127,16 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
                                     double* head_loss, double* waited) {
   const int m = schedule_.microbatches;
   const int cell = in.chunk * m + std::max(0, in.microbatch);
-  GPT2Stage<float>* chunk = in.chunk < static_cast<int>(chunks_.size()) ? chunks_[in.chunk] : nullptr;
+  StageModel* chunk = in.chunk < static_cast<int>(chunks_.size()) ? chunks_[in.chunk] : nullptr;
   const int slot = slot_of_[cell];
   const int64_t floats = ActivationFloats();
   const int peer = in.peer >= 0 ? layout_.RankOf(in.peer, layout_.replica) : -1;
   switch (in.op) {
     case Op::kLoad:
       if (chunk->stage().has_embedding) {
-        std::memcpy(chunk->tokens(slot), data.tokens(in.microbatch), data.rows * sizeof(int32_t));
+        if (absl::Status s = chunk->SetTokens(slot, data.tokens(in.microbatch)); !s.ok()) return s;
       }
-      if (chunk->stage().has_head) {
-        std::memcpy(chunk->targets(slot), data.targets(in.microbatch), data.rows * sizeof(int32_t));
-      }
+      if (chunk->stage().has_head) return chunk->SetTargets(slot, data.targets(in.microbatch));
       return absl::OkStatus();
     case Op::kRecvAct:
     case Op::kRecvGrad: {
@@ -132,31 +145,30 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
       absl::Status s = transport_->Wait((grad ? recv_grad_req_ : recv_act_req_)[cell], timeout_s_);
       *waited += MonotonicSeconds() - start;
       if (!s.ok()) return s;
-      float* dst = grad ? chunk->output_grad(slot) : chunk->input_activations(slot);
-      std::memcpy(dst, (grad ? recv_grad_ : recv_act_)[cell].data(), floats * sizeof(float));
-      return absl::OkStatus();
+      const float* src = (grad ? recv_grad_ : recv_act_)[cell].data();
+      return grad ? chunk->SetOutputGrad(slot, src) : chunk->SetInputActivations(slot, src);
     }
     case Op::kForward: {
-      const double loss = chunk->Forward(slot);
-      if (chunk->stage().has_head) *head_loss += loss;
+      absl::StatusOr<double> loss = chunk->Forward(slot);
+      if (!loss.ok()) return loss.status();
+      if (chunk->stage().has_head) *head_loss += *loss;
       return absl::OkStatus();
     }
-    case Op::kBackward:
-      chunk->BackwardInput(slot, loss_scale);
-      chunk->BackwardWeight(slot);
-      return absl::OkStatus();
+    case Op::kBackward: {
+      absl::Status s = chunk->BackwardInput(slot, loss_scale);
+      return s.ok() ? chunk->BackwardWeight(slot) : s;
+    }
     case Op::kBackwardInput:
-      chunk->BackwardInput(slot, loss_scale);
-      return absl::OkStatus();
+      return chunk->BackwardInput(slot, loss_scale);
     case Op::kBackwardWeight:
-      chunk->BackwardWeight(slot);
-      return absl::OkStatus();
+      return chunk->BackwardWeight(slot);
     case Op::kSendAct:
     case Op::kSendGrad: {
       const bool grad = in.op == Op::kSendGrad;
       std::vector<float>& buf = (grad ? send_grad_ : send_act_)[cell];
-      std::memcpy(buf.data(), grad ? chunk->input_grad(slot) : chunk->output_activations(slot),
-                  floats * sizeof(float));
+      absl::Status got = grad ? chunk->GetInputGrad(slot, buf.data())
+                              : chunk->GetOutputActivations(slot, buf.data());
+      if (!got.ok()) return got;
       absl::StatusOr<Transport::Request> r = transport_->Isend(
           buf.data(), floats * sizeof(float), peer, Tag(grad, VirtualStage(in.chunk), in.microbatch));
       if (!r.ok()) return r.status();
@@ -183,12 +195,13 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
       absl::Status s = tied_reduced_ ? absl::OkStatus() : ReduceTied(waited);
       tied_reduced_ = true;
       if (s.ok() && optimizer_.units) {
-        std::vector<double> units = optimizer_.units();
+        absl::StatusOr<std::vector<double>> units = optimizer_.units();
+        if (!units.ok()) return units.status();
         const double start = MonotonicSeconds();
-        s = transport_->AllReduceSum(units.data(), static_cast<int64_t>(units.size()),
+        s = transport_->AllReduceSum(units->data(), static_cast<int64_t>(units->size()),
                                      layout_.PipelineGroup(), timeout_s_);
         *waited += MonotonicSeconds() - start;
-        if (s.ok()) s = optimizer_.apply(units);
+        if (s.ok()) s = optimizer_.apply(*units);
       }
       return s;
     }
@@ -218,7 +231,9 @@ absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, f
   const int m = schedule_.microbatches;
   const int64_t bytes = ActivationFloats() * static_cast<int64_t>(sizeof(float));
   if (has_backward_) {
-    for (GPT2Stage<float>* chunk : chunks_) chunk->ZeroGrads();
+    for (StageModel* chunk : chunks_) {
+      if (absl::Status s = chunk->ZeroGrads(); !s.ok()) return s;
+    }
   }
   tied_reduced_ = false;
   // Every receive of the step is posted now, into its own staging buffer.

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "models/gpt2.h"
+#include "models/stage_model.h"
 #include "pipeline/comm/transport.h"
 #include "pipeline/schedule.h"
 
@@ -64,7 +64,7 @@ struct MicrobatchData {
 // `units` gives this rank's gradient squares at their places in the whole model (zeros
 // elsewhere); the executor sums them over the pipeline; `apply` gets the sums.
 struct OptimizerHooks {
-  std::function<std::vector<double>()> units;
+  std::function<absl::StatusOr<std::vector<double>>()> units;
   std::function<absl::Status(const std::vector<double>& summed)> apply;
 };
 
@@ -72,7 +72,7 @@ class StageExecutor {
  public:
   // `chunks[c]` is this rank's model chunk c (virtual stage c·pp + stage); each has at least
   // schedule.buffers_per_stage[stage] slots. `optimizer` runs at OPTIMIZER (none: skipped).
-  StageExecutor(Schedule schedule, RankLayout layout, std::vector<GPT2Stage<float>*> chunks,
+  StageExecutor(Schedule schedule, RankLayout layout, std::vector<StageModel*> chunks,
                 Transport* transport, double timeout_s, OptimizerHooks optimizer);
 
   void set_bubble_hook(BubbleHook* hook) { hook_ = hook; }
@@ -109,7 +109,7 @@ class StageExecutor {
 
   Schedule schedule_;
   RankLayout layout_;
-  std::vector<GPT2Stage<float>*> chunks_;
+  std::vector<StageModel*> chunks_;
   Transport* transport_;
   double timeout_s_;
   OptimizerHooks optimizer_;

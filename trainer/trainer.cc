@@ -13,9 +13,11 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/device.h"
 #include "core/files.h"
 #include "core/logging.h"
 #include "core/timer.h"
+#include "models/backend.h"
 #include "models/llmc_checkpoint.h"
 #include "pipeline/generators.h"
 #include "pipeline/passes.h"
@@ -122,12 +124,6 @@ Trainer::~Trainer() = default;
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
                                                          pipeline::Transport* transport) {
-  if (config.runtime.device != "cpu") {
-    return absl::UnimplementedError(absl::StrFormat(
-        "runtime.device = \"%s\": this build trains on the CPU backend only (the CUDA backend "
-        "is not part of it yet)",
-        config.runtime.device));
-  }
   if (config.runtime.threads > 0) {
     omp_set_num_threads(static_cast<int>(config.runtime.threads));
     openblas_set_num_threads(static_cast<int>(config.runtime.threads));
@@ -216,18 +212,23 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
     if (!w.ok()) return w.status();
     weights = *std::move(w);
   }
-  std::vector<GPT2Stage<float>*> raw;
+  std::vector<StageModel*> raw;
+  BackendOptions backend{config.runtime.device, config.runtime.precision, NodeLocalRank()};
   for (int c = 0; c < L.chunks; ++c) {
     const StageSpec& spec = (*specs)[c * L.pp + L.stage];
-    auto chunk = std::make_unique<GPT2Stage<float>>(*model, spec, micro_batch, tc.seq_len, slots);
+    absl::StatusOr<std::unique_ptr<StageModel>> chunk =
+        MakeStageModel(backend, *model, spec, micro_batch, tc.seq_len, slots);
+    if (!chunk.ok()) return chunk.status();
     if (weights) {
-      CopyStageFromWhole(*model, spec, weights->params.data(), chunk->params());
-    } else {
-      chunk->InitRandom(static_cast<uint64_t>(config.run.seed));
+      std::vector<float> part(MakeParamLayout(*model, spec).total);
+      CopyStageFromWhole(*model, spec, weights->params.data(), part.data());
+      if (absl::Status s = (*chunk)->SetParams(part.data()); !s.ok()) return s;
+    } else if (absl::Status s = (*chunk)->InitRandom(static_cast<uint64_t>(config.run.seed));
+               !s.ok()) {
+      return s;
     }
-    t->optimizers_.push_back(std::make_unique<AdamW>(chunk->num_params()));
-    raw.push_back(chunk.get());
-    t->chunks_.push_back(std::move(chunk));
+    raw.push_back(chunk->get());
+    t->chunks_.push_back(*std::move(chunk));
   }
   Trainer* self = t.get();
   t->executor_ = std::make_unique<pipeline::StageExecutor>(
@@ -286,9 +287,9 @@ absl::Status Trainer::Resume(const std::string& path) {
   int64_t offset = 0;
   for (size_t c = 0; c < chunks_.size(); ++c) {
     const int64_t n = chunks_[c]->num_params();
-    std::memcpy(chunks_[c]->params(), state->params.data() + offset, n * sizeof(float));
-    std::memcpy(optimizers_[c]->m().data(), state->m.data() + offset, n * sizeof(float));
-    std::memcpy(optimizers_[c]->v().data(), state->v.data() + offset, n * sizeof(float));
+    absl::Status s = chunks_[c]->SetParams(state->params.data() + offset);
+    if (s.ok()) s = chunks_[c]->SetOptimizerState(state->m.data() + offset, state->v.data() + offset);
+    if (!s.ok()) return s;
     offset += n;
   }
   step_ = state->step;
@@ -311,14 +312,16 @@ pipeline::MicrobatchData Trainer::Microbatches() const {
   return data;
 }
 
-std::vector<double> Trainer::GradientUnits() {
+absl::StatusOr<std::vector<double>> Trainer::GradientUnits() {
   // Gradient squares per model unit (embedding, layers, final LayerNorm) at their places in
   // the whole model: every stage fills its own, the sum over the pipeline adds zeros
   // elsewhere (exact), and the units are added in model order, as one process would.
   const int64_t L = model_config_.n_layer;
   std::vector<double> units(L + 2, 0.0);
   for (const auto& chunk : chunks_) {
-    const std::vector<double> own = GradSquaresByUnit(*chunk);
+    absl::StatusOr<std::vector<double>> squares = chunk->GradSquaresByUnit();
+    if (!squares.ok()) return squares.status();
+    const std::vector<double>& own = *squares;
     size_t k = 0;
     if (chunk->stage().has_embedding) units[0] = own[k++];
     for (int64_t l = chunk->stage().first_layer; l < chunk->stage().last_layer; ++l) {
@@ -335,8 +338,16 @@ absl::Status Trainer::OptimizerStep(const std::vector<double>& units) {
   last_grad_norm_ = std::sqrt(squares);
   last_lr_ = LearningRate(config_.optim, step_, config_.train.steps);
   const double scale = ClipScale(last_grad_norm_, config_.optim.grad_clip);
-  for (size_t c = 0; c < chunks_.size(); ++c) {
-    optimizers_[c]->Update(*chunks_[c], config_.optim, last_lr_, scale, step_ + 1);
+  AdamWStep adam;
+  adam.lr = last_lr_;
+  adam.beta1 = config_.optim.beta1;
+  adam.beta2 = config_.optim.beta2;
+  adam.eps = config_.optim.eps;
+  adam.weight_decay = config_.optim.weight_decay;
+  adam.step = step_ + 1;
+  adam.grad_scale = scale;
+  for (const auto& chunk : chunks_) {
+    if (absl::Status s = chunk->ApplyAdamW(adam); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -472,11 +483,15 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
   // (wte: the embedding's chunk; the head's copy is equal).
   std::vector<float> whole(NumParameters(model_config_), 0.0f);
   for (size_t c = 0; c < chunks_.size(); ++c) {
-    const GPT2Stage<float>& chunk = *chunks_[c];
-    state.params.insert(state.params.end(), chunk.params(), chunk.params() + chunk.num_params());
-    state.m.insert(state.m.end(), optimizers_[c]->m().begin(), optimizers_[c]->m().end());
-    state.v.insert(state.v.end(), optimizers_[c]->v().begin(), optimizers_[c]->v().end());
-    std::vector<float> part(chunk.params(), chunk.params() + chunk.num_params());
+    StageModel& chunk = *chunks_[c];
+    const int64_t n = chunk.num_params();
+    std::vector<float> part(n), m(n), v(n);
+    absl::Status got = chunk.GetParams(part.data());
+    if (got.ok()) got = chunk.GetOptimizerState(m.data(), v.data());
+    if (!got.ok()) return got;
+    state.params.insert(state.params.end(), part.begin(), part.end());
+    state.m.insert(state.m.end(), m.begin(), m.end());
+    state.v.insert(state.v.end(), v.begin(), v.end());
     if (!chunk.stage().has_embedding && chunk.stage().has_head) {
       const TensorSlot& wte = chunk.layout().slot(ParamTensor::kWte);
       std::fill(part.begin() + wte.offset, part.begin() + wte.offset + wte.elements, 0.0f);

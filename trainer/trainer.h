@@ -63,7 +63,7 @@ class Trainer {
 
   int64_t step() const { return step_; }
   // This rank's model chunks (one unless parallel.schedule is interleaved).
-  GPT2Stage<float>& model(int chunk = 0) { return *chunks_[chunk]; }
+  StageModel& model(int chunk = 0) { return *chunks_[chunk]; }
   int num_chunks() const { return static_cast<int>(chunks_.size()); }
   const pipeline::RankLayout& layout() const { return layout_; }
   // This rank's schedule and the measured timing of each of its instructions in the last step.
@@ -80,7 +80,7 @@ class Trainer {
  private:
   explicit Trainer(const Config& config) : config_(config) {}
   absl::Status Resume(const std::string& path);
-  std::vector<double> GradientUnits();
+  absl::StatusOr<std::vector<double>> GradientUnits();
   absl::Status OptimizerStep(const std::vector<double>& summed_units);
   absl::Status Barrier();
   pipeline::MicrobatchData Microbatches() const;
@@ -96,8 +96,7 @@ class Trainer {
   pipeline::RankLayout layout_;
   std::unique_ptr<pipeline::Transport> own_transport_;
   pipeline::Transport* transport_ = nullptr;
-  std::vector<std::unique_ptr<GPT2Stage<float>>> chunks_;
-  std::vector<std::unique_ptr<AdamW>> optimizers_;
+  std::vector<std::unique_ptr<StageModel>> chunks_;
   std::unique_ptr<pipeline::StageExecutor> executor_, eval_executor_;
   std::optional<TokenLoader> train_, val_;
   std::vector<int32_t> inputs_, targets_;

@@ -1,0 +1,52 @@
+#include "models/backend.h"
+
+#include "absl/strings/str_format.h"
+#include "models/cpu_stage_model.h"
+#ifdef FREERIDE_WITH_CUDA
+#include "models/cuda/cuda_stage_model.h"
+#endif
+
+namespace freeride {
+
+bool CudaBackendBuilt() {
+#ifdef FREERIDE_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+absl::StatusOr<std::unique_ptr<StageModel>> MakeStageModel(const BackendOptions& options,
+                                                           const GPT2Config& config,
+                                                           const StageSpec& stage,
+                                                           int64_t micro_batch, int64_t seq_len,
+                                                           int slots) {
+  if (options.device == "cpu") {
+    if (options.precision != "fp32") {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "precision \"%s\" on the cpu device: the CPU backend computes in fp32",
+          options.precision));
+    }
+    return std::unique_ptr<StageModel>(
+        std::make_unique<CpuStageModel>(config, stage, micro_batch, seq_len, slots));
+  }
+  if (options.device != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("device \"%s\": expected \"cpu\" or \"cuda\"", options.device));
+  }
+#ifdef FREERIDE_WITH_CUDA
+  CudaStageOptions cuda;
+  cuda.device_index = options.device_index;
+  cuda.precision = options.precision == "bf16" ? CudaPrecision::kBf16 : CudaPrecision::kFp32;
+  absl::StatusOr<std::unique_ptr<CudaStageModel>> m =
+      CudaStageModel::Create(config, stage, micro_batch, seq_len, slots, cuda);
+  if (!m.ok()) return m.status();
+  return std::unique_ptr<StageModel>(*std::move(m));
+#else
+  return absl::FailedPreconditionError(
+      "runtime.device = \"cuda\", but this build has no CUDA backend: nvcc was not found when "
+      "it was configured (rebuild with -DFREERIDE_CUDA=ON and the CUDA toolkit installed)");
+#endif
+}
+
+}  // namespace freeride

@@ -1,0 +1,29 @@
+// Picks the backend that holds a model chunk: the CPU (fp32) or a CUDA device (fp32 or bf16).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "models/stage_model.h"
+
+namespace freeride {
+
+struct BackendOptions {
+  std::string device = "cpu";     // "cpu" | "cuda"
+  std::string precision = "fp32";  // "fp32" | "bf16" (cuda only)
+  int device_index = 0;            // which CUDA device (the node-local rank, mod the count)
+};
+
+// Whether this binary was built with the CUDA backend.
+bool CudaBackendBuilt();
+
+// A chunk on the requested backend, or an error saying why it cannot be had: a build without
+// the CUDA backend, no usable CUDA device, bf16 on the CPU, too little device memory.
+absl::StatusOr<std::unique_ptr<StageModel>> MakeStageModel(const BackendOptions& options,
+                                                           const GPT2Config& config,
+                                                           const StageSpec& stage,
+                                                           int64_t micro_batch, int64_t seq_len,
+                                                           int slots);
+
+}  // namespace freeride

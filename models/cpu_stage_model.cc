@@ -1,0 +1,108 @@
+#include "models/cpu_stage_model.h"
+
+#include <cstring>
+
+#include "models/cpu/optimizer.h"
+
+namespace freeride {
+
+CpuStageModel::CpuStageModel(const GPT2Config& config, const StageSpec& stage,
+                             int64_t micro_batch, int64_t seq_len, int slots)
+    : model_(config, stage, micro_batch, seq_len, slots),
+      m_(model_.num_params(), 0.0f),
+      v_(model_.num_params(), 0.0f) {}
+
+int64_t CpuStageModel::ActivationFloats() const {
+  return model_.micro_batch() * model_.seq_len() * model_.config().n_embd;
+}
+
+absl::Status CpuStageModel::SetTokens(int slot, const int32_t* tokens) {
+  std::memcpy(model_.tokens(slot), tokens, micro_batch() * seq_len() * sizeof(int32_t));
+  return absl::OkStatus();
+}
+absl::Status CpuStageModel::SetTargets(int slot, const int32_t* targets) {
+  std::memcpy(model_.targets(slot), targets, micro_batch() * seq_len() * sizeof(int32_t));
+  return absl::OkStatus();
+}
+absl::Status CpuStageModel::SetInputActivations(int slot, const float* x) {
+  std::memcpy(model_.input_activations(slot), x, ActivationFloats() * sizeof(float));
+  return absl::OkStatus();
+}
+absl::Status CpuStageModel::SetOutputGrad(int slot, const float* dy) {
+  std::memcpy(model_.output_grad(slot), dy, ActivationFloats() * sizeof(float));
+  return absl::OkStatus();
+}
+absl::Status CpuStageModel::GetOutputActivations(int slot, float* y) {
+  std::memcpy(y, model_.output_activations(slot), ActivationFloats() * sizeof(float));
+  return absl::OkStatus();
+}
+absl::Status CpuStageModel::GetInputGrad(int slot, float* dx) {
+  std::memcpy(dx, model_.input_grad(slot), ActivationFloats() * sizeof(float));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<double>> CpuStageModel::GradSquaresByUnit() {
+  const ParamLayout& layout = model_.layout();
+  const GPT2Config& cfg = model_.config();
+  std::vector<double> units;
+  auto squares = [&](ParamTensor t, int64_t offset, int64_t n) {
+    return cpu::SumOfSquares(model_.grad(t) + offset, n);
+  };
+  if (stage().has_embedding) {
+    units.push_back(squares(ParamTensor::kWte, 0, layout.slot(ParamTensor::kWte).elements) +
+                    squares(ParamTensor::kWpe, 0, layout.slot(ParamTensor::kWpe).elements));
+  }
+  for (int64_t l = 0; l < stage().num_layers(); ++l) {
+    double sum = 0;
+    for (int i = 0; i < kNumParamTensors; ++i) {
+      const ParamTensor t = static_cast<ParamTensor>(i);
+      if (!IsPerLayer(t)) continue;
+      const int64_t per = ParamElements(cfg, t);
+      sum += squares(t, l * per, per);
+    }
+    units.push_back(sum);
+  }
+  if (stage().has_head) {
+    units.push_back(squares(ParamTensor::kLnfW, 0, cfg.n_embd) +
+                    squares(ParamTensor::kLnfB, 0, cfg.n_embd));
+  }
+  return units;
+}
+
+absl::Status CpuStageModel::ApplyAdamW(const AdamWStep& step) {
+  for (const TensorSlot& slot : layout().slots) {
+    if (!slot.present) continue;
+    cpu::AdamWParams p;
+    p.lr = static_cast<float>(step.lr);
+    p.beta1 = static_cast<float>(step.beta1);
+    p.beta2 = static_cast<float>(step.beta2);
+    p.eps = static_cast<float>(step.eps);
+    p.weight_decay = IsDecayed(slot.tensor) ? static_cast<float>(step.weight_decay) : 0.0f;
+    p.step = step.step;
+    p.grad_scale = static_cast<float>(step.grad_scale);
+    cpu::AdamWUpdate(model_.params() + slot.offset, model_.grads() + slot.offset,
+                     m_.data() + slot.offset, v_.data() + slot.offset, slot.elements, p);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuStageModel::GetParams(float* dst) {
+  std::memcpy(dst, model_.params(), num_params() * sizeof(float));
+  return absl::OkStatus();
+}
+absl::Status CpuStageModel::SetParams(const float* src) {
+  std::memcpy(model_.params(), src, num_params() * sizeof(float));
+  return absl::OkStatus();
+}
+absl::Status CpuStageModel::GetOptimizerState(float* m, float* v) {
+  std::memcpy(m, m_.data(), num_params() * sizeof(float));
+  std::memcpy(v, v_.data(), num_params() * sizeof(float));
+  return absl::OkStatus();
+}
+absl::Status CpuStageModel::SetOptimizerState(const float* m, const float* v) {
+  std::memcpy(m_.data(), m, num_params() * sizeof(float));
+  std::memcpy(v_.data(), v, num_params() * sizeof(float));
+  return absl::OkStatus();
+}
+
+}  // namespace freeride

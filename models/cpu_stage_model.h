@@ -1,0 +1,73 @@
+// The CPU backend behind the StageModel interface: a GPT2Stage<float> and its AdamW moments.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "models/gpt2.h"
+#include "models/stage_model.h"
+
+namespace freeride {
+
+class CpuStageModel final : public StageModel {
+ public:
+  CpuStageModel(const GPT2Config& config, const StageSpec& stage, int64_t micro_batch,
+                int64_t seq_len, int slots);
+
+  GPT2Stage<float>& model() { return model_; }
+
+  const ParamLayout& layout() const override { return model_.layout(); }
+  int64_t micro_batch() const override { return model_.micro_batch(); }
+  int64_t seq_len() const override { return model_.seq_len(); }
+  int slots() const override { return model_.slots(); }
+  std::string Describe() const override { return "cpu fp32"; }
+
+  absl::Status SetTokens(int slot, const int32_t* tokens) override;
+  absl::Status SetTargets(int slot, const int32_t* targets) override;
+  absl::Status SetInputActivations(int slot, const float* x) override;
+  absl::Status SetOutputGrad(int slot, const float* dy) override;
+  absl::Status GetOutputActivations(int slot, float* y) override;
+  absl::Status GetInputGrad(int slot, float* dx) override;
+
+  absl::StatusOr<double> Forward(int slot) override { return model_.Forward(slot); }
+  absl::Status BackwardInput(int slot, float loss_scale) override {
+    model_.BackwardInput(slot, loss_scale);
+    return absl::OkStatus();
+  }
+  absl::Status BackwardWeight(int slot) override {
+    model_.BackwardWeight(slot);
+    return absl::OkStatus();
+  }
+  absl::Status ZeroGrads() override {
+    model_.ZeroGrads();
+    return absl::OkStatus();
+  }
+  absl::Status FoldHeadWteGrad() override {
+    model_.FoldHeadWteGrad();
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<float*> HostGrads(int64_t offset, int64_t) override {
+    return model_.grads() + offset;
+  }
+  absl::Status CommitHostGrads(int64_t, int64_t) override { return absl::OkStatus(); }
+
+  absl::StatusOr<std::vector<double>> GradSquaresByUnit() override;
+  absl::Status ApplyAdamW(const AdamWStep& step) override;
+
+  absl::Status GetParams(float* dst) override;
+  absl::Status SetParams(const float* src) override;
+  absl::Status GetOptimizerState(float* m, float* v) override;
+  absl::Status SetOptimizerState(const float* m, const float* v) override;
+  absl::Status InitRandom(uint64_t seed) override {
+    model_.InitRandom(seed);
+    return absl::OkStatus();
+  }
+
+ private:
+  int64_t ActivationFloats() const;
+  GPT2Stage<float> model_;
+  std::vector<float> m_, v_;
+};
+
+}  // namespace freeride

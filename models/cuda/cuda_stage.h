@@ -1,0 +1,103 @@
+// The CUDA chunk itself, templated on the element type of weights and activations (float or
+// bf16); callers use CudaStageModel. Split over two files: cuda_stage_model.cc (memory, data
+// in and out, gradients, optimizer) and cuda_stage_passes.cc (forward and backward).
+#pragma once
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "models/cuda/cuda_stage_model.h"
+#include "models/cuda/kernels.h"
+#include "models/cuda/matmul.h"
+
+namespace freeride::cuda {
+
+template <typename T>
+class CudaStage final : public CudaStageModel {
+ public:
+  CudaStage(const GPT2Config& config, const StageSpec& stage, int64_t micro_batch,
+            int64_t seq_len, int slots, const CudaStageOptions& options);
+  ~CudaStage() override;
+  // Allocates the planned memory, streams and handles; the constructor only plans.
+  absl::Status Init();
+
+  const ParamLayout& layout() const override { return layout_; }
+  int64_t micro_batch() const override { return B_; }
+  int64_t seq_len() const override { return T_; }
+  int slots() const override { return static_cast<int>(ids_.slots.size()); }
+  std::string Describe() const override { return description_; }
+  cudaStream_t stream() const override { return stream_; }
+  int device() const override { return device_; }
+  const MemoryPlan& memory_plan() const override { return plan_; }
+
+  absl::Status SetTokens(int slot, const int32_t* tokens) override;
+  absl::Status SetTargets(int slot, const int32_t* targets) override;
+  absl::Status SetInputActivations(int slot, const float* x) override;
+  absl::Status SetOutputGrad(int slot, const float* dy) override;
+  absl::Status GetOutputActivations(int slot, float* y) override;
+  absl::Status GetInputGrad(int slot, float* dx) override;
+  absl::Status GetLosses(int slot, float* losses) override;
+
+  absl::StatusOr<double> Forward(int slot) override;
+  absl::Status BackwardInput(int slot, float loss_scale) override;
+  absl::Status BackwardWeight(int slot) override;
+  absl::Status ZeroGrads() override;
+  absl::Status FoldHeadWteGrad() override;
+
+  absl::StatusOr<float*> HostGrads(int64_t offset, int64_t n) override;
+  absl::Status CommitHostGrads(int64_t offset, int64_t n) override;
+  absl::StatusOr<std::vector<double>> GradSquaresByUnit() override;
+  absl::Status ApplyAdamW(const AdamWStep& step) override;
+
+  absl::Status GetParams(float* dst) override;
+  absl::Status SetParams(const float* src) override;
+  absl::Status GetOptimizerState(float* m, float* v) override;
+  absl::Status SetOptimizerState(const float* m, const float* v) override;
+  absl::Status InitRandom(uint64_t seed) override;
+
+ private:
+  using Slot = StageBufferIds::Slot;
+  // The device pointer of a planned buffer (null for an empty one).
+  template <typename U>
+  U* Ptr(int id) const {
+    const PlannedBuffer& b = plan_.buffer(id);
+    if (b.bytes == 0) return nullptr;
+    return reinterpret_cast<U*>(base_[static_cast<int>(b.phase)] + b.offset);
+  }
+  T* Act(int id, int64_t layer, int64_t per_layer) const { return Ptr<T>(id) + layer * per_layer; }
+  float* Stat(int id, int64_t layer) const { return Ptr<float>(id) + layer * B_ * T_; }
+  // Compute copy and gradient of tensor `t` for local layer `l`.
+  T* P(ParamTensor t, int64_t l = 0) const;
+  float* G(ParamTensor t, int64_t l = 0) const;
+  const T* LayerInput(const Slot& s, int64_t l) const;
+  T* OutputActivations(const Slot& s) const;
+  T* OutputGrad(const Slot& s) const;
+  absl::Status Upload(T* dst, const float* src, int64_t n);
+  absl::Status Download(float* dst, const T* src, int64_t n);
+  absl::Status Sync();
+
+  absl::Status LayerForward(const Slot& s, int64_t l, const T* x);
+  absl::Status AttentionForward(const Slot& s, int64_t l);
+  absl::Status LayerBackwardInput(const Slot& s, int64_t l, const T* x, T* dx);
+  absl::Status AttentionBackward(const Slot& s, int64_t l, const T* datty);
+  absl::Status LayerBackwardWeight(const Slot& s, int64_t l, const T* x);
+
+  ParamLayout layout_;
+  int64_t B_, T_;
+  CudaStageOptions options_;
+  MemoryPlan plan_;
+  StageBufferIds ids_;
+  int device_ = 0;
+  std::string description_;
+  std::array<char*, kNumMemoryPhases> base_{};
+  cudaStream_t stream_ = nullptr;
+  BlasContext blas_;
+  float* host_grads_ = nullptr;  // pinned mirror of the gradients for sums across ranks
+  std::vector<int64_t> distinct_tokens_;  // per slot, for the embedding backward
+};
+
+}  // namespace freeride::cuda

@@ -1,0 +1,351 @@
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "absl/strings/str_format.h"
+#include "core/cuda_check.h"
+#include "core/logging.h"
+#include "models/cuda/cuda_stage.h"
+#include "models/gpt2.h"
+
+namespace freeride {
+namespace cuda {
+
+template <typename T>
+CudaStage<T>::CudaStage(const GPT2Config& config, const StageSpec& stage, int64_t micro_batch,
+                        int64_t seq_len, int slots, const CudaStageOptions& options)
+    : layout_(MakeParamLayout(config, stage)), B_(micro_batch), T_(seq_len), options_(options) {
+  ids_ = PlanStageMemory(config, stage, B_, T_, slots, static_cast<int>(sizeof(T)), &plan_);
+  distinct_tokens_.assign(slots, 0);
+}
+
+template <typename T>
+CudaStage<T>::~CudaStage() {
+  // Teardown cannot report errors; each release is attempted whatever the one before did.
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  if (blas_.blas != nullptr) cublasDestroy(blas_.blas);
+  if (blas_.lt != nullptr) cublasLtDestroy(blas_.lt);
+  for (char* base : base_) {
+    if (base != nullptr) cudaFree(base);
+  }
+  if (host_grads_ != nullptr) cudaFreeHost(host_grads_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+template <typename T>
+absl::Status CudaStage<T>::Init() {
+  int count = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&count));
+  if (count == 0) return absl::FailedPreconditionError("no CUDA device is visible");
+  device_ = options_.device_index % count;
+  CUDA_CHECK(cudaSetDevice(device_));
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (static_cast<uint64_t>(plan_.TotalBytes()) > free_bytes) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the model chunk needs %.2f GiB of device memory on cuda:%d, %.2f GiB are free (%s); "
+        "lower train.batch_size or raise train.microbatches",
+        plan_.TotalBytes() / double(1ll << 30), device_, free_bytes / double(1ll << 30),
+        plan_.Report()));
+  }
+  for (int p = 0; p < kNumMemoryPhases; ++p) {
+    const int64_t bytes = plan_.PhaseBytes(static_cast<MemoryPhase>(p));
+    if (bytes > 0) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&base_[p]), bytes));
+  }
+  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_grads_), layout_.total * sizeof(float)));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CUBLAS_CHECK(cublasLtCreate(&blas_.lt));
+  CUBLAS_CHECK(cublasCreate(&blas_.blas));
+  blas_.workspace = Ptr<char>(ids_.cublaslt_workspace);
+  blas_.workspace_bytes = kCublasLtWorkspaceBytes;
+  blas_.stream = stream_;
+  // cuBLAS gets the same fixed workspace: no allocation inside a step, the same algorithms.
+  CUBLAS_CHECK(cublasSetWorkspace(blas_.blas, blas_.workspace, blas_.workspace_bytes));
+  CUBLAS_CHECK(cublasSetStream(blas_.blas, stream_));
+  CUDA_CHECK(cudaMemsetAsync(base_[static_cast<int>(MemoryPhase::kGradients)], 0,
+                             plan_.PhaseBytes(MemoryPhase::kGradients), stream_));
+  CUDA_CHECK(cudaMemsetAsync(base_[static_cast<int>(MemoryPhase::kOptimizer)], 0,
+                             plan_.PhaseBytes(MemoryPhase::kOptimizer), stream_));
+  cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+  description_ = absl::StrFormat("cuda:%d %s %s", device_, prop.name,
+                                 std::is_same_v<T, float> ? "fp32" : "bf16");
+  FR_LOG(INFO) << description_ << ": layers [" << layout_.stage.first_layer << ", "
+               << layout_.stage.last_layer << "), micro-batch " << B_ << " × " << T_ << ", "
+               << slots() << " slots; device memory: " << plan_.Report();
+  return Sync();
+}
+
+template <typename T>
+T* CudaStage<T>::P(ParamTensor t, int64_t l) const {
+  const int64_t offset = layout_.slot(t).offset + l * ParamElements(layout_.config, t);
+  if constexpr (std::is_same_v<T, float>) {
+    return Ptr<float>(ids_.master) + offset;
+  } else {
+    return Ptr<T>(ids_.compute) + offset;
+  }
+}
+
+template <typename T>
+float* CudaStage<T>::G(ParamTensor t, int64_t l) const {
+  return Ptr<float>(ids_.grads) + layout_.slot(t).offset + l * ParamElements(layout_.config, t);
+}
+
+template <typename T>
+absl::Status CudaStage<T>::Sync() {
+  CUDA_CHECK(cudaGetLastError());
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status CudaStage<T>::Upload(T* dst, const float* src, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
+  } else {
+    float* staging = Ptr<float>(ids_.staging);
+    CUDA_CHECK(cudaMemcpyAsync(staging, src, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
+    Convert(dst, staging, n, stream_);
+  }
+  return Sync();
+}
+
+template <typename T>
+absl::Status CudaStage<T>::Download(float* dst, const T* src, int64_t n) {
+  const float* from = reinterpret_cast<const float*>(src);
+  if constexpr (!std::is_same_v<T, float>) {
+    float* staging = Ptr<float>(ids_.staging);
+    Convert(staging, src, n, stream_);
+    from = staging;
+  }
+  CUDA_CHECK(cudaMemcpyAsync(dst, from, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  return Sync();
+}
+
+template <typename T>
+absl::Status CudaStage<T>::SetTokens(int slot, const int32_t* tokens) {
+  const Slot& s = ids_.slots[slot];
+  const int64_t BT = B_ * T_;
+  // Positions grouped by token (a stable counting sort) for the embedding's backward, which
+  // then sums each token's rows in this fixed order instead of racing with atomics.
+  std::vector<int32_t> order(BT), distinct, starts;
+  std::vector<int64_t> count(layout_.config.vocab_size + 1, 0);
+  for (int64_t i = 0; i < BT; ++i) ++count[tokens[i] + 1];
+  for (int64_t v = 0; v < layout_.config.vocab_size; ++v) {
+    if (count[v + 1] > 0) {
+      distinct.push_back(static_cast<int32_t>(v));
+      starts.push_back(static_cast<int32_t>(count[v]));
+    }
+    count[v + 1] += count[v];
+  }
+  starts.push_back(static_cast<int32_t>(BT));
+  for (int64_t i = 0; i < BT; ++i) order[count[tokens[i]]++] = static_cast<int32_t>(i);
+  distinct_tokens_[slot] = static_cast<int64_t>(distinct.size());
+  CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(s.tokens), tokens, BT * 4, cudaMemcpyHostToDevice,
+                             stream_));
+  CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(s.bucket_positions), order.data(), BT * 4,
+                             cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(s.bucket_tokens), distinct.data(), distinct.size() * 4,
+                             cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(s.bucket_starts), starts.data(), starts.size() * 4,
+                             cudaMemcpyHostToDevice, stream_));
+  return Sync();  // the host vectors above die here
+}
+
+template <typename T>
+absl::Status CudaStage<T>::SetTargets(int slot, const int32_t* targets) {
+  CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(ids_.slots[slot].targets), targets, B_ * T_ * 4,
+                             cudaMemcpyHostToDevice, stream_));
+  return Sync();
+}
+
+template <typename T>
+absl::Status CudaStage<T>::SetInputActivations(int slot, const float* x) {
+  return Upload(Ptr<T>(ids_.slots[slot].input), x, B_ * T_ * layout_.config.n_embd);
+}
+template <typename T>
+absl::Status CudaStage<T>::SetOutputGrad(int slot, const float* dy) {
+  return Upload(OutputGrad(ids_.slots[slot]), dy, B_ * T_ * layout_.config.n_embd);
+}
+template <typename T>
+absl::Status CudaStage<T>::GetOutputActivations(int slot, float* y) {
+  return Download(y, OutputActivations(ids_.slots[slot]), B_ * T_ * layout_.config.n_embd);
+}
+template <typename T>
+absl::Status CudaStage<T>::GetInputGrad(int slot, float* dx) {
+  return Download(dx, Ptr<T>(ids_.slots[slot].dinput), B_ * T_ * layout_.config.n_embd);
+}
+template <typename T>
+absl::Status CudaStage<T>::GetLosses(int slot, float* losses) {
+  CUDA_CHECK(cudaMemcpyAsync(losses, Ptr<float>(ids_.slots[slot].losses), B_ * T_ * 4,
+                             cudaMemcpyDeviceToHost, stream_));
+  return Sync();
+}
+
+template <typename T>
+absl::Status CudaStage<T>::ZeroGrads() {
+  CUDA_CHECK(cudaMemsetAsync(Ptr<float>(ids_.grads), 0, layout_.total * 4, stream_));
+  if (layout_.stage.has_head) {
+    CUDA_CHECK(cudaMemsetAsync(Ptr<float>(ids_.head_wte_grad), 0,
+                               plan_.buffer(ids_.head_wte_grad).bytes, stream_));
+  }
+  return Sync();
+}
+
+template <typename T>
+absl::Status CudaStage<T>::FoldHeadWteGrad() {
+  if (!layout_.stage.has_head) return absl::OkStatus();
+  const int64_t n = layout_.config.padded_vocab_size * layout_.config.n_embd;
+  if (layout_.stage.has_embedding) {
+    AddInPlace(G(ParamTensor::kWte), Ptr<float>(ids_.head_wte_grad), n, stream_);
+  } else {
+    Copy(G(ParamTensor::kWte), Ptr<float>(ids_.head_wte_grad), n, stream_);
+  }
+  return Sync();
+}
+
+template <typename T>
+absl::StatusOr<float*> CudaStage<T>::HostGrads(int64_t offset, int64_t n) {
+  CUDA_CHECK(cudaMemcpyAsync(host_grads_ + offset, Ptr<float>(ids_.grads) + offset, n * 4,
+                             cudaMemcpyDeviceToHost, stream_));
+  if (absl::Status s = Sync(); !s.ok()) return s;
+  return host_grads_ + offset;
+}
+
+template <typename T>
+absl::Status CudaStage<T>::CommitHostGrads(int64_t offset, int64_t n) {
+  CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.grads) + offset, host_grads_ + offset, n * 4,
+                             cudaMemcpyHostToDevice, stream_));
+  return Sync();
+}
+
+template <typename T>
+absl::StatusOr<std::vector<double>> CudaStage<T>::GradSquaresByUnit() {
+  const GPT2Config& cfg = layout_.config;
+  const StageSpec& st = layout_.stage;
+  double* partials = Ptr<double>(ids_.reduce_partials);
+  double* units = partials + kReduceBlocks;
+  int64_t u = 0;
+  auto add = [&](const float* x, int64_t n, bool first) {
+    SumOfSquares(units + u, x, n, !first, partials, stream_);
+  };
+  if (st.has_embedding) {
+    add(G(ParamTensor::kWte), layout_.slot(ParamTensor::kWte).elements, true);
+    add(G(ParamTensor::kWpe), layout_.slot(ParamTensor::kWpe).elements, false);
+    ++u;
+  }
+  for (int64_t l = 0; l < st.num_layers(); ++l, ++u) {
+    bool first = true;
+    for (int i = 0; i < kNumParamTensors; ++i) {
+      const ParamTensor t = static_cast<ParamTensor>(i);
+      if (!IsPerLayer(t)) continue;
+      add(G(t, l), ParamElements(cfg, t), first);
+      first = false;
+    }
+  }
+  if (st.has_head) {
+    add(G(ParamTensor::kLnfW), cfg.n_embd, true);
+    add(G(ParamTensor::kLnfB), cfg.n_embd, false);
+    ++u;
+  }
+  std::vector<double> out(u);
+  CUDA_CHECK(cudaMemcpyAsync(out.data(), units, u * sizeof(double), cudaMemcpyDeviceToHost,
+                             stream_));
+  if (absl::Status s = Sync(); !s.ok()) return s;
+  return out;
+}
+
+template <typename T>
+absl::Status CudaStage<T>::ApplyAdamW(const AdamWStep& step) {
+  AdamWArgs a;
+  a.lr = static_cast<float>(step.lr);
+  a.beta1 = static_cast<float>(step.beta1);
+  a.beta2 = static_cast<float>(step.beta2);
+  a.eps = static_cast<float>(step.eps);
+  a.grad_scale = static_cast<float>(step.grad_scale);
+  a.bias_correction1 = static_cast<float>(1.0 - std::pow(step.beta1, double(step.step)));
+  a.bias_correction2 = static_cast<float>(1.0 - std::pow(step.beta2, double(step.step)));
+  for (const TensorSlot& slot : layout_.slots) {
+    if (!slot.present) continue;
+    a.weight_decay = IsDecayed(slot.tensor) ? static_cast<float>(step.weight_decay) : 0.0f;
+    bf16* compute = nullptr;
+    if constexpr (!std::is_same_v<T, float>) compute = Ptr<bf16>(ids_.compute) + slot.offset;
+    AdamW(Ptr<float>(ids_.master) + slot.offset, compute, Ptr<float>(ids_.grads) + slot.offset,
+          Ptr<float>(ids_.adam_m) + slot.offset, Ptr<float>(ids_.adam_v) + slot.offset,
+          slot.elements, a, stream_);
+  }
+  return Sync();
+}
+
+template <typename T>
+absl::Status CudaStage<T>::GetParams(float* dst) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, Ptr<float>(ids_.master), layout_.total * 4,
+                             cudaMemcpyDeviceToHost, stream_));
+  return Sync();
+}
+
+template <typename T>
+absl::Status CudaStage<T>::SetParams(const float* src) {
+  CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.master), src, layout_.total * 4,
+                             cudaMemcpyHostToDevice, stream_));
+  if constexpr (!std::is_same_v<T, float>) {
+    Convert(Ptr<bf16>(ids_.compute), Ptr<float>(ids_.master), layout_.total, stream_);
+  }
+  return Sync();
+}
+
+template <typename T>
+absl::Status CudaStage<T>::GetOptimizerState(float* m, float* v) {
+  CUDA_CHECK(cudaMemcpyAsync(m, Ptr<float>(ids_.adam_m), layout_.total * 4,
+                             cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(v, Ptr<float>(ids_.adam_v), layout_.total * 4,
+                             cudaMemcpyDeviceToHost, stream_));
+  return Sync();
+}
+
+template <typename T>
+absl::Status CudaStage<T>::SetOptimizerState(const float* m, const float* v) {
+  CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.adam_m), m, layout_.total * 4,
+                             cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.adam_v), v, layout_.total * 4,
+                             cudaMemcpyHostToDevice, stream_));
+  return Sync();
+}
+
+template <typename T>
+absl::Status CudaStage<T>::InitRandom(uint64_t seed) {
+  std::vector<float> params(layout_.total);
+  InitGPT2Params(layout_, seed, params.data());
+  return SetParams(params.data());
+}
+
+template class CudaStage<float>;
+template class CudaStage<bf16>;
+
+}  // namespace cuda
+
+absl::StatusOr<std::unique_ptr<CudaStageModel>> CudaStageModel::Create(
+    const GPT2Config& config, const StageSpec& stage, int64_t micro_batch, int64_t seq_len,
+    int slots, const CudaStageOptions& options) {
+  if (config.n_embd % config.n_head != 0) {
+    return absl::InvalidArgumentError("n_embd must be a multiple of n_head");
+  }
+  std::unique_ptr<CudaStageModel> model;
+  absl::Status s;
+  if (options.precision == CudaPrecision::kBf16) {
+    auto m = std::make_unique<cuda::CudaStage<cuda::bf16>>(config, stage, micro_batch, seq_len,
+                                                           slots, options);
+    s = m->Init();
+    model = std::move(m);
+  } else {
+    auto m = std::make_unique<cuda::CudaStage<float>>(config, stage, micro_batch, seq_len, slots,
+                                                      options);
+    s = m->Init();
+    model = std::move(m);
+  }
+  if (!s.ok()) return s;
+  return model;
+}
+
+}  // namespace freeride

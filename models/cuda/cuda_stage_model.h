@@ -1,0 +1,45 @@
+// The CUDA backend behind the StageModel interface: one model chunk on one GPU, fp32 or bf16
+// (bf16 weights and activations; fp32 master weights, gradients and AdamW state). Its device
+// memory is planned up front (models/device_memory_plan.h), allocated once per phase, and
+// reported when it is created; nothing is allocated inside a step.
+//
+// Work runs on the chunk's own stream. Each compute call (Forward, BackwardInput,
+// BackwardWeight) returns once the stream has drained, so the pipeline's timeline and its
+// BUBBLE instructions mean what they say: the GPU is idle until the next instruction.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "models/device_memory_plan.h"
+#include "models/stage_model.h"
+
+namespace freeride {
+
+enum class CudaPrecision { kFp32, kBf16 };
+
+struct CudaStageOptions {
+  int device_index = 0;  // taken modulo the number of visible devices
+  CudaPrecision precision = CudaPrecision::kFp32;
+  // The GELU inside cuBLASLt's epilogue (forward GELU_AUX_BIAS, backward DGELU); off: separate
+  // kernels (the reference the GPU tests hold the fused path to).
+  bool fuse_gelu = true;
+};
+
+class CudaStageModel : public StageModel {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaStageModel>> Create(const GPT2Config& config,
+                                                                const StageSpec& stage,
+                                                                int64_t micro_batch,
+                                                                int64_t seq_len, int slots,
+                                                                const CudaStageOptions& options);
+  virtual cudaStream_t stream() const = 0;
+  virtual int device() const = 0;
+  virtual const MemoryPlan& memory_plan() const = 0;
+  // Per-token losses [B·T] of the slot's last Forward (head stage), in host memory.
+  virtual absl::Status GetLosses(int slot, float* losses) = 0;
+};
+
+}  // namespace freeride

@@ -1,0 +1,120 @@
+#include "models/device_memory_plan.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace freeride {
+
+const char* MemoryPhaseName(MemoryPhase phase) {
+  switch (phase) {
+    case MemoryPhase::kParameters: return "parameters";
+    case MemoryPhase::kGradients: return "gradients";
+    case MemoryPhase::kOptimizer: return "optimizer";
+    case MemoryPhase::kActivations: return "activations";
+    case MemoryPhase::kWorkspace: return "workspace";
+  }
+  return "?";
+}
+
+int MemoryPlan::Add(MemoryPhase phase, std::string name, int64_t bytes) {
+  int64_t& end = phase_bytes_[static_cast<int>(phase)];
+  PlannedBuffer b{phase, std::move(name), end, bytes};
+  end += (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  buffers_.push_back(std::move(b));
+  return static_cast<int>(buffers_.size()) - 1;
+}
+
+int64_t MemoryPlan::TotalBytes() const {
+  int64_t total = 0;
+  for (int64_t b : phase_bytes_) total += b;
+  return total;
+}
+
+namespace {
+std::string Bytes(int64_t b) {
+  if (b >= (1ll << 30)) return absl::StrFormat("%.2f GiB", b / double(1ll << 30));
+  return absl::StrFormat("%.1f MiB", b / double(1ll << 20));
+}
+}  // namespace
+
+std::string MemoryPlan::Report() const {
+  std::vector<std::string> parts;
+  for (int p = 0; p < kNumMemoryPhases; ++p) {
+    parts.push_back(absl::StrFormat("%s %s", MemoryPhaseName(static_cast<MemoryPhase>(p)),
+                                    Bytes(phase_bytes_[p])));
+  }
+  return absl::StrFormat("%s = %s", absl::StrJoin(parts, ", "), Bytes(TotalBytes()));
+}
+
+StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage, int64_t B,
+                               int64_t T, int slots, int compute_bytes, MemoryPlan* plan) {
+  const ParamLayout layout = MakeParamLayout(config, stage);
+  const int64_t P = layout.total, BT = B * T, C = config.n_embd, NH = config.n_head;
+  const int64_t L = stage.num_layers(), Vp = config.padded_vocab_size, X = compute_bytes;
+  const bool head = stage.has_head, emb = stage.has_embedding;
+  StageBufferIds ids;
+  using enum MemoryPhase;
+  ids.master = plan->Add(kParameters, "master (fp32)", P * 4);
+  ids.compute = plan->Add(kParameters, "compute copy", X == 4 ? 0 : P * X);
+  ids.grads = plan->Add(kGradients, "gradients (fp32)", P * 4);
+  ids.head_wte_grad = plan->Add(kGradients, "head wte gradient", head ? Vp * C * 4 : 0);
+  ids.adam_m = plan->Add(kOptimizer, "adam m", P * 4);
+  ids.adam_v = plan->Add(kOptimizer, "adam v", P * 4);
+  for (int i = 0; i < slots; ++i) {
+    StageBufferIds::Slot s;
+    auto act = [&](const char* name, int64_t bytes) {
+      return plan->Add(kActivations, absl::StrFormat("slot %d %s", i, name), bytes);
+    };
+    s.tokens = act("tokens", emb ? BT * 4 : 0);
+    s.targets = act("targets", head ? BT * 4 : 0);
+    s.bucket_positions = act("bucket positions", emb ? BT * 4 : 0);
+    s.bucket_tokens = act("bucket tokens", emb ? BT * 4 : 0);
+    s.bucket_starts = act("bucket starts", emb ? (BT + 1) * 4 : 0);
+    s.input = act("input", BT * C * X);
+    s.ln1 = act("ln1", L * BT * C * X);
+    s.ln1_mean = act("ln1 mean", L * BT * 4);
+    s.ln1_rstd = act("ln1 rstd", L * BT * 4);
+    s.qkv = act("qkv", L * BT * 3 * C * X);
+    s.att = act("attention probabilities", L * B * NH * T * T * X);
+    s.atty = act("attention output", L * BT * C * X);
+    s.residual2 = act("residual2", L * BT * C * X);
+    s.ln2 = act("ln2", L * BT * C * X);
+    s.ln2_mean = act("ln2 mean", L * BT * 4);
+    s.ln2_rstd = act("ln2 rstd", L * BT * 4);
+    s.fch = act("fch", L * BT * 4 * C * X);
+    s.fch_gelu = act("fch gelu", L * BT * 4 * C * X);
+    s.residual3 = act("residual3", L * BT * C * X);
+    s.lnf = act("lnf", head ? BT * C * X : 0);
+    s.lnf_mean = act("lnf mean", head ? BT * 4 : 0);
+    s.lnf_rstd = act("lnf rstd", head ? BT * 4 : 0);
+    s.logits = act("logits", head ? BT * Vp * X : 0);
+    s.logsumexp = act("logsumexp", head ? BT * 4 : 0);
+    s.losses = act("losses", head ? BT * 4 : 0);
+    s.dres3 = act("dresidual3", L * BT * C * X);
+    s.dfch = act("dfch", L * BT * 4 * C * X);
+    s.dln2 = act("dln2", L * BT * C * X);
+    s.dres2 = act("dresidual2", L * BT * C * X);
+    s.dqkv = act("dqkv", L * BT * 3 * C * X);
+    s.dln1 = act("dln1", L * BT * C * X);
+    s.dinput = act("dinput", BT * C * X);
+    s.dlnf = act("dlnf", head ? BT * C * X : 0);
+    ids.slots.push_back(s);
+  }
+  ids.scratch_4c = plan->Add(kWorkspace, "scratch 4C", BT * 4 * C * X);
+  ids.scratch_c = plan->Add(kWorkspace, "scratch C", BT * C * X);
+  ids.attn_qkv = plan->Add(kWorkspace, "attention q k v", 3 * BT * C * X);
+  ids.attn_dqkv = plan->Add(kWorkspace, "attention dq dk dv", 3 * BT * C * X);
+  ids.attn_scores = plan->Add(kWorkspace, "attention score gradient", B * NH * T * T * X);
+  ids.attn_y = plan->Add(kWorkspace, "attention y", BT * C * X);
+  ids.column_partials =
+      plan->Add(kWorkspace, "column partial sums", kColumnChunks * std::max(4 * C, Vp) * 4);
+  ids.reduce_partials = plan->Add(kWorkspace, "reduction partial sums",
+                                  (kReduceBlocks + 2 * (L + 2)) * 8);
+  ids.cublaslt_workspace = plan->Add(kWorkspace, "cuBLASLt workspace", kCublasLtWorkspaceBytes);
+  ids.staging = plan->Add(kWorkspace, "fp32 staging", BT * C * 4);
+  return ids;
+}
+
+}  // namespace freeride

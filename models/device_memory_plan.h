@@ -1,0 +1,86 @@
+// Device memory for one model chunk, planned before anything is allocated: every buffer the
+// CUDA backend uses, grouped into phases (parameters, gradients, optimizer state, activations,
+// workspace) that are each one allocation, with offsets fixed here. Nothing is allocated
+// inside a step. Plain C++ so that the plan (sizes, alignment, the report at start) is tested
+// on machines without a GPU.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/device_reductions.h"
+#include "models/gpt2_config.h"
+
+namespace freeride {
+
+enum class MemoryPhase : int { kParameters, kGradients, kOptimizer, kActivations, kWorkspace };
+inline constexpr int kNumMemoryPhases = 5;
+const char* MemoryPhaseName(MemoryPhase phase);
+
+struct PlannedBuffer {
+  MemoryPhase phase;
+  std::string name;
+  int64_t offset = 0;  // into the phase's allocation, a multiple of kAlignment
+  int64_t bytes = 0;
+};
+
+class MemoryPlan {
+ public:
+  static constexpr int64_t kAlignment = 256;  // cudaMalloc's, and enough for vector loads
+
+  // Reserves `bytes` in `phase`; returns the buffer's id. Zero-byte buffers get an id and no
+  // space (their pointer is null).
+  int Add(MemoryPhase phase, std::string name, int64_t bytes);
+  const PlannedBuffer& buffer(int id) const { return buffers_[id]; }
+  const std::vector<PlannedBuffer>& buffers() const { return buffers_; }
+  int64_t PhaseBytes(MemoryPhase phase) const { return phase_bytes_[static_cast<int>(phase)]; }
+  int64_t TotalBytes() const;
+  // "parameters 237.4 MiB, gradients 474.8 MiB, ... = 9.1 GiB".
+  std::string Report() const;
+
+ private:
+  std::vector<PlannedBuffer> buffers_;
+  std::array<int64_t, kNumMemoryPhases> phase_bytes_{};
+};
+
+// Ids of every buffer of a CUDA model chunk in its MemoryPlan.
+struct StageBufferIds {
+  // Parameters: fp32 master copy; the compute copy (bf16; the master itself in fp32).
+  int master = -1, compute = -1;
+  int grads = -1, head_wte_grad = -1;  // fp32 always
+  int adam_m = -1, adam_v = -1;
+  struct Slot {
+    int tokens, targets;  // int32 [BT]
+    // Token positions sorted by token for a deterministic embedding backward: positions
+    // [BT], the distinct tokens [BT], each one's first position in the sorted list [BT + 1].
+    int bucket_positions, bucket_tokens, bucket_starts;
+    int input;  // [BT·C]
+    // Per layer [L, ...], compute precision (statistics fp32).
+    int ln1, ln1_mean, ln1_rstd, qkv, att, atty, residual2, ln2, ln2_mean, ln2_rstd;
+    int fch, fch_gelu, residual3;
+    int lnf, lnf_mean, lnf_rstd, logits, logsumexp, losses;  // head; logits become dlogits
+    // Output gradients BackwardInput stashes for BackwardWeight.
+    int dres3, dfch, dln2, dres2, dqkv, dln1, dinput, dlnf;
+  };
+  std::vector<Slot> slots;
+  // Shared by every slot (one computes at a time).
+  int scratch_4c = -1, scratch_c = -1;            // [BT·4C], [BT·C]
+  int attn_qkv = -1, attn_dqkv = -1;              // q, k, v in [B, NH, T, hs] layout, ×3
+  int attn_scores = -1;                           // [B, NH, T, T] for backward
+  int attn_y = -1;                                // [B, NH, T, hs]
+  int column_partials = -1;                       // fp32 [kColumnChunks · max(Vp... , 4C)]
+  int reduce_partials = -1;                       // fp64 partial sums
+  int cublaslt_workspace = -1;
+  int staging = -1;                               // fp32 [BT·C] for precision conversions
+};
+
+
+// The plan of a chunk of `config` for stage `stage`, micro-batch B, sequence length T, `slots`
+// micro-batches in flight; `compute_bytes` = 2 (bf16) or 4 (fp32) per element of weights and
+// activations.
+StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage, int64_t B,
+                               int64_t T, int slots, int compute_bytes, MemoryPlan* plan);
+
+}  // namespace freeride
