@@ -1,5 +1,6 @@
 #include "models/backend.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "models/cpu_stage_model.h"
 #ifdef FREERIDE_WITH_CUDA
@@ -40,7 +41,10 @@ absl::StatusOr<std::unique_ptr<StageModel>> MakeStageModel(const BackendOptions&
   cuda.precision = options.precision == "bf16" ? CudaPrecision::kBf16 : CudaPrecision::kFp32;
   absl::StatusOr<std::unique_ptr<CudaStageModel>> m =
       CudaStageModel::Create(config, stage, micro_batch, seq_len, slots, cuda);
-  if (!m.ok()) return m.status();
+  if (!m.ok()) {
+    return absl::Status(m.status().code(),
+                        absl::StrCat("runtime.device = \"cuda\": ", m.status().message()));
+  }
   return std::unique_ptr<StageModel>(*std::move(m));
 #else
   return absl::FailedPreconditionError(

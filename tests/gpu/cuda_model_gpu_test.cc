@@ -1,0 +1,207 @@
+// The CUDA backend as a whole against the CPU backend: one training step of a tiny GPT-2, a
+// 10-step trajectory, bitwise determinism, and the trainer on runtime.device = "cuda" against
+// the PyTorch golden trajectory the CPU trainer is held to.
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "models/cpu_stage_model.h"
+#include "models/cuda/cuda_stage_model.h"
+#include "trainer/trainer.h"
+
+namespace freeride {
+namespace {
+
+GPT2Config Tiny() {
+  absl::StatusOr<GPT2Config> c = MakeGPT2Config(/*n_layer=*/2, /*n_head=*/4, /*n_embd=*/64,
+                                                /*max_seq_len=*/32, /*vocab_size=*/200);
+  EXPECT_TRUE(c.ok());
+  return *c;
+}
+
+constexpr int64_t kB = 4, kT = 32;
+
+std::unique_ptr<CudaStageModel> MustCreate(CudaPrecision precision, bool fuse_gelu = true) {
+  CudaStageOptions options;
+  options.precision = precision;
+  options.fuse_gelu = fuse_gelu;
+  auto m = CudaStageModel::Create(Tiny(), WholeModel(Tiny()), kB, kT, 1, options);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? *std::move(m) : nullptr;
+}
+
+double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, ref = 1e-30;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::fabs(double(a[i]) - b[i]));
+    ref = std::max(ref, std::fabs(double(b[i])));
+  }
+  return diff / ref;
+}
+
+struct StepResult {
+  double loss = 0;
+  std::vector<double> units;
+  std::vector<float> grads, params;
+};
+
+// One optimizer step of a whole model on `model`, with batch `seed`.
+StepResult TrainStep(StageModel& model, int64_t step, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> tokens(kB * kT), targets(kB * kT);
+  for (auto* v : {&tokens, &targets}) {
+    for (int32_t& t : *v) t = static_cast<int32_t>(rng() % model.config().vocab_size);
+  }
+  StepResult r;
+  EXPECT_TRUE(model.ZeroGrads().ok());
+  EXPECT_TRUE(model.SetTokens(0, tokens.data()).ok());
+  EXPECT_TRUE(model.SetTargets(0, targets.data()).ok());
+  absl::StatusOr<double> loss = model.Forward(0);
+  EXPECT_TRUE(loss.ok()) << loss.status();
+  r.loss = loss.ok() ? *loss : 0;
+  EXPECT_TRUE(model.BackwardInput(0, 1.0f / (kB * kT)).ok());
+  EXPECT_TRUE(model.BackwardWeight(0).ok());
+  EXPECT_TRUE(model.FoldHeadWteGrad().ok());
+  absl::StatusOr<std::vector<double>> units = model.GradSquaresByUnit();
+  EXPECT_TRUE(units.ok());
+  if (units.ok()) r.units = *units;
+  absl::StatusOr<float*> grads = model.HostGrads(0, model.num_params());
+  EXPECT_TRUE(grads.ok());
+  if (grads.ok()) r.grads.assign(*grads, *grads + model.num_params());
+  AdamWStep adam;
+  adam.lr = 1e-3;
+  adam.weight_decay = 0.1;
+  adam.step = step;
+  EXPECT_TRUE(model.ApplyAdamW(adam).ok());
+  r.params.resize(model.num_params());
+  EXPECT_TRUE(model.GetParams(r.params.data()).ok());
+  return r;
+}
+
+class CudaModelTest : public ::testing::TestWithParam<CudaPrecision> {
+ protected:
+  bool bf16() const { return GetParam() == CudaPrecision::kBf16; }
+  double tolerance() const { return bf16() ? 2e-2 : 1e-5; }
+};
+
+TEST_P(CudaModelTest, OneTrainingStepMatchesTheCpuBackend) {
+  CpuStageModel cpu(Tiny(), WholeModel(Tiny()), kB, kT, 1);
+  auto gpu = MustCreate(GetParam());
+  ASSERT_NE(gpu, nullptr);
+  ASSERT_TRUE(cpu.InitRandom(7).ok());
+  ASSERT_TRUE(gpu->InitRandom(7).ok());
+  const StepResult want = TrainStep(cpu, 1, 3), got = TrainStep(*gpu, 1, 3);
+  EXPECT_NEAR(got.loss, want.loss, tolerance() * want.loss);
+  ASSERT_EQ(got.units.size(), want.units.size());
+  for (size_t u = 0; u < want.units.size(); ++u) {
+    EXPECT_NEAR(got.units[u], want.units[u], (bf16() ? 5e-2 : 1e-4) * want.units[u]) << "unit " << u;
+  }
+  EXPECT_LT(RelativeError(got.grads, want.grads), bf16() ? 5e-2 : 1e-4);
+  EXPECT_LT(RelativeError(got.params, want.params), tolerance());
+}
+
+TEST_P(CudaModelTest, TenStepLossTrajectoryFollowsTheCpu) {
+  CpuStageModel cpu(Tiny(), WholeModel(Tiny()), kB, kT, 1);
+  auto gpu = MustCreate(GetParam());
+  ASSERT_NE(gpu, nullptr);
+  ASSERT_TRUE(cpu.InitRandom(11).ok());
+  ASSERT_TRUE(gpu->InitRandom(11).ok());
+  for (int64_t step = 1; step <= 10; ++step) {
+    // The same batch every step: the loss must fall, on both devices alike.
+    const double want = TrainStep(cpu, step, 5).loss, got = TrainStep(*gpu, step, 5).loss;
+    EXPECT_NEAR(got, want, (bf16() ? 2e-2 : 1e-4) * want) << "step " << step;
+  }
+}
+
+TEST_P(CudaModelTest, TwoIdenticalRunsAreBitwiseEqual) {
+  std::vector<float> params[2];
+  for (int run = 0; run < 2; ++run) {
+    auto gpu = MustCreate(GetParam());
+    ASSERT_NE(gpu, nullptr);
+    ASSERT_TRUE(gpu->InitRandom(13).ok());
+    for (int64_t step = 1; step <= 3; ++step) params[run] = TrainStep(*gpu, step, 100 + step).params;
+  }
+  ASSERT_EQ(params[0].size(), params[1].size());
+  EXPECT_EQ(std::memcmp(params[0].data(), params[1].data(), params[0].size() * sizeof(float)), 0);
+}
+
+TEST_P(CudaModelTest, FusedAndUnfusedGeluAgree) {
+  auto fused = MustCreate(GetParam(), true), plain = MustCreate(GetParam(), false);
+  ASSERT_NE(fused, nullptr);
+  ASSERT_NE(plain, nullptr);
+  ASSERT_TRUE(fused->InitRandom(17).ok());
+  ASSERT_TRUE(plain->InitRandom(17).ok());
+  const StepResult a = TrainStep(*fused, 1, 9), b = TrainStep(*plain, 1, 9);
+  EXPECT_NEAR(a.loss, b.loss, tolerance() * b.loss);
+  EXPECT_LT(RelativeError(a.grads, b.grads), bf16() ? 5e-2 : 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, CudaModelTest,
+                         ::testing::Values(CudaPrecision::kFp32, CudaPrecision::kBf16),
+                         [](const auto& info) {
+                           return info.param == CudaPrecision::kBf16 ? "bf16" : "fp32";
+                         });
+
+TEST(CudaModelTest, MemoryPlanIsReportedAndHeld) {
+  auto gpu = MustCreate(CudaPrecision::kBf16);
+  ASSERT_NE(gpu, nullptr);
+  EXPECT_GT(gpu->memory_plan().TotalBytes(), 0);
+  EXPECT_NE(gpu->Describe().find("bf16"), std::string::npos);
+}
+
+// The trainer with runtime.device = "cuda" against the PyTorch golden trajectory
+// (tests/data/gpt2_golden, the same the CPU trainer is held to in train_loop_test.cc).
+TEST(CudaTrainerTest, MatchesPyTorchGoldenTrajectory) {
+  const std::string dir = (std::filesystem::path(::testing::TempDir()) / "cuda_golden").string();
+  auto config = ParseConfig(R"(
+[run]
+dir = ")" + dir + R"("
+[model]
+init_from = "tests/data/gpt2_golden/model.bin"
+[data]
+train = "tests/data/gpt2_golden/tokens.bin"
+[train]
+batch_size = 4
+seq_len = 8
+microbatches = 2
+steps = 10
+[optim]
+lr = 3e-3
+warmup_steps = 2
+min_lr_ratio = 0.1
+beta1 = 0.9
+beta2 = 0.95
+eps = 1e-8
+weight_decay = 0.1
+grad_clip = 1.0
+[runtime]
+device = "cuda"
+)", "cuda_golden.toml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto trainer = Trainer::Create(*config);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  std::ifstream golden("tests/data/gpt2_golden/golden.txt");
+  std::string line;
+  int steps = 0;
+  while (std::getline(golden, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    int64_t step;
+    double loss, lr, norm;
+    fields >> step >> loss >> lr >> norm;
+    absl::StatusOr<StepStats> s = (*trainer)->Step();
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_NEAR(s->loss, loss, 1e-4 * loss) << "step " << step;
+    EXPECT_NEAR(s->grad_norm, norm, 1e-4 * norm) << "step " << step;
+    ++steps;
+  }
+  EXPECT_EQ(steps, 10);
+}
+
+}  // namespace
+}  // namespace freeride

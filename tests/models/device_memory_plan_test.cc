@@ -1,0 +1,119 @@
+// The CUDA backend's memory plan, checked where there is no GPU: every buffer aligned and
+// apart from the others, phases sized by closed-form counts, the report at start readable.
+#include "models/device_memory_plan.h"
+
+#include <algorithm>
+
+#include "gtest/gtest.h"
+#include "models/backend.h"
+#include "core/device.h"
+
+namespace freeride {
+namespace {
+
+GPT2Config Gpt2Small() {
+  absl::StatusOr<GPT2Config> c = MakeGPT2Config(12, 12, 768, 1024, 50257);
+  EXPECT_TRUE(c.ok());
+  return *c;
+}
+
+TEST(DeviceMemoryPlanTest, BuffersAreAlignedAndDisjointWithinEachPhase) {
+  const GPT2Config cfg = Gpt2Small();
+  auto specs = SplitIntoStages(cfg, 4, {});
+  ASSERT_TRUE(specs.ok());
+  for (const StageSpec& spec : *specs) {
+    MemoryPlan plan;
+    PlanStageMemory(cfg, spec, 4, 256, 3, 2, &plan);
+    for (int p = 0; p < kNumMemoryPhases; ++p) {
+      std::vector<PlannedBuffer> in_phase;
+      for (const PlannedBuffer& b : plan.buffers()) {
+        if (static_cast<int>(b.phase) == p && b.bytes > 0) in_phase.push_back(b);
+      }
+      std::sort(in_phase.begin(), in_phase.end(),
+                [](const auto& a, const auto& b) { return a.offset < b.offset; });
+      for (size_t i = 0; i < in_phase.size(); ++i) {
+        EXPECT_EQ(in_phase[i].offset % MemoryPlan::kAlignment, 0) << in_phase[i].name;
+        if (i > 0) {
+          EXPECT_GE(in_phase[i].offset, in_phase[i - 1].offset + in_phase[i - 1].bytes)
+              << in_phase[i].name << " overlaps " << in_phase[i - 1].name;
+        }
+      }
+      if (!in_phase.empty()) {
+        EXPECT_LE(in_phase.back().offset + in_phase.back().bytes,
+                  plan.PhaseBytes(static_cast<MemoryPhase>(p)));
+      }
+    }
+  }
+}
+
+TEST(DeviceMemoryPlanTest, PhasesHaveTheirClosedFormSizes) {
+  const GPT2Config cfg = Gpt2Small();
+  const int64_t P = NumParameters(cfg), B = 8, T = 1024, C = 768, L = 12, NH = 12;
+  const int64_t Vp = cfg.padded_vocab_size;
+  for (int bytes : {2, 4}) {
+    MemoryPlan plan;
+    const StageBufferIds ids = PlanStageMemory(cfg, WholeModel(cfg), B, T, 1, bytes, &plan);
+    auto rounded = [](int64_t b) { return (b + 255) / 256 * 256; };
+    EXPECT_EQ(plan.PhaseBytes(MemoryPhase::kParameters),
+              rounded(P * 4) + (bytes == 4 ? 0 : rounded(P * 2)));
+    EXPECT_EQ(plan.PhaseBytes(MemoryPhase::kGradients), rounded(P * 4) + rounded(Vp * C * 4));
+    EXPECT_EQ(plan.PhaseBytes(MemoryPhase::kOptimizer), 2 * rounded(P * 4));
+    // The attention probabilities kept for backward: L·B·NH·T² elements.
+    EXPECT_EQ(plan.buffer(ids.slots[0].att).bytes, L * B * NH * T * T * bytes);
+    EXPECT_EQ(plan.buffer(ids.slots[0].logits).bytes, B * T * Vp * bytes);
+  }
+}
+
+TEST(DeviceMemoryPlanTest, ActivationsGrowWithSlotsAndNothingElseDoes) {
+  const GPT2Config cfg = Gpt2Small();
+  MemoryPlan one, three;
+  PlanStageMemory(cfg, WholeModel(cfg), 4, 128, 1, 2, &one);
+  PlanStageMemory(cfg, WholeModel(cfg), 4, 128, 3, 2, &three);
+  EXPECT_EQ(three.PhaseBytes(MemoryPhase::kActivations),
+            3 * one.PhaseBytes(MemoryPhase::kActivations));
+  for (MemoryPhase p : {MemoryPhase::kParameters, MemoryPhase::kGradients, MemoryPhase::kOptimizer,
+                        MemoryPhase::kWorkspace}) {
+    EXPECT_EQ(three.PhaseBytes(p), one.PhaseBytes(p)) << MemoryPhaseName(p);
+  }
+}
+
+TEST(DeviceMemoryPlanTest, MiddleStagesHoldNoEmbeddingOrHead) {
+  const GPT2Config cfg = Gpt2Small();
+  auto specs = SplitIntoStages(cfg, 3, {});
+  ASSERT_TRUE(specs.ok());
+  MemoryPlan plan;
+  const StageBufferIds ids = PlanStageMemory(cfg, (*specs)[1], 4, 128, 1, 2, &plan);
+  EXPECT_EQ(plan.buffer(ids.slots[0].logits).bytes, 0);
+  EXPECT_EQ(plan.buffer(ids.slots[0].tokens).bytes, 0);
+  EXPECT_EQ(plan.buffer(ids.head_wte_grad).bytes, 0);
+}
+
+TEST(DeviceMemoryPlanTest, ReportNamesEveryPhaseAndTheTotal) {
+  MemoryPlan plan;
+  plan.Add(MemoryPhase::kParameters, "a", 3 << 20);
+  plan.Add(MemoryPhase::kWorkspace, "b", 1);
+  EXPECT_EQ(plan.Report(),
+            "parameters 3.0 MiB, gradients 0.0 MiB, optimizer 0.0 MiB, activations 0.0 MiB, "
+            "workspace 0.0 MiB = 3.0 MiB");
+  EXPECT_EQ(plan.PhaseBytes(MemoryPhase::kWorkspace), MemoryPlan::kAlignment);
+}
+
+TEST(BackendTest, CudaWithoutAUsableDeviceIsAClearError) {
+  if (CudaBackendBuilt() && !DiscoverDevices().cuda.empty()) {
+    GTEST_SKIP() << "a CUDA device is visible: the GPU suites cover this backend";
+  }
+  const GPT2Config cfg = Gpt2Small();
+  BackendOptions options;
+  options.device = "cuda";
+  auto model = MakeStageModel(options, cfg, WholeModel(cfg), 1, 8, 1);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("cuda"), std::string::npos) << model.status();
+  options.device = "cpu";
+  options.precision = "bf16";
+  model = MakeStageModel(options, cfg, WholeModel(cfg), 1, 8, 1);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("bf16"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace freeride
