@@ -3,12 +3,13 @@
 #include <algorithm>
 #include <random>
 
+#include "core/status.h"
 #include "core/timer.h"
-#include "models/gpt2.h"
 
 namespace freeride {
 
-absl::StatusOr<pipeline::CostModel> CalibrateStageCosts(const GPT2Config& config,
+absl::StatusOr<pipeline::CostModel> CalibrateStageCosts(const BackendOptions& backend,
+                                                        const GPT2Config& config,
                                                         const std::vector<StageSpec>& stages,
                                                         int64_t micro_batch, int64_t seq_len,
                                                         double link_gbs, uint64_t seed) {
@@ -16,27 +17,35 @@ absl::StatusOr<pipeline::CostModel> CalibrateStageCosts(const GPT2Config& config
   const int64_t rows = micro_batch * seq_len, floats = rows * config.n_embd;
   std::mt19937 rng(static_cast<uint32_t>(seed));
   std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+  std::vector<int32_t> tokens(rows), targets(rows);
+  std::vector<float> input(floats), output_grad(floats);
   for (const StageSpec& spec : stages) {
-    GPT2Stage<float> stage(config, spec, micro_batch, seq_len, 1);
-    stage.InitRandom(seed);
+    // On the device that trains: a stage's cost on the CPU says nothing about it on a GPU.
+    absl::StatusOr<std::unique_ptr<StageModel>> stage =
+        MakeStageModel(backend, config, spec, micro_batch, seq_len, 1);
+    if (!stage.ok()) return stage.status();
+    StageModel& s = **stage;
+    FR_RETURN_IF_ERROR(s.InitRandom(seed));
     for (int64_t i = 0; i < rows; ++i) {
-      if (spec.has_embedding) stage.tokens(0)[i] = static_cast<int32_t>(rng() % config.vocab_size);
-      if (spec.has_head) stage.targets(0)[i] = static_cast<int32_t>(rng() % config.vocab_size);
+      tokens[i] = static_cast<int32_t>(rng() % config.vocab_size);
+      targets[i] = static_cast<int32_t>(rng() % config.vocab_size);
     }
-    for (int64_t i = 0; i < floats; ++i) stage.input_activations(0)[i] = u(rng);
+    for (int64_t i = 0; i < floats; ++i) input[i] = u(rng), output_grad[i] = u(rng) * 1e-3f;
+    if (spec.has_embedding) FR_RETURN_IF_ERROR(s.SetTokens(0, tokens.data()));
+    if (spec.has_head) FR_RETURN_IF_ERROR(s.SetTargets(0, targets.data()));
+    if (!spec.has_embedding) FR_RETURN_IF_ERROR(s.SetInputActivations(0, input.data()));
     double f = 1e30, b = 1e30, w = 1e30;
     for (int rep = 0; rep < 4; ++rep) {  // the first run warms up; the fastest of the rest
       Timer t;
-      stage.Forward(0);
+      absl::StatusOr<double> loss = s.Forward(0);
+      if (!loss.ok()) return loss.status();
       const double tf = t.ElapsedSeconds();
-      if (!spec.has_head) {
-        for (int64_t i = 0; i < floats; ++i) stage.output_grad(0)[i] = u(rng) * 1e-3f;
-      }
+      if (!spec.has_head) FR_RETURN_IF_ERROR(s.SetOutputGrad(0, output_grad.data()));
       Timer tb;
-      stage.BackwardInput(0, 1.0f / static_cast<float>(rows));
+      FR_RETURN_IF_ERROR(s.BackwardInput(0, 1.0f / static_cast<float>(rows)));
       const double tbi = tb.ElapsedSeconds();
       Timer tw;
-      stage.BackwardWeight(0);
+      FR_RETURN_IF_ERROR(s.BackwardWeight(0));
       const double tww = tw.ElapsedSeconds();
       if (rep > 0) f = std::min(f, tf), b = std::min(b, tbi), w = std::min(w, tww);
     }

@@ -1,19 +1,21 @@
 // Emulated pipeline peers (runtime.emulate_peers): the cost model the emulator times the
-// other stages with, measured on this machine by running every stage's layers once.
+// other stages with, measured on this device by running every stage's layers once.
 #pragma once
 
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "models/backend.h"
 #include "models/gpt2_config.h"
 #include "pipeline/cost_model.h"
 
 namespace freeride {
 
 // Per stage: F, B (input gradient) and W (weight gradient) of one micro-batch, in ms, each the
-// fastest of a few timed runs of that stage's real layers; `comm` the transfer of one
+// fastest of a few timed runs of that stage's real layers on `backend`; `comm` the transfer of one
 // activation over a link of `link_gbs` GB/s.
-absl::StatusOr<pipeline::CostModel> CalibrateStageCosts(const GPT2Config& config,
+absl::StatusOr<pipeline::CostModel> CalibrateStageCosts(const BackendOptions& backend,
+                                                        const GPT2Config& config,
                                                         const std::vector<StageSpec>& stages,
                                                         int64_t micro_batch, int64_t seq_len,
                                                         double link_gbs, uint64_t seed);

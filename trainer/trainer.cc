@@ -181,11 +181,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   options.chunks = L.chunks;
   options.data_parallel = L.dp > 1;
   const int64_t micro_batch = tc.batch_size / tc.microbatches;
+  const BackendOptions backend{config.runtime.device, config.runtime.precision, NodeLocalRank()};
   if (emulate) {
     // The other stages' costs, measured by running their layers here; the schedule's bubbles
     // are placed with them from the start.
     absl::StatusOr<pipeline::CostModel> cost =
-        CalibrateStageCosts(*model, *specs, micro_batch, tc.seq_len,
+        CalibrateStageCosts(backend, *model, *specs, micro_batch, tc.seq_len,
                             config.runtime.link_bandwidth_gbs, config.run.seed);
     if (!cost.ok()) return cost.status();
     options.cost = *cost;
@@ -213,7 +214,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
     weights = *std::move(w);
   }
   std::vector<StageModel*> raw;
-  BackendOptions backend{config.runtime.device, config.runtime.precision, NodeLocalRank()};
   for (int c = 0; c < L.chunks; ++c) {
     const StageSpec& spec = (*specs)[c * L.pp + L.stage];
     absl::StatusOr<std::unique_ptr<StageModel>> chunk =
