@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <map>
 #include <iostream>
@@ -269,35 +268,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   return t;
 }
 
-absl::Status Trainer::Resume(const std::string& path) {
-  absl::StatusOr<RankState> state = ReadRankState(
-      (std::filesystem::path(path) / RankStateFileName(layout_.stage)).string());
-  if (!state.ok()) return state.status();
-  if (!(state->model == model_config_) || state->pp != layout_.pp ||
-      state->chunks != layout_.chunks) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: the checkpoint holds a model (n_layer %d, n_head %d, n_embd %d, vocab %d) split as "
-        "pp = %d, chunks = %d; this run has (n_layer %d, n_head %d, n_embd %d, vocab %d), "
-        "pp = %d, chunks = %d",
-        path, state->model.n_layer, state->model.n_head, state->model.n_embd,
-        state->model.vocab_size, state->pp, state->chunks, model_config_.n_layer,
-        model_config_.n_head, model_config_.n_embd, model_config_.vocab_size, layout_.pp,
-        layout_.chunks));
-  }
-  int64_t offset = 0;
-  for (size_t c = 0; c < chunks_.size(); ++c) {
-    const int64_t n = chunks_[c]->num_params();
-    absl::Status s = chunks_[c]->SetParams(state->params.data() + offset);
-    if (s.ok()) s = chunks_[c]->SetOptimizerState(state->m.data() + offset, state->v.data() + offset);
-    if (!s.ok()) return s;
-    offset += n;
-  }
-  step_ = state->step;
-  train_->Seek(state->data);
-  FR_LOG(INFO) << "resumed from " << path << " at step " << step_;
-  return absl::OkStatus();
-}
-
 pipeline::MicrobatchData Trainer::Microbatches() const {
   const int64_t rows = chunks_[0]->micro_batch() * config_.train.seq_len;
   const int64_t replica_offset = layout_.replica * config_.train.batch_size * config_.train.seq_len;
@@ -465,59 +435,6 @@ absl::Status Trainer::Barrier() {
                                   config_.runtime.comm_timeout_s);
 }
 
-absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
-  const bool leader = transport_->rank() == 0;
-  if (leader) {
-    if (absl::Status s = StartCheckpoint(checkpoint_dir_, step_); !s.ok()) return s;
-  }
-  if (absl::Status s = Barrier(); !s.ok()) return s;
-  RankState state;
-  state.step = step_;
-  state.model = model_config_;
-  state.pp = layout_.pp;
-  state.dp = layout_.dp;
-  state.chunks = layout_.chunks;
-  state.stage = layout_.stage;
-  state.data = train_->position();
-  // The whole model for model.bin, gathered by a sum in which each tensor piece has one owner
-  // (wte: the embedding's chunk; the head's copy is equal).
-  std::vector<float> whole(NumParameters(model_config_), 0.0f);
-  for (size_t c = 0; c < chunks_.size(); ++c) {
-    StageModel& chunk = *chunks_[c];
-    const int64_t n = chunk.num_params();
-    std::vector<float> part(n), m(n), v(n);
-    absl::Status got = chunk.GetParams(part.data());
-    if (got.ok()) got = chunk.GetOptimizerState(m.data(), v.data());
-    if (!got.ok()) return got;
-    state.params.insert(state.params.end(), part.begin(), part.end());
-    state.m.insert(state.m.end(), m.begin(), m.end());
-    state.v.insert(state.v.end(), v.begin(), v.end());
-    if (!chunk.stage().has_embedding && chunk.stage().has_head) {
-      const TensorSlot& wte = chunk.layout().slot(ParamTensor::kWte);
-      std::fill(part.begin() + wte.offset, part.begin() + wte.offset + wte.elements, 0.0f);
-    }
-    CopyStageToWhole(model_config_, chunk.stage(), part.data(), whole.data());
-  }
-  if (absl::Status s = transport_->AllReduceSum(whole.data(), static_cast<int64_t>(whole.size()),
-                                                layout_.PipelineGroup(),
-                                                config_.runtime.comm_timeout_s);
-      !s.ok()) {
-    return s;
-  }
-  if (layout_.replica == 0) {
-    absl::Status s = WriteRankState(
-        (std::filesystem::path(CheckpointStagingDir(checkpoint_dir_, step_)) /
-         RankStateFileName(layout_.stage)).string(), state);
-    if (!s.ok()) return s;
-  }
-  if (absl::Status s = Barrier(); !s.ok()) return s;
-  absl::StatusOr<std::string> dir =
-      (std::filesystem::path(checkpoint_dir_) / CheckpointDirName(step_)).string();
-  if (leader) dir = FinishCheckpoint(checkpoint_dir_, state, whole.data());
-  if (absl::Status s = Barrier(); !s.ok()) return s;
-  return dir;
-}
-
 void Trainer::WriteMetric(const std::string& json) {
   if (metrics_.is_open()) metrics_ << json << "\n" << std::flush;
 }
@@ -534,12 +451,13 @@ absl::Status Trainer::Run() {
   FR_LOG(INFO) << absl::StrFormat(
       "model: %d layers, %d heads, width %d, vocab %d (padded %d), %d parameters; batch %d x %d "
       "tokens in %d micro-batches; pp %d x dp %d, %s schedule%s; this rank: stage %d, %d "
-      "parameters; %d train tokens; %d threads",
+      "parameters on %s; %d train tokens; %d threads",
       c.n_layer, c.n_head, c.n_embd, c.vocab_size, c.padded_vocab_size, NumParameters(c),
       config_.train.batch_size, config_.train.seq_len, config_.train.microbatches, layout_.pp,
       layout_.dp, config_.parallel.schedule,
       layout_.chunks > 1 ? absl::StrFormat(" (%d chunks)", layout_.chunks) : "", layout_.stage,
-      chunks_[0]->num_params(), train_->total_tokens(), omp_get_max_threads());
+      chunks_[0]->num_params(), chunks_[0]->Describe(), train_->total_tokens(),
+      omp_get_max_threads());
   const int64_t total = config_.train.steps;
   const auto evaluate = [&]() -> absl::Status {
     if (!val_ || config_.eval.every == 0) return absl::OkStatus();
