@@ -8,6 +8,7 @@
 #include "core/logging.h"
 #include "models/cuda/cuda_stage.h"
 #include "models/gpt2.h"
+#include "models/token_buckets.h"
 
 namespace freeride {
 namespace cuda {
@@ -127,30 +128,17 @@ template <typename T>
 absl::Status CudaStage<T>::SetTokens(int slot, const int32_t* tokens) {
   const Slot& s = ids_.slots[slot];
   const int64_t BT = B_ * T_;
-  // Positions grouped by token (a stable counting sort) for the embedding's backward, which
-  // then sums each token's rows in this fixed order instead of racing with atomics.
-  std::vector<int32_t> order(BT), distinct, starts;
-  std::vector<int64_t> count(layout_.config.vocab_size + 1, 0);
-  for (int64_t i = 0; i < BT; ++i) ++count[tokens[i] + 1];
-  for (int64_t v = 0; v < layout_.config.vocab_size; ++v) {
-    if (count[v + 1] > 0) {
-      distinct.push_back(static_cast<int32_t>(v));
-      starts.push_back(static_cast<int32_t>(count[v]));
-    }
-    count[v + 1] += count[v];
-  }
-  starts.push_back(static_cast<int32_t>(BT));
-  for (int64_t i = 0; i < BT; ++i) order[count[tokens[i]]++] = static_cast<int32_t>(i);
-  distinct_tokens_[slot] = static_cast<int64_t>(distinct.size());
+  const TokenBuckets buckets = GroupPositionsByToken(tokens, BT, layout_.config.vocab_size);
+  distinct_tokens_[slot] = static_cast<int64_t>(buckets.tokens.size());
   CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(s.tokens), tokens, BT * 4, cudaMemcpyHostToDevice,
                              stream_));
-  CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(s.bucket_positions), order.data(), BT * 4,
-                             cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(s.bucket_tokens), distinct.data(), distinct.size() * 4,
-                             cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(s.bucket_starts), starts.data(), starts.size() * 4,
-                             cudaMemcpyHostToDevice, stream_));
-  return Sync();  // the host vectors above die here
+  CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(s.bucket_positions), buckets.positions.data(),
+                             BT * 4, cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(s.bucket_tokens), buckets.tokens.data(),
+                             buckets.tokens.size() * 4, cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(s.bucket_starts), buckets.starts.data(),
+                             buckets.starts.size() * 4, cudaMemcpyHostToDevice, stream_));
+  return Sync();  // the buckets die here
 }
 
 template <typename T>

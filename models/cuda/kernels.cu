@@ -2,6 +2,7 @@
 // use warp shuffles and fixed trees (never atomics), so results do not depend on scheduling.
 #include <cmath>
 
+#include "models/cuda/attention_layout.h"
 #include "models/cuda/kernels.h"
 #include "models/device_reductions.h"
 
@@ -212,46 +213,32 @@ __global__ void ConvertKernel(To* dst, const From* src, int64_t n) {
 
 // ---- attention ---------------------------------------------------------------------------
 
-// The index of qkv [B, T, 3C] element i in the head-major layout [3][B, NH, T, hs].
-__device__ __forceinline__ int64_t HeadMajor(int64_t i, int64_t Bn, int64_t Tlen, int64_t C,
-                                             int64_t NH) {
-  const int64_t hs = C / NH, r = i % (3 * C), bt = i / (3 * C);
-  const int64_t b = bt / Tlen, t = bt % Tlen, which = r / C, h = (r % C) / hs, d = r % hs;
-  return which * Bn * Tlen * C + ((b * NH + h) * Tlen + t) * hs + d;
-}
-
 template <typename T>
 __global__ void SplitHeadsKernel(T* heads, const T* qkv, int64_t Bn, int64_t Tlen, int64_t C,
                                  int64_t NH) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i < Bn * Tlen * 3 * C) heads[HeadMajor(i, Bn, Tlen, C, NH)] = qkv[i];
+  if (i < Bn * Tlen * 3 * C) heads[QkvToHeadMajor(i, Bn, Tlen, C, NH)] = qkv[i];
 }
 
 template <typename T>
 __global__ void MergeHeadsGradKernel(T* dqkv, const T* heads, int64_t Bn, int64_t Tlen,
                                      int64_t C, int64_t NH) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i < Bn * Tlen * 3 * C) dqkv[i] = heads[HeadMajor(i, Bn, Tlen, C, NH)];
-}
-
-// out [B, T, C] element i ↔ y [B, NH, T, hs].
-__device__ __forceinline__ int64_t HeadMajorOut(int64_t i, int64_t Tlen, int64_t C, int64_t NH) {
-  const int64_t hs = C / NH, c = i % C, bt = i / C, b = bt / Tlen, t = bt % Tlen;
-  return ((b * NH + c / hs) * Tlen + t) * hs + c % hs;
+  if (i < Bn * Tlen * 3 * C) dqkv[i] = heads[QkvToHeadMajor(i, Bn, Tlen, C, NH)];
 }
 
 template <typename T>
 __global__ void MergeHeadsKernel(T* out, const T* y, int64_t n, int64_t Tlen, int64_t C,
                                  int64_t NH) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i < n) out[i] = y[HeadMajorOut(i, Tlen, C, NH)];
+  if (i < n) out[i] = y[OutToHeadMajor(i, Tlen, C, NH)];
 }
 
 template <typename T>
 __global__ void SplitHeadsGradKernel(T* dy, const T* dout, int64_t n, int64_t Tlen, int64_t C,
                                      int64_t NH) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i < n) dy[HeadMajorOut(i, Tlen, C, NH)] = dout[i];
+  if (i < n) dy[OutToHeadMajor(i, Tlen, C, NH)] = dout[i];
 }
 
 template <typename T>

@@ -3,6 +3,7 @@
 #include <type_traits>
 
 #include "core/cuda_check.h"
+#include "models/cuda/gemm_shapes.h"
 
 namespace freeride::cuda {
 namespace {
@@ -26,13 +27,14 @@ struct LtDescriptors {
   }
 };
 
-// D (m×n, column-major) = op(A) · op(B) (+ D when accumulate), with an optional epilogue.
-// Row-major callers pass their products transposed (see the public functions).
-absl::Status LtMatmul(const BlasContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                      int64_t k, const void* A, cudaDataType_t a_type, int64_t lda,
-                      const void* B, cudaDataType_t b_type, int64_t ldb, void* D,
-                      cudaDataType_t d_type, int64_t ldd, bool accumulate,
-                      cublasLtEpilogue_t epilogue, const void* bias, void* aux, int64_t aux_ld) {
+// D = op(A) · op(B) (+ D when accumulate) as `g` describes it (gemm_shapes.h), with an
+// optional epilogue.
+absl::Status LtMatmul(const BlasContext& ctx, const ColumnMajorGemm& g, const void* A,
+                      cudaDataType_t a_type, const void* B, cudaDataType_t b_type, void* D,
+                      cudaDataType_t d_type, bool accumulate, cublasLtEpilogue_t epilogue,
+                      const void* bias, void* aux, int64_t aux_ld) {
+  const bool trans_a = g.trans_a, trans_b = g.trans_b;
+  const int64_t m = g.m, n = g.n, k = g.k;
   LtDescriptors desc;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -53,9 +55,11 @@ absl::Status LtMatmul(const BlasContext& ctx, bool trans_a, bool trans_b, int64_
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
                                                 &aux_ld, sizeof(aux_ld)));
   }
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.a, a_type, trans_a ? k : m, trans_a ? m : k, lda));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.b, b_type, trans_b ? n : k, trans_b ? k : n, ldb));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.d, d_type, m, n, ldd));
+  CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&desc.a, a_type, trans_a ? k : m, trans_a ? m : k, g.lda));
+  CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&desc.b, b_type, trans_b ? n : k, trans_b ? k : n, g.ldb));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.d, d_type, m, n, g.ldd));
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&desc.preference));
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ctx.workspace_bytes,
@@ -77,7 +81,6 @@ absl::Status LtMatmul(const BlasContext& ctx, bool trans_a, bool trans_b, int64_
 
 }  // namespace
 
-// Row-major out [N, OC] is column-major outᵀ (OC × N) = W (read as C × OC, transposed) · inpᵀ.
 template <typename T>
 absl::Status MatmulForward(const BlasContext& ctx, T* out, const T* inp, const T* weight,
                            const T* bias, int64_t N, int64_t C, int64_t OC, GeluFusion gelu,
@@ -86,44 +89,42 @@ absl::Status MatmulForward(const BlasContext& ctx, T* out, const T* inp, const T
   if (gelu == GeluFusion::kForward) {
     epilogue = bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
   }
-  return LtMatmul(ctx, true, false, OC, N, C, weight, DataType<T>(), C, inp, DataType<T>(), C,
-                  out, DataType<T>(), OC, false, epilogue, bias,
+  return LtMatmul(ctx, LinearForward(N, C, OC), weight, DataType<T>(), inp, DataType<T>(), out,
+                  DataType<T>(), false, epilogue, bias,
                   gelu == GeluFusion::kForward ? pre_gelu : nullptr, OC);
 }
 
-// dinpᵀ (C × N) = W (C × OC) · doutᵀ (OC × N).
 template <typename T>
 absl::Status MatmulBackwardInput(const BlasContext& ctx, T* dinp, const T* dout, const T* weight,
                                  int64_t N, int64_t C, int64_t OC, GeluFusion gelu,
                                  const T* pre_gelu) {
   const bool dgelu = gelu == GeluFusion::kBackward;
-  return LtMatmul(ctx, false, false, C, N, OC, weight, DataType<T>(), C, dout, DataType<T>(), OC,
-                  dinp, DataType<T>(), C, false,
+  // The GELU's input has dinp's shape: its leading dimension is dinp's, C.
+  return LtMatmul(ctx, LinearBackwardInput(N, C, OC), weight, DataType<T>(), dout, DataType<T>(),
+                  dinp, DataType<T>(), false,
                   dgelu ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT, nullptr,
                   dgelu ? const_cast<T*>(pre_gelu) : nullptr, C);
 }
 
-// dWᵀ... in column-major the [OC, C] weight is C × OC: dW (C × OC) += inpᵀ-major (C × N) ·
-// dout (N × OC, i.e. doutᵀ transposed).
 template <typename T>
 absl::Status MatmulBackwardWeight(const BlasContext& ctx, float* dweight, const T* dout,
                                   const T* inp, int64_t N, int64_t C, int64_t OC) {
-  return LtMatmul(ctx, false, true, C, OC, N, inp, DataType<T>(), C, dout, DataType<T>(), OC,
-                  dweight, CUDA_R_32F, C, true, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0);
+  return LtMatmul(ctx, LinearBackwardWeight(N, C, OC), inp, DataType<T>(), dout, DataType<T>(),
+                  dweight, CUDA_R_32F, true, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0);
 }
 
-// Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: the same call with the
-// operands swapped.
 template <typename T>
 absl::Status BatchedGemm(const BlasContext& ctx, bool trans_a, bool trans_b, int64_t M,
                          int64_t N, int64_t K, float alpha, const T* A, int64_t lda,
                          int64_t stride_a, const T* B, int64_t ldb, int64_t stride_b, float beta,
                          T* C, int64_t ldc, int64_t stride_c, int64_t batch) {
+  const ColumnMajorGemm g = RowMajor(trans_a, trans_b, M, N, K, lda, ldb, ldc);
   CUBLAS_CHECK(cublasSetStream(ctx.blas, ctx.stream));
+  // The call's A is the caller's B (RowMajor swaps the operands).
   CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      ctx.blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
-      &alpha, B, DataType<T>(), ldb, stride_b, A, DataType<T>(), lda, stride_a, &beta, C,
-      DataType<T>(), ldc, stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      ctx.blas, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g.m,
+      g.n, g.k, &alpha, B, DataType<T>(), g.lda, stride_b, A, DataType<T>(), g.ldb, stride_a,
+      &beta, C, DataType<T>(), g.ldd, stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   return absl::OkStatus();
 }
 

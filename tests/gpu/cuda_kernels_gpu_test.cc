@@ -14,6 +14,7 @@
 #include "models/cuda/kernels.h"
 #include "models/cuda/matmul.h"
 #include "models/device_reductions.h"
+#include "models/token_buckets.h"
 
 namespace freeride {
 namespace {
@@ -123,21 +124,13 @@ TYPED_TEST(CudaKernelsTest, EncoderForwardAndBackward) {
   std::vector<float> out(kN * kC), dwte(V * kC, 0), dwpe(kT * kC, 0);
   cpu::EncoderForward(out.data(), tokens.data(), wte.data(), wpe.data(), kB, kT, kC);
   cpu::EncoderBackwardWeight(dwte.data(), dwpe.data(), dout.data(), tokens.data(), kB, kT, kC);
-  // Positions grouped by token, as CudaStage::SetTokens builds them.
-  std::vector<int32_t> positions, distinct, starts;
-  for (int32_t v = 0; v < V; ++v) {
-    const size_t before = positions.size();
-    for (int32_t i = 0; i < kN; ++i) {
-      if (tokens[i] == v) positions.push_back(i);
-    }
-    if (positions.size() > before) {
-      distinct.push_back(v);
-      starts.push_back(static_cast<int32_t>(before));
-    }
-  }
-  starts.push_back(kN);
+  const TokenBuckets buckets = GroupPositionsByToken(tokens.data(), kN, V);
+  const std::vector<int32_t>& positions = buckets.positions;
+  const std::vector<int32_t>& distinct = buckets.tokens;
+  const std::vector<int32_t>& starts = buckets.starts;
   int32_t *d_tokens, *d_pos, *d_distinct, *d_starts;
-  for (auto [dst, src] : {std::pair{&d_tokens, &tokens}, std::pair{&d_pos, &positions},
+  const std::vector<int32_t>& token_ids = tokens;
+  for (auto [dst, src] : {std::pair{&d_tokens, &token_ids}, std::pair{&d_pos, &positions},
                           std::pair{&d_distinct, &distinct}, std::pair{&d_starts, &starts}}) {
     ASSERT_EQ(cudaMalloc(dst, src->size() * 4), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(*dst, src->data(), src->size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
