@@ -7,6 +7,7 @@
 #include <cublas_v2.h>
 
 #include <array>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -96,6 +97,7 @@ class CudaStage final : public CudaStageModel {
   std::array<char*, kNumMemoryPhases> base_{};
   cudaStream_t stream_ = nullptr;
   BlasContext blas_;
+  std::shared_ptr<LtAlgorithmCache> algorithms_ = MakeLtAlgorithmCache();
   float* host_grads_ = nullptr;  // pinned mirror of the gradients for sums across ranks
   std::vector<int64_t> distinct_tokens_;  // per slot, for the embedding backward
 };

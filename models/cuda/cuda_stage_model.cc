@@ -61,6 +61,7 @@ absl::Status CudaStage<T>::Init() {
   blas_.workspace = Ptr<char>(ids_.cublaslt_workspace);
   blas_.workspace_bytes = kCublasLtWorkspaceBytes;
   blas_.stream = stream_;
+  blas_.algorithms = algorithms_.get();
   // cuBLAS gets the same fixed workspace: no allocation inside a step, the same algorithms.
   CUBLAS_CHECK(cublasSetWorkspace(blas_.blas, blas_.workspace, blas_.workspace_bytes));
   CUBLAS_CHECK(cublasSetStream(blas_.blas, stream_));

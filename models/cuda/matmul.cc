@@ -1,11 +1,28 @@
 #include "models/cuda/matmul.h"
 
+#include <map>
+#include <tuple>
 #include <type_traits>
+
+#include "absl/strings/str_format.h"
 
 #include "core/cuda_check.h"
 #include "models/cuda/gemm_shapes.h"
 
 namespace freeride::cuda {
+
+struct LtAlgorithmCache {
+  // Everything the heuristic's answer depends on, for one BlasContext (one device, handle and
+  // workspace size).
+  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int,
+                         int, int, int, bool, bool>;
+  std::map<Key, cublasLtMatmulAlgo_t> algorithms;
+};
+
+std::shared_ptr<LtAlgorithmCache> MakeLtAlgorithmCache() {
+  return std::make_shared<LtAlgorithmCache>();
+}
+
 namespace {
 
 template <typename T>
@@ -64,17 +81,34 @@ absl::Status LtMatmul(const BlasContext& ctx, const ColumnMajorGemm& g, const vo
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ctx.workspace_bytes,
       sizeof(ctx.workspace_bytes)));
-  cublasLtMatmulHeuristicResult_t heuristic;
-  int found = 0;
-  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt, desc.op, desc.a, desc.b, desc.d, desc.d,
-                                              desc.preference, 1, &heuristic, &found));
-  if (found == 0) {
-    return absl::InternalError(
-        "cuBLASLt has no algorithm for a product of this shape, types and epilogue");
+  const LtAlgorithmCache::Key key{trans_a, trans_b, m, n, k, g.lda, g.ldb, g.ldd,
+                                  static_cast<int>(a_type), static_cast<int>(b_type),
+                                  static_cast<int>(d_type), static_cast<int>(epilogue),
+                                  bias != nullptr, accumulate};
+  const cublasLtMatmulAlgo_t* known = nullptr;
+  if (ctx.algorithms != nullptr) {
+    auto it = ctx.algorithms->algorithms.find(key);
+    if (it != ctx.algorithms->algorithms.end()) known = &it->second;
+  }
+  cublasLtMatmulAlgo_t algo;
+  if (known != nullptr) {
+    algo = *known;
+  } else {
+    cublasLtMatmulHeuristicResult_t heuristic;
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt, desc.op, desc.a, desc.b, desc.d, desc.d,
+                                                desc.preference, 1, &heuristic, &found));
+    if (found == 0) {
+      return absl::InternalError(absl::StrFormat(
+          "cuBLASLt has no algorithm for a %dx%dx%d product with epilogue %d", m, n, k,
+          static_cast<int>(epilogue)));
+    }
+    algo = heuristic.algo;
+    if (ctx.algorithms != nullptr) ctx.algorithms->algorithms.emplace(key, algo);
   }
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   CUBLAS_CHECK(cublasLtMatmul(ctx.lt, desc.op, &alpha, A, desc.a, B, desc.b, &beta, D, desc.d, D,
-                              desc.d, &heuristic.algo, ctx.workspace, ctx.workspace_bytes,
+                              desc.d, &algo, ctx.workspace, ctx.workspace_bytes,
                               ctx.stream));
   return absl::OkStatus();
 }

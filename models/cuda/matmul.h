@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "models/cuda/kernels.h"
@@ -18,13 +19,20 @@ namespace freeride::cuda {
 
 // Handles and the fixed workspace every product of a model chunk uses (a fixed workspace keeps
 // cuBLASLt's choice of algorithm, and so the bits, the same from call to call).
+// `algorithms` (optional) remembers cuBLASLt's heuristic answer per product shape, so each
+// shape is asked about once rather than at every call.
+struct LtAlgorithmCache;
 struct BlasContext {
   cublasLtHandle_t lt = nullptr;
   cublasHandle_t blas = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   cudaStream_t stream = nullptr;
+  LtAlgorithmCache* algorithms = nullptr;
 };
+
+// Owns the cache a BlasContext points at.
+std::shared_ptr<LtAlgorithmCache> MakeLtAlgorithmCache();
 
 enum class GeluFusion { kNone, kForward, kBackward };
 
