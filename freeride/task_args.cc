@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
@@ -57,6 +58,14 @@ absl::StatusOr<std::string> ArgReader::String(const std::string& name,
   const std::string* s = std::get_if<std::string>(&it->second);
   if (s == nullptr) return Error(name, "a string");
   return *s;
+}
+
+absl::StatusOr<std::string> ArgReader::Choice(const std::string& name,
+                                              const std::string& fallback,
+                                              const std::vector<std::string>& choices) const {
+  absl::StatusOr<std::string> s = String(name, fallback);
+  if (!s.ok() || std::find(choices.begin(), choices.end(), *s) != choices.end()) return s;
+  return Error(name, absl::StrCat("one of \"", absl::StrJoin(choices, "\", \""), "\""));
 }
 
 absl::StatusOr<std::vector<std::string>> ArgReader::Strings(const std::string& name) const {

@@ -29,6 +29,9 @@ class ArgReader {
                                 double max) const;
   absl::StatusOr<std::string> String(const std::string& name, const std::string& fallback) const;
   absl::StatusOr<std::vector<std::string>> Strings(const std::string& name) const;
+  // A string that must be one of `choices`.
+  absl::StatusOr<std::string> Choice(const std::string& name, const std::string& fallback,
+                                     const std::vector<std::string>& choices) const;
   // Every argument given must be one of `known`; else an error listing them.
   absl::Status OnlyKnown(const std::vector<std::string>& known) const;
 

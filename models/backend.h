@@ -13,6 +13,9 @@ struct BackendOptions {
   std::string device = "cpu";     // "cpu" | "cuda"
   std::string precision = "fp32";  // "fp32" | "bf16" (cuda only)
   int device_index = 0;            // which CUDA device (the node-local rank, mod the count)
+  // Side work (a side task's model): on CUDA its stream has the lowest priority, so its
+  // kernels yield to training's when they overlap.
+  bool low_priority = false;
 };
 
 // Whether this binary was built with the CUDA backend.

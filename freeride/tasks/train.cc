@@ -1,15 +1,19 @@
 // `train`: a small model trained in bubbles, on its own data. A GPT (args.n_layer, n_embd,
 // n_head, vocab) learns a synthetic token stream with structure to find (token i is
 // (7i + i/13) mod vocab); a step is one AdamW step on one batch of args.batch × args.seq_len
-// tokens, and the task reports its loss. args.steps > 0 ends it. The model keeps its own
-// buffers; their size (parameters, gradients, moments) is reserved in the task's arena at
-// Load, so its memory_limit caps them.
+// tokens, and the task reports its loss. args.steps > 0 ends it. args.device picks the backend:
+// "cpu" (its parameters, gradients and moments reserved in the task's arena, so memory_limit
+// caps them) or "cuda" (fp32 or bf16 by args.precision; its device-memory plan held to
+// memory_limit before anything is allocated, and its work on a lowest-priority stream, so that
+// an overrun yields the GPU to training's kernels).
 #include <random>
 
 #include "absl/strings/str_format.h"
 #include "freeride/side_task.h"
-#include "models/cpu/optimizer.h"
-#include "models/gpt2.h"
+#include "core/device.h"
+#include "core/status.h"
+#include "models/backend.h"
+#include "models/device_memory_plan.h"
 
 namespace freeride {
 namespace {
@@ -19,7 +23,7 @@ class TrainTask : public SideTask {
   absl::Status Create(SideTaskContext& ctx) override {
     ArgReader args(ctx.name, *ctx.args);
     if (absl::Status s = args.OnlyKnown({"n_layer", "n_embd", "n_head", "vocab", "seq_len",
-                                         "batch", "lr", "steps", "seed"});
+                                         "batch", "lr", "steps", "seed", "device", "precision"});
         !s.ok()) {
       return s;
     }
@@ -29,11 +33,26 @@ class TrainTask : public SideTask {
     auto lr = args.Number("lr", 3e-3, 0, 1);
     auto steps = args.Int("steps", 0, 0, int64_t{1} << 40);
     auto seed = args.Int("seed", 1, 0, int64_t{1} << 62);
+    auto device = args.Choice("device", "cpu", {"cpu", "cuda"});
+    auto precision = args.Choice("precision", "fp32", {"fp32", "bf16"});
     for (const absl::Status& s : {layers.status(), width.status(), heads.status(),
                                   vocab.status(), seq.status(), batch.status(), lr.status(),
-                                  steps.status(), seed.status()}) {
+                                  steps.status(), seed.status(), device.status(),
+                                  precision.status()}) {
       if (!s.ok()) return s;
     }
+    if (*device == "cuda" && !CudaBackendBuilt()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "side task '%s': device = \"cuda\", but this build has no CUDA backend", ctx.name));
+    }
+    if (*device == "cpu" && *precision != "fp32") {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "side task '%s': precision = \"%s\" needs device = \"cuda\"", ctx.name, *precision));
+    }
+    backend_.device = *device;
+    backend_.precision = *precision;
+    backend_.device_index = NodeLocalRank();
+    backend_.low_priority = true;
     absl::StatusOr<GPT2Config> config = MakeGPT2Config(*layers, *heads, *width, *seq, *vocab);
     if (!config.ok()) {
       return absl::InvalidArgumentError(
@@ -45,10 +64,24 @@ class TrainTask : public SideTask {
   }
 
   absl::Status Load(SideTaskContext& ctx) override {
-    model_ = std::make_unique<GPT2Stage<float>>(config_, WholeModel(config_), batch_, seq_, 1);
-    model_->InitRandom(seed_);
-    m_.assign(model_->num_params(), 0.0f);
-    v_.assign(model_->num_params(), 0.0f);
+    const StageSpec whole = WholeModel(config_);
+    if (backend_.device == "cuda") {
+      MemoryPlan plan;
+      PlanStageMemory(config_, whole, batch_, seq_, 1, backend_.precision == "bf16" ? 2 : 4, &plan);
+      if (ctx.arena->cap() > 0 && plan.TotalBytes() > ctx.arena->cap()) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "side task '%s' needs %d bytes of device memory (%s), above its memory_limit of %d",
+            ctx.name, plan.TotalBytes(), plan.Report(), ctx.arena->cap()));
+      }
+    }
+    absl::StatusOr<std::unique_ptr<StageModel>> model =
+        MakeStageModel(backend_, config_, whole, batch_, seq_, 1);
+    if (!model.ok()) return model.status();
+    model_ = *std::move(model);
+    FR_RETURN_IF_ERROR(model_->InitRandom(seed_));
+    tokens_.resize(batch_ * seq_);
+    targets_.resize(batch_ * seq_);
+    if (backend_.device == "cuda") return absl::OkStatus();
     const int64_t bytes = 4 * model_->num_params() * static_cast<int64_t>(sizeof(float));
     return ctx.arena->Allocate(bytes, "train task parameters, gradients and moments").status();
   }
@@ -58,19 +91,23 @@ class TrainTask : public SideTask {
     const int64_t V = config_.vocab_size;
     for (int64_t i = 0; i < batch_ * seq_; ++i) {
       const int64_t pos = cursor_ + i;
-      model_->tokens(0)[i] = static_cast<int32_t>((pos * 7 + pos / 13) % V);
-      model_->targets(0)[i] = static_cast<int32_t>(((pos + 1) * 7 + (pos + 1) / 13) % V);
+      tokens_[i] = static_cast<int32_t>((pos * 7 + pos / 13) % V);
+      targets_[i] = static_cast<int32_t>(((pos + 1) * 7 + (pos + 1) / 13) % V);
     }
     cursor_ += batch_ * seq_;
-    model_->ZeroGrads();
-    loss_ = model_->Forward(0);
-    model_->BackwardInput(0, 1.0f / static_cast<float>(batch_ * seq_));
-    model_->BackwardWeight(0);
-    model_->FoldHeadWteGrad();
-    cpu::AdamWParams p;
-    p.lr = static_cast<float>(lr_);
-    p.step = ++steps_;
-    cpu::AdamWUpdate(model_->params(), model_->grads(), m_.data(), v_.data(), model_->num_params(), p);
+    FR_RETURN_IF_ERROR(model_->ZeroGrads());
+    FR_RETURN_IF_ERROR(model_->SetTokens(0, tokens_.data()));
+    FR_RETURN_IF_ERROR(model_->SetTargets(0, targets_.data()));
+    absl::StatusOr<double> loss = model_->Forward(0);
+    if (!loss.ok()) return loss.status();
+    loss_ = *loss;
+    FR_RETURN_IF_ERROR(model_->BackwardInput(0, 1.0f / static_cast<float>(batch_ * seq_)));
+    FR_RETURN_IF_ERROR(model_->BackwardWeight(0));
+    FR_RETURN_IF_ERROR(model_->FoldHeadWteGrad());
+    AdamWStep adam;
+    adam.lr = lr_;
+    adam.step = ++steps_;
+    FR_RETURN_IF_ERROR(model_->ApplyAdamW(adam));
     if (steps_ == 1) first_loss_ = loss_;
     return 1.0;
   }
@@ -91,8 +128,9 @@ class TrainTask : public SideTask {
   int64_t batch_ = 4, seq_ = 32, limit_ = 0, steps_ = 0, cursor_ = 0;
   uint64_t seed_ = 1;
   double lr_ = 3e-3, loss_ = 0, first_loss_ = 0;
-  std::unique_ptr<GPT2Stage<float>> model_;
-  std::vector<float> m_, v_;
+  BackendOptions backend_;
+  std::unique_ptr<StageModel> model_;
+  std::vector<int32_t> tokens_, targets_;
 };
 
 }  // namespace

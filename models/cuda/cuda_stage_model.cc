@@ -55,7 +55,13 @@ absl::Status CudaStage<T>::Init() {
     if (bytes > 0) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&base_[p]), bytes));
   }
   CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_grads_), layout_.total * sizeof(float)));
-  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // The default priority is already the lowest: training takes the highest, so that side
+  // work (the lowest) is what yields when both have kernels waiting.
+  int least_priority = 0, greatest_priority = 0;
+  CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
+  CUDA_CHECK(cudaStreamCreateWithPriority(
+      &stream_, cudaStreamNonBlocking,
+      options_.low_priority ? least_priority : greatest_priority));
   CUBLAS_CHECK(cublasLtCreate(&blas_.lt));
   CUBLAS_CHECK(cublasCreate(&blas_.blas));
   blas_.workspace = Ptr<char>(ids_.cublaslt_workspace);

@@ -26,6 +26,9 @@ struct CudaStageOptions {
   // The GELU inside cuBLASLt's epilogue (forward GELU_AUX_BIAS, backward DGELU); off: separate
   // kernels (the reference the GPU tests hold the fused path to).
   bool fuse_gelu = true;
+  // The chunk's stream at the device's lowest priority (side work), else its highest
+  // (training).
+  bool low_priority = false;
 };
 
 class CudaStageModel : public StageModel {

@@ -8,10 +8,12 @@
 #include <sstream>
 #include <thread>
 
+#include "core/device.h"
 #include "core/files.h"
 #include "core/timer.h"
 #include "freeride/executor.h"
 #include "gtest/gtest.h"
+#include "models/backend.h"
 
 namespace freeride {
 namespace {
@@ -198,6 +200,26 @@ TEST(TrainTaskTest, LossFalls) {
       << (*task)->Summary();
   EXPECT_NEAR(first, std::log(32.0), 0.3);
   EXPECT_LT(last, first - 1.0);
+}
+
+TEST(TrainTaskTest, DeviceArgumentsAreCheckedAndAMissingGpuIsAClearLoadError) {
+  CappedArena arena(64 << 20);
+  auto error_at = [&](const TaskArgs& args, bool load) -> std::string {
+    auto task = CreateSideTask("train", "");
+    EXPECT_TRUE(task.ok());
+    SideTaskContext ctx{"t", 0, 0, &args, &arena, Temp("train_dev"), 0, [] { return false; }};
+    absl::Status s = (*task)->Create(ctx);
+    if (s.ok() && load) s = (*task)->Load(ctx);
+    return std::string(s.message());
+  };
+  EXPECT_NE(error_at({{"device", std::string("tpu")}}, false)
+                .find("args.device: expected one of \"cpu\", \"cuda\", found \"tpu\""),
+            std::string::npos);
+  EXPECT_NE(error_at({{"precision", std::string("bf16")}}, false).find("needs device = \"cuda\""),
+            std::string::npos);
+  if (CudaBackendBuilt() && !DiscoverDevices().cuda.empty()) return;  // the GPU suite runs it
+  const std::string message = error_at({{"device", std::string("cuda")}}, true);
+  EXPECT_NE(message.find("cuda"), std::string::npos) << message;
 }
 
 TEST(GptInferTaskTest, GeneratesBatchesFromACheckpoint) {

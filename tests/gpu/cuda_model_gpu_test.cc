@@ -2,6 +2,7 @@
 // 10-step trajectory, bitwise determinism, and the trainer on runtime.device = "cuda" against
 // the PyTorch golden trajectory the CPU trainer is held to.
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +10,7 @@
 #include <sstream>
 #include <vector>
 
+#include "freeride/side_task.h"
 #include "gtest/gtest.h"
 #include "models/cpu_stage_model.h"
 #include "models/cuda/cuda_stage_model.h"
@@ -152,6 +154,29 @@ TEST(CudaModelTest, MemoryPlanIsReportedAndHeld) {
   ASSERT_NE(gpu, nullptr);
   EXPECT_GT(gpu->memory_plan().TotalBytes(), 0);
   EXPECT_NE(gpu->Describe().find("bf16"), std::string::npos);
+}
+
+// The `train` side task on the GPU (its own lowest-priority stream): its loss falls as on the
+// CPU (tests/freeride/tasks_test.cc).
+TEST(CudaSideTaskTest, TrainTaskLearnsOnTheGpu) {
+  for (const std::string precision : {"fp32", "bf16"}) {
+    auto task = CreateSideTask("train", "");
+    ASSERT_TRUE(task.ok());
+    TaskArgs args{{"steps", int64_t{80}},  {"n_embd", int64_t{32}}, {"vocab", int64_t{32}},
+                  {"seq_len", int64_t{16}}, {"lr", 1e-2},           {"device", std::string("cuda")},
+                  {"precision", precision}};
+    CappedArena arena(256 << 20);
+    const std::string dir = (std::filesystem::path(::testing::TempDir()) / "train_gpu").string();
+    SideTaskContext ctx{"train", 0, 0, &args, &arena, dir, 0, [] { return false; }};
+    ASSERT_TRUE((*task)->Create(ctx).ok());
+    ASSERT_TRUE((*task)->Load(ctx).ok());
+    while (!(*task)->Done()) ASSERT_TRUE((*task)->Step(ctx).ok());
+    double first = 0, last = 0;
+    ASSERT_EQ(std::sscanf((*task)->Summary().c_str(), "80 steps, loss %lf -> %lf", &first, &last), 2)
+        << (*task)->Summary();
+    EXPECT_NEAR(first, std::log(32.0), 0.3) << precision;
+    EXPECT_LT(last, first - 1.0) << precision;
+  }
 }
 
 // The trainer with runtime.device = "cuda" against the PyTorch golden trajectory
