@@ -5,15 +5,14 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <vector>
 
 #include "freeride/side_task.h"
 #include "gtest/gtest.h"
 #include "models/cpu_stage_model.h"
 #include "models/cuda/cuda_stage_model.h"
+#include "tests/trainer/golden_trajectory.h"
 #include "trainer/trainer.h"
 
 namespace freeride {
@@ -179,53 +178,13 @@ TEST(CudaSideTaskTest, TrainTaskLearnsOnTheGpu) {
   }
 }
 
-// The trainer with runtime.device = "cuda" against the PyTorch golden trajectory
-// (tests/data/gpt2_golden, the same the CPU trainer is held to in train_loop_test.cc).
+// The trainer with runtime.device = "cuda" against the PyTorch golden run the CPU trainer is
+// held to (tests/trainer/golden_trajectory.h).
 TEST(CudaTrainerTest, MatchesPyTorchGoldenTrajectory) {
   const std::string dir = (std::filesystem::path(::testing::TempDir()) / "cuda_golden").string();
-  auto config = ParseConfig(R"(
-[run]
-dir = ")" + dir + R"("
-[model]
-init_from = "tests/data/gpt2_golden/model.bin"
-[data]
-train = "tests/data/gpt2_golden/tokens.bin"
-[train]
-batch_size = 4
-seq_len = 8
-microbatches = 2
-steps = 10
-[optim]
-lr = 3e-3
-warmup_steps = 2
-min_lr_ratio = 0.1
-beta1 = 0.9
-beta2 = 0.95
-eps = 1e-8
-weight_decay = 0.1
-grad_clip = 1.0
-[runtime]
-device = "cuda"
-)", "cuda_golden.toml");
-  ASSERT_TRUE(config.ok()) << config.status();
-  auto trainer = Trainer::Create(*config);
+  auto trainer = Trainer::Create(testing::GoldenConfig(dir, "cuda"));
   ASSERT_TRUE(trainer.ok()) << trainer.status();
-  std::ifstream golden("tests/data/gpt2_golden/golden.txt");
-  std::string line;
-  int steps = 0;
-  while (std::getline(golden, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream fields(line);
-    int64_t step;
-    double loss, lr, norm;
-    fields >> step >> loss >> lr >> norm;
-    absl::StatusOr<StepStats> s = (*trainer)->Step();
-    ASSERT_TRUE(s.ok()) << s.status();
-    EXPECT_NEAR(s->loss, loss, 1e-4 * loss) << "step " << step;
-    EXPECT_NEAR(s->grad_norm, norm, 1e-4 * norm) << "step " << step;
-    ++steps;
-  }
-  EXPECT_EQ(steps, 10);
+  testing::ExpectGoldenTrajectory(**trainer);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "tests/trainer/golden_trajectory.h"
 #include "trainer/optimizer.h"
 #include "trainer/token_shards.h"
 #include "trainer/trainer.h"
@@ -30,50 +31,11 @@ Config MustParse(const std::string& toml, const std::vector<std::string>& overri
   return config.ok() ? *config : Config{};
 }
 
-// tests/data/gpt2_golden: weights, tokens and per-step losses from tests/golden/make_gpt2_golden.py
-// (an independent PyTorch GPT-2 with torch.optim.AdamW and clip_grad_norm_).
+// Against the PyTorch golden run (tests/trainer/golden_trajectory.h).
 TEST(TrainLoopTest, MatchesPyTorchGoldenTrajectory) {
-  const Config config = MustParse(R"(
-[run]
-dir = ")" + Temp("golden_run") + R"("
-[model]
-init_from = "tests/data/gpt2_golden/model.bin"
-[data]
-train = "tests/data/gpt2_golden/tokens.bin"
-[train]
-batch_size = 4
-seq_len = 8
-microbatches = 2
-steps = 10
-[optim]
-lr = 3e-3
-warmup_steps = 2
-min_lr_ratio = 0.1
-beta1 = 0.9
-beta2 = 0.95
-eps = 1e-8
-weight_decay = 0.1
-grad_clip = 1.0
-)");
-  auto trainer = Trainer::Create(config);
+  auto trainer = Trainer::Create(testing::GoldenConfig(Temp("golden_run"), "cpu"));
   ASSERT_TRUE(trainer.ok()) << trainer.status();
-  std::ifstream golden("tests/data/gpt2_golden/golden.txt");
-  std::string line;
-  int steps = 0;
-  while (std::getline(golden, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream fields(line);
-    int64_t step;
-    double loss, lr, norm;
-    fields >> step >> loss >> lr >> norm;
-    const StepStats s = MustStep(**trainer);
-    EXPECT_EQ(s.step, step);
-    EXPECT_NEAR(s.loss, loss, 1e-4 * loss) << "step " << step;
-    EXPECT_NEAR(s.lr, lr, 1e-9) << "step " << step;
-    EXPECT_NEAR(s.grad_norm, norm, 1e-4 * norm) << "step " << step;
-    ++steps;
-  }
-  EXPECT_EQ(steps, 10);
+  testing::ExpectGoldenTrajectory(**trainer);
 }
 
 // A run directory with a token shard of `tokens` random ids below `vocab`.
