@@ -11,15 +11,17 @@ namespace freeride {
 absl::StatusOr<pipeline::CostModel> CalibrateStageCosts(const BackendOptions& backend,
                                                         const GPT2Config& config,
                                                         const std::vector<StageSpec>& stages,
-                                                        int64_t micro_batch, int64_t seq_len,
+                                                        int pp, int64_t micro_batch, int64_t seq_len,
                                                         double link_gbs, uint64_t seed) {
   pipeline::CostModel cost;
+  cost.stages.assign(pp, pipeline::StageCost{0, 0, 0});
   const int64_t rows = micro_batch * seq_len, floats = rows * config.n_embd;
   std::mt19937 rng(static_cast<uint32_t>(seed));
   std::uniform_real_distribution<float> u(-0.5f, 0.5f);
   std::vector<int32_t> tokens(rows), targets(rows);
   std::vector<float> input(floats), output_grad(floats);
-  for (const StageSpec& spec : stages) {
+  for (size_t v = 0; v < stages.size(); ++v) {
+    const StageSpec& spec = stages[v];
     // On the device that trains: a stage's cost on the CPU says nothing about it on a GPU.
     absl::StatusOr<std::unique_ptr<StageModel>> stage =
         MakeStageModel(backend, config, spec, micro_batch, seq_len, 1);
@@ -49,7 +51,10 @@ absl::StatusOr<pipeline::CostModel> CalibrateStageCosts(const BackendOptions& ba
       const double tww = tw.ElapsedSeconds();
       if (rep > 0) f = std::min(f, tf), b = std::min(b, tbi), w = std::min(w, tww);
     }
-    cost.stages.push_back({f * 1e3, b * 1e3, w * 1e3});
+    pipeline::StageCost& stage_cost = cost.stages[v % pp];
+    stage_cost.f += f * 1e3;
+    stage_cost.b += b * 1e3;
+    stage_cost.w += w * 1e3;
   }
   cost.comm = static_cast<double>(floats) * sizeof(float) / (link_gbs * 1e9) * 1e3;
   return cost;

@@ -135,13 +135,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
           "runtime.emulate_peers runs one process that emulates the other stages: launch it "
           "without mpirun");
     }
-    if (config.parallel.dp != 1 || config.parallel.schedule == "interleaved" ||
-        config.runtime.emulated_stage >= config.parallel.pp) {
+    if (config.parallel.dp != 1 || config.runtime.emulated_stage >= config.parallel.pp) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "runtime.emulate_peers needs parallel.dp = 1 (is %d), a schedule other than "
-          "interleaved (is %s) and runtime.emulated_stage below parallel.pp (%d, pp = %d)",
-          config.parallel.dp, config.parallel.schedule, config.runtime.emulated_stage,
-          config.parallel.pp));
+          "runtime.emulate_peers needs parallel.dp = 1 (is %d) and runtime.emulated_stage below "
+          "parallel.pp (%d, pp = %d)",
+          config.parallel.dp, config.runtime.emulated_stage, config.parallel.pp));
     }
   } else {
     if (transport == nullptr) {
@@ -185,7 +183,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
     // The other stages' costs, measured by running their layers here; the schedule's bubbles
     // are placed with them from the start.
     absl::StatusOr<pipeline::CostModel> cost =
-        CalibrateStageCosts(backend, *model, *specs, micro_batch, tc.seq_len,
+        CalibrateStageCosts(backend, *model, *specs, L.pp, micro_batch, tc.seq_len,
                             config.runtime.link_bandwidth_gbs, config.run.seed);
     if (!cost.ok()) return cost.status();
     options.cost = *cost;

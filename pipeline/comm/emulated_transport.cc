@@ -186,9 +186,6 @@ absl::StatusOr<std::unique_ptr<Transport>> MakeEmulatedPeersTransport(const Sche
                                                                       const CostModel& cost,
                                                                       int real_stage,
                                                                       int64_t message_floats) {
-  if (schedule.chunks != 1) {
-    return absl::InvalidArgumentError("emulated peers need one model chunk per stage");
-  }
   if (real_stage < 0 || real_stage >= schedule.stages) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "runtime.emulated_stage = %d, but the pipeline has stages 0..%d", real_stage,

@@ -56,8 +56,8 @@ std::unique_ptr<Transport> MakeMpiTransport();
 struct Schedule;
 struct CostModel;
 
-// One real stage of a p-stage pipeline; the other stages are emulated (one process, dp = 1,
-// one chunk per stage). Messages to the real stage arrive when the simulator, run with
+// One real stage of a p-stage pipeline; the other stages are emulated (one process, dp = 1;
+// interleaved schedules too: message tags name virtual stages). Messages to the real stage arrive when the simulator, run with
 // `cost`, says they would, shifted by how late the real stage's own earlier sends were
 // against their simulated times (so a slow real stage sees its gradients come back late);
 // their contents are synthetic. Sums with emulated members complete when the last of them

@@ -23,7 +23,7 @@ Bubbles Measure(const std::string& schedule, int real_stage) {
   // A head-heavy model: the last stage carries a 32768-token softmax (milliseconds per
   // micro-batch, so the bubbles are long against timer and scheduling noise).
   config.model.vocab_size = 32768;
-  config.model.n_layer = 2;
+  config.model.n_layer = schedule == "interleaved" ? 4 : 2;  // 2 stages × 2 chunks need 4
   config.model.n_embd = 128;
   config.train.seq_len = 8;
   config.runtime.emulate_peers = true;
@@ -55,9 +55,11 @@ Bubbles Measure(const std::string& schedule, int real_stage) {
     auto mean = [&](Op op) { return count[op] ? sum[op] / count[op] : 0.0; };
     pipeline::CostModel cost = t.emulation_cost();
     const bool split = count[Op::kBackwardInput] > 0;
-    cost.stages[real_stage] = {mean(Op::kForward),
-                               split ? mean(Op::kBackwardInput) : mean(Op::kBackward),
-                               split ? mean(Op::kBackwardWeight) : 0.0};
+    // The cost model's unit is the stage: all its chunks.
+    const double chunks = t.num_chunks();
+    cost.stages[real_stage] = {chunks * mean(Op::kForward),
+                               chunks * (split ? mean(Op::kBackwardInput) : mean(Op::kBackward)),
+                               chunks * (split ? mean(Op::kBackwardWeight) : 0.0)};
     auto sim = pipeline::Simulate(t.schedule(), cost);
     EXPECT_TRUE(sim.ok()) << sim.status();
     if (sim.ok()) simulated_total += sim->stages[real_stage].bubble;
@@ -68,7 +70,7 @@ Bubbles Measure(const std::string& schedule, int real_stage) {
 TEST(EmulatedPeersTest, RealStageSeesTheSimulatedBubbles) {
   openblas_set_num_threads(1);
   omp_set_num_threads(1);
-  for (const std::string schedule : {"1f1b", "gpipe", "zbh1"}) {
+  for (const std::string schedule : {"1f1b", "gpipe", "zbh1", "interleaved"}) {
     SCOPED_TRACE(schedule);
     const Bubbles b = Measure(schedule, /*real_stage=*/0);
     ASSERT_GT(b.simulated, 0);
@@ -79,14 +81,14 @@ TEST(EmulatedPeersTest, RealStageSeesTheSimulatedBubbles) {
 }
 
 TEST(EmulatedPeersTest, RefusesWhatItCannotEmulate) {
-  Config config = testing::ParityConfig(testing::ParityShard(), "interleaved", 2, 1, 4);
+  Config config = testing::ParityConfig(testing::ParityShard(), "1f1b", 2, 2, 4);
   config.runtime.emulate_peers = true;
   auto trainer = Trainer::Create(config);
   ASSERT_FALSE(trainer.ok());
-  EXPECT_NE(trainer.status().message().find("a schedule other than interleaved"),
-            std::string::npos);
+  EXPECT_NE(trainer.status().message().find("needs parallel.dp = 1 (is 2)"), std::string::npos)
+      << trainer.status();
   auto world = pipeline::MakeInProcessWorld(2);
-  config.parallel.schedule = "1f1b";
+  config.parallel.dp = 1;
   trainer = Trainer::Create(config, world[0].get());
   ASSERT_FALSE(trainer.ok());
   EXPECT_NE(trainer.status().message().find("launch it without mpirun"), std::string::npos);
