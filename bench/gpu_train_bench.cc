@@ -9,16 +9,13 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <random>
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "bench/bench_trainer.h"
 #include "models/cuda/cuda_stage_model.h"
 #include "models/gpt2_config.h"
-#include "trainer/token_shards.h"
-#include "trainer/trainer.h"
 
 using namespace freeride;
 
@@ -42,40 +39,14 @@ int main(int argc, char** argv) {
   const std::string precision = argc > 4 ? argv[4] : "bf16";
   const int64_t L = arg(5, 12), C = arg(6, 768), NH = arg(7, 12);
   const int64_t warmup = 3;
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / "freeride_gpu_train_bench").string();
-  std::filesystem::create_directories(dir);
-  std::mt19937 rng(1);
-  std::vector<uint16_t> tokens((steps + warmup + 1) * B * T + 1);
-  for (auto& t : tokens) t = static_cast<uint16_t>(rng() % 50257);
-  if (!WriteTokenShard(dir + "/train.bin", tokens).ok()) return 1;
-  const std::string toml = absl::StrFormat(R"(
-[run]
-dir = "%s"
-[model]
-n_layer = %d
-n_head = %d
-n_embd = %d
-max_seq_len = 1024
-[data]
-train = "%s/train.bin"
-[train]
-batch_size = %d
-seq_len = %d
-steps = %d
-[optim]
+  auto trainer = MakeBenchTrainer("freeride_gpu_train_bench", {L, C, NH, B, T, steps + warmup + 1},
+                                  absl::StrFormat(R"([optim]
 grad_clip = 1.0
 weight_decay = 0.1
 [runtime]
 device = "cuda"
 precision = "%s"
-)", dir, L, NH, C, dir, B, T, steps + warmup, precision);
-  auto config = ParseConfig(toml, "gpu_train_bench");
-  if (!config.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(config.status().message()).c_str());
-    return 1;
-  }
-  auto trainer = Trainer::Create(*config);
+)", precision));
   if (!trainer.ok()) {
     std::fprintf(stderr, "%s\n", std::string(trainer.status().message()).c_str());
     return 1;
@@ -117,6 +88,6 @@ precision = "%s"
               peak > 0 ? absl::StrFormat("%.1f%%", 100 * tok_s * flops_per_token / peak).c_str()
                        : "n/a",
               (total_bytes - free_bytes) / double(1ll << 30), total_bytes / double(1ll << 30));
-  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(std::filesystem::temp_directory_path() / "freeride_gpu_train_bench");
   return 0;
 }

@@ -5,15 +5,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <random>
 
 #include <omp.h>
 
 #include "absl/strings/str_format.h"
+#include "bench/bench_trainer.h"
 #include "core/blas_setup.h"
 #include "models/gpt2_config.h"
-#include "trainer/token_shards.h"
-#include "trainer/trainer.h"
 
 using namespace freeride;
 
@@ -22,30 +20,7 @@ int main(int argc, char** argv) {
   auto arg = [&](int i, int64_t fallback) { return argc > i ? std::atoll(argv[i]) : fallback; };
   const int64_t steps = arg(1, 6), B = arg(2, 4), T = arg(3, 64);
   const int64_t L = arg(4, 12), C = arg(5, 768), NH = arg(6, 12);
-  const std::string dir = (std::filesystem::temp_directory_path() / "freeride_train_bench").string();
-  std::filesystem::create_directories(dir);
-  std::mt19937 rng(1);
-  std::vector<uint16_t> tokens((steps + 1) * B * T + 1);
-  for (auto& t : tokens) t = static_cast<uint16_t>(rng() % 50257);
-  if (!WriteTokenShard(dir + "/train.bin", tokens).ok()) return 1;
-  const std::string toml = absl::StrFormat(R"(
-[run]
-dir = "%s"
-[model]
-n_layer = %d
-n_head = %d
-n_embd = %d
-max_seq_len = 1024
-[data]
-train = "%s/train.bin"
-[train]
-batch_size = %d
-seq_len = %d
-steps = %d
-)", dir, L, NH, C, dir, B, T, steps + 1);
-  auto config = ParseConfig(toml, "bench");
-  if (!config.ok()) return std::fprintf(stderr, "%s\n", std::string(config.status().message()).c_str()), 1;
-  auto trainer = Trainer::Create(*config);
+  auto trainer = MakeBenchTrainer("freeride_train_bench", {L, C, NH, B, T, steps + 1}, "");
   if (!trainer.ok()) return std::fprintf(stderr, "%s\n", std::string(trainer.status().message()).c_str()), 1;
   const GPT2Config& m = (*trainer)->model().config();
   const double flops_per_token = TrainingFlopsPerToken(m, T);
@@ -65,6 +40,6 @@ steps = %d
   std::printf("mean: %.3f s/step  %.1f tokens/s  %.1f GFLOP/s  (llm.c CPU reference 4.8 s/step, "
               "53 tokens/s: %.1fx)\n",
               total / steps, tok_s, tok_s * flops_per_token / 1e9, tok_s / 53.0);
-  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(std::filesystem::temp_directory_path() / "freeride_train_bench");
   return 0;
 }

@@ -10,6 +10,7 @@
 
 #include "core/cuda_check.h"
 #include "gtest/gtest.h"
+#include "tests/gpu/relative_error.h"
 #include "models/cpu/kernels.h"
 #include "models/cuda/kernels.h"
 #include "models/cuda/matmul.h"
@@ -29,15 +30,7 @@ std::vector<float> Random(int64_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
-// ‖a − b‖∞ / max(‖b‖∞, tiny).
-double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, ref = 1e-30;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::fabs(double(a[i]) - b[i]));
-    ref = std::max(ref, std::fabs(double(b[i])));
-  }
-  return diff / ref;
-}
+using testing::RelativeError;
 
 // A device array of T filled from / read back to fp32 host vectors.
 template <typename T>

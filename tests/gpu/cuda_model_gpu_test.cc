@@ -10,6 +10,7 @@
 
 #include "freeride/side_task.h"
 #include "gtest/gtest.h"
+#include "tests/gpu/relative_error.h"
 #include "models/cpu_stage_model.h"
 #include "models/cuda/cuda_stage_model.h"
 #include "tests/trainer/golden_trajectory.h"
@@ -36,14 +37,7 @@ std::unique_ptr<CudaStageModel> MustCreate(CudaPrecision precision, bool fuse_ge
   return m.ok() ? *std::move(m) : nullptr;
 }
 
-double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, ref = 1e-30;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::fabs(double(a[i]) - b[i]));
-    ref = std::max(ref, std::fabs(double(b[i])));
-  }
-  return diff / ref;
-}
+using testing::RelativeError;
 
 struct StepResult {
   double loss = 0;
