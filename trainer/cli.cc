@@ -15,6 +15,7 @@
 #include "trainer/config.h"
 #include "trainer/default_config.h"
 #include "trainer/flags.h"
+#include "trainer/memory_report.h"
 
 namespace freeride {
 namespace {
@@ -65,6 +66,26 @@ int ConfigCheck(const ParsedFlags& flags) {
   return kExitOk;
 }
 
+int ConfigMemory(const ParsedFlags& flags) {
+  if (flags.positional().size() > 1) {
+    std::cerr << "error: config memory takes at most one FILE\n";
+    return kExitUsage;
+  }
+  const std::vector<std::string> overrides = flags.GetAll("set");
+  absl::StatusOr<Config> config =
+      flags.positional().empty()
+          ? ParseConfig(DefaultConfigToml(), kDefaultConfigName, overrides)
+          : LoadConfigFile(flags.positional()[0], overrides);
+  if (!config.ok()) return ReportConfigErrors(config.status());
+  absl::StatusOr<std::string> report = DeviceMemoryReport(*config);
+  if (!report.ok()) {
+    std::cerr << "error: " << report.status().message() << "\n";
+    return kExitFailure;
+  }
+  std::cout << *report;
+  return kExitOk;
+}
+
 int ConfigDocs(const ParsedFlags&) {
   std::cout << ConfigReferenceMarkdown();
   return kExitOk;
@@ -79,6 +100,9 @@ const std::vector<Command>& Commands() {
       {"config check", "freeride config check [FILE] [--set SECTION.KEY=VALUE]...",
        "validate a config (the embedded default when no FILE) and print the effective config",
        {kSetFlag}, ConfigCheck},
+      {"config memory", "freeride config memory [FILE] [--set SECTION.KEY=VALUE]...",
+       "device memory each pipeline stage of a config's run would need on the CUDA backend",
+       {kSetFlag}, ConfigMemory},
       {"config docs", "freeride config docs",
        "print the configuration reference (docs/config.md)", {}, ConfigDocs},
       {"train", "freeride train [--config FILE] [--set SECTION.KEY=VALUE]...",

@@ -119,6 +119,20 @@ absl::Status CheckWorldSize(const Config& config, int world_size) {
       world_size, pp, dp, pp * dp, world_size, absl::StrJoin(fits, ", "), pp * dp));
 }
 
+absl::StatusOr<pipeline::ScheduleOptions> TrainingScheduleOptions(const Config& config) {
+  absl::StatusOr<pipeline::ScheduleKind> kind =
+      pipeline::ParseScheduleKind(config.parallel.schedule);
+  if (!kind.ok()) return kind.status();
+  pipeline::ScheduleOptions options;
+  options.kind = *kind;
+  options.stages = static_cast<int>(config.parallel.pp);
+  options.microbatches = static_cast<int>(config.train.microbatches);
+  options.chunks = *kind == pipeline::ScheduleKind::kInterleaved
+                       ? static_cast<int>(config.parallel.chunks) : 1;
+  options.data_parallel = config.parallel.dp > 1;
+  return options;
+}
+
 Trainer::~Trainer() = default;
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
@@ -168,15 +182,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   absl::StatusOr<std::vector<StageSpec>> specs =
       SplitIntoStages(*model, L.pp * L.chunks, config.parallel.layers_per_stage);
   if (!specs.ok()) return specs.status();
-  pipeline::ScheduleOptions options;
-  absl::StatusOr<pipeline::ScheduleKind> kind =
-      pipeline::ParseScheduleKind(config.parallel.schedule);
-  if (!kind.ok()) return kind.status();
-  options.kind = *kind;
-  options.stages = L.pp;
-  options.microbatches = static_cast<int>(tc.microbatches);
-  options.chunks = L.chunks;
-  options.data_parallel = L.dp > 1;
+  absl::StatusOr<pipeline::ScheduleOptions> schedule_options = TrainingScheduleOptions(config);
+  if (!schedule_options.ok()) return schedule_options.status();
+  pipeline::ScheduleOptions& options = *schedule_options;
   const int64_t micro_batch = tc.batch_size / tc.microbatches;
   const BackendOptions backend{config.runtime.device, config.runtime.precision, NodeLocalRank()};
   if (emulate) {
