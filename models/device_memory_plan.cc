@@ -77,7 +77,7 @@ StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage,
     s.ln1_mean = act("ln1 mean", L * BT * 4);
     s.ln1_rstd = act("ln1 rstd", L * BT * 4);
     s.qkv = act("qkv", L * BT * 3 * C * X);
-    s.att = act("attention probabilities", L * B * NH * T * T * X);
+    s.att_lse = act("attention log-sum-exp", L * B * NH * T * 4);
     s.atty = act("attention output", L * BT * C * X);
     s.residual2 = act("residual2", L * BT * C * X);
     s.ln2 = act("ln2", L * BT * C * X);
@@ -106,6 +106,7 @@ StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage,
   ids.scratch_c = plan->Add(kWorkspace, "scratch C", BT * C * X);
   ids.attn_qkv = plan->Add(kWorkspace, "attention q k v", 3 * BT * C * X);
   ids.attn_dqkv = plan->Add(kWorkspace, "attention dq dk dv", 3 * BT * C * X);
+  ids.attn_probs = plan->Add(kWorkspace, "attention probabilities", B * NH * T * T * X);
   ids.attn_scores = plan->Add(kWorkspace, "attention score gradient", B * NH * T * T * X);
   ids.attn_y = plan->Add(kWorkspace, "attention y", BT * C * X);
   ids.column_partials =

@@ -58,7 +58,7 @@ struct StageBufferIds {
     int bucket_positions, bucket_tokens, bucket_starts;
     int input;  // [BT·C]
     // Per layer [L, ...], compute precision (statistics fp32).
-    int ln1, ln1_mean, ln1_rstd, qkv, att, atty, residual2, ln2, ln2_mean, ln2_rstd;
+    int ln1, ln1_mean, ln1_rstd, qkv, att_lse, atty, residual2, ln2, ln2_mean, ln2_rstd;
     int fch, fch_gelu, residual3;
     int lnf, lnf_mean, lnf_rstd, logits, logsumexp, losses;  // head; logits become dlogits
     // Output gradients BackwardInput stashes for BackwardWeight.
@@ -68,7 +68,9 @@ struct StageBufferIds {
   // Shared by every slot (one computes at a time).
   int scratch_4c = -1, scratch_c = -1;            // [BT·4C], [BT·C]
   int attn_qkv = -1, attn_dqkv = -1;              // q, k, v in [B, NH, T, hs] layout, ×3
-  int attn_scores = -1;                           // [B, NH, T, T] for backward
+  // [B, NH, T, T] each: the probabilities of the layer at hand (kept for no layer: backward
+  // recomputes them from the scores and each row's log-sum-exp) and their gradient.
+  int attn_probs = -1, attn_scores = -1;
   int attn_y = -1;                                // [B, NH, T, hs]
   int column_partials = -1;                       // fp32 [kColumnChunks · max(Vp... , 4C)]
   int reduce_partials = -1;                       // fp64 partial sums

@@ -29,12 +29,13 @@ absl::Status CudaStage<T>::AttentionForward(const Slot& s, int64_t l) {
   T* q = Ptr<T>(ids_.attn_qkv);
   T* k = q + BTC;
   T* v = k + BTC;
-  T* att = Act(s.att, l, heads * T_ * T_);
+  T* att = Ptr<T>(ids_.attn_probs);
   T* y = Ptr<T>(ids_.attn_y);
   SplitHeads(q, Act(s.qkv, l, 3 * BTC), B_, T_, C, NH, stream_);
   FR_RETURN_IF_ERROR(BatchedGemm<T>(blas_, false, true, T_, T_, hs, 1.0f, q, hs, T_ * hs, k, hs,
                                     T_ * hs, 0.0f, att, T_, T_ * T_, heads));
-  CausalSoftmaxForward(att, 1.0f / std::sqrt(static_cast<float>(hs)), heads * T_, T_, stream_);
+  CausalSoftmaxForward(att, Ptr<float>(s.att_lse) + l * heads * T_,
+                       1.0f / std::sqrt(static_cast<float>(hs)), heads * T_, T_, stream_);
   FR_RETURN_IF_ERROR(BatchedGemm<T>(blas_, false, false, T_, hs, T_, 1.0f, att, T_, T_ * T_, v,
                                     hs, T_ * hs, 0.0f, y, hs, T_ * hs, heads));
   MergeHeads(Act(s.atty, l, BTC), y, B_, T_, C, NH, stream_);
@@ -119,16 +120,21 @@ absl::Status CudaStage<T>::AttentionBackward(const Slot& s, int64_t l, const T* 
   T* dv = dk + BTC;
   T* dy = Ptr<T>(ids_.attn_y);
   T* dscores = Ptr<T>(ids_.attn_scores);
-  const T* att = Act(s.att, l, heads * T_ * T_);
+  T* att = Ptr<T>(ids_.attn_probs);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   SplitHeads(q, Act(s.qkv, l, 3 * BTC), B_, T_, C, NH, stream_);
   SplitHeadsGrad(dy, datty, B_, T_, C, NH, stream_);
+  // The probabilities again, from the scores and forward's log-sum-exp of each row.
+  FR_RETURN_IF_ERROR(BatchedGemm<T>(blas_, false, true, T_, T_, hs, 1.0f, q, hs, T_ * hs, k, hs,
+                                    T_ * hs, 0.0f, att, T_, T_ * T_, heads));
+  CausalSoftmaxRecompute(att, Ptr<float>(s.att_lse) + l * heads * T_, scale, heads * T_, T_,
+                         stream_);
   // datt = dy · vᵀ; dv = attᵀ · dy; then through the softmax; dq = ds · k; dk = dsᵀ · q.
   FR_RETURN_IF_ERROR(BatchedGemm<T>(blas_, false, true, T_, T_, hs, 1.0f, dy, hs, T_ * hs, v, hs,
                                     T_ * hs, 0.0f, dscores, T_, T_ * T_, heads));
   FR_RETURN_IF_ERROR(BatchedGemm<T>(blas_, true, false, T_, hs, T_, 1.0f, att, T_, T_ * T_, dy,
                                     hs, T_ * hs, 0.0f, dv, hs, T_ * hs, heads));
-  CausalSoftmaxBackward(dscores, att, 1.0f / std::sqrt(static_cast<float>(hs)), heads * T_, T_,
-                        stream_);
+  CausalSoftmaxBackward(dscores, att, scale, heads * T_, T_, stream_);
   FR_RETURN_IF_ERROR(BatchedGemm<T>(blas_, false, false, T_, hs, T_, 1.0f, dscores, T_, T_ * T_,
                                     k, hs, T_ * hs, 0.0f, dq, hs, T_ * hs, heads));
   FR_RETURN_IF_ERROR(BatchedGemm<T>(blas_, true, false, T_, hs, T_, 1.0f, dscores, T_, T_ * T_,

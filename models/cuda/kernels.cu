@@ -242,7 +242,8 @@ __global__ void SplitHeadsGradKernel(T* dy, const T* dout, int64_t n, int64_t Tl
 }
 
 template <typename T>
-__global__ void CausalSoftmaxForwardKernel(T* att, float scale, int64_t rows, int64_t Tlen) {
+__global__ void CausalSoftmaxForwardKernel(T* att, float* lse, float scale, int64_t rows,
+                                           int64_t Tlen) {
   const int64_t row = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
@@ -253,10 +254,21 @@ __global__ void CausalSoftmaxForwardKernel(T* att, float scale, int64_t rows, in
   mx = WarpMax(mx);
   float sum = 0;
   for (int64_t j = lane; j <= t; j += 32) sum += expf(scale * ToFloat(x[j]) - mx);
-  const float inv = 1.0f / WarpSum(sum);
+  sum = WarpSum(sum);
+  const float inv = 1.0f / sum;
   for (int64_t j = lane; j < Tlen; j += 32) {
     x[j] = FromFloat<T>(j <= t ? expf(scale * ToFloat(x[j]) - mx) * inv : 0.0f);
   }
+  if (lane == 0) lse[row] = mx + logf(sum);
+}
+
+template <typename T>
+__global__ void CausalSoftmaxRecomputeKernel(T* att, const float* lse, float scale, int64_t rows,
+                                             int64_t Tlen) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= rows * Tlen) return;
+  const int64_t row = i / Tlen, j = i % Tlen, t = row % Tlen;
+  att[i] = FromFloat<T>(j <= t ? expf(scale * ToFloat(att[i]) - lse[row]) : 0.0f);
 }
 
 template <typename T>
@@ -449,8 +461,16 @@ void SplitHeadsGrad(T* dy, const T* dout, int64_t B, int64_t Tlen, int64_t C, in
                                                                      Tlen, C, NH);
 }
 template <typename T>
-void CausalSoftmaxForward(T* att, float scale, int64_t rows, int64_t Tlen, cudaStream_t stream) {
-  CausalSoftmaxForwardKernel<<<Blocks(rows * 32), kThreads, 0, stream>>>(att, scale, rows, Tlen);
+void CausalSoftmaxForward(T* att, float* lse, float scale, int64_t rows, int64_t Tlen,
+                          cudaStream_t stream) {
+  CausalSoftmaxForwardKernel<<<Blocks(rows * 32), kThreads, 0, stream>>>(att, lse, scale, rows,
+                                                                        Tlen);
+}
+template <typename T>
+void CausalSoftmaxRecompute(T* att, const float* lse, float scale, int64_t rows, int64_t Tlen,
+                            cudaStream_t stream) {
+  CausalSoftmaxRecomputeKernel<<<Blocks(rows * Tlen), kThreads, 0, stream>>>(att, lse, scale,
+                                                                            rows, Tlen);
 }
 template <typename T>
 void CausalSoftmaxBackward(T* datt, const T* att, float scale, int64_t rows, int64_t Tlen,
@@ -512,7 +532,9 @@ void AdamW(float* master, bf16* compute, const float* grad, float* m, float* v, 
   template void MergeHeads<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t, cudaStream_t); \
   template void SplitHeadsGrad<T>(T*, const T*, int64_t, int64_t, int64_t, int64_t,           \
                                   cudaStream_t);                                               \
-  template void CausalSoftmaxForward<T>(T*, float, int64_t, int64_t, cudaStream_t);            \
+  template void CausalSoftmaxForward<T>(T*, float*, float, int64_t, int64_t, cudaStream_t);    \
+  template void CausalSoftmaxRecompute<T>(T*, const float*, float, int64_t, int64_t,           \
+                                          cudaStream_t);                                       \
   template void CausalSoftmaxBackward<T>(T*, const T*, float, int64_t, int64_t, cudaStream_t); \
   template void CrossEntropyForward<T>(float*, float*, const T*, const int32_t*, int64_t,     \
                                        int64_t, int64_t, cudaStream_t);                        \

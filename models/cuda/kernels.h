@@ -80,9 +80,15 @@ template <typename T>
 void SplitHeadsGrad(T* dy, const T* dout, int64_t B, int64_t Tlen, int64_t C, int64_t NH,
                     cudaStream_t stream);
 // In place over scores [rows of T]: causal softmax of scale·score (row t sees 0..t; the rest
-// become 0). `rows` = B·NH·T.
+// become 0), each row's log-sum-exp of scale·score kept in `lse`. `rows` = B·NH·T.
 template <typename T>
-void CausalSoftmaxForward(T* att, float scale, int64_t rows, int64_t Tlen, cudaStream_t stream);
+void CausalSoftmaxForward(T* att, float* lse, float scale, int64_t rows, int64_t Tlen,
+                          cudaStream_t stream);
+// In place over the same scores recomputed: the probabilities again, exp(scale·score − lse),
+// so that no layer keeps its T × T probabilities from forward to backward.
+template <typename T>
+void CausalSoftmaxRecompute(T* att, const float* lse, float scale, int64_t rows, int64_t Tlen,
+                            cudaStream_t stream);
 // datt → gradient of the scores (before scaling, times `scale`), in place.
 template <typename T>
 void CausalSoftmaxBackward(T* datt, const T* att, float scale, int64_t rows, int64_t Tlen,

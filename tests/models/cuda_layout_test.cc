@@ -1,7 +1,8 @@
 // The CUDA backend's index arithmetic and product mappings, checked on the CPU: every linear
 // layer's column-major BLAS call (gemm_shapes.h) against the CPU kernels through a reference
 // column-major product; the head split/merge of the plain attention (attention_layout.h) and
-// its whole forward/backward recipe, as CudaStage composes it, against cpu::Attention*; the
+// its whole forward/backward recipe, as CudaStage composes it (probabilities recomputed in
+// backward from each row's log-sum-exp), against cpu::Attention*; the
 // embedding backward's token buckets (token_buckets.h) against cpu::EncoderBackwardWeight.
 #include <algorithm>
 #include <cmath>
@@ -131,7 +132,7 @@ TEST(CudaLayoutTest, PlainAttentionRecipeMatchesTheCpuKernels) {
     const ColumnMajorGemm g = cuda::RowMajor(ta, tb, M, N, K, lda, ldb, ldc);
     for (int64_t i = 0; i < heads; ++i) ReferenceGemm(g, Bm + i * sb, A + i * sa, Cm + i * sc, false);
   };
-  std::vector<double> split(3 * BTC), att(heads * T * T), y(BTC), out(BTC);
+  std::vector<double> split(3 * BTC), att(heads * T * T), lse(heads * T), y(BTC), out(BTC);
   for (int64_t i = 0; i < 3 * BTC; ++i) split[cuda::QkvToHeadMajor(i, B, T, C, NH)] = qkv[i];
   const double *q = split.data(), *k = q + BTC, *v = k + BTC;
   batched(false, true, T, T, hs, q, hs, T * hs, k, hs, T * hs, att.data(), T, T * T);
@@ -142,6 +143,7 @@ TEST(CudaLayoutTest, PlainAttentionRecipeMatchesTheCpuKernels) {
     for (int64_t j = 0; j <= t; ++j) mx = std::max(mx, scale * x[j]);
     for (int64_t j = 0; j <= t; ++j) sum += std::exp(scale * x[j] - mx);
     for (int64_t j = 0; j < T; ++j) x[j] = j <= t ? std::exp(scale * x[j] - mx) / sum : 0.0;
+    lse[r] = mx + std::log(sum);
   }
   ExpectNear(att, att_want);
   batched(false, false, T, hs, T, att.data(), T, T * T, v, hs, T * hs, y.data(), hs, T * hs);
@@ -150,6 +152,14 @@ TEST(CudaLayoutTest, PlainAttentionRecipeMatchesTheCpuKernels) {
 
   std::vector<double> dy(BTC), ds(heads * T * T), dsplit(3 * BTC), dqkv(3 * B * T * C);
   for (int64_t i = 0; i < BTC; ++i) dy[cuda::OutToHeadMajor(i, T, C, NH)] = dout[i];
+  // Backward recomputes the probabilities from the scores and each row's log-sum-exp.
+  std::fill(att.begin(), att.end(), 0.0);
+  batched(false, true, T, T, hs, q, hs, T * hs, k, hs, T * hs, att.data(), T, T * T);
+  for (int64_t i = 0; i < heads * T * T; ++i) {
+    const int64_t row = i / T, j = i % T, t = row % T;
+    att[i] = j <= t ? std::exp(scale * att[i] - lse[row]) : 0.0;
+  }
+  ExpectNear(att, att_want);
   double *dq = dsplit.data(), *dk = dq + BTC, *dv = dk + BTC;
   batched(false, true, T, T, hs, dy.data(), hs, T * hs, v, hs, T * hs, ds.data(), T, T * T);
   batched(true, false, T, hs, T, att.data(), T, T * T, dy.data(), hs, T * hs, dv, hs, T * hs);

@@ -58,8 +58,10 @@ TEST(DeviceMemoryPlanTest, PhasesHaveTheirClosedFormSizes) {
               rounded(P * 4) + (bytes == 4 ? 0 : rounded(P * 2)));
     EXPECT_EQ(plan.PhaseBytes(MemoryPhase::kGradients), rounded(P * 4) + rounded(Vp * C * 4));
     EXPECT_EQ(plan.PhaseBytes(MemoryPhase::kOptimizer), 2 * rounded(P * 4));
-    // The attention probabilities kept for backward: L·B·NH·T² elements.
-    EXPECT_EQ(plan.buffer(ids.slots[0].att).bytes, L * B * NH * T * T * bytes);
+    // Attention keeps one fp32 log-sum-exp per row and layer, not the L·B·NH·T² probabilities
+    // (one layer's worth lives in the workspace, recomputed in backward).
+    EXPECT_EQ(plan.buffer(ids.slots[0].att_lse).bytes, L * B * NH * T * 4);
+    EXPECT_EQ(plan.buffer(ids.attn_probs).bytes, B * NH * T * T * bytes);
     EXPECT_EQ(plan.buffer(ids.slots[0].logits).bytes, B * T * Vp * bytes);
   }
 }
