@@ -41,6 +41,15 @@ absl::Status CpuStageModel::GetInputGrad(int slot, float* dx) {
   return absl::OkStatus();
 }
 
+absl::Status CpuStageModel::GetLogitsAt(int slot, int64_t position, float* logits) {
+  const int64_t Vp = model_.config().padded_vocab_size, T = model_.seq_len();
+  for (int64_t b = 0; b < model_.micro_batch(); ++b) {
+    std::memcpy(logits + b * Vp, model_.logits(slot) + (b * T + position) * Vp,
+                Vp * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<double>> CpuStageModel::GradSquaresByUnit() {
   const ParamLayout& layout = model_.layout();
   const GPT2Config& cfg = model_.config();

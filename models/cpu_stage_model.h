@@ -28,6 +28,7 @@ class CpuStageModel final : public StageModel {
   absl::Status SetOutputGrad(int slot, const float* dy) override;
   absl::Status GetOutputActivations(int slot, float* y) override;
   absl::Status GetInputGrad(int slot, float* dx) override;
+  absl::Status GetLogitsAt(int slot, int64_t position, float* logits) override;
 
   absl::StatusOr<double> Forward(int slot) override { return model_.Forward(slot); }
   absl::Status BackwardInput(int slot, float loss_scale) override {

@@ -51,6 +51,10 @@ class StageModel {
   virtual absl::Status GetOutputActivations(int slot, float* y) = 0;
   virtual absl::Status GetInputGrad(int slot, float* dx) = 0;
 
+  // The logits [B × Vp] at sequence position `position` of each of the slot's B sequences,
+  // after a Forward (head stage; BackwardInput overwrites them with their gradient).
+  virtual absl::Status GetLogitsAt(int slot, int64_t position, float* logits) = 0;
+
   // GPT2Stage's contract: Forward returns the head's mean loss (else 0); BackwardInput then
   // BackwardWeight; FoldHeadWteGrad once per step after the last BackwardWeight.
   virtual absl::StatusOr<double> Forward(int slot) = 0;

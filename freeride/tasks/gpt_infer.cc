@@ -1,9 +1,14 @@
 // `gpt_infer`: LLM inference in bubbles. Batched generation from a GPT checkpoint (an llm.c
-// model file, args.checkpoint) with a key/value cache: a step decodes one token for each of
-// args.batch sequences; after args.max_tokens a batch is complete, its token ids are appended
-// to results_dir/generations.txt and a new batch starts from <|endoftext|>. args.requests > 0
-// ends the task after that many sequences. Weights, cache and activations live in the task's
-// arena (its memory_limit caps them).
+// model file, args.checkpoint): a step decodes one token for each of args.batch sequences;
+// after args.max_tokens a batch is complete, its token ids are appended to
+// results_dir/generations.txt and a new batch starts from <|endoftext|>. args.requests > 0 ends
+// the task after that many sequences.
+//
+// Two engines (args.engine): "kv_cache" (the CPU decoder with a key/value cache; weights, cache
+// and activations in the task's arena) and "recompute" (the model on args.device, "cpu" or
+// "cuda", run forward over the whole window each step and read at the newest position: work
+// grows with the position, but any backend serves it). "auto": kv_cache on the CPU, recompute
+// on a GPU.
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -11,19 +16,79 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/status.h"
 #include "freeride/side_task.h"
+#include "freeride/tasks/task_model.h"
 #include "models/gpt2_decoder.h"
 #include "models/llmc_checkpoint.h"
 
 namespace freeride {
 namespace {
 
+// Next-token logits [batch × Vp] for a batch, one position at a time.
+class TokenEngine {
+ public:
+  virtual ~TokenEngine() = default;
+  virtual void Reset() = 0;
+  // Feeds each sequence's newest token; the logits of the next position.
+  virtual absl::StatusOr<const float*> Step(const int32_t* tokens) = 0;
+  virtual int64_t position() const = 0;  // tokens fed since Reset
+};
+
+class KvCacheEngine final : public TokenEngine {
+ public:
+  explicit KvCacheEngine(std::unique_ptr<GPT2Decoder> decoder) : decoder_(std::move(decoder)) {}
+  void Reset() override { decoder_->Reset(); }
+  absl::StatusOr<const float*> Step(const int32_t* tokens) override {
+    return decoder_->Step(tokens);
+  }
+  int64_t position() const override { return decoder_->position(); }
+
+ private:
+  std::unique_ptr<GPT2Decoder> decoder_;
+};
+
+// The whole window [batch × window] through the model each step; positions after the newest
+// hold padding, which causal attention keeps from reaching it.
+class RecomputeEngine final : public TokenEngine {
+ public:
+  explicit RecomputeEngine(std::unique_ptr<StageModel> model)
+      : model_(std::move(model)),
+        B_(model_->micro_batch()),
+        W_(model_->seq_len()),
+        window_(B_ * W_, 0),
+        targets_(B_ * W_, 0),
+        logits_(B_ * model_->config().padded_vocab_size) {}
+  void Reset() override {
+    std::fill(window_.begin(), window_.end(), 0);
+    position_ = 0;
+  }
+  absl::StatusOr<const float*> Step(const int32_t* tokens) override {
+    for (int64_t b = 0; b < B_; ++b) window_[b * W_ + position_] = tokens[b];
+    FR_RETURN_IF_ERROR(model_->SetTokens(0, window_.data()));
+    FR_RETURN_IF_ERROR(model_->SetTargets(0, targets_.data()));
+    absl::StatusOr<double> loss = model_->Forward(0);
+    if (!loss.ok()) return loss.status();
+    FR_RETURN_IF_ERROR(model_->GetLogitsAt(0, position_, logits_.data()));
+    ++position_;
+    return logits_.data();
+  }
+  int64_t position() const override { return position_; }
+
+ private:
+  std::unique_ptr<StageModel> model_;
+  int64_t B_, W_, position_ = 0;
+  std::vector<int32_t> window_, targets_;
+  std::vector<float> logits_;
+};
+
 class GptInferTask : public SideTask {
  public:
   absl::Status Create(SideTaskContext& ctx) override {
     ArgReader args(ctx.name, *ctx.args);
     if (absl::Status s = args.OnlyKnown({"checkpoint", "batch", "max_tokens", "requests",
-                                         "temperature", "top_k", "seed"});
+                                         "temperature", "top_k", "seed", "engine", "device",
+                                         "precision"});
         !s.ok()) {
       return s;
     }
@@ -34,10 +99,21 @@ class GptInferTask : public SideTask {
     auto temperature = args.Number("temperature", 1.0, 0, 100);
     auto top_k = args.Int("top_k", 40, 0, 1 << 24);
     auto seed = args.Int("seed", 1, 0, int64_t{1} << 62);
+    auto engine = args.Choice("engine", "auto", {"auto", "kv_cache", "recompute"});
     for (const absl::Status& s : {path.status(), batch.status(), tokens.status(),
                                   requests.status(), temperature.status(), top_k.status(),
-                                  seed.status()}) {
+                                  seed.status(), engine.status()}) {
       if (!s.ok()) return s;
+    }
+    absl::StatusOr<BackendOptions> backend = ReadTaskBackend(ctx.name, args);
+    if (!backend.ok()) return backend.status();
+    backend_ = *backend;
+    recompute_ = *engine == "recompute" || (*engine == "auto" && backend_.device == "cuda");
+    if (!recompute_ && backend_.device == "cuda") {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "side task '%s': engine = \"kv_cache\" runs on the CPU; on device = \"cuda\" use "
+          "engine = \"recompute\" (or \"auto\")",
+          ctx.name));
     }
     if (path->empty()) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -55,26 +131,37 @@ class GptInferTask : public SideTask {
   absl::Status Load(SideTaskContext& ctx) override {
     absl::StatusOr<LlmcModel> model = ReadLlmcModel(path_);
     if (!model.ok()) return model.status();
-    absl::StatusOr<float*> weights =
-        ctx.arena->AllocateArray<float>(static_cast<int64_t>(model->params.size()), "gpt_infer weights");
-    if (!weights.ok()) return weights.status();
-    std::copy(model->params.begin(), model->params.end(), *weights);
-    const int64_t floats = GPT2Decoder::WorkspaceFloats(config_, batch_, max_tokens_ + 1);
-    absl::StatusOr<float*> workspace = ctx.arena->AllocateArray<float>(floats, "gpt_infer KV cache");
-    if (!workspace.ok()) return workspace.status();
-    decoder_ = std::make_unique<GPT2Decoder>(config_, *weights, batch_, max_tokens_ + 1, *workspace);
+    if (recompute_) {
+      absl::StatusOr<std::unique_ptr<StageModel>> stage =
+          MakeTaskModel(ctx, backend_, config_, batch_, max_tokens_ + 1);
+      if (!stage.ok()) return stage.status();
+      FR_RETURN_IF_ERROR((*stage)->SetParams(model->params.data()));
+      engine_ = std::make_unique<RecomputeEngine>(*std::move(stage));
+    } else {
+      absl::StatusOr<float*> weights = ctx.arena->AllocateArray<float>(
+          static_cast<int64_t>(model->params.size()), "gpt_infer weights");
+      if (!weights.ok()) return weights.status();
+      std::copy(model->params.begin(), model->params.end(), *weights);
+      const int64_t floats = GPT2Decoder::WorkspaceFloats(config_, batch_, max_tokens_ + 1);
+      absl::StatusOr<float*> workspace =
+          ctx.arena->AllocateArray<float>(floats, "gpt_infer KV cache");
+      if (!workspace.ok()) return workspace.status();
+      engine_ = std::make_unique<KvCacheEngine>(std::make_unique<GPT2Decoder>(
+          config_, *weights, batch_, max_tokens_ + 1, *workspace));
+    }
     StartBatch();
     return absl::OkStatus();
   }
 
   absl::StatusOr<double> Step(SideTaskContext& ctx) override {
-    const float* logits = decoder_->Step(current_.data());
+    absl::StatusOr<const float*> logits = engine_->Step(current_.data());
+    if (!logits.ok()) return logits.status();
     const int64_t V = config_.vocab_size, Vp = config_.padded_vocab_size;
     for (int64_t b = 0; b < batch_; ++b) {
-      current_[b] = Sample(logits + b * Vp, V);
+      current_[b] = Sample(*logits + b * Vp, V);
       generated_[b].push_back(current_[b]);
     }
-    if (decoder_->position() >= max_tokens_) {
+    if (engine_->position() >= max_tokens_) {
       std::ofstream out(ctx.results_dir + "/generations.txt", std::ios::app);
       for (const auto& seq : generated_) out << absl::StrJoin(seq, " ") << "\n";
       sequences_ += batch_;
@@ -85,7 +172,7 @@ class GptInferTask : public SideTask {
   }
 
   absl::Status Unload(SideTaskContext&) override {
-    decoder_.reset();
+    engine_.reset();
     return absl::OkStatus();
   }
   bool Done() const override { return requests_ > 0 && sequences_ >= requests_; }
@@ -97,7 +184,7 @@ class GptInferTask : public SideTask {
 
  private:
   void StartBatch() {
-    decoder_->Reset();
+    engine_->Reset();
     const int32_t start = config_.vocab_size > 50256 ? 50256 : 0;  // <|endoftext|>
     current_.assign(batch_, start);
     generated_.assign(batch_, {});
@@ -119,7 +206,9 @@ class GptInferTask : public SideTask {
   int64_t batch_ = 4, max_tokens_ = 64, requests_ = 0, top_k_ = 40, sequences_ = 0, tokens_ = 0;
   double temperature_ = 1;
   std::mt19937_64 rng_;
-  std::unique_ptr<GPT2Decoder> decoder_;
+  BackendOptions backend_;
+  bool recompute_ = false;
+  std::unique_ptr<TokenEngine> engine_;
   std::vector<int32_t> current_;
   std::vector<std::vector<int32_t>> generated_;
 };

@@ -10,10 +10,8 @@
 
 #include "absl/strings/str_format.h"
 #include "freeride/side_task.h"
-#include "core/device.h"
 #include "core/status.h"
-#include "models/backend.h"
-#include "models/device_memory_plan.h"
+#include "freeride/tasks/task_model.h"
 
 namespace freeride {
 namespace {
@@ -33,26 +31,14 @@ class TrainTask : public SideTask {
     auto lr = args.Number("lr", 3e-3, 0, 1);
     auto steps = args.Int("steps", 0, 0, int64_t{1} << 40);
     auto seed = args.Int("seed", 1, 0, int64_t{1} << 62);
-    auto device = args.Choice("device", "cpu", {"cpu", "cuda"});
-    auto precision = args.Choice("precision", "fp32", {"fp32", "bf16"});
     for (const absl::Status& s : {layers.status(), width.status(), heads.status(),
                                   vocab.status(), seq.status(), batch.status(), lr.status(),
-                                  steps.status(), seed.status(), device.status(),
-                                  precision.status()}) {
+                                  steps.status(), seed.status()}) {
       if (!s.ok()) return s;
     }
-    if (*device == "cuda" && !CudaBackendBuilt()) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "side task '%s': device = \"cuda\", but this build has no CUDA backend", ctx.name));
-    }
-    if (*device == "cpu" && *precision != "fp32") {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "side task '%s': precision = \"%s\" needs device = \"cuda\"", ctx.name, *precision));
-    }
-    backend_.device = *device;
-    backend_.precision = *precision;
-    backend_.device_index = NodeLocalRank();
-    backend_.low_priority = true;
+    absl::StatusOr<BackendOptions> backend = ReadTaskBackend(ctx.name, args);
+    if (!backend.ok()) return backend.status();
+    backend_ = *backend;
     absl::StatusOr<GPT2Config> config = MakeGPT2Config(*layers, *heads, *width, *seq, *vocab);
     if (!config.ok()) {
       return absl::InvalidArgumentError(
@@ -64,26 +50,13 @@ class TrainTask : public SideTask {
   }
 
   absl::Status Load(SideTaskContext& ctx) override {
-    const StageSpec whole = WholeModel(config_);
-    if (backend_.device == "cuda") {
-      MemoryPlan plan;
-      PlanStageMemory(config_, whole, batch_, seq_, 1, backend_.precision == "bf16" ? 2 : 4, &plan);
-      if (ctx.arena->cap() > 0 && plan.TotalBytes() > ctx.arena->cap()) {
-        return absl::ResourceExhaustedError(absl::StrFormat(
-            "side task '%s' needs %d bytes of device memory (%s), above its memory_limit of %d",
-            ctx.name, plan.TotalBytes(), plan.Report(), ctx.arena->cap()));
-      }
-    }
     absl::StatusOr<std::unique_ptr<StageModel>> model =
-        MakeStageModel(backend_, config_, whole, batch_, seq_, 1);
+        MakeTaskModel(ctx, backend_, config_, batch_, seq_);
     if (!model.ok()) return model.status();
     model_ = *std::move(model);
-    FR_RETURN_IF_ERROR(model_->InitRandom(seed_));
     tokens_.resize(batch_ * seq_);
     targets_.resize(batch_ * seq_);
-    if (backend_.device == "cuda") return absl::OkStatus();
-    const int64_t bytes = 4 * model_->num_params() * static_cast<int64_t>(sizeof(float));
-    return ctx.arena->Allocate(bytes, "train task parameters, gradients and moments").status();
+    return model_->InitRandom(seed_);
   }
 
   absl::StatusOr<double> Step(SideTaskContext&) override {

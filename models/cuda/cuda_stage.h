@@ -42,6 +42,7 @@ class CudaStage final : public CudaStageModel {
   absl::Status GetOutputActivations(int slot, float* y) override;
   absl::Status GetInputGrad(int slot, float* dx) override;
   absl::Status GetLosses(int slot, float* losses) override;
+  absl::Status GetLogitsAt(int slot, int64_t position, float* logits) override;
 
   absl::StatusOr<double> Forward(int slot) override;
   absl::Status BackwardInput(int slot, float loss_scale) override;

@@ -179,6 +179,20 @@ absl::Status CudaStage<T>::GetLosses(int slot, float* losses) {
 }
 
 template <typename T>
+absl::Status CudaStage<T>::GetLogitsAt(int slot, int64_t position, float* logits) {
+  // One row per sequence, T_ rows apart: a strided copy of B rows, widened on the host.
+  const int64_t Vp = layout_.config.padded_vocab_size;
+  std::vector<T> rows(B_ * Vp);
+  CUDA_CHECK(cudaMemcpy2DAsync(rows.data(), Vp * sizeof(T),
+                               Ptr<T>(ids_.slots[slot].logits) + position * Vp,
+                               T_ * Vp * sizeof(T), Vp * sizeof(T), B_, cudaMemcpyDeviceToHost,
+                               stream_));
+  FR_RETURN_IF_ERROR(Sync());
+  for (int64_t i = 0; i < B_ * Vp; ++i) logits[i] = static_cast<float>(rows[i]);
+  return absl::OkStatus();
+}
+
+template <typename T>
 absl::Status CudaStage<T>::ZeroGrads() {
   CUDA_CHECK(cudaMemsetAsync(Ptr<float>(ids_.grads), 0, layout_.total * 4, stream_));
   if (layout_.stage.has_head) {

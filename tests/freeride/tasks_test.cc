@@ -1,6 +1,7 @@
 // Registry and plugins (each error asserted), and the built-in tasks against independent
 // references: PageRank by a plain float64 power iteration, images by their PPM output, the
 // `command` task's process state read from /proc.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -8,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/str_split.h"
 #include "core/device.h"
 #include "core/files.h"
 #include "core/timer.h"
@@ -257,6 +259,50 @@ TEST(GptInferTaskTest, GeneratesBatchesFromACheckpoint) {
   ASSERT_FALSE(load.ok());
   EXPECT_NE(load.message().find("gpt_infer weights"), std::string::npos);
   EXPECT_NE(load.message().find("exceeds the memory limit"), std::string::npos);
+}
+
+// Sampled generations of `engine` from the golden checkpoint, with a fixed seed: the same
+// logits give the same tokens, and the sequences differ from one another.
+std::string Generations(const std::string& engine, const std::string& dir) {
+  auto task = CreateSideTask("gpt_infer", "");
+  EXPECT_TRUE(task.ok());
+  TaskArgs args{{"checkpoint", std::string("tests/data/gpt2_golden/model.bin")},
+                {"batch", int64_t{3}},       {"max_tokens", int64_t{7}},
+                {"requests", int64_t{6}},    {"temperature", 1.0},
+                {"top_k", int64_t{0}},       {"seed", int64_t{5}},
+                {"engine", engine}};
+  CappedArena arena(64 << 20);
+  SideTaskContext ctx{"infer", 0, 0, &args, &arena, Temp(dir), 0, [] { return false; }};
+  std::filesystem::remove_all(ctx.results_dir);
+  RunToEnd(**task, ctx, 100);
+  EXPECT_TRUE((*task)->Done());
+  auto text = ReadFile(ctx.results_dir + "/generations.txt");
+  EXPECT_TRUE(text.ok());
+  return text.ok() ? *text : "";
+}
+
+// The recompute engine (any backend's model over the whole window) against the key/value
+// cache decoder: the same tokens, so its windowing and position reads are right.
+TEST(GptInferTaskTest, RecomputeEngineGeneratesWhatTheKvCacheDoes) {
+  const std::string cached = Generations("kv_cache", "infer_kv");
+  const std::string recomputed = Generations("recompute", "infer_recompute");
+  std::vector<std::string> lines = absl::StrSplit(cached, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 6u);
+  EXPECT_NE(lines[0], lines[1]);  // sampled, so the sequences tell positions apart
+  EXPECT_EQ(recomputed, cached);
+}
+
+TEST(GptInferTaskTest, KvCacheEngineIsRefusedOnAGpu) {
+  if (!CudaBackendBuilt()) GTEST_SKIP() << "no CUDA backend in this build";
+  auto task = CreateSideTask("gpt_infer", "");
+  ASSERT_TRUE(task.ok());
+  TaskArgs args{{"checkpoint", std::string("tests/data/gpt2_golden/model.bin")},
+                {"engine", std::string("kv_cache")}, {"device", std::string("cuda")}};
+  CappedArena arena;
+  SideTaskContext ctx{"infer", 0, 0, &args, &arena, Temp("infer_gpu"), 0, [] { return false; }};
+  absl::Status s = (*task)->Create(ctx);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("use engine = \"recompute\""), std::string::npos) << s;
 }
 
 }  // namespace
