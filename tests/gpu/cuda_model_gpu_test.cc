@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <vector>
 
@@ -170,6 +172,33 @@ TEST(CudaSideTaskTest, TrainTaskLearnsOnTheGpu) {
     EXPECT_NEAR(first, std::log(32.0), 0.3) << precision;
     EXPECT_LT(last, first - 1.0) << precision;
   }
+}
+
+// `gpt_infer` on the GPU (recompute engine, fp32) samples what the CPU's key/value-cache
+// decoder samples from the same checkpoint and seed.
+TEST(CudaSideTaskTest, GptInferOnTheGpuGeneratesWhatTheCpuDoes) {
+  std::string text[2];
+  for (int gpu = 0; gpu < 2; ++gpu) {
+    auto task = CreateSideTask("gpt_infer", "");
+    ASSERT_TRUE(task.ok());
+    TaskArgs args{{"checkpoint", std::string("tests/data/gpt2_golden/model.bin")},
+                  {"batch", int64_t{3}}, {"max_tokens", int64_t{7}}, {"requests", int64_t{6}},
+                  {"temperature", 1.0}, {"top_k", int64_t{0}}, {"seed", int64_t{5}},
+                  {"device", std::string(gpu ? "cuda" : "cpu")}};
+    CappedArena arena(256 << 20);
+    const std::string dir =
+        (std::filesystem::path(::testing::TempDir()) / (gpu ? "infer_gpu" : "infer_cpu")).string();
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    SideTaskContext ctx{"infer", 0, 0, &args, &arena, dir, 0, [] { return false; }};
+    ASSERT_TRUE((*task)->Create(ctx).ok());
+    ASSERT_TRUE((*task)->Load(ctx).ok());
+    while (!(*task)->Done()) ASSERT_TRUE((*task)->Step(ctx).ok());
+    std::ifstream in(dir + "/generations.txt");
+    text[gpu].assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  EXPECT_FALSE(text[0].empty());
+  EXPECT_EQ(text[1], text[0]);
 }
 
 // The trainer with runtime.device = "cuda" against the PyTorch golden run the CPU trainer is
