@@ -35,10 +35,15 @@ absl::StatusOr<CostModel> ParseCostSpec(absl::string_view spec) {
   return model;
 }
 
-absl::Status CheckCostModel(const CostModel& model, int stages) {
+absl::Status CheckCostModel(const CostModel& model, int stages, int chunks) {
   if (model.stages.size() != 1 && static_cast<int>(model.stages.size()) != stages) {
     return absl::InvalidArgumentError(absl::StrCat("cost model has ", model.stages.size(),
                                                    " stage entries; expected 1 or ", stages));
+  }
+  if (!model.chunks.empty() && static_cast<int>(model.chunks.size()) != stages * chunks) {
+    return absl::InvalidArgumentError(absl::StrCat("cost model has ", model.chunks.size(),
+                                                   " chunk entries; expected ", stages * chunks,
+                                                   " (stages × chunks) or none"));
   }
   auto bad = [](double v) { return !std::isfinite(v) || v < 0; };
   for (size_t s = 0; s < model.stages.size(); ++s) {
@@ -50,6 +55,13 @@ absl::Status CheckCostModel(const CostModel& model, int stages) {
     if (c.f + c.b + c.w <= 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("cost of stage ", s, " is zero; some computation must take time"));
+    }
+  }
+  for (size_t k = 0; k < model.chunks.size(); ++k) {
+    const StageCost& c = model.chunks[k];
+    if (bad(c.f) || bad(c.b) || bad(c.w)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cost of virtual stage ", k, " has a negative or non-finite time"));
     }
   }
   if (bad(model.comm) || bad(model.reduce) || bad(model.optimizer)) {

@@ -21,6 +21,10 @@ struct StageCost {
 
 struct CostModel {
   std::vector<StageCost> stages;  // one entry applies to every stage
+  // Optional, for schedules with v > 1 chunks: one entry per virtual stage c·p + s, each the
+  // chunk's own cost (measured chunks differ: the embedding, the head). Empty: each chunk
+  // costs 1/v of its stage's entry.
+  std::vector<StageCost> chunks;
   double comm = 0.0;              // one point-to-point message
   double reduce = 0.0;            // a step-end all-reduce (tied embeddings, data parallel)
   double optimizer = 0.0;         // the optimizer update
@@ -42,8 +46,9 @@ struct CostModel {
 
 // "f=1,b=2,w=1,comm=0.1" (any subset; also reduce=, opt=); values are milliseconds.
 absl::StatusOr<CostModel> ParseCostSpec(absl::string_view spec);
-// Checks there is one entry, or one per stage, and that every value is finite and >= 0.
-absl::Status CheckCostModel(const CostModel& model, int stages);
+// Checks there is one entry, or one per stage (and no chunk entries, or stages × `chunks`),
+// and that every value is finite and >= 0.
+absl::Status CheckCostModel(const CostModel& model, int stages, int chunks = 1);
 std::string FormatCostModel(const CostModel& model);
 
 }  // namespace freeride::pipeline

@@ -200,7 +200,7 @@ absl::StatusOr<Schedule> GenerateComputeOrder(const ScheduleOptions& o) {
         name, ": runs one model chunk per stage; got chunks=", o.chunks,
         ". Use the interleaved schedule for more"));
   }
-  FR_RETURN_IF_ERROR(CheckCostModel(o.cost, o.stages));
+  FR_RETURN_IF_ERROR(CheckCostModel(o.cost, o.stages, o.chunks));
   Schedule s;
   s.kind = o.kind;
   s.stages = o.stages;

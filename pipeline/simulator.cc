@@ -71,8 +71,9 @@ class Simulation {
   };
 
   double Duration(const Instr& in) const {
-    const StageCost& c = cost_.Stage(in.stage);
-    const double v = s_.chunks;
+    const bool own = !cost_.chunks.empty();  // the chunk's own cost, else 1/v of the stage's
+    const StageCost& c = own ? cost_.chunks[VirtualStage(s_, in)] : cost_.Stage(in.stage);
+    const double v = own ? 1.0 : s_.chunks;
     switch (in.op) {
       case Op::kForward: return c.f / v;
       case Op::kBackward: return (c.b + c.w) / v;
@@ -242,7 +243,7 @@ absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& co
                                                    " stages but lists ",
                                                    schedule.per_stage.size()));
   }
-  FR_RETURN_IF_ERROR(CheckCostModel(cost, schedule.stages));
+  FR_RETURN_IF_ERROR(CheckCostModel(cost, schedule.stages, schedule.chunks));
   return Simulation(schedule, cost).Run();
 }
 

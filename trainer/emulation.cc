@@ -55,6 +55,7 @@ absl::StatusOr<pipeline::CostModel> CalibrateStageCosts(const BackendOptions& ba
     stage_cost.f += f * 1e3;
     stage_cost.b += b * 1e3;
     stage_cost.w += w * 1e3;
+    if (stages.size() > static_cast<size_t>(pp)) cost.chunks.push_back({f * 1e3, b * 1e3, w * 1e3});
   }
   cost.comm = static_cast<double>(floats) * sizeof(float) / (link_gbs * 1e9) * 1e3;
   return cost;

@@ -380,38 +380,55 @@ absl::Status Trainer::PlaceBubblesFromMeasuredCosts(
     const std::vector<pipeline::InstrTiming>& timeline) {
   using pipeline::Op;
   const auto& instrs = executor_->instructions();
-  std::map<Op, double> sum;
-  std::map<Op, int> count;
-  for (const pipeline::InstrTiming& t : timeline) {
-    sum[instrs[t.index].op] += (t.end_s - t.start_s) * 1e3;
-    ++count[instrs[t.index].op];
-  }
-  auto mean = [&](Op op) { return count[op] ? sum[op] / count[op] : 0.0; };
-  // Per stage: f, b, w for all of its chunks (the cost model's unit), from replica 0.
-  std::vector<double> costs(3 * layout_.pp, 0.0);
+  const int pp = layout_.pp, V = pp * layout_.chunks;
+  // Per virtual stage c·pp + s: f, b, w (ms) of this rank's chunks from replica 0, zeros
+  // elsewhere, so a sum over the ranks assembles the pipeline's.
+  std::vector<double> costs(3 * V, 0.0);
   if (layout_.replica == 0) {
-    const bool split = count[Op::kBackwardInput] > 0;
-    costs[3 * layout_.stage] = mean(Op::kForward) * layout_.chunks;
-    costs[3 * layout_.stage + 1] =
-        (split ? mean(Op::kBackwardInput) : mean(Op::kBackward)) * layout_.chunks;
-    costs[3 * layout_.stage + 2] = split ? mean(Op::kBackwardWeight) * layout_.chunks : 0.0;
+    std::map<std::pair<int, Op>, double> sum;
+    std::map<std::pair<int, Op>, int> count;
+    bool split = false;
+    for (const pipeline::InstrTiming& t : timeline) {
+      const pipeline::Instr& in = instrs[t.index];
+      sum[{in.chunk, in.op}] += (t.end_s - t.start_s) * 1e3;
+      ++count[{in.chunk, in.op}];
+      split = split || in.op == Op::kBackwardInput;
+    }
+    auto mean = [&](int c, Op op) { return count[{c, op}] ? sum[{c, op}] / count[{c, op}] : 0.0; };
+    for (int c = 0; c < layout_.chunks; ++c) {
+      const int v = c * pp + layout_.stage;
+      costs[3 * v] = mean(c, Op::kForward);
+      costs[3 * v + 1] = split ? mean(c, Op::kBackwardInput) : mean(c, Op::kBackward);
+      costs[3 * v + 2] = split ? mean(c, Op::kBackwardWeight) : 0.0;
+    }
   }
-  pipeline::CostModel cost;
-  if (config_.runtime.emulate_peers) {
-    // The emulated stages keep their calibrated costs; the real one takes its measurement.
-    cost = emulation_cost_;
-    const int st = layout_.stage;
-    cost.stages[st] = {costs[3 * st], costs[3 * st + 1], costs[3 * st + 2]};
-  } else {
-    if (absl::Status s = transport_->AllReduceSum(costs.data(), 3 * layout_.pp,
-                                                  transport_->AllRanks(),
+  const bool emulate = config_.runtime.emulate_peers;
+  if (!emulate) {
+    if (absl::Status s = transport_->AllReduceSum(costs.data(), 3 * V, transport_->AllRanks(),
                                                   config_.runtime.comm_timeout_s);
         !s.ok()) {
       return s;
     }
-    for (int st = 0; st < layout_.pp; ++st) {
-      cost.stages.push_back({costs[3 * st], costs[3 * st + 1], costs[3 * st + 2]});
+  }
+  // A stage's entry is the sum of its chunks'; with several chunks each keeps its own too.
+  std::vector<pipeline::StageCost> stages(pp, pipeline::StageCost{0, 0, 0}), chunks(V);
+  for (int v = 0; v < V; ++v) {
+    chunks[v] = {costs[3 * v], costs[3 * v + 1], costs[3 * v + 2]};
+    stages[v % pp].f += chunks[v].f;
+    stages[v % pp].b += chunks[v].b;
+    stages[v % pp].w += chunks[v].w;
+  }
+  pipeline::CostModel cost;
+  if (emulate) {
+    // The emulated stages keep their calibrated costs; the real one takes its measurement.
+    cost = emulation_cost_;
+    cost.stages[layout_.stage] = stages[layout_.stage];
+    for (int c = 0; c < layout_.chunks && !cost.chunks.empty(); ++c) {
+      cost.chunks[c * pp + layout_.stage] = chunks[c * pp + layout_.stage];
     }
+  } else {
+    cost.stages = stages;
+    if (layout_.chunks > 1) cost.chunks = chunks;
   }
   pipeline::Schedule schedule = executor_->schedule();
   if (absl::Status s = pipeline::InsertBubbles(&schedule, cost); !s.ok()) return s;
