@@ -102,6 +102,29 @@ TEST(GeneratorsTest, InterleavedBubbleOverIdealIsPMinusOneOverVM) {
   }
 }
 
+// Per-chunk costs (CostModel::chunks): equal to 1/v of the stage's they change nothing;
+// otherwise each chunk's compute takes its own time, and a wrong count is refused.
+TEST(GeneratorsTest, ChunkCostsTimeEachChunkOnItsOwn) {
+  const int p = 2, v = 2, m = 4;
+  const ScheduleOptions even = Options(ScheduleKind::kInterleaved, p, m, v,
+                                       CostModel::Uniform(2, 2, 2));
+  ScheduleOptions split = even;
+  split.cost.chunks.assign(p * v, StageCost{1, 1, 1});
+  const SimResult a = MustSimulate(even), b = MustSimulate(split);
+  EXPECT_DOUBLE_EQ(a.step_time, b.step_time);
+  // Stage 0's second chunk 3× its first (the same stage total, f: 1 + 3 = 4 → 2 + 2 before):
+  // the step changes, and stage 0 computes 4·m per op kind in all.
+  ScheduleOptions skewed = even;
+  skewed.cost.chunks = {{1, 1, 1}, {2, 2, 2}, {3, 3, 3}, {2, 2, 2}};
+  const SimResult c = MustSimulate(skewed);
+  EXPECT_NE(c.step_time, a.step_time);
+  EXPECT_NEAR(c.stages[0].busy, 3.0 * 4 * m, 1e-9);  // (f + b + w) of both chunks, m times
+  skewed.cost.chunks.pop_back();
+  absl::StatusOr<Schedule> s = BuildSchedule(skewed);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("3 chunk entries; expected 4"));
+}
+
 TEST(GeneratorsTest, ZeroBubbleH1LeavesAThirdOf1F1BsBubble) {
   for (int p = 2; p <= 8; ++p) {
     for (int m = p; m <= 16; ++m) {
