@@ -51,16 +51,20 @@ int ReportConfigErrors(const absl::Status& status) {
   return kExitFailure;
 }
 
+// The config a `config` subcommand acts on: FILE, or the embedded default, with --set applied.
+absl::StatusOr<Config> ConfigFromFlags(const ParsedFlags& flags) {
+  const std::vector<std::string> overrides = flags.GetAll("set");
+  return flags.positional().empty()
+             ? ParseConfig(DefaultConfigToml(), kDefaultConfigName, overrides)
+             : LoadConfigFile(flags.positional()[0], overrides);
+}
+
 int ConfigCheck(const ParsedFlags& flags) {
   if (flags.positional().size() > 1) {
     std::cerr << "error: config check takes at most one FILE\n";
     return kExitUsage;
   }
-  const std::vector<std::string> overrides = flags.GetAll("set");
-  absl::StatusOr<Config> config =
-      flags.positional().empty()
-          ? ParseConfig(DefaultConfigToml(), kDefaultConfigName, overrides)
-          : LoadConfigFile(flags.positional()[0], overrides);
+  absl::StatusOr<Config> config = ConfigFromFlags(flags);
   if (!config.ok()) return ReportConfigErrors(config.status());
   std::cout << ConfigToToml(*config);
   return kExitOk;
@@ -71,11 +75,7 @@ int ConfigMemory(const ParsedFlags& flags) {
     std::cerr << "error: config memory takes at most one FILE\n";
     return kExitUsage;
   }
-  const std::vector<std::string> overrides = flags.GetAll("set");
-  absl::StatusOr<Config> config =
-      flags.positional().empty()
-          ? ParseConfig(DefaultConfigToml(), kDefaultConfigName, overrides)
-          : LoadConfigFile(flags.positional()[0], overrides);
+  absl::StatusOr<Config> config = ConfigFromFlags(flags);
   if (!config.ok()) return ReportConfigErrors(config.status());
   absl::StatusOr<std::string> report = DeviceMemoryReport(*config);
   if (!report.ok()) {
