@@ -40,6 +40,7 @@ absl::StatusOr<std::unique_ptr<StageModel>> MakeStageModel(const BackendOptions&
   cuda.device_index = options.device_index;
   cuda.precision = options.precision == "bf16" ? CudaPrecision::kBf16 : CudaPrecision::kFp32;
   cuda.low_priority = options.low_priority;
+  cuda.inference_only = options.inference_only;
   absl::StatusOr<std::unique_ptr<CudaStageModel>> m =
       CudaStageModel::Create(config, stage, micro_batch, seq_len, slots, cuda);
   if (!m.ok()) {

@@ -16,6 +16,9 @@ struct BackendOptions {
   // Side work (a side task's model): on CUDA its stream has the lowest priority, so its
   // kernels yield to training's when they overlap.
   bool low_priority = false;
+  // Forward only: on CUDA no memory for gradients, optimizer state or backward (the CPU
+  // backend ignores it).
+  bool inference_only = false;
 };
 
 // Whether this binary was built with the CUDA backend.

@@ -49,7 +49,8 @@ std::string MemoryPlan::Report() const {
 }
 
 StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage, int64_t B,
-                               int64_t T, int slots, int compute_bytes, MemoryPlan* plan) {
+                               int64_t T, int slots, int compute_bytes, MemoryPlan* plan,
+                               bool training) {
   const ParamLayout layout = MakeParamLayout(config, stage);
   const int64_t P = layout.total, BT = B * T, C = config.n_embd, NH = config.n_head;
   const int64_t L = stage.num_layers(), Vp = config.padded_vocab_size, X = compute_bytes;
@@ -58,10 +59,11 @@ StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage,
   using enum MemoryPhase;
   ids.master = plan->Add(kParameters, "master (fp32)", P * 4);
   ids.compute = plan->Add(kParameters, "compute copy", X == 4 ? 0 : P * X);
-  ids.grads = plan->Add(kGradients, "gradients (fp32)", P * 4);
-  ids.head_wte_grad = plan->Add(kGradients, "head wte gradient", head ? Vp * C * 4 : 0);
-  ids.adam_m = plan->Add(kOptimizer, "adam m", P * 4);
-  ids.adam_v = plan->Add(kOptimizer, "adam v", P * 4);
+  const int64_t G = training ? 1 : 0;  // multiplies what only training needs
+  ids.grads = plan->Add(kGradients, "gradients (fp32)", G * P * 4);
+  ids.head_wte_grad = plan->Add(kGradients, "head wte gradient", head ? G * Vp * C * 4 : 0);
+  ids.adam_m = plan->Add(kOptimizer, "adam m", G * P * 4);
+  ids.adam_v = plan->Add(kOptimizer, "adam v", G * P * 4);
   for (int i = 0; i < slots; ++i) {
     StageBufferIds::Slot s;
     auto act = [&](const char* name, int64_t bytes) {
@@ -92,25 +94,25 @@ StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage,
     s.logits = act("logits", head ? BT * Vp * X : 0);
     s.logsumexp = act("logsumexp", head ? BT * 4 : 0);
     s.losses = act("losses", head ? BT * 4 : 0);
-    s.dres3 = act("dresidual3", L * BT * C * X);
-    s.dfch = act("dfch", L * BT * 4 * C * X);
-    s.dln2 = act("dln2", L * BT * C * X);
-    s.dres2 = act("dresidual2", L * BT * C * X);
-    s.dqkv = act("dqkv", L * BT * 3 * C * X);
-    s.dln1 = act("dln1", L * BT * C * X);
-    s.dinput = act("dinput", BT * C * X);
-    s.dlnf = act("dlnf", head ? BT * C * X : 0);
+    s.dres3 = act("dresidual3", G * L * BT * C * X);
+    s.dfch = act("dfch", G * L * BT * 4 * C * X);
+    s.dln2 = act("dln2", G * L * BT * C * X);
+    s.dres2 = act("dresidual2", G * L * BT * C * X);
+    s.dqkv = act("dqkv", G * L * BT * 3 * C * X);
+    s.dln1 = act("dln1", G * L * BT * C * X);
+    s.dinput = act("dinput", G * BT * C * X);
+    s.dlnf = act("dlnf", head ? G * BT * C * X : 0);
     ids.slots.push_back(s);
   }
-  ids.scratch_4c = plan->Add(kWorkspace, "scratch 4C", BT * 4 * C * X);
+  ids.scratch_4c = plan->Add(kWorkspace, "scratch 4C", G * BT * 4 * C * X);
   ids.scratch_c = plan->Add(kWorkspace, "scratch C", BT * C * X);
   ids.attn_qkv = plan->Add(kWorkspace, "attention q k v", 3 * BT * C * X);
-  ids.attn_dqkv = plan->Add(kWorkspace, "attention dq dk dv", 3 * BT * C * X);
+  ids.attn_dqkv = plan->Add(kWorkspace, "attention dq dk dv", G * 3 * BT * C * X);
   ids.attn_probs = plan->Add(kWorkspace, "attention probabilities", B * NH * T * T * X);
-  ids.attn_scores = plan->Add(kWorkspace, "attention score gradient", B * NH * T * T * X);
+  ids.attn_scores = plan->Add(kWorkspace, "attention score gradient", G * B * NH * T * T * X);
   ids.attn_y = plan->Add(kWorkspace, "attention y", BT * C * X);
-  ids.column_partials =
-      plan->Add(kWorkspace, "column partial sums", kColumnChunks * std::max(4 * C, Vp) * 4);
+  ids.column_partials = plan->Add(kWorkspace, "column partial sums",
+                                  G * kColumnChunks * std::max(4 * C, Vp) * 4);
   ids.reduce_partials = plan->Add(kWorkspace, "reduction partial sums",
                                   (kReduceBlocks + 2 * (L + 2)) * 8);
   ids.cublaslt_workspace = plan->Add(kWorkspace, "cuBLASLt workspace", kCublasLtWorkspaceBytes);

@@ -81,8 +81,10 @@ struct StageBufferIds {
 
 // The plan of a chunk of `config` for stage `stage`, micro-batch B, sequence length T, `slots`
 // micro-batches in flight; `compute_bytes` = 2 (bf16) or 4 (fp32) per element of weights and
-// activations.
+// activations. Without `training` (inference: forward only) the gradients, optimizer state,
+// the gradients backward stashes and backward's workspace get no space.
 StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage, int64_t B,
-                               int64_t T, int slots, int compute_bytes, MemoryPlan* plan);
+                               int64_t T, int slots, int compute_bytes, MemoryPlan* plan,
+                               bool training = true);
 
 }  // namespace freeride

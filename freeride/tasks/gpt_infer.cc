@@ -108,6 +108,7 @@ class GptInferTask : public SideTask {
     absl::StatusOr<BackendOptions> backend = ReadTaskBackend(ctx.name, args);
     if (!backend.ok()) return backend.status();
     backend_ = *backend;
+    backend_.inference_only = true;
     recompute_ = *engine == "recompute" || (*engine == "auto" && backend_.device == "cuda");
     if (!recompute_ && backend_.device == "cuda") {
       return absl::InvalidArgumentError(absl::StrFormat(

@@ -34,7 +34,8 @@ absl::StatusOr<std::unique_ptr<StageModel>> MakeTaskModel(SideTaskContext& ctx,
   const StageSpec whole = WholeModel(config);
   if (backend.device == "cuda") {
     MemoryPlan plan;
-    PlanStageMemory(config, whole, batch, seq_len, 1, backend.precision == "bf16" ? 2 : 4, &plan);
+    PlanStageMemory(config, whole, batch, seq_len, 1, backend.precision == "bf16" ? 2 : 4, &plan,
+                    !backend.inference_only);
     if (ctx.arena->cap() > 0 && plan.TotalBytes() > ctx.arena->cap()) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "side task '%s' needs %d bytes of device memory (%s), above its memory_limit of %d",

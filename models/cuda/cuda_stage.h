@@ -81,6 +81,7 @@ class CudaStage final : public CudaStageModel {
   absl::Status Upload(T* dst, const float* src, int64_t n);
   absl::Status Download(float* dst, const T* src, int64_t n);
   absl::Status Sync();
+  absl::Status RequireTraining(const char* what) const;
 
   absl::Status LayerForward(const Slot& s, int64_t l, const T* x);
   absl::Status AttentionForward(const Slot& s, int64_t l);

@@ -17,7 +17,8 @@ template <typename T>
 CudaStage<T>::CudaStage(const GPT2Config& config, const StageSpec& stage, int64_t micro_batch,
                         int64_t seq_len, int slots, const CudaStageOptions& options)
     : layout_(MakeParamLayout(config, stage)), B_(micro_batch), T_(seq_len), options_(options) {
-  ids_ = PlanStageMemory(config, stage, B_, T_, slots, static_cast<int>(sizeof(T)), &plan_);
+  ids_ = PlanStageMemory(config, stage, B_, T_, slots, static_cast<int>(sizeof(T)), &plan_,
+                         !options.inference_only);
   distinct_tokens_.assign(slots, 0);
 }
 
@@ -54,7 +55,10 @@ absl::Status CudaStage<T>::Init() {
     const int64_t bytes = plan_.PhaseBytes(static_cast<MemoryPhase>(p));
     if (bytes > 0) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&base_[p]), bytes));
   }
-  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_grads_), layout_.total * sizeof(float)));
+  if (!options_.inference_only) {
+    CUDA_CHECK(
+        cudaMallocHost(reinterpret_cast<void**>(&host_grads_), layout_.total * sizeof(float)));
+  }
   // The default priority is already the lowest: training takes the highest, so that side
   // work (the lowest) is what yields when both have kernels waiting.
   int least_priority = 0, greatest_priority = 0;
@@ -71,14 +75,16 @@ absl::Status CudaStage<T>::Init() {
   // cuBLAS gets the same fixed workspace: no allocation inside a step, the same algorithms.
   CUBLAS_CHECK(cublasSetWorkspace(blas_.blas, blas_.workspace, blas_.workspace_bytes));
   CUBLAS_CHECK(cublasSetStream(blas_.blas, stream_));
-  CUDA_CHECK(cudaMemsetAsync(base_[static_cast<int>(MemoryPhase::kGradients)], 0,
-                             plan_.PhaseBytes(MemoryPhase::kGradients), stream_));
-  CUDA_CHECK(cudaMemsetAsync(base_[static_cast<int>(MemoryPhase::kOptimizer)], 0,
-                             plan_.PhaseBytes(MemoryPhase::kOptimizer), stream_));
+  for (MemoryPhase phase : {MemoryPhase::kGradients, MemoryPhase::kOptimizer}) {
+    if (plan_.PhaseBytes(phase) == 0) continue;  // inference only
+    CUDA_CHECK(cudaMemsetAsync(base_[static_cast<int>(phase)], 0, plan_.PhaseBytes(phase),
+                               stream_));
+  }
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
-  description_ = absl::StrFormat("cuda:%d %s %s", device_, prop.name,
-                                 std::is_same_v<T, float> ? "fp32" : "bf16");
+  description_ = absl::StrFormat("cuda:%d %s %s%s", device_, prop.name,
+                                 std::is_same_v<T, float> ? "fp32" : "bf16",
+                                 options_.inference_only ? " (inference)" : "");
   FR_LOG(INFO) << description_ << ": layers [" << layout_.stage.first_layer << ", "
                << layout_.stage.last_layer << "), micro-batch " << B_ << " × " << T_ << ", "
                << slots() << " slots; device memory: " << plan_.Report();
@@ -98,6 +104,13 @@ T* CudaStage<T>::P(ParamTensor t, int64_t l) const {
 template <typename T>
 float* CudaStage<T>::G(ParamTensor t, int64_t l) const {
   return Ptr<float>(ids_.grads) + layout_.slot(t).offset + l * ParamElements(layout_.config, t);
+}
+
+template <typename T>
+absl::Status CudaStage<T>::RequireTraining(const char* what) const {
+  if (!options_.inference_only) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrFormat("%s on %s: the chunk was made for inference only", what, description_));
 }
 
 template <typename T>
@@ -161,6 +174,7 @@ absl::Status CudaStage<T>::SetInputActivations(int slot, const float* x) {
 }
 template <typename T>
 absl::Status CudaStage<T>::SetOutputGrad(int slot, const float* dy) {
+  FR_RETURN_IF_ERROR(RequireTraining("SetOutputGrad"));
   return Upload(OutputGrad(ids_.slots[slot]), dy, B_ * T_ * layout_.config.n_embd);
 }
 template <typename T>
@@ -169,6 +183,7 @@ absl::Status CudaStage<T>::GetOutputActivations(int slot, float* y) {
 }
 template <typename T>
 absl::Status CudaStage<T>::GetInputGrad(int slot, float* dx) {
+  FR_RETURN_IF_ERROR(RequireTraining("GetInputGrad"));
   return Download(dx, Ptr<T>(ids_.slots[slot].dinput), B_ * T_ * layout_.config.n_embd);
 }
 template <typename T>
@@ -194,6 +209,7 @@ absl::Status CudaStage<T>::GetLogitsAt(int slot, int64_t position, float* logits
 
 template <typename T>
 absl::Status CudaStage<T>::ZeroGrads() {
+  FR_RETURN_IF_ERROR(RequireTraining("ZeroGrads"));
   CUDA_CHECK(cudaMemsetAsync(Ptr<float>(ids_.grads), 0, layout_.total * 4, stream_));
   if (layout_.stage.has_head) {
     CUDA_CHECK(cudaMemsetAsync(Ptr<float>(ids_.head_wte_grad), 0,
@@ -204,6 +220,7 @@ absl::Status CudaStage<T>::ZeroGrads() {
 
 template <typename T>
 absl::Status CudaStage<T>::FoldHeadWteGrad() {
+  FR_RETURN_IF_ERROR(RequireTraining("FoldHeadWteGrad"));
   if (!layout_.stage.has_head) return absl::OkStatus();
   const int64_t n = layout_.config.padded_vocab_size * layout_.config.n_embd;
   if (layout_.stage.has_embedding) {
@@ -216,6 +233,7 @@ absl::Status CudaStage<T>::FoldHeadWteGrad() {
 
 template <typename T>
 absl::StatusOr<float*> CudaStage<T>::HostGrads(int64_t offset, int64_t n) {
+  FR_RETURN_IF_ERROR(RequireTraining("HostGrads"));
   CUDA_CHECK(cudaMemcpyAsync(host_grads_ + offset, Ptr<float>(ids_.grads) + offset, n * 4,
                              cudaMemcpyDeviceToHost, stream_));
   if (absl::Status s = Sync(); !s.ok()) return s;
@@ -224,6 +242,7 @@ absl::StatusOr<float*> CudaStage<T>::HostGrads(int64_t offset, int64_t n) {
 
 template <typename T>
 absl::Status CudaStage<T>::CommitHostGrads(int64_t offset, int64_t n) {
+  FR_RETURN_IF_ERROR(RequireTraining("CommitHostGrads"));
   CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.grads) + offset, host_grads_ + offset, n * 4,
                              cudaMemcpyHostToDevice, stream_));
   return Sync();
@@ -231,6 +250,7 @@ absl::Status CudaStage<T>::CommitHostGrads(int64_t offset, int64_t n) {
 
 template <typename T>
 absl::StatusOr<std::vector<double>> CudaStage<T>::GradSquaresByUnit() {
+  FR_RETURN_IF_ERROR(RequireTraining("GradSquaresByUnit"));
   const GPT2Config& cfg = layout_.config;
   const StageSpec& st = layout_.stage;
   double* partials = Ptr<double>(ids_.reduce_partials);
@@ -267,6 +287,7 @@ absl::StatusOr<std::vector<double>> CudaStage<T>::GradSquaresByUnit() {
 
 template <typename T>
 absl::Status CudaStage<T>::ApplyAdamW(const AdamWStep& step) {
+  FR_RETURN_IF_ERROR(RequireTraining("ApplyAdamW"));
   AdamWArgs a;
   a.lr = static_cast<float>(step.lr);
   a.beta1 = static_cast<float>(step.beta1);
@@ -306,6 +327,7 @@ absl::Status CudaStage<T>::SetParams(const float* src) {
 
 template <typename T>
 absl::Status CudaStage<T>::GetOptimizerState(float* m, float* v) {
+  FR_RETURN_IF_ERROR(RequireTraining("GetOptimizerState"));
   CUDA_CHECK(cudaMemcpyAsync(m, Ptr<float>(ids_.adam_m), layout_.total * 4,
                              cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaMemcpyAsync(v, Ptr<float>(ids_.adam_v), layout_.total * 4,
@@ -315,6 +337,7 @@ absl::Status CudaStage<T>::GetOptimizerState(float* m, float* v) {
 
 template <typename T>
 absl::Status CudaStage<T>::SetOptimizerState(const float* m, const float* v) {
+  FR_RETURN_IF_ERROR(RequireTraining("SetOptimizerState"));
   CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.adam_m), m, layout_.total * 4,
                              cudaMemcpyHostToDevice, stream_));
   CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.adam_v), v, layout_.total * 4,

@@ -29,6 +29,9 @@ struct CudaStageOptions {
   // The chunk's stream at the device's lowest priority (side work), else its highest
   // (training).
   bool low_priority = false;
+  // Forward only (inference): no memory for gradients, optimizer state or backward; the
+  // training calls return FailedPrecondition.
+  bool inference_only = false;
 };
 
 class CudaStageModel : public StageModel {

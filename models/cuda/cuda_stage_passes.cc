@@ -178,6 +178,7 @@ absl::Status CudaStage<T>::LayerBackwardInput(const Slot& s, int64_t l, const T*
 
 template <typename T>
 absl::Status CudaStage<T>::BackwardInput(int slot, float loss_scale) {
+  FR_RETURN_IF_ERROR(RequireTraining("BackwardInput"));
   const Slot& s = ids_.slots[slot];
   const GPT2Config& cfg = layout_.config;
   const int64_t BT = B_ * T_, C = cfg.n_embd, BTC = BT * C, L = layout_.stage.num_layers();
@@ -230,6 +231,7 @@ absl::Status CudaStage<T>::LayerBackwardWeight(const Slot& s, int64_t l, const T
 
 template <typename T>
 absl::Status CudaStage<T>::BackwardWeight(int slot) {
+  FR_RETURN_IF_ERROR(RequireTraining("BackwardWeight"));
   const Slot& s = ids_.slots[slot];
   const GPT2Config& cfg = layout_.config;
   const int64_t BT = B_ * T_, C = cfg.n_embd;

@@ -79,6 +79,24 @@ TEST(DeviceMemoryPlanTest, ActivationsGrowWithSlotsAndNothingElseDoes) {
   }
 }
 
+TEST(DeviceMemoryPlanTest, InferenceHoldsNoGradientsOptimizerOrBackward) {
+  const GPT2Config cfg = Gpt2Small();
+  MemoryPlan train, infer;
+  PlanStageMemory(cfg, WholeModel(cfg), 8, 128, 1, 2, &train);
+  const StageBufferIds ids = PlanStageMemory(cfg, WholeModel(cfg), 8, 128, 1, 2, &infer, false);
+  EXPECT_EQ(infer.PhaseBytes(MemoryPhase::kGradients), 0);
+  EXPECT_EQ(infer.PhaseBytes(MemoryPhase::kOptimizer), 0);
+  EXPECT_EQ(infer.PhaseBytes(MemoryPhase::kParameters), train.PhaseBytes(MemoryPhase::kParameters));
+  EXPECT_EQ(infer.buffer(ids.slots[0].dres3).bytes, 0);
+  EXPECT_EQ(infer.buffer(ids.attn_scores).bytes, 0);
+  // Forward still has every activation it writes, and its workspace.
+  EXPECT_GT(infer.buffer(ids.slots[0].logits).bytes, 0);
+  EXPECT_GT(infer.buffer(ids.attn_probs).bytes, 0);
+  // The stashed output gradients were more than a quarter of the activations.
+  EXPECT_LT(infer.PhaseBytes(MemoryPhase::kActivations),
+            0.75 * train.PhaseBytes(MemoryPhase::kActivations));
+}
+
 TEST(DeviceMemoryPlanTest, MiddleStagesHoldNoEmbeddingOrHead) {
   const GPT2Config cfg = Gpt2Small();
   auto specs = SplitIntoStages(cfg, 3, {});
