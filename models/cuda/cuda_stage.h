@@ -84,6 +84,7 @@ class CudaStage final : public CudaStageModel {
   absl::Status RequireTraining(const char* what) const;
 
   absl::Status LayerForward(const Slot& s, int64_t l, const T* x);
+  absl::Status AttentionScores(const Slot& s, int64_t l);
   absl::Status AttentionForward(const Slot& s, int64_t l);
   absl::Status LayerBackwardInput(const Slot& s, int64_t l, const T* x, T* dx);
   absl::Status AttentionBackward(const Slot& s, int64_t l, const T* datty);

@@ -22,18 +22,26 @@ T* CudaStage<T>::OutputGrad(const Slot& s) const {
 }
 
 // q, k, v are [B·NH] matrices of T × hs; scores [B·NH] of T × T.
+// Layer l's q, k, v split into heads (attn_qkv) and their scores q·kᵀ (attn_probs): forward
+// turns the scores into probabilities, backward recomputes them, so both must make them alike.
+template <typename T>
+absl::Status CudaStage<T>::AttentionScores(const Slot& s, int64_t l) {
+  const int64_t C = layout_.config.n_embd, NH = layout_.config.n_head, hs = C / NH;
+  const int64_t BTC = B_ * T_ * C;
+  T* q = Ptr<T>(ids_.attn_qkv);
+  SplitHeads(q, Act(s.qkv, l, 3 * BTC), B_, T_, C, NH, stream_);
+  return BatchedGemm<T>(blas_, false, true, T_, T_, hs, 1.0f, q, hs, T_ * hs, q + BTC, hs,
+                        T_ * hs, 0.0f, Ptr<T>(ids_.attn_probs), T_, T_ * T_, B_ * NH);
+}
+
 template <typename T>
 absl::Status CudaStage<T>::AttentionForward(const Slot& s, int64_t l) {
   const int64_t C = layout_.config.n_embd, NH = layout_.config.n_head, hs = C / NH;
   const int64_t BTC = B_ * T_ * C, heads = B_ * NH;
-  T* q = Ptr<T>(ids_.attn_qkv);
-  T* k = q + BTC;
-  T* v = k + BTC;
+  T* v = Ptr<T>(ids_.attn_qkv) + 2 * BTC;
   T* att = Ptr<T>(ids_.attn_probs);
   T* y = Ptr<T>(ids_.attn_y);
-  SplitHeads(q, Act(s.qkv, l, 3 * BTC), B_, T_, C, NH, stream_);
-  FR_RETURN_IF_ERROR(BatchedGemm<T>(blas_, false, true, T_, T_, hs, 1.0f, q, hs, T_ * hs, k, hs,
-                                    T_ * hs, 0.0f, att, T_, T_ * T_, heads));
+  FR_RETURN_IF_ERROR(AttentionScores(s, l));
   CausalSoftmaxForward(att, Ptr<float>(s.att_lse) + l * heads * T_,
                        1.0f / std::sqrt(static_cast<float>(hs)), heads * T_, T_, stream_);
   FR_RETURN_IF_ERROR(BatchedGemm<T>(blas_, false, false, T_, hs, T_, 1.0f, att, T_, T_ * T_, v,
@@ -122,11 +130,9 @@ absl::Status CudaStage<T>::AttentionBackward(const Slot& s, int64_t l, const T* 
   T* dscores = Ptr<T>(ids_.attn_scores);
   T* att = Ptr<T>(ids_.attn_probs);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  SplitHeads(q, Act(s.qkv, l, 3 * BTC), B_, T_, C, NH, stream_);
   SplitHeadsGrad(dy, datty, B_, T_, C, NH, stream_);
   // The probabilities again, from the scores and forward's log-sum-exp of each row.
-  FR_RETURN_IF_ERROR(BatchedGemm<T>(blas_, false, true, T_, T_, hs, 1.0f, q, hs, T_ * hs, k, hs,
-                                    T_ * hs, 0.0f, att, T_, T_ * T_, heads));
+  FR_RETURN_IF_ERROR(AttentionScores(s, l));
   CausalSoftmaxRecompute(att, Ptr<float>(s.att_lse) + l * heads * T_, scale, heads * T_, T_,
                          stream_);
   // datt = dy · vᵀ; dv = attᵀ · dy; then through the softmax; dq = ds · k; dk = dsᵀ · q.
@@ -261,6 +267,7 @@ absl::Status CudaStage<T>::BackwardWeight(int slot) {
   template const T* CudaStage<T>::LayerInput(const Slot&, int64_t) const;                 \
   template T* CudaStage<T>::OutputActivations(const Slot&) const;                         \
   template T* CudaStage<T>::OutputGrad(const Slot&) const;                                \
+  template absl::Status CudaStage<T>::AttentionScores(const Slot&, int64_t);              \
   template absl::Status CudaStage<T>::AttentionForward(const Slot&, int64_t);             \
   template absl::Status CudaStage<T>::LayerForward(const Slot&, int64_t, const T*);       \
   template absl::StatusOr<double> CudaStage<T>::Forward(int);                             \
