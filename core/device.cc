@@ -108,4 +108,12 @@ int NodeLocalRank() {
   return 0;
 }
 
+int NodeLocalSize() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && std::atoi(value) > 0) return std::atoi(value);
+  }
+  return 1;
+}
+
 }  // namespace freeride

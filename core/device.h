@@ -35,6 +35,8 @@ DeviceInventory DiscoverDevices();
 // OMPI_COMM_WORLD_LOCAL_RANK, Slurm's SLURM_LOCALID, torchrun-style LOCAL_RANK); 0 when none
 // is set. Ranks on one node take CUDA devices round-robin by it.
 int NodeLocalRank();
+// Ranks of the job on this node, from the same launchers' variables (1 when none is set).
+int NodeLocalSize();
 
 // One line: "cuda:0 NVIDIA H100 80GB HBM3, sm_90, 132 SMs, 79.1 GiB (78.5 GiB free)".
 std::string DescribeDevice(const DeviceInfo& device);

@@ -17,6 +17,15 @@ bool CudaBackendBuilt() {
 #endif
 }
 
+std::vector<HostBuffer> PlanCpuStageMemory(const GPT2Config& config, const StageSpec& stage,
+                                           int64_t micro_batch, int64_t seq_len, int slots) {
+  std::vector<HostBuffer> plan =
+      PlanGPT2StageMemory(config, stage, micro_batch, seq_len, slots, sizeof(float));
+  plan.push_back({"AdamW moments", 2 * MakeParamLayout(config, stage).total *
+                                       static_cast<int64_t>(sizeof(float))});
+  return plan;
+}
+
 absl::StatusOr<std::unique_ptr<StageModel>> MakeStageModel(const BackendOptions& options,
                                                            const GPT2Config& config,
                                                            const StageSpec& stage,
@@ -28,8 +37,18 @@ absl::StatusOr<std::unique_ptr<StageModel>> MakeStageModel(const BackendOptions&
           "precision \"%s\" on the cpu device: the CPU backend computes in fp32",
           options.precision));
     }
-    return std::unique_ptr<StageModel>(
-        std::make_unique<CpuStageModel>(config, stage, micro_batch, seq_len, slots));
+    try {
+      return std::unique_ptr<StageModel>(
+          std::make_unique<CpuStageModel>(config, stage, micro_batch, seq_len, slots));
+    } catch (const std::bad_alloc&) {
+      const std::vector<HostBuffer> plan =
+          PlanCpuStageMemory(config, stage, micro_batch, seq_len, slots);
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "out of host memory allocating the CPU model chunk (layers %d..%d, %d slots of %d x %d "
+          "tokens): it needs %s",
+          stage.first_layer, stage.last_layer, slots, micro_batch, seq_len,
+          FormatBytes(TotalBytes(plan))));
+    }
   }
   if (options.device != "cuda") {
     return absl::InvalidArgumentError(

@@ -3,8 +3,10 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/host_memory.h"
 #include "models/stage_model.h"
 
 namespace freeride {
@@ -23,6 +25,10 @@ struct BackendOptions {
 
 // Whether this binary was built with the CUDA backend.
 bool CudaBackendBuilt();
+
+// The host memory a CPU chunk holds (its GPT2Stage and AdamW moments), without allocating it.
+std::vector<HostBuffer> PlanCpuStageMemory(const GPT2Config& config, const StageSpec& stage,
+                                           int64_t micro_batch, int64_t seq_len, int slots);
 
 // A chunk on the requested backend, or an error saying why it cannot be had: a build without
 // the CUDA backend, no usable CUDA device, bf16 on the CPU, too little device memory.

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <random>
 
+#include "absl/strings/str_format.h"
 #include "models/cpu/kernels.h"
 
 namespace freeride {
@@ -70,6 +71,50 @@ GPT2Stage<T>::GPT2Stage(const GPT2Config& config, const StageSpec& stage, int64_
 
 template <typename T>
 GPT2Stage<T>::~GPT2Stage() = default;
+
+std::vector<HostBuffer> PlanGPT2StageMemory(const GPT2Config& config, const StageSpec& stage,
+                                            int64_t micro_batch, int64_t seq_len, int slots,
+                                            int64_t element_bytes) {
+  const int64_t BT = micro_batch * seq_len, C = config.n_embd, L = stage.num_layers();
+  const int64_t NH = config.n_head, Vp = config.padded_vocab_size, e = element_bytes;
+  const int64_t params = MakeParamLayout(config, stage).total;
+  std::vector<HostBuffer> plan = {{"parameters", params * e},
+                                  {"parameter gradients", params * e},
+                                  {"scratch", BT * 5 * C * e}};
+  if (stage.has_head) plan.push_back({"head's wte gradient", Vp * C * e});
+  const std::string per = absl::StrFormat(" (%d slots)", slots);
+  const int64_t tokens = (stage.has_embedding ? BT : 0) + (stage.has_head ? BT : 0);
+  plan.push_back({"tokens and targets" + per, slots * tokens * int64_t{sizeof(int32_t)}});
+  // input, dinput; ln1 atty residual2 ln2 residual3 dres3 dln2 dres2 dln1; 4 LayerNorm stats;
+  // qkv dqkv; fch fch_gelu dfch.
+  plan.push_back({"layer activations and stashed gradients" + per,
+                  slots * (2 * BT * C + L * (9 * BT * C + 4 * BT + 6 * BT * C + 12 * BT * C)) * e});
+  plan.push_back({"attention probabilities" + per, slots * L * micro_batch * NH * seq_len * seq_len * e});
+  if (stage.has_head) {
+    plan.push_back({"logits and their gradient" + per, slots * 2 * BT * Vp * e});
+    plan.push_back({"final LayerNorm and losses" + per, slots * (2 * BT * C + 4 * BT) * e});
+  }
+  return plan;
+}
+
+template <typename T>
+int64_t GPT2Stage<T>::HostBytes() const {
+  int64_t elements = static_cast<int64_t>(params_.size() + grads_.size() + head_wte_grad_.size() +
+                                          scratch_4c_.size() + scratch_c_.size());
+  int64_t token_bytes = 0;
+  for (const auto& s : slots_) {
+    token_bytes += static_cast<int64_t>((s->tokens.size() + s->targets.size()) * sizeof(int32_t));
+    for (const std::vector<T>* v :
+         {&s->input, &s->ln1, &s->ln1_mean, &s->ln1_rstd, &s->qkv, &s->atty, &s->att,
+          &s->residual2, &s->ln2, &s->ln2_mean, &s->ln2_rstd, &s->fch, &s->fch_gelu,
+          &s->residual3, &s->lnf, &s->lnf_mean, &s->lnf_rstd, &s->logits, &s->logsumexp,
+          &s->losses, &s->dres3, &s->dfch, &s->dln2, &s->dres2, &s->dqkv, &s->dln1, &s->dinput,
+          &s->dlnf, &s->dlogits}) {
+      elements += static_cast<int64_t>(v->size());
+    }
+  }
+  return elements * static_cast<int64_t>(sizeof(T)) + token_bytes;
+}
 
 template <typename T>
 int GPT2Stage<T>::slots() const {

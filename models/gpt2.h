@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/host_memory.h"
 #include "models/gpt2_config.h"
 
 namespace freeride {
@@ -22,6 +23,12 @@ namespace freeride {
 // fills its parameters through this gets the CPU's values exactly.
 template <typename T>
 void InitGPT2Params(const ParamLayout& layout, uint64_t seed, T* params);
+
+// The host buffers a GPT2Stage of these dimensions allocates (`element_bytes` per value),
+// named and sized without allocating anything, so a run can be refused before it starts.
+std::vector<HostBuffer> PlanGPT2StageMemory(const GPT2Config& config, const StageSpec& stage,
+                                            int64_t micro_batch, int64_t seq_len, int slots,
+                                            int64_t element_bytes);
 
 template <typename T>
 class GPT2Stage {
@@ -39,6 +46,8 @@ class GPT2Stage {
   int64_t micro_batch() const { return B_; }
   int64_t seq_len() const { return T_; }
   int slots() const;
+  // Bytes of every buffer this stage allocated (what PlanGPT2StageMemory promises).
+  int64_t HostBytes() const;
 
   T* params() { return params_.data(); }
   const T* params() const { return params_.data(); }

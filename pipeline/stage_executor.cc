@@ -1,5 +1,6 @@
 #include "pipeline/stage_executor.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
@@ -197,11 +198,20 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
       if (s.ok() && optimizer_.units) {
         absl::StatusOr<std::vector<double>> units = optimizer_.units();
         if (!units.ok()) return units.status();
+        // One value more: how many heads saw a non-finite loss (only the head's rank adds).
+        units->push_back(std::isfinite(*head_loss) ? 0.0 : 1.0);
         const double start = MonotonicSeconds();
         s = transport_->AllReduceSum(units->data(), static_cast<int64_t>(units->size()),
                                      layout_.PipelineGroup(), timeout_s_);
+        if (s.ok() && layout_.dp > 1) {
+          // Replicas hold the same gradients but their own losses: they agree on the flag.
+          s = transport_->AllReduceSum(&units->back(), 1, layout_.DataParallelGroup(),
+                                       timeout_s_);
+        }
         *waited += MonotonicSeconds() - start;
-        if (s.ok()) s = optimizer_.apply(*units);
+        const bool loss_finite = units->back() == 0.0;
+        units->pop_back();
+        if (s.ok()) s = optimizer_.apply(*units, loss_finite);
       }
       return s;
     }

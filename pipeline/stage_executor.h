@@ -62,10 +62,12 @@ struct MicrobatchData {
 
 // The optimizer step, in the two halves around the pipeline-wide sum OPTIMIZER waits in:
 // `units` gives this rank's gradient squares at their places in the whole model (zeros
-// elsewhere); the executor sums them over the pipeline; `apply` gets the sums.
+// elsewhere); the executor sums them over the pipeline; `apply` gets the sums, and whether
+// every head in the job saw a finite loss this step (carried inside the same sum, so that all
+// ranks decide alike whether to apply the update).
 struct OptimizerHooks {
   std::function<absl::StatusOr<std::vector<double>>()> units;
-  std::function<absl::Status(const std::vector<double>& summed)> apply;
+  std::function<absl::Status(const std::vector<double>& summed, bool loss_finite)> apply;
 };
 
 class StageExecutor {

@@ -13,5 +13,7 @@ int RunCli(const std::vector<std::string>& args);
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
+// Stopped on SIGTERM, SIGINT or SIGUSR1 at a step boundary, with a checkpoint to resume from.
+inline constexpr int kExitStopped = 3;
 
 }  // namespace freeride

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <random>
 
 #include "absl/strings/numbers.h"
@@ -14,6 +15,8 @@
 #include <mpi.h>
 
 #include "core/logging.h"
+#include "core/run_lock.h"
+#include "core/stop_request.h"
 #include "models/gpt2.h"
 #include "models/gpt2_decoder.h"
 #include "pipeline/comm/transport.h"
@@ -78,9 +81,16 @@ bool LaunchedByMpi() {
   return false;
 }
 
+// A run stopped by a signal ends with kExitStopped and its message on standard error (not
+// as an error: the stop was asked for and the checkpoint is written).
+int Stopped(const absl::Status& status) {
+  std::cerr << status.message() << "\n";
+  return kExitStopped;
+}
+
 // Loads the config, and runs `work` on a Trainer: alone, or as one rank of an MPI job (a
 // failure on any rank then ends the whole job: the others would wait for it until their
-// timeouts).
+// timeouts). SIGTERM, SIGINT and SIGUSR1 ask the run to stop at the next step boundary.
 int WithTrainer(const ParsedFlags& flags, const std::function<void(Config&)>& adjust,
                 const std::function<absl::Status(Trainer&, const Config&)>& work) {
   const std::vector<std::string> overrides = flags.GetAll("set");
@@ -89,12 +99,16 @@ int WithTrainer(const ParsedFlags& flags, const std::function<void(Config&)>& ad
                           : ParseConfig(DefaultConfigToml(), kDefaultConfigName, overrides);
   if (!config.ok()) return Fail(config.status());
   adjust(*config);
+  InstallStopHandlers();
+  ClearStopRequest();
   if (!LaunchedByMpi()) {
-    if (absl::Status s = PrepareRunDir(*config); !s.ok()) return Fail(s);
+    absl::StatusOr<DirectoryLock> lock = PrepareRunDir(*config);
+    if (!lock.ok()) return Fail(lock.status());
     absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*config);
     if (!trainer.ok()) return Fail(trainer.status());
-    if (absl::Status s = work(**trainer, *config); !s.ok()) return Fail(s);
-    return kExitOk;
+    absl::Status s = work(**trainer, *config);
+    if (absl::IsCancelled(s)) return Stopped(s);
+    return s.ok() ? kExitOk : Fail(s);
   }
   int provided = 0;
   MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
@@ -108,17 +122,28 @@ int WithTrainer(const ParsedFlags& flags, const std::function<void(Config&)>& ad
     MPI_Abort(MPI_COMM_WORLD, kExitFailure);
     return kExitFailure;
   };
+  std::optional<DirectoryLock> lock;
   if (rank == 0) {
-    if (absl::Status s = PrepareRunDir(*config); !s.ok()) return fail(s);
+    absl::StatusOr<DirectoryLock> locked = PrepareRunDir(*config);
+    if (!locked.ok()) return fail(locked.status());
+    lock = *std::move(locked);
   }
+  bool stopped = false;
   {
     std::unique_ptr<pipeline::Transport> transport = pipeline::MakeMpiTransport();
     absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*config, transport.get());
     if (!trainer.ok()) return fail(trainer.status());
-    if (absl::Status s = work(**trainer, *config); !s.ok()) return fail(s);
+    absl::Status s = work(**trainer, *config);
+    // Every rank agreed on the stop inside the step's sums, so all of them get here.
+    if (absl::IsCancelled(s)) {
+      stopped = true;
+      if (rank == 0) Stopped(s);
+    } else if (!s.ok()) {
+      return fail(s);
+    }
   }
   MPI_Finalize();
-  return kExitOk;
+  return stopped ? kExitStopped : kExitOk;
 }
 
 int TrainCommand(const ParsedFlags& flags) {

@@ -55,6 +55,8 @@ struct OptimConfig {
   int64_t warmup_steps = 0;
   std::string schedule = "cosine";
   double min_lr_ratio = 0.1;
+  std::string on_nonfinite = "stop";
+  int64_t max_nonfinite_skips = 5;
 };
 
 struct EvalConfig {

@@ -78,6 +78,11 @@ std::vector<KeySpec> BuildSchema() {
           "Learning-rate schedule after warm-up."),
       FR_KEY(optim, min_lr_ratio).Min(0).Max(1).Doc(
           "Cosine schedule's final learning rate as a fraction of lr."),
+      FR_KEY(optim, on_nonfinite).Choices({"stop", "skip"}).Doc(
+          "A step whose loss or gradient norm is NaN or infinite is never applied; then "
+          "\"stop\" ends the run with an error, \"skip\" goes on with the next batch."),
+      FR_KEY(optim, max_nonfinite_skips).Min(1).Doc(
+          "With on_nonfinite = \"skip\": this many non-finite steps in a row end the run."),
 
       FR_KEY(eval, every).Min(0).Doc("Validation loss every this many steps; 0 turns it off."),
       FR_KEY(eval, batches).Min(1).Doc("Validation batches per evaluation."),

@@ -116,7 +116,7 @@ absl::Status Trainer::ReportHarvest() {
                                               config_.runtime.comm_timeout_s);
     if (!s.ok()) return s;
   }
-  if (transport_->rank() != 0) return absl::OkStatus();
+  if (!leader()) return absl::OkStatus();
   FR_LOG(INFO) << "harvest: stage  kind      bubble_s  harvested_s  utilisation  overrun_s";
   for (int st = 0; st < pp; ++st) {
     double bubble = 0, harvested = 0, overrun = 0;

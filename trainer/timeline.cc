@@ -95,7 +95,7 @@ absl::Status Trainer::WriteTimelineSvg() {
                                               config_.runtime.comm_timeout_s);
     if (!s.ok()) return s;
   }
-  if (transport_->rank() != 0 || timelines_.empty()) return absl::OkStatus();
+  if (!leader() || timelines_.empty()) return absl::OkStatus();
   // The measurement in the simulator's shape, so the schedule pictures' renderer draws it.
   pipeline::SimResult sim;
   double bubble_total = 0;

@@ -1,5 +1,6 @@
 #include "trainer/train_state.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -26,12 +27,21 @@ absl::Status WriteRankState(const std::string& path, const RankState& s) {
                                        s.model.padded_vocab_size, s.model.n_layer,
                                        s.model.n_head, s.model.n_embd,
                                        s.pp, s.chunks, s.stage, s.dp,
-                                       s.data.epoch, s.data.shard, s.data.window};
-  std::string bytes(sizeof(kMagic) + sizeof(header) + 3 * n * sizeof(float), '\0');
+                                       s.data.epoch, s.data.shard, s.data.window,
+                                       s.batch_size, s.seq_len};
+  std::vector<int64_t> layers;
+  for (const auto& [first, last] : s.chunk_layers) layers.insert(layers.end(), {first, last});
+  if (static_cast<int64_t>(s.chunk_layers.size()) != s.chunks) {
+    return absl::InternalError(absl::StrFormat("%s: %d chunk layer ranges for %d chunks", path,
+                                               s.chunk_layers.size(), s.chunks));
+  }
+  const size_t layer_bytes = layers.size() * sizeof(int64_t);
+  std::string bytes(sizeof(kMagic) + sizeof(header) + layer_bytes + 3 * n * sizeof(float), '\0');
   char* p = bytes.data();
   std::memcpy(p, kMagic, sizeof(kMagic));
   std::memcpy(p += sizeof(kMagic), header, sizeof(header));
-  p += sizeof(header);
+  std::memcpy(p += sizeof(header), layers.data(), layer_bytes);
+  p += layer_bytes;
   for (const std::vector<float>* v : {&s.params, &s.m, &s.v}) {
     std::memcpy(p, v->data(), n * sizeof(float));
     p += n * sizeof(float);
@@ -49,9 +59,9 @@ absl::StatusOr<RankState> ReadRankState(const std::string& path) {
         absl::StrFormat("%s: not a freeride training state (bad magic or truncated)", path));
   }
   std::memcpy(h, bytes->data() + sizeof(kMagic), sizeof(h));
-  if (h[0] != kTrainStateVersion) {
+  if (h[0] != 1 && h[0] != kTrainStateVersion) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: training state version %d; this build reads version %d", path, h[0],
+        "%s: training state version %d; this build reads versions 1 and %d", path, h[0],
         kTrainStateVersion));
   }
   RankState s;
@@ -63,13 +73,26 @@ absl::StatusOr<RankState> ReadRankState(const std::string& path) {
   s.stage = h[11];
   s.dp = h[12];
   s.data = {h[13], h[14], h[15]};
-  const size_t expected = sizeof(kMagic) + sizeof(h) + 3 * n * sizeof(float);
-  if (n < 0 || bytes->size() != expected) {
+  const bool v2 = h[0] >= 2;
+  if (v2) {
+    s.batch_size = h[16];
+    s.seq_len = h[17];
+  }
+  const int64_t layer_ints = v2 ? 2 * s.chunks : 0;
+  const size_t expected = sizeof(kMagic) + sizeof(h) + layer_ints * sizeof(int64_t) +
+                          3 * std::max<int64_t>(n, 0) * sizeof(float);
+  if (n < 0 || s.chunks < 1 || s.chunks > 4096 || bytes->size() != expected) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: %d bytes, expected %d for %d parameters (truncated or corrupt)", path,
         bytes->size(), expected, n));
   }
   const char* p = bytes->data() + sizeof(kMagic) + sizeof(h);
+  for (int64_t c = 0; c < layer_ints / 2; ++c) {
+    int64_t range[2];
+    std::memcpy(range, p, sizeof(range));
+    p += sizeof(range);
+    s.chunk_layers.emplace_back(range[0], range[1]);
+  }
   for (std::vector<float>* v : {&s.params, &s.m, &s.v}) {
     v->resize(n);
     std::memcpy(v->data(), p, n * sizeof(float));

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -18,7 +19,9 @@
 
 namespace freeride {
 
-inline constexpr int kTrainStateVersion = 1;
+// Version 2 adds the batch geometry and each chunk's layers (for resuming under another
+// layout); version 1 files are still read.
+inline constexpr int kTrainStateVersion = 2;
 
 // One pipeline stage's state (data-parallel replicas hold the same, so replica 0 writes it):
 // its chunks' parameters and AdamW moments, concatenated in chunk order.
@@ -27,6 +30,10 @@ struct RankState {
   GPT2Config model;
   int64_t pp = 1, dp = 1, chunks = 1, stage = 0;
   LoaderPosition data;
+  int64_t batch_size = 0, seq_len = 0;  // per replica; 0 in version 1 files
+  // [first_layer, last_layer) of each chunk this stage holds, in chunk order (empty in
+  // version 1 files, which always split evenly).
+  std::vector<std::pair<int64_t, int64_t>> chunk_layers;
   std::vector<float> params, m, v;
 };
 

@@ -15,12 +15,14 @@
 #include "core/device.h"
 #include "core/files.h"
 #include "core/logging.h"
+#include "core/stop_request.h"
 #include "core/timer.h"
 #include "models/backend.h"
 #include "models/llmc_checkpoint.h"
 #include "pipeline/generators.h"
 #include "pipeline/passes.h"
 #include "trainer/emulation.h"
+#include "trainer/run_dir.h"
 #include "trainer/train_state.h"
 
 namespace freeride {
@@ -76,11 +78,6 @@ pipeline::Schedule ForwardOnlySchedule(const pipeline::Schedule& training) {
   return s;
 }
 
-std::string FormatDuration(double seconds) {
-  if (seconds < 60) return absl::StrFormat("%.0fs", seconds);
-  if (seconds < 3600) return absl::StrFormat("%dm%02ds", int(seconds) / 60, int(seconds) % 60);
-  return absl::StrFormat("%dh%02dm", int(seconds) / 3600, int(seconds) / 60 % 60);
-}
 
 }  // namespace
 
@@ -212,6 +209,23 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   t->transport_ = transport;
   const int slots = std::max(1, schedule->buffers_per_stage[L.stage]);
 
+  std::vector<StageSpec> own_specs;
+  for (int c = 0; c < L.chunks; ++c) own_specs.push_back((*specs)[c * L.pp + L.stage]);
+  if (absl::Status s = t->CheckHostMemory(own_specs, micro_batch, slots, options.microbatches);
+      !s.ok()) {
+    return s;
+  }
+  t->checkpoint_dir_ = config.checkpoint.dir.empty()
+                           ? (std::filesystem::path(config.run.dir) / "checkpoints").string()
+                           : config.checkpoint.dir;
+  // Only found at the first checkpoint otherwise, after the training it was meant to keep.
+  if (!emulate && L.replica == 0) {
+    if (absl::Status s = CheckWritableDirectory(
+            t->checkpoint_dir_, config.checkpoint.dir.empty() ? "run.dir" : "checkpoint.dir");
+        !s.ok()) {
+      return s;
+    }
+  }
   std::optional<LlmcModel> weights;
   if (!config.model.init_from.empty()) {
     absl::StatusOr<LlmcModel> w = ReadLlmcModel(config.model.init_from);
@@ -239,8 +253,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   t->executor_ = std::make_unique<pipeline::StageExecutor>(
       *schedule, L, raw, transport, config.runtime.comm_timeout_s,
       pipeline::OptimizerHooks{[self] { return self->GradientUnits(); },
-                               [self](const std::vector<double>& units) {
-                                 return self->OptimizerStep(units);
+                               [self](const std::vector<double>& units, bool loss_finite) {
+                                 return self->OptimizerStep(units, loss_finite);
                                }});
 
   // The global batch: dp replicas × batch_size sequences, replica r taking its own rows.
@@ -261,9 +275,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   }
   t->inputs_.resize(tc.batch_size * L.dp * tc.seq_len);
   t->targets_.resize(tc.batch_size * L.dp * tc.seq_len);
-  t->checkpoint_dir_ = config.checkpoint.dir.empty()
-                           ? (std::filesystem::path(config.run.dir) / "checkpoints").string()
-                           : config.checkpoint.dir;
   if (!config.checkpoint.resume.empty()) {
     absl::StatusOr<std::string> path =
         ResolveCheckpoint(config.checkpoint.resume, t->checkpoint_dir_);
@@ -272,6 +283,36 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   }
   if (absl::Status s = t->CreateSideTasks(); !s.ok()) return s;
   return t;
+}
+
+absl::Status Trainer::CheckHostMemory(const std::vector<StageSpec>& chunks, int64_t micro_batch,
+                                      int slots, int microbatches) const {
+  const TrainConfig& tc = config_.train;
+  std::vector<HostBuffer> plan;
+  if (config_.runtime.device == "cpu") {
+    for (const StageSpec& spec : chunks) {
+      for (HostBuffer& b : PlanCpuStageMemory(model_config_, spec, micro_batch, tc.seq_len, slots)) {
+        if (chunks.size() > 1) {
+          b.name = absl::StrFormat("chunk layers %d..%d: %s", spec.first_layer, spec.last_layer,
+                                   b.name);
+        }
+        plan.push_back(b);
+      }
+    }
+  }
+  const int64_t activation = micro_batch * tc.seq_len * model_config_.n_embd;
+  plan.push_back({"message staging buffers",
+                  4 * microbatches * static_cast<int64_t>(chunks.size()) * activation *
+                      static_cast<int64_t>(sizeof(float))});
+  plan.push_back({"the global batch's tokens", 2 * tc.batch_size * layout_.dp * tc.seq_len *
+                                                   static_cast<int64_t>(sizeof(int32_t))});
+  absl::Status s = CheckHostMemoryPlan(plan, AvailableHostMemory(),
+                                       config_.runtime.emulate_peers ? 1 : NodeLocalSize());
+  if (s.ok()) return s;
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "%s; lower train.batch_size or train.seq_len, raise train.microbatches, or spread the "
+      "model over more stages",
+      s.message()));
 }
 
 pipeline::MicrobatchData Trainer::Microbatches() const {
@@ -308,11 +349,15 @@ absl::StatusOr<std::vector<double>> Trainer::GradientUnits() {
   return units;
 }
 
-absl::Status Trainer::OptimizerStep(const std::vector<double>& units) {
+absl::Status Trainer::OptimizerStep(const std::vector<double>& units, bool loss_finite) {
   double squares = 0;
   for (double u : units) squares += u;
   last_grad_norm_ = std::sqrt(squares);
   last_lr_ = LearningRate(config_.optim, step_, config_.train.steps);
+  // A NaN or infinity would reach every weight through AdamW's moments: such a step is never
+  // applied (every rank sees the same summed norm and loss flag, so all of them skip it).
+  last_applied_ = loss_finite && std::isfinite(last_grad_norm_);
+  if (!last_applied_) return absl::OkStatus();
   const double scale = ClipScale(last_grad_norm_, config_.optim.grad_clip);
   AdamWStep adam;
   adam.lr = last_lr_;
@@ -350,15 +395,21 @@ absl::StatusOr<StepStats> Trainer::Step() {
   stats.step_s = outcome->step_s;
   stats.tokens_per_s =
       static_cast<double>(tc.batch_size * layout_.dp * tc.seq_len) / outcome->step_s;
-  // Each stage's waiting time, as replica 0 measured it.
-  stats.bubble_s.assign(layout_.pp, 0.0);
+  stats.applied = last_applied_;
+  // Each stage's waiting time, as replica 0 measured it, and one value more: how many ranks
+  // were asked to stop. Riding on this sum, the stop is agreed without a collective of its
+  // own, and every rank stops after the same step.
+  stats.bubble_s.assign(layout_.pp + 1, 0.0);
   if (layout_.replica == 0) stats.bubble_s[layout_.stage] = outcome->bubble_s;
-  if (absl::Status s = transport_->AllReduceSum(stats.bubble_s.data(), layout_.pp,
+  stats.bubble_s[layout_.pp] = StopRequestedBy() != 0 ? 1.0 : 0.0;
+  if (absl::Status s = transport_->AllReduceSum(stats.bubble_s.data(), layout_.pp + 1,
                                                 transport_->AllRanks(),
                                                 config_.runtime.comm_timeout_s);
       !s.ok()) {
     return s;
   }
+  stats.stop_requested = stats.bubble_s.back() > 0;
+  stats.bubble_s.pop_back();
   last_timeline_ = outcome->timeline;
   last_step_start_s_ = outcome->start_s;
   if (stats.step == 1 && layout_.pp > 1) {
@@ -460,88 +511,6 @@ absl::Status Trainer::Barrier() {
 
 void Trainer::WriteMetric(const std::string& json) {
   if (metrics_.is_open()) metrics_ << json << "\n" << std::flush;
-}
-
-absl::Status Trainer::Run() {
-  const bool leader = transport_->rank() == 0;
-  if (leader) {
-    const std::string path = (std::filesystem::path(config_.run.dir) / "metrics.jsonl").string();
-    if (absl::Status s = MakeDirectories(config_.run.dir); !s.ok()) return s;
-    metrics_.open(path, step_ > 0 ? std::ios::app : std::ios::trunc);
-    if (!metrics_) return absl::InternalError("cannot write " + path);
-  }
-  const GPT2Config& c = model_config_;
-  FR_LOG(INFO) << absl::StrFormat(
-      "model: %d layers, %d heads, width %d, vocab %d (padded %d), %d parameters; batch %d x %d "
-      "tokens in %d micro-batches; pp %d x dp %d, %s schedule%s; this rank: stage %d, %d "
-      "parameters on %s; %d train tokens; %d threads",
-      c.n_layer, c.n_head, c.n_embd, c.vocab_size, c.padded_vocab_size, NumParameters(c),
-      config_.train.batch_size, config_.train.seq_len, config_.train.microbatches, layout_.pp,
-      layout_.dp, config_.parallel.schedule,
-      layout_.chunks > 1 ? absl::StrFormat(" (%d chunks)", layout_.chunks) : "", layout_.stage,
-      chunks_[0]->num_params(), chunks_[0]->Describe(), train_->total_tokens(),
-      omp_get_max_threads());
-  const int64_t total = config_.train.steps;
-  const auto evaluate = [&]() -> absl::Status {
-    if (!val_ || config_.eval.every == 0) return absl::OkStatus();
-    absl::StatusOr<double> val = Evaluate();
-    if (!val.ok()) return val.status();
-    if (leader) {
-      FR_LOG(INFO) << absl::StrFormat("step %d | val loss %.4f", step_, *val);
-    }
-    WriteMetric(absl::StrFormat("{\"kind\": \"val\", \"step\": %d, \"loss\": %.6f}", step_, *val));
-    return absl::OkStatus();
-  };
-  if (step_ == 0) {
-    if (absl::Status s = evaluate(); !s.ok()) return s;
-  }
-  double elapsed = 0;
-  int64_t timed = 0;
-  while (step_ < total) {
-    absl::StatusOr<StepStats> step = Step();
-    if (!step.ok()) return step.status();
-    const StepStats& s = *step;
-    if (!std::isfinite(s.loss)) {
-      return absl::InternalError(absl::StrFormat("step %d: loss is %f; stopping", s.step, s.loss));
-    }
-    // The first step warms caches and thread pools: leave it out of the ETA.
-    if (s.step > 1 || total == 1) elapsed += s.step_s, ++timed;
-    const double eta = timed > 0 ? elapsed / timed * static_cast<double>(total - s.step) : 0;
-    std::vector<std::string> bubbles;
-    for (double b : s.bubble_s) bubbles.push_back(absl::StrFormat("%.6f", b));
-    WriteMetric(absl::StrFormat(
-        "{\"kind\": \"train\", \"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, "
-        "\"step_s\": %.6f, \"tokens_per_s\": %.1f, \"bubble_s\": [%s]}",
-        s.step, s.loss, s.lr, s.grad_norm, s.step_s, s.tokens_per_s, absl::StrJoin(bubbles, ", ")));
-    if (leader && (s.step % config_.run.log_every == 0 || s.step == total)) {
-      FR_LOG(INFO) << absl::StrFormat(
-          "step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s | eta %s",
-          static_cast<int>(std::to_string(total).size()), s.step, total, s.loss, s.lr,
-          s.grad_norm, s.step_s * 1e3, s.tokens_per_s, FormatDuration(eta));
-    }
-    if (config_.eval.every > 0 && (s.step % config_.eval.every == 0 || s.step == total)) {
-      if (absl::Status e = evaluate(); !e.ok()) return e;
-    }
-    if (config_.checkpoint.every > 0 && s.step % config_.checkpoint.every == 0 && s.step < total) {
-      absl::StatusOr<std::string> dir = SaveCheckpoint();
-      if (!dir.ok()) return dir.status();
-      if (leader) {
-        FR_LOG(INFO) << "checkpoint " << *dir;
-      }
-    }
-  }
-  if (config_.freeride.enabled) {
-    if (side_) side_->Finish();
-    if (absl::Status s = ReportHarvest(); !s.ok()) return s;
-  }
-  if (absl::Status s = WriteTimeline(); !s.ok()) return s;
-  if (absl::Status s = WriteTimelineSvg(); !s.ok()) return s;
-  absl::StatusOr<std::string> dir = SaveCheckpoint();
-  if (!dir.ok()) return dir.status();
-  if (leader) {
-    FR_LOG(INFO) << "final checkpoint " << *dir << " (model.bin is an llm.c checkpoint)";
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace freeride

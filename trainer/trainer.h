@@ -32,6 +32,10 @@ struct StepStats {
   double step_s = 0;
   double tokens_per_s = 0;
   std::vector<double> bubble_s;  // per stage (replica 0), measured waiting time
+  // False when the loss or gradient norm was not finite: the update was not applied.
+  bool applied = true;
+  // Some rank was asked to stop (a signal) before this step ended: every rank stops after it.
+  bool stop_requested = false;
 };
 
 // The model shape a config asks for. With model.init_from set, the checkpoint's header rules
@@ -53,7 +57,9 @@ class Trainer {
                                                          pipeline::Transport* transport = nullptr);
   ~Trainer();
 
-  // Runs the remaining steps with logging (rank 0), evaluation and checkpoints.
+  // Runs the remaining steps with logging (rank 0), evaluation and checkpoints. A stop
+  // request (SIGTERM, SIGINT, SIGUSR1) ends it after the current step with a checkpoint and
+  // a Cancelled status that says how to resume.
   absl::Status Run();
   // One optimizer step over train.microbatches micro-batches per replica.
   absl::StatusOr<StepStats> Step();
@@ -67,6 +73,9 @@ class Trainer {
   }
 
   int64_t step() const { return step_; }
+  // The process that writes the run's metrics, reports and checkpoint manifests: rank 0, or
+  // the one process of an emulated-peers run (whatever stage it plays).
+  bool leader() const { return config_.runtime.emulate_peers || transport_->rank() == 0; }
   // This rank's model chunks (one unless parallel.schedule is interleaved).
   StageModel& model(int chunk = 0) { return *chunks_[chunk]; }
   int num_chunks() const { return static_cast<int>(chunks_.size()); }
@@ -86,7 +95,14 @@ class Trainer {
   explicit Trainer(const Config& config) : config_(config) {}
   absl::Status Resume(const std::string& path);
   absl::StatusOr<std::vector<double>> GradientUnits();
-  absl::Status OptimizerStep(const std::vector<double>& summed_units);
+  absl::Status OptimizerStep(const std::vector<double>& summed_units, bool loss_finite);
+  // Refuses a run whose host buffers would not fit in the memory this process may use.
+  absl::Status CheckHostMemory(const std::vector<StageSpec>& chunks, int64_t micro_batch,
+                               int slots, int microbatches) const;
+  // On resume: drops metrics rows of steps after the checkpoint (a killed run wrote them).
+  absl::Status TrimMetricsAfterResume();
+  absl::Status StopAfterSignal(int64_t total);
+  absl::Status WriteTrainMetric(const StepStats& s);
   absl::Status Barrier();
   pipeline::MicrobatchData Microbatches() const;
   void WriteMetric(const std::string& json);
@@ -107,6 +123,9 @@ class Trainer {
   std::vector<int32_t> inputs_, targets_;
   int64_t step_ = 0;
   double last_grad_norm_ = 0, last_lr_ = 0;
+  bool last_applied_ = true;   // whether the last OPTIMIZER applied its update
+  bool resumed_ = false;
+  int64_t nonfinite_in_row_ = 0;
   std::string checkpoint_dir_;
   std::ofstream metrics_;
   std::vector<std::pair<int64_t, std::vector<pipeline::InstrTiming>>> timelines_;

@@ -1,8 +1,11 @@
 // Checkpoints of a training run: every stage's state (parameters, AdamW moments, data
 // position) and the whole model as an llm.c file, written atomically; and resuming from them.
+#include <algorithm>
 #include <filesystem>
+#include <tuple>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/logging.h"
 #include "models/llmc_checkpoint.h"
 #include "trainer/train_state.h"
@@ -10,31 +13,170 @@
 
 namespace freeride {
 
-absl::Status Trainer::Resume(const std::string& path) {
-  absl::StatusOr<RankState> state = ReadRankState(
-      (std::filesystem::path(path) / RankStateFileName(layout_.stage)).string());
-  if (!state.ok()) return state.status();
-  if (!(state->model == model_config_) || state->pp != layout_.pp ||
-      state->chunks != layout_.chunks) {
+namespace {
+
+std::string DescribeLayout(const RankState& s) {
+  return absl::StrFormat("pp = %d, dp = %d, chunks = %d", s.pp, s.dp, s.chunks);
+}
+
+// What differs between the model a checkpoint holds and the one a run builds, key by key.
+std::string ModelDifferences(const GPT2Config& saved, const GPT2Config& run) {
+  std::vector<std::string> diffs;
+  for (const auto& [key, a, b] :
+       {std::tuple{"model.n_layer", saved.n_layer, run.n_layer},
+        std::tuple{"model.n_head", saved.n_head, run.n_head},
+        std::tuple{"model.n_embd", saved.n_embd, run.n_embd},
+        std::tuple{"model.max_seq_len", saved.max_seq_len, run.max_seq_len},
+        std::tuple{"model.vocab_size", saved.vocab_size, run.vocab_size}}) {
+    if (a != b) diffs.push_back(absl::StrFormat("%s is %d there, %d here", key, a, b));
+  }
+  return absl::StrJoin(diffs, "; ");
+}
+
+// The chunks a saved stage held, as the model pieces they were.
+absl::StatusOr<std::vector<StageSpec>> SavedChunkSpecs(const RankState& s, const std::string& file,
+                                                       const std::vector<StageSpec>& even) {
+  std::vector<StageSpec> specs;
+  const int64_t V = s.pp * s.chunks;
+  for (int64_t c = 0; c < s.chunks; ++c) {
+    const int64_t vs = c * s.pp + s.stage;
+    StageSpec spec = even[vs];
+    if (!s.chunk_layers.empty()) {
+      spec.first_layer = s.chunk_layers[c].first;
+      spec.last_layer = s.chunk_layers[c].second;
+    }
+    spec.has_embedding = vs == 0;
+    spec.has_head = vs == V - 1;
+    specs.push_back(spec);
+  }
+  int64_t total = 0;
+  for (const StageSpec& spec : specs) total += MakeParamLayout(s.model, spec).total;
+  if (total != static_cast<int64_t>(s.params.size())) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: the checkpoint holds a model (n_layer %d, n_head %d, n_embd %d, vocab %d) split as "
-        "pp = %d, chunks = %d; this run has (n_layer %d, n_head %d, n_embd %d, vocab %d), "
-        "pp = %d, chunks = %d",
-        path, state->model.n_layer, state->model.n_head, state->model.n_embd,
-        state->model.vocab_size, state->pp, state->chunks, model_config_.n_layer,
-        model_config_.n_head, model_config_.n_embd, model_config_.vocab_size, layout_.pp,
-        layout_.chunks));
+        "%s holds %d parameters, but its chunks' layers make %d (a layer split this build "
+        "cannot recover)", file, s.params.size(), total));
   }
-  int64_t offset = 0;
+  return specs;
+}
+
+int64_t NumParams(const std::vector<std::unique_ptr<StageModel>>& chunks) {
+  int64_t n = 0;
+  for (const auto& chunk : chunks) n += chunk->num_params();
+  return n;
+}
+
+}  // namespace
+
+absl::Status Trainer::Resume(const std::string& path) {
+  namespace fs = std::filesystem;
+  const std::string own_file = (fs::path(path) / RankStateFileName(layout_.stage)).string();
+  const std::string first_file = (fs::path(path) / RankStateFileName(0)).string();
+  absl::StatusOr<RankState> first = ReadRankState(first_file);
+  if (!first.ok()) return first.status();
+  if (!(first->model == model_config_)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s holds another model than this run builds (%s): resume it with the model it was "
+        "trained with",
+        path, ModelDifferences(first->model, model_config_)));
+  }
+  const TrainConfig& tc = config_.train;
+  const int64_t global = tc.batch_size * layout_.dp * tc.seq_len;
+  if (first->batch_size > 0 && first->batch_size * first->dp * first->seq_len != global) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s was trained on batches of %d × %d sequences of %d tokens (dp × train.batch_size × "
+        "train.seq_len); this run's are %d × %d × %d: the data position only carries over when "
+        "the global batch stays the same (keep dp × batch_size = %d and seq_len = %d)",
+        path, first->dp, first->batch_size, first->seq_len, layout_.dp, tc.batch_size,
+        tc.seq_len, first->dp * first->batch_size, first->seq_len));
+  }
+  const std::vector<StageSpec> mine = [&] {
+    std::vector<StageSpec> specs;
+    for (const auto& chunk : chunks_) specs.push_back(chunk->stage());
+    return specs;
+  }();
+  const bool same_layout = first->pp == layout_.pp && first->chunks == layout_.chunks;
+  std::vector<std::vector<float>> params(chunks_.size()), m(chunks_.size()), v(chunks_.size());
+  RankState own;
+  if (same_layout) {
+    absl::StatusOr<RankState> state = layout_.stage == 0 ? first : ReadRankState(own_file);
+    if (!state.ok()) return state.status();
+    own = *std::move(state);
+  }
+  absl::StatusOr<std::vector<StageSpec>> even =
+      SplitIntoStages(model_config_, first->pp * first->chunks, {});
+  if (!even.ok()) return even.status();
+  // Version 1 files do not say how their layers were split: with the same layout they are
+  // taken as this run splits them, as before.
+  std::vector<StageSpec> own_specs = mine;
+  if (same_layout && !own.chunk_layers.empty()) {
+    absl::StatusOr<std::vector<StageSpec>> specs = SavedChunkSpecs(own, own_file, *even);
+    if (!specs.ok()) return specs.status();
+    own_specs = *specs;
+  }
+  if (same_layout && own_specs == mine) {
+    if (static_cast<int64_t>(own.params.size()) != NumParams(chunks_)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s holds %d parameters; this rank's chunks hold %d", own_file, own.params.size(),
+          NumParams(chunks_)));
+    }
+    int64_t offset = 0;
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      const int64_t n = chunks_[c]->num_params();
+      params[c].assign(own.params.begin() + offset, own.params.begin() + offset + n);
+      m[c].assign(own.m.begin() + offset, own.m.begin() + offset + n);
+      v[c].assign(own.v.begin() + offset, own.v.begin() + offset + n);
+      offset += n;
+    }
+  } else {
+    // Another layout: assemble the whole model and its AdamW moments from every saved stage,
+    // then take this rank's chunks out of it. The embedding's chunk is copied last, so the
+    // tied wte comes from it (the head's copy is equal).
+    const int64_t total = NumParameters(model_config_);
+    std::vector<float> whole_p(total), whole_m(total), whole_v(total);
+    for (int64_t stage = first->pp - 1; stage >= 0; --stage) {
+      const std::string file = (fs::path(path) / RankStateFileName(stage)).string();
+      absl::StatusOr<RankState> state = stage == 0 ? first : ReadRankState(file);
+      if (!state.ok()) return state.status();
+      absl::StatusOr<std::vector<StageSpec>> specs = SavedChunkSpecs(*state, file, *even);
+      if (!specs.ok()) return specs.status();
+      int64_t offset = 0;
+      std::vector<std::pair<StageSpec, int64_t>> pieces;
+      for (const StageSpec& spec : *specs) {
+        pieces.emplace_back(spec, offset);
+        offset += MakeParamLayout(model_config_, spec).total;
+      }
+      std::stable_sort(pieces.begin(), pieces.end(), [](const auto& a, const auto& b) {
+        return !a.first.has_embedding && b.first.has_embedding;
+      });
+      for (const auto& [spec, at] : pieces) {
+        CopyStageToWhole(model_config_, spec, state->params.data() + at, whole_p.data());
+        CopyStageToWhole(model_config_, spec, state->m.data() + at, whole_m.data());
+        CopyStageToWhole(model_config_, spec, state->v.data() + at, whole_v.data());
+      }
+    }
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      const int64_t n = chunks_[c]->num_params();
+      params[c].resize(n);
+      m[c].resize(n);
+      v[c].resize(n);
+      CopyStageFromWhole(model_config_, mine[c], whole_p.data(), params[c].data());
+      CopyStageFromWhole(model_config_, mine[c], whole_m.data(), m[c].data());
+      CopyStageFromWhole(model_config_, mine[c], whole_v.data(), v[c].data());
+    }
+    if (transport_->rank() == 0) {
+      FR_LOG(INFO) << absl::StrFormat(
+          "resharding %s: saved as %s, resumed as pp = %d, dp = %d, chunks = %d", path,
+          DescribeLayout(*first), layout_.pp, layout_.dp, layout_.chunks);
+    }
+  }
   for (size_t c = 0; c < chunks_.size(); ++c) {
-    const int64_t n = chunks_[c]->num_params();
-    absl::Status s = chunks_[c]->SetParams(state->params.data() + offset);
-    if (s.ok()) s = chunks_[c]->SetOptimizerState(state->m.data() + offset, state->v.data() + offset);
+    absl::Status s = chunks_[c]->SetParams(params[c].data());
+    if (s.ok()) s = chunks_[c]->SetOptimizerState(m[c].data(), v[c].data());
     if (!s.ok()) return s;
-    offset += n;
   }
-  step_ = state->step;
-  train_->Seek(state->data);
+  step_ = first->step;
+  train_->Seek(first->data);
+  resumed_ = true;
   FR_LOG(INFO) << "resumed from " << path << " at step " << step_;
   return absl::OkStatus();
 }
@@ -53,6 +195,11 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
   state.chunks = layout_.chunks;
   state.stage = layout_.stage;
   state.data = train_->position();
+  state.batch_size = config_.train.batch_size;
+  state.seq_len = config_.train.seq_len;
+  for (const auto& chunk : chunks_) {
+    state.chunk_layers.emplace_back(chunk->stage().first_layer, chunk->stage().last_layer);
+  }
   // The whole model for model.bin, gathered by a sum in which each tensor piece has one owner
   // (wte: the embedding's chunk; the head's copy is equal).
   std::vector<float> whole(NumParameters(model_config_), 0.0f);

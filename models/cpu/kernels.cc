@@ -40,23 +40,57 @@ inline double VecExp(double x) { return std::exp(x); }
 inline float VecTanh(float x) { return 1 - 2 / (VecExp(2 * x) + 1); }
 inline double VecTanh(double x) { return std::tanh(x); }
 
+void BlasGemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+              const float* B, int ldb, float beta, float* C, int ldc) {
+  cblas_sgemm(CblasRowMajor, Op(ta), Op(tb), M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+void BlasGemm(bool ta, bool tb, int M, int N, int K, double alpha, const double* A, int lda,
+              const double* B, int ldb, double beta, double* C, int ldc) {
+  cblas_dgemm(CblasRowMajor, Op(ta), Op(tb), M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// OpenBLAS's threaded GEMM gives different bits for different thread counts (its split of the
+// output changes which elements its edge kernels compute). So the output is cut here into
+// blocks of a fixed size along its longer side, whatever the thread count, and each block is
+// one BLAS call on one thread (OpenBLAS's OpenMP build runs single-threaded inside a parallel
+// region; with one thread the trainer sets OpenBLAS to one thread too): the same bits for
+// any number of threads, within about 1% of OpenBLAS's own split on GPT-2 124M's products.
+template <typename T>
+void FixedBlockGemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+                    int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  // Blocks of 256 on large products; small ones are cut into about 16 (at least 32 wide) so
+  // that they still spread over the threads. The block depends on the shape only.
+  const bool split_rows = M >= N;
+  const int64_t longer = split_rows ? M : N;
+  const int64_t kBlock = std::clamp<int64_t>((longer / 16 + 15) / 16 * 16, 32, 256);
+  const int64_t blocks = (longer + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t lo = blk * kBlock;
+    const int64_t m0 = split_rows ? lo : 0, n0 = split_rows ? 0 : lo;
+    const int64_t rows = split_rows ? std::min(kBlock, M - lo) : M;
+    const int64_t cols = split_rows ? N : std::min(kBlock, N - lo);
+    const T* a = ta ? A + m0 : A + m0 * lda;
+    const T* b = tb ? B + n0 * ldb : B + n0;
+    BlasGemm(ta, tb, static_cast<int>(rows), static_cast<int>(cols), static_cast<int>(K), alpha,
+             a, static_cast<int>(lda), b, static_cast<int>(ldb), beta, C + m0 * ldc + n0,
+             static_cast<int>(ldc));
+  }
+}
+
 }  // namespace
 
 template <>
 void Gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, Op(ta), Op(tb), static_cast<int>(M), static_cast<int>(N),
-              static_cast<int>(K), alpha, A, static_cast<int>(lda), B, static_cast<int>(ldb),
-              beta, C, static_cast<int>(ldc));
+  FixedBlockGemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 template <>
 void Gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
                   const double* A, int64_t lda, const double* B, int64_t ldb, double beta,
                   double* C, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, Op(ta), Op(tb), static_cast<int>(M), static_cast<int>(N),
-              static_cast<int>(K), alpha, A, static_cast<int>(lda), B, static_cast<int>(ldb),
-              beta, C, static_cast<int>(ldc));
+  FixedBlockGemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 template <typename T>

@@ -1,0 +1,62 @@
+#include "core/stop_request.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+
+namespace freeride {
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free flag");
+
+void WriteStderr(const char* text) {
+  ssize_t ignored = write(STDERR_FILENO, text, std::strlen(text));
+  (void)ignored;
+}
+
+void OnStopSignal(int signal_number) {
+  int expected = 0;
+  if (g_stop_signal.compare_exchange_strong(expected, signal_number)) {
+    WriteStderr("freeride: stop requested; stopping at the next step boundary with a "
+                "checkpoint (send the signal again to exit at once)\n");
+    return;
+  }
+  WriteStderr("freeride: second stop signal; exiting now without a checkpoint\n");
+  _exit(128 + signal_number);
+}
+
+}  // namespace
+
+bool InstallStopHandlers() {
+  struct sigaction action;
+  std::memset(&action, 0, sizeof(action));
+  action.sa_handler = OnStopSignal;
+  sigemptyset(&action.sa_mask);
+  // Restart interrupted system calls: a signal must not turn a read or a wait into an error.
+  action.sa_flags = SA_RESTART;
+  bool ok = true;
+  for (int s : {SIGTERM, SIGINT, SIGUSR1}) ok = sigaction(s, &action, nullptr) == 0 && ok;
+  return ok;
+}
+
+int StopRequestedBy() { return g_stop_signal.load(std::memory_order_relaxed); }
+
+void ClearStopRequest() { g_stop_signal.store(0); }
+
+const char* StopSignalName(int signal_number) {
+  switch (signal_number) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGUSR1: return "SIGUSR1";
+    default: break;
+  }
+  static thread_local char name[24];
+  std::snprintf(name, sizeof(name), "signal %d", signal_number);
+  return name;
+}
+
+}  // namespace freeride

@@ -1,0 +1,23 @@
+// Graceful stopping on the signals schedulers and people send: SIGTERM (Slurm's pre-emption,
+// `kill`), SIGINT (Ctrl-C) and SIGUSR1 (Slurm's usual early warning, `--signal=USR1@90`).
+// The first such signal only records that a stop was asked for; the training loop reads the
+// flag at its next step boundary, agrees on it with the other ranks inside a sum the step
+// does anyway, writes a checkpoint and exits. A second signal ends the process at once.
+// The handler touches nothing but an atomic flag and write(2): async-signal-safe.
+#pragma once
+
+namespace freeride {
+
+// Installs the handlers (idempotent). Returns false if sigaction refused one.
+bool InstallStopHandlers();
+
+// The signal number of the first stop request, or 0 when none arrived.
+int StopRequestedBy();
+
+// Forgets a recorded request (tests; a process that handled its stop and goes on).
+void ClearStopRequest();
+
+// "SIGTERM", "SIGINT", "SIGUSR1", or "signal N".
+const char* StopSignalName(int signal_number);
+
+}  // namespace freeride

@@ -1,0 +1,215 @@
+// The training loop a run executes: steps with their metrics and log lines, validation,
+// periodic checkpoints, and what ends a run early: a stop request (signal) or a step whose
+// loss or gradient norm is not finite.
+#include <omp.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/files.h"
+#include "core/logging.h"
+#include "core/stop_request.h"
+#include "trainer/trainer.h"
+
+namespace freeride {
+namespace {
+
+std::string FormatDuration(double seconds) {
+  if (seconds < 60) return absl::StrFormat("%.0fs", seconds);
+  if (seconds < 3600) return absl::StrFormat("%dm%02ds", int(seconds) / 60, int(seconds) % 60);
+  return absl::StrFormat("%dh%02dm", int(seconds) / 3600, int(seconds) / 60 % 60);
+}
+
+// The "step" of a metrics row, or -1 for a row without one.
+int64_t RowStep(const std::string& line) {
+  const size_t at = line.find("\"step\": ");
+  if (at == std::string::npos) return -1;
+  int64_t step = -1;
+  const size_t from = at + 8, to = line.find_first_of(",}", from);
+  return absl::SimpleAtoi(line.substr(from, to - from), &step) ? step : -1;
+}
+
+}  // namespace
+
+absl::Status Trainer::TrimMetricsAfterResume() {
+  const std::string path = (std::filesystem::path(config_.run.dir) / "metrics.jsonl").string();
+  if (!std::filesystem::exists(path)) return absl::OkStatus();
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  std::istringstream in(*text);
+  std::string line, kept;
+  int64_t dropped = 0;
+  while (std::getline(in, line)) {
+    if (RowStep(line) > step_) {
+      ++dropped;
+      continue;
+    }
+    kept += line + "\n";
+  }
+  if (dropped == 0) return absl::OkStatus();
+  FR_LOG(INFO) << "metrics.jsonl: dropped " << dropped << " rows of steps after " << step_
+               << " (written after the checkpoint by the run that stopped)";
+  return WriteFileAtomically(path, kept);
+}
+
+absl::Status Trainer::WriteTrainMetric(const StepStats& s) {
+  std::vector<std::string> bubbles;
+  for (double b : s.bubble_s) bubbles.push_back(absl::StrFormat("%.6f", b));
+  auto number = [](double v, int digits) {
+    return std::isfinite(v) ? absl::StrFormat("%.*f", digits, v) : std::string("null");
+  };
+  WriteMetric(absl::StrFormat(
+      "{\"kind\": \"train\", \"step\": %d, \"loss\": %s, \"lr\": %.6e, \"grad_norm\": %s, "
+      "\"step_s\": %.6f, \"tokens_per_s\": %.1f, \"bubble_s\": [%s]%s}",
+      s.step, number(s.loss, 6), s.lr, number(s.grad_norm, 6), s.step_s, s.tokens_per_s,
+      absl::StrJoin(bubbles, ", "), s.applied ? "" : ", \"nonfinite\": true, \"applied\": false"));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::StopAfterSignal(int64_t total) {
+  const int signal_number = StopRequestedBy();
+  const std::string by =
+      signal_number != 0 ? StopSignalName(signal_number) : "a signal to another rank";
+  if (side_) side_->Finish();
+  if (config_.freeride.enabled) {
+    if (absl::Status s = ReportHarvest(); !s.ok()) return s;
+  }
+  std::string where = "no checkpoint (runtime.emulate_peers runs one stage of the model)";
+  if (!config_.runtime.emulate_peers) {
+    absl::StatusOr<std::string> dir = SaveCheckpoint();
+    if (!dir.ok()) return dir.status();
+    where = "checkpoint " + *dir;
+  }
+  return absl::CancelledError(absl::StrFormat(
+      "stopped by %s after step %d of %d; %s; to continue, run the same command with "
+      "--set checkpoint.resume=latest",
+      by, step_, total, where));
+}
+
+absl::Status Trainer::Run() {
+  const bool leader = this->leader();
+  const int64_t total = config_.train.steps;
+  if (step_ > total) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the checkpoint resumed from is at step %d, past train.steps = %d: nothing to train "
+        "(raise train.steps to continue the run)",
+        step_, total));
+  }
+  if (leader) {
+    const std::string path = (std::filesystem::path(config_.run.dir) / "metrics.jsonl").string();
+    if (absl::Status s = MakeDirectories(config_.run.dir); !s.ok()) return s;
+    if (step_ > 0) {
+      if (absl::Status s = TrimMetricsAfterResume(); !s.ok()) return s;
+    }
+    metrics_.open(path, step_ > 0 ? std::ios::app : std::ios::trunc);
+    if (!metrics_) return absl::InternalError("cannot write " + path);
+  }
+  if (resumed_ && step_ == total) {
+    if (leader) {
+      FR_LOG(INFO) << "the checkpoint is at step " << step_ << " = train.steps: nothing to train";
+    }
+    return absl::OkStatus();
+  }
+  const GPT2Config& c = model_config_;
+  FR_LOG(INFO) << absl::StrFormat(
+      "model: %d layers, %d heads, width %d, vocab %d (padded %d), %d parameters; batch %d x %d "
+      "tokens in %d micro-batches; pp %d x dp %d, %s schedule%s; this rank: stage %d, %d "
+      "parameters on %s; %d train tokens; %d threads",
+      c.n_layer, c.n_head, c.n_embd, c.vocab_size, c.padded_vocab_size, NumParameters(c),
+      config_.train.batch_size, config_.train.seq_len, config_.train.microbatches, layout_.pp,
+      layout_.dp, config_.parallel.schedule,
+      layout_.chunks > 1 ? absl::StrFormat(" (%d chunks)", layout_.chunks) : "", layout_.stage,
+      chunks_[0]->num_params(), chunks_[0]->Describe(), train_->total_tokens(),
+      omp_get_max_threads());
+  const bool checkpoints = !config_.runtime.emulate_peers;
+  if (!checkpoints && leader) {
+    FR_LOG(INFO) << "runtime.emulate_peers: this process holds one stage of the model, so the "
+                    "run writes no checkpoint";
+  }
+  const auto evaluate = [&]() -> absl::Status {
+    if (!val_ || config_.eval.every == 0) return absl::OkStatus();
+    absl::StatusOr<double> val = Evaluate();
+    if (!val.ok()) return val.status();
+    if (leader) {
+      FR_LOG(INFO) << absl::StrFormat("step %d | val loss %.4f", step_, *val);
+    }
+    WriteMetric(absl::StrFormat("{\"kind\": \"val\", \"step\": %d, \"loss\": %s}", step_,
+                                std::isfinite(*val) ? absl::StrFormat("%.6f", *val) : "null"));
+    return absl::OkStatus();
+  };
+  if (step_ == 0) {
+    if (absl::Status s = evaluate(); !s.ok()) return s;
+  }
+  double elapsed = 0;
+  int64_t timed = 0;
+  while (step_ < total) {
+    absl::StatusOr<StepStats> step = Step();
+    if (!step.ok()) return step.status();
+    const StepStats& s = *step;
+    if (absl::Status w = WriteTrainMetric(s); !w.ok()) return w;
+    if (!s.applied) {
+      ++nonfinite_in_row_;
+      const bool skip = config_.optim.on_nonfinite == "skip" &&
+                        nonfinite_in_row_ < config_.optim.max_nonfinite_skips;
+      const std::string what = absl::StrFormat(
+          "step %d: loss %g, gradient norm %g: not finite, so the update was not applied", s.step,
+          s.loss, s.grad_norm);
+      if (!skip) {
+        return absl::InternalError(absl::StrFormat(
+            "%s; stopping (optim.on_nonfinite = \"%s\"%s). The weights are those after step %d; "
+            "lower optim.lr or set optim.grad_clip, then resume from the last checkpoint",
+            what, config_.optim.on_nonfinite,
+            config_.optim.on_nonfinite == "skip"
+                ? absl::StrFormat(", %d in a row", nonfinite_in_row_) : "",
+            s.step - 1));
+      }
+      if (leader) {
+        FR_LOG(WARN) << what << " (skipped, " << nonfinite_in_row_ << " in a row)";
+      }
+    } else {
+      nonfinite_in_row_ = 0;
+    }
+    // The first step warms caches and thread pools: leave it out of the ETA.
+    if (s.step > 1 || total == 1) elapsed += s.step_s, ++timed;
+    const double eta = timed > 0 ? elapsed / timed * static_cast<double>(total - s.step) : 0;
+    if (leader && s.applied && (s.step % config_.run.log_every == 0 || s.step == total)) {
+      FR_LOG(INFO) << absl::StrFormat(
+          "step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s | eta %s",
+          static_cast<int>(std::to_string(total).size()), s.step, total, s.loss, s.lr,
+          s.grad_norm, s.step_s * 1e3, s.tokens_per_s, FormatDuration(eta));
+    }
+    if (config_.eval.every > 0 && (s.step % config_.eval.every == 0 || s.step == total)) {
+      if (absl::Status e = evaluate(); !e.ok()) return e;
+    }
+    if (s.stop_requested && s.step < total) return StopAfterSignal(total);
+    if (checkpoints && config_.checkpoint.every > 0 && s.step % config_.checkpoint.every == 0 &&
+        s.step < total) {
+      absl::StatusOr<std::string> dir = SaveCheckpoint();
+      if (!dir.ok()) return dir.status();
+      if (leader) {
+        FR_LOG(INFO) << "checkpoint " << *dir;
+      }
+    }
+  }
+  if (config_.freeride.enabled) {
+    if (side_) side_->Finish();
+    if (absl::Status s = ReportHarvest(); !s.ok()) return s;
+  }
+  if (absl::Status s = WriteTimeline(); !s.ok()) return s;
+  if (absl::Status s = WriteTimelineSvg(); !s.ok()) return s;
+  if (checkpoints) {
+    absl::StatusOr<std::string> dir = SaveCheckpoint();
+    if (!dir.ok()) return dir.status();
+    if (leader) {
+      FR_LOG(INFO) << "final checkpoint " << *dir << " (model.bin is an llm.c checkpoint)";
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace freeride
