@@ -45,7 +45,8 @@ absl::Status Trainer::TrimMetricsAfterResume() {
   std::string line, kept;
   int64_t dropped = 0;
   while (std::getline(in, line)) {
-    if (RowStep(line) > step_) {
+    // A row cut short by a kill (no closing brace) is dropped with the later ones.
+    if (RowStep(line) > step_ || line.empty() || line.back() != '}') {
       ++dropped;
       continue;
     }

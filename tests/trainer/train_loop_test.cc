@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "tests/trainer/golden_trajectory.h"
+#include "tests/trainer/tiny_run.h"
 #include "trainer/optimizer.h"
 #include "trainer/token_shards.h"
 #include "trainer/trainer.h"
@@ -15,61 +16,11 @@
 namespace freeride {
 namespace {
 
-std::string Temp(const std::string& name) {
-  return (std::filesystem::path(::testing::TempDir()) / name).string();
-}
-
-StepStats MustStep(Trainer& trainer) {
-  absl::StatusOr<StepStats> s = trainer.Step();
-  EXPECT_TRUE(s.ok()) << s.status();
-  return s.ok() ? *s : StepStats{};
-}
-
-Config MustParse(const std::string& toml, const std::vector<std::string>& overrides = {}) {
-  auto config = ParseConfig(toml, "test.toml", overrides);
-  EXPECT_TRUE(config.ok()) << config.status();
-  return config.ok() ? *config : Config{};
-}
-
 // Against the PyTorch golden run (tests/trainer/golden_trajectory.h).
 TEST(TrainLoopTest, MatchesPyTorchGoldenTrajectory) {
   auto trainer = Trainer::Create(testing::GoldenConfig(Temp("golden_run"), "cpu"));
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   testing::ExpectGoldenTrajectory(**trainer);
-}
-
-// A run directory with a token shard of `tokens` random ids below `vocab`.
-std::string WriteRandomShard(const std::string& name, int tokens, int vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint16_t> ids(tokens);
-  for (auto& t : ids) t = static_cast<uint16_t>(rng() % vocab);
-  const std::string path = Temp(name);
-  EXPECT_TRUE(WriteTokenShard(path, ids).ok());
-  return path;
-}
-
-std::string TinyToml(const std::string& train, const std::string& dir) {
-  return absl::StrFormat(R"(
-[run]
-dir = "%s"
-seed = 5
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-max_seq_len = 16
-vocab_size = 64
-[data]
-train = "%s"
-[train]
-batch_size = 4
-seq_len = 16
-microbatches = 2
-steps = 6
-[optim]
-lr = 1e-2
-warmup_steps = 0
-)", dir, train);
 }
 
 TEST(TrainLoopTest, OverfitsASingleBatch) {
