@@ -54,7 +54,8 @@ void BlasGemm(bool ta, bool tb, int M, int N, int K, double alpha, const double*
 // blocks of a fixed size along its longer side, whatever the thread count, and each block is
 // one BLAS call on one thread (OpenBLAS's OpenMP build runs single-threaded inside a parallel
 // region; with one thread the trainer sets OpenBLAS to one thread too): the same bits for
-// any number of threads, within about 1% of OpenBLAS's own split on GPT-2 124M's products.
+// any number of threads, at 1-12% (about 7%) more time than OpenBLAS's own split on GPT-2
+// 124M's products (bench/results/2026-11-23-cpu-gemm-fixed-blocks.log).
 template <typename T>
 void FixedBlockGemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
                     int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {

@@ -43,12 +43,12 @@ shuffle = true
 batch_size = 4
 seq_len = 32
 microbatches = 2
-steps = $((40 * cycles))
+steps = $((200 * cycles))
 [optim]
 lr = 3e-3
 warmup_steps = 5
 [checkpoint]
-every = 5
+every = 25
 [parallel]
 pp = 2
 schedule = "1f1b"
