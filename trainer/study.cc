@@ -79,6 +79,13 @@ absl::StatusOr<std::string> RunStudy(Trainer& trainer, const Config& config,
     for (int i = 0; i < steps; ++i) {
       absl::StatusOr<StepStats> s = trainer.Step();
       if (!s.ok()) return s.status();
+      if (s->stop_requested) {
+        if (side != nullptr) side->Finish();
+        return absl::CancelledError(absl::StrFormat(
+            "stopped by a signal after step %d of the study; a study is measured in one go, so "
+            "it wrote no report",
+            trainer.step()));
+      }
       total += s->step_s;
     }
     const Snapshot after = Take(side);
