@@ -100,7 +100,6 @@ int WithTrainer(const ParsedFlags& flags, const std::function<void(Config&)>& ad
   if (!config.ok()) return Fail(config.status());
   adjust(*config);
   InstallStopHandlers();
-  ClearStopRequest();
   if (!LaunchedByMpi()) {
     absl::StatusOr<DirectoryLock> lock = PrepareRunDir(*config);
     if (!lock.ok()) return Fail(lock.status());

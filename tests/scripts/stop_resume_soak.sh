@@ -85,8 +85,16 @@ declare -A outcomes=()
 for ((c = 1; c <= cycles; ++c)); do
   resume=()
   [[ -f $dir/checkpoints/latest ]] && resume=(--set checkpoint.resume=latest)
+  started=$(grep -c "run_loop.cc.*model:" "$work/log.txt" || true)
   launch "$dir" "${resume[@]}" &
   job=$!
+  # Signals go to a run that is training (its handlers installed): until rank 0 logs its model
+  # line, a signal would only test the kernel's default action.
+  for ((w = 0; w < 300; ++w)); do
+    (( $(grep -c "run_loop.cc.*model:" "$work/log.txt" || true) > started )) && break
+    kill -0 "$job" 2>/dev/null || break
+    sleep 0.1
+  done
   sleep "$(printf '0.%03d' $((RANDOM % 1000)))"; sleep $((RANDOM % 3))
   mpirun_pid=$(pgrep -P "$job" -x mpirun || true)
   ranks=$( [[ -n $mpirun_pid ]] && pgrep -P "$mpirun_pid" -f "freeride train" || true)
