@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/child_process.h"
+
 namespace freeride {
 namespace {
 
@@ -19,6 +21,9 @@ void WriteStderr(const char* text) {
 }
 
 void OnStopSignal(int signal_number) {
+  // Side-task processes go at once: training needs nothing from them to reach its checkpoint,
+  // and a rank that mpirun kills next must not leave them behind.
+  KillChildProcessGroups();
   int expected = 0;
   if (g_stop_signal.compare_exchange_strong(expected, signal_number)) {
     WriteStderr("freeride: stop requested; stopping at the next step boundary with a "

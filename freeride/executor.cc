@@ -1,8 +1,8 @@
 #include "freeride/executor.h"
 
 #include <algorithm>
-#include <exception>
 #include <filesystem>
+#include <limits>
 
 #include "absl/strings/str_format.h"
 #include "core/files.h"
@@ -15,17 +15,27 @@ namespace {
 constexpr double kStepAlpha = 0.3;    // weight of a new step-time measurement
 constexpr double kBubbleAlpha = 0.5;  // weight of a new bubble measurement
 constexpr size_t kMaxEvents = 100000;
+// Less than this left of a bubble is not offered to a task that runs until a deadline (a worker
+// or an imperative task): the switch would cost more than the work.
+constexpr double kMinSliceS = 2e-4;
+// Where the input can be polled, a task that runs until a deadline keeps going while the input
+// has not landed, up to this many times the predicted bubble: past that something else is
+// wrong (a peer gone), and the rank must reach its receive and its comm_timeout_s.
+constexpr double kPollableBubbleLimit = 4.0;
+
+const std::function<bool()> kNever = [] { return false; };
 
 }  // namespace
 
 struct SideTaskExecutor::Task {
   SideTaskSpec spec;
-  std::unique_ptr<SideTask> impl;
-  std::unique_ptr<CappedArena> arena;
-  SideTaskContext ctx;
+  std::unique_ptr<TaskHost> host;
   TaskState state = TaskState::kSubmitted;
   double predicted_step_s = 0;
+  double worst_step_s = 0;  // a demoted task is offered only bubbles its worst step fits
+  bool demoted = false;
   TaskReport report;
+  bool runs_until_deadline() const { return host->pausable() || host->fills_bubble(); }
 };
 
 double HarvestReport::total_bubble_s() const {
@@ -45,57 +55,151 @@ double HarvestReport::total_overrun_s() const {
 }
 
 SideTaskExecutor::SideTaskExecutor(const ExecutorOptions& options) : options_(options) {}
-SideTaskExecutor::~SideTaskExecutor() = default;
+SideTaskExecutor::~SideTaskExecutor() = default;  // hosts kill their workers
 
 void SideTaskExecutor::Fail(Task& task, const std::string& reason) {
   task.state = TaskState::kFailed;
   task.report.reason = reason;
-  task.arena->Reset();
+  task.host->Abandon();
   FR_LOG(WARN) << "side task '" << task.spec.name << "' FAILED: " << reason
                << " (training goes on)";
 }
 
-// Runs one step of `task`, accounting for it; false when the task failed.
-bool SideTaskExecutor::RunStep(Task& task, double deadline,
-                               const std::function<bool()>& input_ready) {
-  task.ctx.deadline_s = deadline;
-  task.ctx.input_ready = input_ready;
-  const TaskState before = task.state;
-  task.state = TaskState::kRunning;
-  const double start = MonotonicSeconds();
-  absl::StatusOr<double> units = absl::InternalError("no result");
-  try {
-    units = task.impl->Step(task.ctx);
-  } catch (const std::exception& e) {
-    units = absl::InternalError(absl::StrFormat("threw %s", e.what()));
-  } catch (...) {
-    units = absl::InternalError("threw a non-standard exception");
+// An in-process step cannot be interrupted: one that ran well past its prediction and past the
+// bubble's predicted end is an overrun. Repeated ones demote the task (only bubbles its worst
+// step fits, after every other task), then fail it.
+void SideTaskExecutor::CountInProcessOverrun(Task& task, double took, double predicted_before,
+                                             double end) {
+  task.worst_step_s = std::max(task.worst_step_s, took);
+  if (task.host->fills_bubble() || end <= open_.predicted_end || took <= 2 * predicted_before) {
+    return;
   }
-  const double end = MonotonicSeconds();
-  if (!units.ok()) {
-    Fail(task, std::string(units.status().message()));
+  task.report.overruns += 1;
+  const int64_t n = task.report.overruns;
+  if (n >= 2 * options_.demote_after) {
+    Fail(task, absl::StrFormat(
+        "its in-process steps overran their bubbles %d times (the last took %.1f ms against "
+        "%.1f ms predicted); in-process steps cannot be paused: isolation = \"process\" can",
+        n, took * 1e3, predicted_before * 1e3));
+  } else if (n >= options_.demote_after && !task.demoted) {
+    task.demoted = true;
+    FR_LOG(WARN) << absl::StrFormat(
+        "side task '%s' demoted: %d in-process steps overran their bubbles; it now runs last, "
+        "only where its worst step (%.1f ms) fits",
+        task.spec.name, n, task.worst_step_s * 1e3);
+  }
+}
+
+bool SideTaskExecutor::RunStep(int which, double deadline,
+                               const std::function<bool()>& input_ready) {
+  Task& task = *tasks_[which];
+  const double predicted_before = task.predicted_step_s;
+  const double start = MonotonicSeconds();
+  const HostStep out = task.host->Step(deadline, input_ready);
+  const double end = start + out.ran_s;
+  task.report.harvested_s += out.ran_s;
+  open_.harvested += out.ran_s;
+  open_.last_task = which;
+  if (events_.size() < kMaxEvents) events_.push_back({which, open_.index, start, end});
+  if (out.kind == HostStep::Kind::kFailed) {
+    Fail(task, out.reason);
     return false;
   }
-  task.state = task.impl->Done() ? TaskState::kFinished : before;
-  if (task.state == TaskState::kFinished) {
-    FR_LOG(INFO) << "side task '" << task.spec.name << "' FINISHED";
-    (void)task.impl->Unload(task.ctx);
-    task.arena->Reset();
-  }
-  const double took = end - start;
-  if (!task.impl->FillsBubble()) {
-    task.predicted_step_s = (1 - kStepAlpha) * task.predicted_step_s + kStepAlpha * took;
+  if (out.kind == HostStep::Kind::kPaused) {
+    task.report.pauses += 1;
+    if (out.late_s > 0) {
+      open_.late = out.late_s;
+      open_.late_known = true;
+    }
+    return false;
   }
   task.report.steps += 1;
-  task.report.units += *units;
-  task.report.harvested_s += took;
-  open_.harvested += took;
-  if (events_.size() < kMaxEvents) {
-    int which = 0;
-    while (tasks_[which].get() != &task) ++which;
-    events_.push_back({which, open_.index, start, end});
+  task.report.units += out.units;
+  if (!task.runs_until_deadline()) {
+    task.predicted_step_s = (1 - kStepAlpha) * task.predicted_step_s + kStepAlpha * out.ran_s;
+    CountInProcessOverrun(task, out.ran_s, predicted_before, end);
+    if (task.state == TaskState::kFailed) return false;
+  }
+  if (out.finished) {
+    task.state = TaskState::kFinished;
+    task.host->Release();
+    FR_LOG(INFO) << "side task '" << task.spec.name << "' FINISHED";
   }
   return true;
+}
+
+void SideTaskExecutor::Calibrate(Task& task) {
+  // Steps alone, before training, for the step-time prediction and for `reclaimed` (work in
+  // seconds of the task run alone).
+  const double declared = task.host->declared_step_s();
+  double took = 0, units = 0;
+  int steps = 0;
+  if (!task.host->fills_bubble()) {
+    for (; steps < options_.calibration_steps && !task.host->done(); ++steps) {
+      const HostStep out =
+          task.host->Step(MonotonicSeconds() + 2 * options_.step_timeout_s, kNever);
+      if (out.kind != HostStep::Kind::kDone) {
+        Fail(task, "calibration step: " + (out.reason.empty() ? "did not finish" : out.reason));
+        return;
+      }
+      took += out.ran_s;
+      units += out.units;
+    }
+  }
+  task.report.standalone_step_s = steps > 0 ? took / steps : declared;
+  task.report.standalone_unit_s = units > 0 ? took / units : 0;
+  task.predicted_step_s = declared > 0 ? declared : task.report.standalone_step_s;
+  task.worst_step_s = task.predicted_step_s;
+  FR_LOG(INFO) << absl::StrFormat(
+      "side task '%s' (%s, %s) LOADED on stage %d: %.3f ms per step alone", task.spec.name,
+      task.spec.type, task.spec.isolation, options_.stage, task.report.standalone_step_s * 1e3);
+  if (task.host->done()) {
+    task.state = TaskState::kFinished;
+    task.host->Release();
+  }
+}
+
+absl::Status SideTaskExecutor::AddTask(const SideTaskSpec& spec) {
+  auto owned = std::make_unique<Task>();
+  Task& task = *owned;
+  task.spec = spec;
+  task.report.name = spec.name;
+  task.report.type = spec.type;
+  task.report.isolation = spec.isolation;
+  HostOptions host;
+  host.rank = options_.rank;
+  host.stage = options_.stage;
+  host.results_dir = (std::filesystem::path(options_.results_dir) /
+                      absl::StrFormat("%s_r%d", spec.name, options_.rank)).string();
+  host.step_timeout_s = options_.step_timeout_s;
+  host.worker_path = options_.worker_path;
+  if (absl::Status s = MakeDirectories(host.results_dir); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<TaskHost>> made = MakeTaskHost(spec, host);
+  if (!made.ok()) {
+    return absl::Status(made.status().code(),
+                        absl::StrFormat("side task '%s': %s", spec.name, made.status().message()));
+  }
+  task.host = *std::move(made);
+  tasks_.push_back(std::move(owned));
+  // Argument errors are the config's: they stop the run before training. A crash, a hang or a
+  // failing Load is the task's: it is FAILED and training goes on.
+  if (absl::Status s = task.host->Create(); !s.ok()) {
+    if (!absl::IsUnavailable(s)) {
+      return absl::Status(s.code(), absl::StrFormat("side task '%s' (%s): create: %s", spec.name,
+                                                    spec.type, s.message()));
+    }
+    Fail(task, absl::StrFormat("create: %s", s.message()));
+    return absl::OkStatus();
+  }
+  task.state = TaskState::kCreated;
+  task.report.unit = task.host->unit_name();
+  if (absl::Status s = task.host->Load(); !s.ok()) {
+    Fail(task, absl::StrFormat("load: %s", s.message()));
+    return absl::OkStatus();
+  }
+  task.state = TaskState::kLoaded;
+  Calibrate(task);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<SideTaskExecutor>> SideTaskExecutor::Create(
@@ -104,63 +208,7 @@ absl::StatusOr<std::unique_ptr<SideTaskExecutor>> SideTaskExecutor::Create(
   ex->report_.rank = options.rank;
   ex->report_.stage = options.stage;
   for (const SideTaskSpec& spec : specs) {
-    auto task = std::make_unique<Task>();
-    task->spec = spec;
-    absl::StatusOr<std::unique_ptr<SideTask>> impl = CreateSideTask(spec.type, spec.plugin);
-    if (!impl.ok()) {
-      return absl::Status(impl.status().code(), absl::StrFormat("side task '%s': %s", spec.name,
-                                                                impl.status().message()));
-    }
-    task->impl = *std::move(impl);
-    task->arena = std::make_unique<CappedArena>(spec.memory_limit_bytes);
-    task->ctx.name = spec.name;
-    task->ctx.rank = options.rank;
-    task->ctx.stage = options.stage;
-    task->ctx.args = &task->spec.args;
-    task->ctx.arena = task->arena.get();
-    task->ctx.results_dir = (std::filesystem::path(options.results_dir) /
-                             absl::StrFormat("%s_r%d", spec.name, options.rank)).string();
-    task->ctx.input_ready = [] { return false; };
-    task->report.name = spec.name;
-    task->report.type = spec.type;
-    task->report.unit = task->impl->UnitName();
-    // Create and Load errors are configuration errors: they stop the run before training.
-    if (absl::Status s = task->impl->Create(task->ctx); !s.ok()) {
-      return absl::Status(s.code(), absl::StrFormat("side task '%s' (%s): create: %s", spec.name,
-                                                    spec.type, s.message()));
-    }
-    task->state = TaskState::kCreated;
-    if (absl::Status s = MakeDirectories(task->ctx.results_dir); !s.ok()) return s;
-    if (absl::Status s = task->impl->Load(task->ctx); !s.ok()) {
-      return absl::Status(s.code(), absl::StrFormat("side task '%s' (%s): load: %s", spec.name,
-                                                    spec.type, s.message()));
-    }
-    task->state = TaskState::kLoaded;
-    // Calibration: steps alone, before training, for the step-time prediction and for
-    // `reclaimed` (work in seconds of the task run alone).
-    double declared = task->impl->DeclaredStepSeconds(), took = 0, units = 0;
-    int steps = 0;
-    if (!task->impl->FillsBubble()) {
-      for (; steps < options.calibration_steps && !task->impl->Done(); ++steps) {
-        task->ctx.deadline_s = MonotonicSeconds() + 3600;
-        const double start = MonotonicSeconds();
-        absl::StatusOr<double> u = task->impl->Step(task->ctx);
-        if (!u.ok()) {
-          return absl::Status(u.status().code(), absl::StrFormat(
-              "side task '%s' (%s): calibration step: %s", spec.name, spec.type,
-              u.status().message()));
-        }
-        took += MonotonicSeconds() - start;
-        units += *u;
-      }
-    }
-    task->report.standalone_step_s = steps > 0 ? took / steps : declared;
-    task->report.standalone_unit_s = units > 0 ? took / units : 0;
-    task->predicted_step_s = declared > 0 ? declared : task->report.standalone_step_s;
-    FR_LOG(INFO) << absl::StrFormat(
-        "side task '%s' (%s) LOADED on stage %d: %.3f ms per step alone", spec.name, spec.type,
-        options.stage, task->report.standalone_step_s * 1e3);
-    ex->tasks_.push_back(std::move(task));
+    if (absl::Status s = ex->AddTask(spec); !s.ok()) return s;
   }
   // Higher priority first; the order among equals is the config's.
   std::stable_sort(ex->tasks_.begin(), ex->tasks_.end(), [](const auto& a, const auto& b) {
@@ -176,23 +224,31 @@ void SideTaskExecutor::set_active_tasks(const std::vector<std::string>& names) {
   }
 }
 
-SideTaskExecutor::Task* SideTaskExecutor::Pick(double remaining) {
-  // Among runnable tasks of the highest priority that has one that fits, rotate.
-  for (size_t i = 0; i < tasks_.size();) {
-    size_t j = i;
-    while (j < tasks_.size() && tasks_[j]->spec.priority == tasks_[i]->spec.priority) ++j;
-    const size_t n = j - i;
-    for (size_t k = 0; k < n; ++k) {
-      const size_t index = i + (round_robin_ + k) % n;
-      Task& t = *tasks_[index];
-      const bool runnable =
-          t.state == TaskState::kLoaded && (active_.empty() || active_[index]);
-      if (runnable && (t.impl->FillsBubble() || t.predicted_step_s <= remaining)) {
-        round_robin_ = (round_robin_ + k + 1) % n;
-        return &t;
+SideTaskExecutor::Task* SideTaskExecutor::Pick(double remaining, bool pollable) {
+  // Among runnable tasks of the highest priority that has one that fits, rotate; demoted tasks
+  // come after all others.
+  for (const bool demoted : {false, true}) {
+    for (size_t i = 0; i < tasks_.size();) {
+      size_t j = i;
+      while (j < tasks_.size() && tasks_[j]->spec.priority == tasks_[i]->spec.priority) ++j;
+      const size_t n = j - i;
+      for (size_t k = 0; k < n; ++k) {
+        const size_t index = i + (round_robin_ + k) % n;
+        Task& t = *tasks_[index];
+        if (t.state != TaskState::kLoaded || t.demoted != demoted ||
+            (!active_.empty() && !active_[index])) {
+          continue;
+        }
+        const bool fits = t.runs_until_deadline()
+                              ? pollable || remaining > kMinSliceS
+                              : (t.demoted ? t.worst_step_s : t.predicted_step_s) <= remaining;
+        if (fits) {
+          round_robin_ = (round_robin_ + k + 1) % n;
+          return &t;
+        }
       }
+      i = j;
     }
-    i = j;
   }
   return nullptr;
 }
@@ -200,26 +256,39 @@ SideTaskExecutor::Task* SideTaskExecutor::Pick(double remaining) {
 void SideTaskExecutor::OnBubble(const pipeline::Instr& bubble, int index, double start_s,
                                 const std::function<bool()>& input_ready) {
   if (static_cast<int>(predicted_.size()) <= index) predicted_.resize(index + 1, -1.0);
-  open_ = Open{index, bubble.bubble, start_s, start_s, start_s, 0, false, harvesting_};
+  open_ = Open{};
+  open_.index = index;
+  open_.kind = bubble.bubble;
+  open_.start = open_.harvest_end = open_.predicted_end = start_s;
+  open_.pollable = static_cast<bool>(input_ready);
+  open_.harvesting = harvesting_;
   const double predicted = predicted_[index];
   if (!harvesting_ || predicted <= 0 || tasks_.empty()) return;  // measure first
+  const std::function<bool()>& ready = open_.pollable ? input_ready : kNever;
   open_.predicted_end = start_s + predicted;
+  // The deadline: the predicted end less the margin. Where the input can be polled, a task
+  // that can be paused (or stops itself) runs until it lands instead.
   const double stop_at = start_s + predicted * (1.0 - options_.margin);
   bool ran_since_poll = false;
   while (true) {
     const double now = MonotonicSeconds();
-    if (input_ready()) {
+    if (open_.pollable && ready()) {
       open_.overran = ran_since_poll;
       break;
     }
+    if (!open_.pollable && now >= stop_at) break;
     ran_since_poll = false;
-    Task* task = Pick(stop_at - now);
+    Task* task = Pick(stop_at - now, open_.pollable);
     if (task == nullptr) break;
-    if (!RunStep(*task, task->impl->FillsBubble() ? stop_at : now + task->predicted_step_s,
-                 input_ready)) {
-      continue;  // FAILED; offer the rest of the bubble to the others
+    int which = 0;
+    while (tasks_[which].get() != task) ++which;
+    double deadline = now + task->predicted_step_s;
+    if (task->runs_until_deadline()) {
+      deadline = open_.pollable ? start_s + kPollableBubbleLimit * predicted : stop_at;
     }
-    ran_since_poll = true;
+    const bool go_on = RunStep(which, deadline, ready);
+    if (!go_on && task->state != TaskState::kFailed) break;  // paused: the bubble is over
+    ran_since_poll = go_on;
   }
   open_.harvest_end = MonotonicSeconds();
 }
@@ -228,12 +297,14 @@ void SideTaskExecutor::OnBubbleEnd(int index, double end_s) {
   if (open_.index != index) return;
   const double measured = end_s - open_.start;
   const int kind = static_cast<int>(open_.kind);
-  // A side step that was still running when the input landed delayed training by at most
-  // that step (reported as the bound). Where the input cannot be polled (waits inside sums),
-  // the time past the predicted end counts.
+  // Bounds on the delay side work caused: a paused worker ran at most `late` past the input; an
+  // in-process step still running when the input landed delayed training by at most that step;
+  // where the input cannot be polled, the time past the predicted end counts.
   double overrun = 0;
   if (open_.harvested > 0) {
-    if (open_.overran && !events_.empty()) {
+    if (open_.late_known) {
+      overrun = std::min(open_.late, measured);
+    } else if (open_.overran && !events_.empty()) {
       overrun = events_.back().end_s - events_.back().start_s;
     } else if (open_.harvest_end > open_.predicted_end) {
       overrun = std::min(open_.harvest_end - open_.predicted_end, measured);
@@ -244,13 +315,15 @@ void SideTaskExecutor::OnBubbleEnd(int index, double end_s) {
     report_.bubble_s[kind] += measured;
     report_.harvested_s[kind] += open_.harvested;
     report_.overrun_s[kind] += overrun;
+    if (open_.last_task >= 0) tasks_[open_.last_task]->report.overrun_s += overrun;
   }
-  // Only a bubble whose end was not hidden by side work tells its true duration.
+  // Only a bubble whose end side work did not hide tells its duration; a paused worker hides it
+  // by at most `late`.
   double& p = predicted_[index];
   if (p <= 0) {
     p = measured;
-  } else if (overrun == 0) {
-    p = (1 - kBubbleAlpha) * p + kBubbleAlpha * measured;
+  } else if (overrun == 0 || open_.late_known) {
+    p = (1 - kBubbleAlpha) * p + kBubbleAlpha * (measured - overrun);
   } else {
     p *= 0.9;
   }
@@ -260,9 +333,8 @@ void SideTaskExecutor::OnBubbleEnd(int index, double end_s) {
 void SideTaskExecutor::Finish() {
   for (auto& t : tasks_) {
     if (t->state == TaskState::kFailed || t->state == TaskState::kFinished) continue;
-    (void)t->impl->Unload(t->ctx);
-    t->arena->Reset();
-    t->state = t->impl->Done() ? TaskState::kFinished : TaskState::kStopped;
+    t->host->Release();
+    t->state = t->host->done() ? TaskState::kFinished : TaskState::kStopped;
     FR_LOG(INFO) << "side task '" << t->spec.name << "' " << TaskStateName(t->state);
   }
 }
@@ -272,7 +344,8 @@ HarvestReport SideTaskExecutor::Report() const {
   for (const auto& t : tasks_) {
     TaskReport tr = t->report;
     tr.state = TaskStateName(t->state);
-    tr.summary = t->impl->Summary();
+    tr.summary = t->host->summary();
+    tr.memory_peak_bytes = t->host->memory_peak_bytes();
     r.tasks.push_back(tr);
   }
   return r;

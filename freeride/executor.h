@@ -1,9 +1,14 @@
-// The SideTaskExecutor: one per rank, in the training process (no RPC). At each BUBBLE it runs
-// steps of the highest-priority runnable task whose predicted step time fits the bubble's
-// remaining predicted time, until the awaited input is ready or nothing fits, then hands the
-// rank back. Bubble durations are predicted per bubble (its place in the stage's schedule)
-// from the measured durations of earlier steps; task step times from a calibration run at
-// start, corrected online. A failing task is FAILED with its reason; training never sees it.
+// The SideTaskExecutor: one per rank, in the training process. At each BUBBLE it runs steps of
+// the highest-priority runnable task that fits the bubble's remaining predicted time, until the
+// awaited input is ready (or, where that cannot be polled, until the predicted end less the
+// margin: the bubble's deadline) or nothing fits, then hands the rank back. Tasks run in this
+// process or in worker processes (task_host.h): a worker's step is paused at the deadline or
+// the ready input and resumed in a later bubble, so it may start whenever time is left; an
+// in-process step starts only if its predicted time fits, and one whose steps overrun
+// repeatedly is demoted, then failed. Bubble durations are predicted per bubble (its place in
+// the stage's schedule) from the measured durations of earlier steps; task step times from a
+// calibration run at start, corrected online. A failing task (error, exception, crash, hang,
+// memory) is FAILED with its reason; training never sees it.
 #pragma once
 
 #include <array>
@@ -13,16 +18,10 @@
 
 #include "absl/status/statusor.h"
 #include "freeride/side_task.h"
+#include "freeride/task_host.h"
 #include "pipeline/stage_executor.h"
 
 namespace freeride {
-
-struct SideTaskSpec {
-  std::string type, name, plugin;
-  int64_t priority = 0;
-  int64_t memory_limit_bytes = 0;
-  TaskArgs args;
-};
 
 struct ExecutorOptions {
   int rank = 0;
@@ -30,15 +29,22 @@ struct ExecutorOptions {
   double margin = 0.1;        // fraction of a bubble's predicted time left unharvested
   int calibration_steps = 3;  // standalone steps per task at start
   std::string results_dir;    // tasks write under results_dir/<name>_r<rank>/
+  double step_timeout_s = 60; // a worker's step (or create, load) running longer: hung, FAILED
+  int demote_after = 3;       // in-process overruns before demotion; twice as many: FAILED
+  std::string worker_path;    // empty: SideWorkerPath()
 };
 
 struct TaskReport {
-  std::string name, type, state, reason, unit, summary;
-  int64_t steps = 0;           // steps run inside bubbles
+  std::string name, type, state, reason, unit, summary, isolation;
+  int64_t steps = 0;           // steps run inside bubbles (finished ones)
   double units = 0;            // units of work done inside bubbles
   double harvested_s = 0;      // time of those steps
   double standalone_step_s = 0;   // mean step time alone (calibration)
   double standalone_unit_s = 0;   // seconds per unit of work alone
+  double overrun_s = 0;        // bound on the delay its side work caused training
+  int64_t overruns = 0;        // in-process steps that ran well past their bubble
+  int64_t pauses = 0;          // worker steps paused at a bubble's end
+  int64_t memory_peak_bytes = 0;  // its arena's peak, or its worker's peak resident set
 };
 
 struct SideStepEvent {
@@ -85,12 +91,21 @@ class SideTaskExecutor : public pipeline::BubbleHook {
     int index = -1;
     pipeline::BubbleKind kind = pipeline::BubbleKind::kNone;
     double start = 0, harvest_end = 0, predicted_end = 0, harvested = 0;
-    bool overran = false;  // the input was found ready right after a side step
+    bool pollable = false;    // the awaited input can be polled
+    bool overran = false;     // the input was found ready right after an in-process step
+    double late = 0;          // a worker paused at the ready input ran at most this past it
+    bool late_known = false;
+    int last_task = -1;       // the task that ran last in this bubble
     bool harvesting = false;  // counted in the report (blocks with harvesting off are not)
   };
   explicit SideTaskExecutor(const ExecutorOptions& options);
-  Task* Pick(double remaining);
-  bool RunStep(Task& task, double deadline, const std::function<bool()>& input_ready);
+  absl::Status AddTask(const SideTaskSpec& spec);
+  void Calibrate(Task& task);
+  Task* Pick(double remaining, bool pollable);
+  // Runs (or resumes) one step; false when the bubble is over for side work (a paused worker)
+  // or the task failed.
+  bool RunStep(int which, double deadline, const std::function<bool()>& input_ready);
+  void CountInProcessOverrun(Task& task, double took, double predicted_before, double end);
   void Fail(Task& task, const std::string& reason);
 
   ExecutorOptions options_;

@@ -226,7 +226,7 @@ std::function<bool()> StageExecutor::InputReady(size_t bubble_index) const {
   size_t j = bubble_index + 1;
   while (j < instrs.size() && instrs[j].op == Op::kBubble) ++j;
   if (j == instrs.size() || (instrs[j].op != Op::kRecvAct && instrs[j].op != Op::kRecvGrad)) {
-    return [] { return false; };
+    return nullptr;  // a sum: nothing to poll, the bubble's deadline is its predicted end
   }
   const Instr& in = instrs[j];
   const int cell = in.chunk * schedule_.microbatches + in.microbatch;

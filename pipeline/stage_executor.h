@@ -29,7 +29,8 @@ struct RankLayout {
 // The side-task executor plugs in here. OnBubble is called at each BUBBLE instruction
 // (`index`: its place in the stage's list, the bubble's identity from step to step;
 // `start_s` on MonotonicSeconds()'s clock) and returns when the hook hands the rank back;
-// `input_ready` polls the input the bubble waits for (always false where it cannot tell).
+// `input_ready` polls the input the bubble waits for; it is empty where that cannot be polled
+// (the sums), and the hook must then keep to its own prediction of the bubble's end.
 // OnBubbleEnd says when the instruction the bubble waited at stopped waiting.
 class BubbleHook {
  public:

@@ -16,6 +16,7 @@
 #include "trainer/default_config.h"
 #include "trainer/flags.h"
 #include "trainer/memory_report.h"
+#include "trainer/side_task_check.h"
 
 namespace freeride {
 namespace {
@@ -66,6 +67,11 @@ int ConfigCheck(const ParsedFlags& flags) {
   }
   absl::StatusOr<Config> config = ConfigFromFlags(flags);
   if (!config.ok()) return ReportConfigErrors(config.status());
+  // Side tasks are built as `train` builds them: their arguments, plugins and limits.
+  std::vector<std::string> warnings;
+  absl::Status tasks = ValidateSideTasks(*config, &warnings);
+  for (const std::string& w : warnings) std::cerr << "warning: " << w << "\n";
+  if (!tasks.ok()) return ReportConfigErrors(tasks);
   std::cout << ConfigToToml(*config);
   return kExitOk;
 }

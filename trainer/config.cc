@@ -56,6 +56,18 @@ class Loader {
   void ApplyOverride(const std::string& assignment);
   void CheckRequired();
   void CheckCrossField();
+  // What origins_ says of side_tasks[index]'s keys, relative to the task ("args.x", "type").
+  std::map<std::string, std::string> SideTaskOrigins(size_t index) const {
+    const std::string prefix = absl::StrCat("side_tasks[", index, "]");
+    std::map<std::string, std::string> out;
+    for (auto it = origins_.lower_bound(prefix); it != origins_.end(); ++it) {
+      if (it->first.rfind(prefix, 0) != 0) break;
+      std::string rest = it->first.substr(prefix.size());
+      if (!rest.empty() && rest[0] != '.') continue;  // side_tasks[1] is not side_tasks[10]
+      out[rest.empty() ? "" : rest.substr(1)] = it->second.Where();
+    }
+    return out;
+  }
 
   Config config;
   std::vector<std::string> errors;
@@ -232,7 +244,13 @@ void Loader::SetSideTaskKey(size_t index, absl::string_view key, const toml::nod
   SideTaskConfig& task = config.side_tasks[index];
   const std::string name = absl::StrCat("side_tasks[", index, "].", key);
   origins_[name] = origin;
-  if (key == "type" || key == "name" || key == "plugin") {
+  if (key == "isolation") {
+    if (!node.is_string() || (*node.value<std::string>() != "process" &&
+                              *node.value<std::string>() != "inprocess")) {
+      return Mismatch(origin, name, "\"process\" or \"inprocess\"", Describe(node));
+    }
+    task.isolation = *node.value<std::string>();
+  } else if (key == "type" || key == "name" || key == "plugin") {
     if (!node.is_string() || node.value<std::string>()->empty()) {
       return Mismatch(origin, name, "a non-empty string", Describe(node));
     }
@@ -443,6 +461,11 @@ void Loader::CheckCrossField() {
            absl::StrCat("a name not already used by side_tasks[", it->second, "]"),
            config_internal::TomlString(name));
     }
+    if (task.isolation == "inprocess" && task.type == "command" && task.plugin.empty()) {
+      fail(absl::StrCat("side_tasks[", i, "].isolation"),
+           "\"process\" for a `command` task (its program always runs as its own process)",
+           "\"inprocess\"");
+    }
     for (int64_t stage : task.stages) {
       if (stage >= c.parallel.pp) {
         fail(absl::StrCat("side_tasks[", i, "].stages"),
@@ -474,10 +497,17 @@ absl::StatusOr<Config> ParseConfig(absl::string_view text, absl::string_view sou
   if (!loader.errors.empty()) {
     return absl::InvalidArgumentError(absl::StrJoin(loader.errors, "\n"));
   }
-  for (SideTaskConfig& task : loader.config.side_tasks) {
+  for (size_t i = 0; i < loader.config.side_tasks.size(); ++i) {
+    SideTaskConfig& task = loader.config.side_tasks[i];
     if (task.name.empty()) task.name = task.type;
+    if (task.isolation.empty()) task.isolation = DefaultIsolation(task);
+    task.origins = loader.SideTaskOrigins(i);
   }
   return loader.config;
+}
+
+std::string DefaultIsolation(const SideTaskConfig& task) {
+  return !task.plugin.empty() || task.type == "command" ? "process" : "inprocess";
 }
 
 absl::StatusOr<Config> LoadConfigFile(const std::string& path,

@@ -93,6 +93,8 @@ struct FreerideConfig {
   int64_t alternate_every = 0;
   int64_t calibration_steps = 3;
   double margin = 0.1;
+  double step_timeout_s = 60;
+  int64_t demote_after = 3;
 };
 
 
@@ -103,8 +105,15 @@ struct SideTaskConfig {
   std::vector<int64_t> stages;      // empty means every stage
   int64_t priority = 0;             // higher runs first
   int64_t memory_limit_bytes = 0;   // 0: no cap beyond what the stage has free
+  std::string isolation;            // "process" | "inprocess"; empty: the type's default
   TaskArgs args;
+  // Where each key came from ("file:line:column"; "" is the [[side_tasks]] table itself,
+  // "args.NAME" an argument), for errors found after parsing (`config check`, `train`).
+  std::map<std::string, std::string> origins;
 };
+
+// "process" for plugins and `command`, "inprocess" for the other built-in tasks.
+std::string DefaultIsolation(const SideTaskConfig& task);
 
 struct Config {
   RunConfig run;

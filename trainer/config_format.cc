@@ -74,6 +74,9 @@ std::string ConfigToToml(const Config& config) {
                                         : absl::StrCat("[", absl::StrJoin(task.stages, ", "), "]"),
                     "\n", "priority = ", task.priority, "\n");
     if (!task.plugin.empty()) absl::StrAppend(&out, "plugin = ", TomlString(task.plugin), "\n");
+    absl::StrAppend(&out, "isolation = ",
+                    TomlString(task.isolation.empty() ? DefaultIsolation(task) : task.isolation),
+                    "\n");
     const std::string limit = FormatByteSize(task.memory_limit_bytes);
     absl::StrAppend(&out, "memory_limit = ",
                     limit == absl::StrCat(task.memory_limit_bytes) ? limit : TomlString(limit),

@@ -129,6 +129,12 @@ std::vector<KeySpec> BuildSchema() {
       FR_KEY(freeride, margin).Min(0).Max(1).Doc(
           "Fraction of a bubble's predicted time kept free: a task step starts only if it fits "
           "in the rest."),
+      FR_KEY(freeride, step_timeout_s).Min(0.001).Doc(
+          "A process-isolated task whose step (or create, or load) has run this long without "
+          "finishing is hung: its worker is killed and the task FAILED."),
+      FR_KEY(freeride, demote_after).Min(1).Doc(
+          "In-process steps that overrun their bubble (over twice their predicted time, past the "
+          "bubble's end) before the task is demoted; twice as many fail it."),
   };
 }
 
@@ -174,6 +180,9 @@ const std::vector<SideTaskKeyDoc>& SideTaskKeys() {
        "Cap on the task's device memory, e.g. \"512MiB\"; 0: no cap beyond what is free."},
       {"plugin", "string (path)", "\"\"",
        "Shared object providing `type` (an out-of-tree task); empty for built-in tasks."},
+      {"isolation", "\"process\" or \"inprocess\"", "process for plugins and `command`",
+       "Where the task runs: its own worker process (paused at bubble ends; a crash, hang or "
+       "memory overrun fails it alone) or the rank's process (the cheapest switch)."},
       {"args", "table", "{}", "The task's own arguments, checked by the task at start."},
   };
   return keys;

@@ -3,8 +3,6 @@
 // overrun time, utilisation; per task its state and work; the overhead (alternating blocks)
 // and the reclaimed fraction. Gathered over every rank,
 // printed and written by rank 0 (metrics.jsonl), task records by each rank.
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
 
@@ -12,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "core/files.h"
 #include "core/logging.h"
+#include "trainer/side_task_check.h"
 #include "trainer/trainer.h"
 
 namespace freeride {
@@ -34,29 +33,13 @@ std::string JsonString(const std::string& s) {
 
 absl::Status Trainer::CreateSideTasks() {
   if (!config_.freeride.enabled) return absl::OkStatus();
+  if (absl::Status s = CheckSideTaskPlacement(config_); !s.ok()) return s;
   std::vector<SideTaskSpec> specs;
-  const int64_t available =
-      static_cast<int64_t>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
-  for (size_t i = 0; i < config_.side_tasks.size(); ++i) {
-    const SideTaskConfig& task = config_.side_tasks[i];
-    for (int64_t stage : task.stages) {
-      if (stage >= layout_.pp) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "side_tasks[%d].stages: stage %d, but parallel.pp = %d (stages 0..%d)", i, stage,
-            layout_.pp, layout_.pp - 1));
-      }
-    }
-    if (task.memory_limit_bytes > available) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "side_tasks[%d].memory_limit = %s is more than this stage has free (%s)", i,
-          FormatByteSize(task.memory_limit_bytes), FormatByteSize(available)));
-    }
+  for (const SideTaskConfig& task : config_.side_tasks) {
     const bool here = task.stages.empty() ||
                       std::find(task.stages.begin(), task.stages.end(), layout_.stage) !=
                           task.stages.end();
-    if (!here) continue;
-    specs.push_back({task.type, task.name.empty() ? task.type : task.name, task.plugin,
-                     task.priority, task.memory_limit_bytes, task.args});
+    if (here) specs.push_back(SpecOf(task));
   }
   if (specs.empty()) return absl::OkStatus();
   ExecutorOptions options;
@@ -64,6 +47,8 @@ absl::Status Trainer::CreateSideTasks() {
   options.stage = layout_.stage;
   options.margin = config_.freeride.margin;
   options.calibration_steps = static_cast<int>(config_.freeride.calibration_steps);
+  options.step_timeout_s = config_.freeride.step_timeout_s;
+  options.demote_after = static_cast<int>(config_.freeride.demote_after);
   options.results_dir = (std::filesystem::path(config_.run.dir) / "side_tasks").string();
   absl::StatusOr<std::unique_ptr<SideTaskExecutor>> side = SideTaskExecutor::Create(specs, options);
   if (!side.ok()) return side.status();
@@ -93,18 +78,23 @@ absl::Status Trainer::ReportHarvest() {
     for (const TaskReport& t : report.tasks) {
       totals[0] += t.units * t.standalone_unit_s;
       FR_LOG(INFO) << absl::StrFormat(
-          "side task '%s' (%s): %s, %d steps, %.6g %s in bubbles (%.3f s), alone %.3f ms/step%s%s",
-          t.name, t.type, t.state, t.steps, t.units, t.unit, t.harvested_s,
-          t.standalone_step_s * 1e3, t.reason.empty() ? "" : "; reason: " + t.reason,
+          "side task '%s' (%s, %s): %s, %d steps, %.6g %s in bubbles (%.3f s), alone %.3f "
+          "ms/step, overrun %.4f s, %d pauses, memory peak %s%s%s",
+          t.name, t.type, t.isolation, t.state, t.steps, t.units, t.unit, t.harvested_s,
+          t.standalone_step_s * 1e3, t.overrun_s, t.pauses, FormatByteSize(t.memory_peak_bytes),
+          t.reason.empty() ? "" : "; reason: " + t.reason,
           t.summary.empty() ? "" : "; " + t.summary);
       absl::StrAppendFormat(
           &lines,
           "{\"kind\": \"side_task\", \"step\": %d, \"rank\": %d, \"stage\": %d, \"name\": %s, "
-          "\"type\": %s, \"state\": %s, \"steps\": %d, \"units\": %.6g, \"unit\": %s, "
-          "\"harvested_s\": %.6f, \"standalone_step_s\": %.6f, \"reason\": %s, \"summary\": %s}\n",
+          "\"type\": %s, \"isolation\": %s, \"state\": %s, \"steps\": %d, \"units\": %.6g, "
+          "\"unit\": %s, \"harvested_s\": %.6f, \"standalone_step_s\": %.6f, \"overrun_s\": %.6f, "
+          "\"overruns\": %d, \"pauses\": %d, \"memory_peak_bytes\": %d, \"reason\": %s, "
+          "\"summary\": %s}\n",
           step_, transport_->rank(), layout_.stage, JsonString(t.name), JsonString(t.type),
-          JsonString(t.state), t.steps, t.units, JsonString(t.unit), t.harvested_s,
-          t.standalone_step_s, JsonString(t.reason), JsonString(t.summary));
+          JsonString(t.isolation), JsonString(t.state), t.steps, t.units, JsonString(t.unit),
+          t.harvested_s, t.standalone_step_s, t.overrun_s, t.overruns, t.pauses,
+          t.memory_peak_bytes, JsonString(t.reason), JsonString(t.summary));
     }
     absl::Status s = WriteFileAtomically(
         (std::filesystem::path(config_.run.dir) /

@@ -1,17 +1,16 @@
-// `command`: the imperative interface. Any program (args.argv) runs as a child process that is
-// stopped (SIGSTOP) except inside bubbles: a step resumes it (SIGCONT), lets it run until the
-// bubble's deadline or until training's input is ready, and stops it again. The child's exit
-// ends the task: status 0 FINISHED, anything else FAILED with the status; at the end of
-// training a child still running is killed (STOPPED).
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
+// `command`: the imperative interface. Any program (args.argv) runs as a child process of the
+// rank (core/child_process.h: its own process group, killed with the rank, its data segment
+// capped at memory_limit) that is stopped (SIGSTOP) except inside bubbles: a step resumes it
+// (SIGCONT), lets it run until the bubble's deadline or until training's input is ready, and
+// stops it again. The child's exit ends the task: status 0 FINISHED, anything else FAILED with
+// the status or signal; at the end of training its group is killed (STOPPED).
 
 #include <chrono>
 #include <thread>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/child_process.h"
 #include "core/timer.h"
 #include "freeride/side_task.h"
 
@@ -20,8 +19,6 @@ namespace {
 
 class CommandTask : public SideTask {
  public:
-  ~CommandTask() override { Kill(); }
-
   absl::Status Create(SideTaskContext& ctx) override {
     ArgReader args(ctx.name, *ctx.args);
     if (absl::Status s = args.OnlyKnown({"argv"}); !s.ok()) return s;
@@ -35,53 +32,40 @@ class CommandTask : public SideTask {
     return absl::OkStatus();
   }
 
+  // Starts the program, stopped: the first bubble lets it run. Its data segment is capped at
+  // the task's memory_limit.
   absl::Status Load(SideTaskContext& ctx) override {
-    if (pid_ > 0) return absl::OkStatus();
-    pid_ = fork();
-    if (pid_ < 0) return absl::InternalError("fork failed");
-    if (pid_ == 0) {
-      raise(SIGSTOP);  // start stopped: the first bubble lets it run
-      std::vector<char*> cargv;
-      for (std::string& a : argv_) cargv.push_back(a.data());
-      cargv.push_back(nullptr);
-      if (chdir(ctx.results_dir.c_str()) != 0) _exit(126);
-      execvp(cargv[0], cargv.data());
-      _exit(127);
-    }
-    int status = 0;
-    waitpid(pid_, &status, WUNTRACED);
-    if (!WIFSTOPPED(status)) return Exited(status);
+    if (child_.running()) return absl::OkStatus();
+    ChildOptions options;
+    options.argv = argv_;
+    options.working_dir = ctx.results_dir;
+    options.data_limit_bytes = ctx.arena->cap();
+    options.start_stopped = true;
+    absl::StatusOr<ChildProcess> child = ChildProcess::Start(options);
+    if (!child.ok()) return child.status();
+    child_ = *std::move(child);
+    if (child_.Ended()) return Exited();
     return absl::OkStatus();
   }
 
   absl::StatusOr<double> Step(SideTaskContext& ctx) override {
     const double start = MonotonicSeconds();
-    kill(pid_, SIGCONT);
-    int status = 0;
-    bool exited = false;
-    while (MonotonicSeconds() < ctx.deadline_s && !ctx.input_ready()) {
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        exited = true;
-        break;
-      }
+    child_.Continue();
+    while (MonotonicSeconds() < ctx.deadline_s && !ctx.input_ready() && !child_.Ended()) {
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
-    if (!exited) {
-      kill(pid_, SIGSTOP);
-      if (waitpid(pid_, &status, WUNTRACED) == pid_ && !WIFSTOPPED(status)) exited = true;
-    }
+    child_.Stop();
     const double ran = MonotonicSeconds() - start;
-    if (exited) {
-      pid_ = -1;
-      if (absl::Status s = Exited(status); !s.ok()) return s;
+    seconds_ += ran;
+    if (child_.Ended()) {
+      if (absl::Status s = Exited(); !s.ok()) return s;
       finished_ = true;
     }
-    seconds_ += ran;
     return ran;
   }
 
   absl::Status Unload(SideTaskContext&) override {
-    Kill();
+    child_.Kill();
     return absl::OkStatus();
   }
   bool Done() const override { return finished_; }
@@ -91,28 +75,16 @@ class CommandTask : public SideTask {
     return absl::StrFormat("`%s` ran %.3f s inside bubbles%s", absl::StrJoin(argv_, " "),
                            seconds_, finished_ ? ", exited 0" : "");
   }
-  pid_t pid() const { return pid_; }
 
  private:
-  absl::Status Exited(int status) {
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return absl::OkStatus();
-    if (WIFEXITED(status)) {
-      return absl::InternalError(absl::StrFormat("`%s` exited with status %d%s",
-                                                 absl::StrJoin(argv_, " "), WEXITSTATUS(status),
-                                                 WEXITSTATUS(status) == 127 ? " (not found)" : ""));
-    }
-    return absl::InternalError(absl::StrFormat("`%s` was killed by signal %d",
-                                               absl::StrJoin(argv_, " "), WTERMSIG(status)));
-  }
-  void Kill() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
+  absl::Status Exited() const {
+    if (child_.EndedCleanly()) return absl::OkStatus();
+    return absl::InternalError(
+        absl::StrFormat("`%s` %s", absl::StrJoin(argv_, " "), child_.EndDescription()));
   }
 
   std::vector<std::string> argv_;
-  pid_t pid_ = -1;
+  ChildProcess child_;  // killed (its whole process group) when the task goes
   bool finished_ = false;
   double seconds_ = 0;
 };

@@ -1,0 +1,115 @@
+// A side task run by the rank itself: the fastest switch (a function call), no protection. A
+// thrown exception or an error status fails the task; a crash or a hang is the rank's.
+#include <exception>
+#include <new>
+
+#include "absl/strings/str_format.h"
+#include "core/arena.h"
+#include "core/timer.h"
+#include "freeride/side_task.h"
+#include "freeride/task_host.h"
+
+namespace freeride {
+namespace {
+
+class InProcessHost : public TaskHost {
+ public:
+  InProcessHost(const SideTaskSpec& spec, const HostOptions& options,
+                std::unique_ptr<SideTask> impl)
+      : spec_(spec), impl_(std::move(impl)), arena_(spec.memory_limit_bytes) {
+    ctx_.name = spec_.name;
+    ctx_.rank = options.rank;
+    ctx_.stage = options.stage;
+    ctx_.args = &spec_.args;
+    ctx_.arena = &arena_;
+    ctx_.results_dir = options.results_dir;
+    ctx_.input_ready = [] { return false; };
+  }
+  ~InProcessHost() override { Release(); }
+
+  absl::Status Create() override { return Guard("create", [&] { return impl_->Create(ctx_); }); }
+  absl::Status Load() override {
+    loaded_ = true;
+    return Guard("load", [&] { return impl_->Load(ctx_); });
+  }
+
+  HostStep Step(double deadline_s, const std::function<bool()>& input_ready) override {
+    ctx_.deadline_s = deadline_s;
+    ctx_.input_ready = input_ready;
+    HostStep out;
+    const double start = MonotonicSeconds();
+    absl::StatusOr<double> units = absl::InternalError("no result");
+    try {
+      units = impl_->Step(ctx_);
+    } catch (const std::bad_alloc&) {
+      units = absl::ResourceExhaustedError("ran out of memory (std::bad_alloc)");
+    } catch (const std::exception& e) {
+      units = absl::InternalError(absl::StrFormat("threw %s", e.what()));
+    } catch (...) {
+      units = absl::InternalError("threw a non-standard exception");
+    }
+    out.ran_s = MonotonicSeconds() - start;
+    if (!units.ok()) {
+      out.kind = HostStep::Kind::kFailed;
+      out.reason = std::string(units.status().message());
+      return out;
+    }
+    out.units = *units;
+    out.finished = impl_->Done();
+    return out;
+  }
+
+  void Release() override {
+    if (loaded_) (void)impl_->Unload(ctx_);
+    loaded_ = false;
+    arena_.Reset();
+  }
+  void Abandon() override {
+    loaded_ = false;  // its state is not trusted: no Unload, only the memory back
+    arena_.Reset();
+  }
+
+  bool pausable() const override { return false; }
+  bool fills_bubble() const override { return impl_->FillsBubble(); }
+  double declared_step_s() const override { return impl_->DeclaredStepSeconds(); }
+  std::string unit_name() const override { return impl_->UnitName(); }
+  std::string summary() const override { return impl_->Summary(); }
+  int64_t memory_peak_bytes() const override { return arena_.peak(); }
+  bool done() const override { return impl_->Done(); }
+
+ private:
+  absl::Status Guard(const char* what, const std::function<absl::Status()>& call) {
+    try {
+      return call();
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrFormat("%s threw %s", what, e.what()));
+    } catch (...) {
+      return absl::InternalError(absl::StrFormat("%s threw a non-standard exception", what));
+    }
+  }
+
+  SideTaskSpec spec_;
+  std::unique_ptr<SideTask> impl_;
+  CappedArena arena_;
+  SideTaskContext ctx_;
+  bool loaded_ = false;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TaskHost>> MakeInProcessHost(const SideTaskSpec& spec,
+                                                            const HostOptions& options) {
+  absl::StatusOr<std::unique_ptr<SideTask>> impl = CreateSideTask(spec.type, spec.plugin);
+  if (!impl.ok()) return impl.status();
+  return std::unique_ptr<TaskHost>(new InProcessHost(spec, options, *std::move(impl)));
+}
+
+absl::StatusOr<std::unique_ptr<TaskHost>> MakeTaskHost(const SideTaskSpec& spec,
+                                                       const HostOptions& options) {
+  // A `command` task's program is its own process already: the rank drives it directly.
+  const bool command = spec.type == "command" && spec.plugin.empty();
+  return spec.isolation == "process" && !command ? MakeWorkerHost(spec, options)
+                                                 : MakeInProcessHost(spec, options);
+}
+
+}  // namespace freeride

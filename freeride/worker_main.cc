@@ -1,0 +1,171 @@
+// `freeride_side_worker`: one side task in its own process, driven by the rank that started it
+// over the socket on fd 3 (freeride/worker_protocol.h). It answers create, load, step and
+// finish; once loaded its data segment is capped at memory_limit (plus its runtime's slack), so
+// the task runs out of memory here instead of on the training node. It exits when the rank
+// closes the socket (and dies with the rank: PR_SET_PDEATHSIG).
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <new>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "core/arena.h"
+#include "core/files.h"
+#include "core/host_memory.h"
+#include "freeride/side_task.h"
+#include "freeride/worker_protocol.h"
+
+namespace freeride {
+namespace {
+
+constexpr int kSocket = 3;
+// What the worker's own runtime may take on top of memory_limit once the cap is set (allocator
+// arenas, library buffers a task's first call into BLAS makes).
+constexpr int64_t kRuntimeSlackBytes = int64_t{64} << 20;
+
+int64_t DataSegmentBytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    long kib = 0;
+    if (line.rfind("VmData:", 0) == 0 && sscanf(line.c_str(), "VmData: %ld", &kib) == 1) {
+      return int64_t{kib} * 1024;
+    }
+  }
+  return 0;
+}
+
+bool OnGpu(const TaskArgs& args) {
+  auto it = args.find("device");
+  return it != args.end() && std::holds_alternative<std::string>(it->second) &&
+         std::get<std::string>(it->second) == "cuda";
+}
+
+class Worker {
+ public:
+  explicit Worker(WorkerSpec spec) : spec_(std::move(spec)), arena_(spec_.task.memory_limit_bytes) {
+    ctx_.name = spec_.task.name;
+    ctx_.rank = spec_.rank;
+    ctx_.stage = spec_.stage;
+    ctx_.args = &spec_.task.args;
+    ctx_.arena = &arena_;
+    ctx_.results_dir = spec_.results_dir;
+    ctx_.input_ready = [] { return false; };  // the rank pauses this process instead
+  }
+
+  // One request in, one answer out; false once the rank asked to finish.
+  bool Serve(const Message& request) {
+    const std::string& verb = request[0];
+    if (verb == "create") return Answer(Create());
+    if (verb == "load") return Answer(Guarded([&] { return Load(); }));
+    if (verb == "step") return Answer(Step(request.size() > 1 ? request[1] : "0"));
+    if (verb == "finish") {
+      if (task_ != nullptr && loaded_) (void)task_->Unload(ctx_);
+      Reply({"ok", "finish", task_ != nullptr ? task_->Summary() : "",
+             task_ != nullptr && task_->Done() ? "1" : "0"});
+      return false;
+    }
+    return Answer({"error", "unknown request '" + verb + "'"});
+  }
+
+ private:
+  Message Create() {
+    absl::StatusOr<std::unique_ptr<SideTask>> task =
+        CreateSideTask(spec_.task.type, spec_.task.plugin);
+    if (!task.ok()) return {"error", std::string(task.status().message()), "config"};
+    task_ = *std::move(task);
+    Message m = Guarded([&] { return task_->Create(ctx_); });
+    if (m[0] != "ok") return {"error", m[1], "config"};
+    return {"ok", task_->UnitName(), absl::StrFormat("%.9g", task_->DeclaredStepSeconds()),
+            task_->FillsBubble() ? "1" : "0"};
+  }
+
+  absl::Status Load() {
+    const int64_t limit = spec_.task.memory_limit_bytes;
+    if (limit > 0 && !OnGpu(spec_.task.args)) {
+      const rlim_t cap = static_cast<rlim_t>(DataSegmentBytes() + limit + kRuntimeSlackBytes);
+      const rlimit r{cap, cap};
+      if (setrlimit(RLIMIT_DATA, &r) != 0) {
+        return absl::InternalError(absl::StrFormat("setrlimit(RLIMIT_DATA): %s", strerror(errno)));
+      }
+      cap_text_ = FormatBytes(limit);
+    }
+    loaded_ = true;
+    return task_->Load(ctx_);
+  }
+
+  Message Step(const std::string& deadline) {
+    (void)absl::SimpleAtod(deadline, &ctx_.deadline_s);
+    try {
+      absl::StatusOr<double> units = task_->Step(ctx_);
+      if (!units.ok()) return {"error", std::string(units.status().message())};
+      return {"ok", absl::StrFormat("%.17g", *units), task_->Done() ? "1" : "0"};
+    } catch (const std::bad_alloc&) {
+      return {"error", OutOfMemory()};
+    } catch (const std::exception& e) {
+      return {"error", absl::StrFormat("threw %s", e.what())};
+    } catch (...) {
+      return {"error", "threw a non-standard exception"};
+    }
+  }
+
+  Message Guarded(const std::function<absl::Status()>& call) {
+    try {
+      absl::Status s = call();
+      if (s.ok()) return {"ok"};
+      return {"error", std::string(s.message())};
+    } catch (const std::bad_alloc&) {
+      return {"error", OutOfMemory()};
+    } catch (const std::exception& e) {
+      return {"error", absl::StrFormat("threw %s", e.what())};
+    } catch (...) {
+      return {"error", "threw a non-standard exception"};
+    }
+  }
+
+  std::string OutOfMemory() const {
+    return cap_text_.empty()
+               ? std::string("ran out of memory (std::bad_alloc)")
+               : absl::StrFormat("exceeded its memory limit of %s (std::bad_alloc in its worker)",
+                                 cap_text_);
+  }
+
+  bool Answer(const Message& m) {
+    Reply(m);
+    return true;
+  }
+  void Reply(const Message& m) {
+    if (!SendMessage(kSocket, m).ok()) _exit(0);  // the rank is gone
+  }
+
+  WorkerSpec spec_;
+  CappedArena arena_;
+  SideTaskContext ctx_;
+  std::unique_ptr<SideTask> task_;
+  bool loaded_ = false;
+  std::string cap_text_;
+};
+
+int WorkerMain() {
+  absl::StatusOr<Message> first = ReceiveMessage(kSocket);
+  if (!first.ok() || first->size() < 2 || (*first)[0] != "spec") return 2;
+  absl::StatusOr<WorkerSpec> spec = DecodeWorkerSpec((*first)[1]);
+  if (!spec.ok()) {
+    (void)SendMessage(kSocket, {"error", std::string(spec.status().message()), "config"});
+    return 2;
+  }
+  Worker worker(*std::move(spec));
+  while (true) {
+    absl::StatusOr<Message> request = ReceiveMessage(kSocket);
+    if (!request.ok() || request->empty()) return 0;  // the rank closed the socket
+    if (!worker.Serve(*request)) return 0;
+  }
+}
+
+}  // namespace
+}  // namespace freeride
+
+int main() { return freeride::WorkerMain(); }

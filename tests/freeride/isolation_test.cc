@@ -1,0 +1,288 @@
+// Process isolation and hard deadlines (issue 17), with synthetic bubbles: a worker's crash,
+// abort, exit, exception, hang or memory overrun fails that task alone with its reason; a step
+// still running at the bubble's end is paused there and resumed later; a bubble whose input
+// cannot be polled ends at its deadline whatever runs in it; in-process overruns demote, then
+// fail, a task; no process a task started outlives it.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "core/child_process.h"
+#include "core/timer.h"
+#include "freeride/executor.h"
+#include "freeride/worker_protocol.h"
+#include "gtest/gtest.h"
+
+namespace freeride {
+namespace {
+
+using pipeline::BubbleKind;
+using pipeline::Instr;
+using pipeline::Op;
+
+std::unique_ptr<SideTaskExecutor> MakeExecutor(const std::vector<SideTaskSpec>& specs,
+                                               double step_timeout_s = 5.0) {
+  ExecutorOptions options;
+  options.results_dir = (std::filesystem::path(::testing::TempDir()) / "isolation").string();
+  options.margin = 0.1;
+  options.calibration_steps = 2;
+  options.step_timeout_s = step_timeout_s;
+  auto ex = SideTaskExecutor::Create(specs, options);
+  EXPECT_TRUE(ex.ok()) << ex.status();
+  return ex.ok() ? *std::move(ex) : nullptr;
+}
+
+SideTaskSpec Misbehave(const std::string& name, const std::string& mode, int64_t after = 0,
+                       const std::string& isolation = "process") {
+  SideTaskSpec spec{"misbehave", name, FREERIDE_MISBEHAVE_PLUGIN, 0, 0,
+                    {{"mode", mode}, {"after", after}}};
+  spec.isolation = isolation;
+  return spec;
+}
+
+SideTaskSpec Spin(const std::string& name, double step_ms, const std::string& isolation) {
+  SideTaskSpec spec{"spin", name, "", 0, 0, {{"step_ms", step_ms}}};
+  spec.isolation = isolation;
+  return spec;
+}
+
+// One synthetic bubble of `length_s`; the input is ready after `ready_after_s` (at the end
+// when negative); `pollable` false hands the executor no poll at all (a sum). Returns how long
+// the executor kept the rank.
+double Bubble(SideTaskExecutor& ex, double length_s, double ready_after_s = -1,
+              bool pollable = true, int index = 0) {
+  if (ready_after_s < 0) ready_after_s = length_s;
+  Instr bubble;
+  bubble.op = Op::kBubble;
+  bubble.bubble = BubbleKind::kSteady;
+  const double start = MonotonicSeconds();
+  std::function<bool()> ready;
+  if (pollable) {
+    ready = [=] { return MonotonicSeconds() >= start + ready_after_s; };
+  }
+  ex.OnBubble(bubble, index, start, ready);
+  const double held = MonotonicSeconds() - start;
+  while (MonotonicSeconds() < start + length_s) std::this_thread::yield();
+  ex.OnBubbleEnd(index, std::max(MonotonicSeconds(), start + length_s));
+  return held;
+}
+
+std::map<std::string, TaskReport> ByName(const HarvestReport& r) {
+  std::map<std::string, TaskReport> out;
+  for (const TaskReport& t : r.tasks) out[t.name] = t;
+  return out;
+}
+
+// Processes whose command line holds `marker`.
+int ProcessesWith(const std::string& marker) {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string pid = entry.path().filename();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmdline.find(marker) != std::string::npos && std::to_string(getpid()) != pid) ++n;
+  }
+  return n;
+}
+
+TEST(WorkerProtocolTest, SpecsRoundTrip) {
+  WorkerSpec spec;
+  spec.task = SideTaskSpec{"pagerank", "pr \"x\"", "/a b/p.so", 3, 1 << 20,
+                           {{"b", true}, {"i", int64_t{-4}}, {"d", 0.25}, {"s", std::string("q\"\n")},
+                            {"li", std::vector<int64_t>{1, 2}}, {"ld", std::vector<double>{0.5}},
+                            {"ls", std::vector<std::string>{"sh", "-c", "x y"}}}};
+  spec.rank = 5;
+  spec.stage = 2;
+  spec.results_dir = "/tmp/r";
+  absl::StatusOr<WorkerSpec> back = DecodeWorkerSpec(EncodeWorkerSpec(spec));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->task.type, spec.task.type);
+  EXPECT_EQ(back->task.name, spec.task.name);
+  EXPECT_EQ(back->task.plugin, spec.task.plugin);
+  EXPECT_EQ(back->task.memory_limit_bytes, spec.task.memory_limit_bytes);
+  EXPECT_EQ(back->task.args, spec.task.args);
+  EXPECT_EQ(back->rank, 5);
+  EXPECT_EQ(back->stage, 2);
+  EXPECT_EQ(back->results_dir, "/tmp/r");
+}
+
+TEST(IsolationTest, AWorkerRunsTheTaskAndReportsItsWork) {
+  auto ex = MakeExecutor({Spin("spin", 1.0, "process")});
+  ASSERT_NE(ex, nullptr);
+  Bubble(*ex, 0.030);
+  for (int i = 0; i < 5; ++i) Bubble(*ex, 0.030);
+  const HarvestReport r = ex->Report();
+  const double util = r.total_harvested_s() / r.total_bubble_s();
+  EXPECT_GT(util, 0.5) << r.total_harvested_s() << " of " << r.total_bubble_s();
+  ex->Finish();
+  const TaskReport t = ex->Report().tasks[0];
+  EXPECT_EQ(t.state, "STOPPED");
+  EXPECT_EQ(t.isolation, "process");
+  EXPECT_GT(t.steps, 10);
+  EXPECT_NE(t.summary.find("spins"), std::string::npos) << t.summary;  // from the worker
+  EXPECT_GT(t.memory_peak_bytes, 0);
+}
+
+TEST(IsolationTest, EveryFailureStaysWithItsTask) {
+  SideTaskSpec over_cap = Spin("over_cap", 1.0, "process");
+  over_cap.memory_limit_bytes = 1 << 20;
+  over_cap.args["memory"] = int64_t{8} << 20;  // asks for more than its cap at load
+  SideTaskSpec hog = Misbehave("hog", "hog");
+  hog.memory_limit_bytes = 32 << 20;
+  auto ex = MakeExecutor({Misbehave("segfault", "segfault", 3), Misbehave("abort", "abort", 3),
+                          Misbehave("exit", "exit", 3), Misbehave("throw", "throw", 3),
+                          Misbehave("throw_inprocess", "throw", 3, "inprocess"), hog, over_cap,
+                          Spin("healthy", 1.0, "process")});
+  ASSERT_NE(ex, nullptr);
+  for (int i = 0; i < 12; ++i) Bubble(*ex, 0.030);
+  auto tasks = ByName(ex->Report());
+  auto expect_failed = [&](const std::string& name, const std::string& reason) {
+    EXPECT_EQ(tasks[name].state, "FAILED") << name;
+    EXPECT_NE(tasks[name].reason.find(reason), std::string::npos)
+        << name << ": " << tasks[name].reason;
+  };
+  expect_failed("segfault", "was killed by signal 11 (SIGSEGV");
+  expect_failed("abort", "was killed by signal 6 (SIGABRT");
+  expect_failed("exit", "exited with status 7");
+  expect_failed("throw", "threw misbehave: thrown on purpose");
+  expect_failed("throw_inprocess", "threw misbehave: thrown on purpose");
+  expect_failed("hog", "exceeded its memory limit of 32.0 MiB");
+  expect_failed("over_cap", "load: spin working memory");
+  EXPECT_EQ(tasks["healthy"].state, "LOADED");
+  EXPECT_GT(tasks["healthy"].steps, 0);
+}
+
+TEST(IsolationTest, AStepRunningAtTheBubblesEndIsPausedThenResumed) {
+  // 25 ms steps in 10 ms bubbles whose input arrives after 8 ms: every step spans bubbles.
+  SideTaskSpec slow = Misbehave("slow", "ok");
+  slow.args["step_ms"] = 25.0;
+  auto ex = MakeExecutor({slow});
+  ASSERT_NE(ex, nullptr);
+  Bubble(*ex, 0.010, 0.008);
+  double worst_held = 0;
+  for (int i = 0; i < 20; ++i) worst_held = std::max(worst_held, Bubble(*ex, 0.010, 0.008));
+  const TaskReport t = ex->Report().tasks[0];
+  EXPECT_GT(t.pauses, 10);
+  EXPECT_GE(t.steps, 3);  // 20 × ~8 ms of bubble make several 25 ms steps
+  // The rank got back within a few ms of the input (a poll and a SIGSTOP), never a whole step.
+  EXPECT_LT(worst_held, 0.008 + 0.006) << worst_held;
+  EXPECT_LT(t.overrun_s / 20, 0.003);
+}
+
+TEST(IsolationTest, ABubbleThatCannotBePolledEndsAtItsDeadline) {
+  // A command that ignores SIGTERM and never ends, in bubbles ending at a sum (no poll): the
+  // rank is handed back at the predicted end less the margin, every time.
+  const std::string marker = "freeride-isolation-deadline-marker";
+  SideTaskSpec command{"command", "busy", "", 0, 0,
+                       {{"argv", std::vector<std::string>{
+                                     "sh", "-c", "trap '' TERM; while :; do :; done # " + marker}}}};
+  command.isolation = "process";
+  SideTaskSpec hung = Misbehave("hung", "hang", 2);
+  {
+    auto ex = MakeExecutor({command, hung}, /*step_timeout_s=*/0.15);
+    ASSERT_NE(ex, nullptr);
+    Bubble(*ex, 0.020, -1, /*pollable=*/false);
+    double worst_held = 0;
+    for (int i = 0; i < 30; ++i) {
+      worst_held = std::max(worst_held, Bubble(*ex, 0.020, -1, /*pollable=*/false));
+    }
+    EXPECT_LT(worst_held, 0.020 + 0.005);
+    auto tasks = ByName(ex->Report());
+    EXPECT_EQ(tasks["busy"].state, "LOADED");
+    EXPECT_GT(tasks["busy"].harvested_s, 0.1);
+    EXPECT_EQ(tasks["hung"].state, "FAILED");
+    EXPECT_NE(tasks["hung"].reason.find("hung"), std::string::npos) << tasks["hung"].reason;
+    EXPECT_EQ(ProcessesWith(marker), 1);
+  }
+  EXPECT_EQ(ProcessesWith(marker), 0);  // the executor's end killed the command's group
+}
+
+TEST(IsolationTest, InProcessOverrunsDemoteThenFailTheTask) {
+  // Steps of 1 ms in calibration, then 30, 60, 120, 240 ms: each overruns its bubble.
+  SideTaskSpec slow = Misbehave("slow", "slow", 2, "inprocess");
+  slow.args["slow_ms"] = 30.0;
+  slow.args["growth"] = 2.0;
+  ExecutorOptions options;
+  options.results_dir = (std::filesystem::path(::testing::TempDir()) / "isolation").string();
+  options.calibration_steps = 2;
+  options.demote_after = 2;
+  auto made = SideTaskExecutor::Create({slow, Spin("steady", 1.0, "inprocess")}, options);
+  ASSERT_TRUE(made.ok()) << made.status();
+  SideTaskExecutor& ex = **made;
+  for (int i = 0; i < 12; ++i) Bubble(ex, 0.020, -1, /*pollable=*/false);
+  auto tasks = ByName(ex.Report());
+  // Two overruns (30 and 60 ms in 20 ms bubbles) demoted it: its worst step fits no bubble here.
+  EXPECT_EQ(tasks["slow"].overruns, 2);
+  EXPECT_EQ(tasks["slow"].state, "LOADED");
+  const int64_t steps_when_demoted = tasks["slow"].steps;
+  for (int i = 0; i < 6; ++i) Bubble(ex, 0.020, -1, /*pollable=*/false);
+  EXPECT_EQ(ByName(ex.Report())["slow"].steps, steps_when_demoted);
+  // Alone, in 300 ms bubbles, its worst step fits again: 120 ms ends in time, 240 and 480 ms
+  // overrun.
+  ex.set_active_tasks({"slow"});
+  for (int i = 0; i < 5; ++i) Bubble(ex, 0.300, -1, /*pollable=*/false, /*index=*/1);
+  tasks = ByName(ex.Report());
+  EXPECT_EQ(tasks["slow"].state, "FAILED");
+  EXPECT_NE(tasks["slow"].reason.find("overran their bubbles 4 times"), std::string::npos)
+      << tasks["slow"].reason;
+  EXPECT_GT(tasks["steady"].steps, 0);  // it kept the bubbles while "slow" was demoted
+}
+
+TEST(ChildProcessTest, AChildDiesWithTheProcessThatStartedIt) {
+  const std::string marker = "freeride-pdeathsig-marker";
+  const pid_t middle = fork();
+  ASSERT_GE(middle, 0);
+  if (middle == 0) {
+    ChildOptions options;
+    // The shell forks `sleep` (a grandchild) and waits: the group goes, the shell by
+    // PR_SET_PDEATHSIG; the test checks the shell (the marker is in its command line).
+    options.argv = {"sh", "-c", "trap '' TERM; while :; do sleep 1; done # " + marker};
+    auto child = ChildProcess::Start(options);
+    if (!child.ok()) _exit(1);
+    pause();  // killed below
+    _exit(0);
+  }
+  const double give_up = MonotonicSeconds() + 5;
+  while (ProcessesWith(marker) == 0 && MonotonicSeconds() < give_up) usleep(10000);
+  ASSERT_EQ(ProcessesWith(marker), 1);
+  kill(middle, SIGKILL);  // as mpirun kills a rank: no handler, no destructor
+  waitpid(middle, nullptr, 0);
+  while (ProcessesWith(marker) > 0 && MonotonicSeconds() < give_up) usleep(10000);
+  EXPECT_EQ(ProcessesWith(marker), 0);
+}
+
+TEST(ChildProcessTest, EndsAreDescribed) {
+  ChildOptions options;
+  options.argv = {"sh", "-c", "kill -SEGV $$"};
+  auto child = ChildProcess::Start(options);
+  ASSERT_TRUE(child.ok());
+  while (!child->Ended()) usleep(1000);
+  EXPECT_EQ(child->EndDescription(), "was killed by signal 11 (SIGSEGV: Segmentation fault)");
+  options.argv = {"freeride-no-such-program"};
+  child = ChildProcess::Start(options);
+  ASSERT_TRUE(child.ok());
+  while (!child->Ended()) usleep(1000);
+  EXPECT_EQ(child->EndDescription(), "exited with status 127 (program not found)");
+}
+
+TEST(ChildProcessTest, TheDataCapHolds) {
+  ChildOptions options;
+  // Python-free: dd into a pipe keeps its buffer small; `head -c` of /dev/zero into a shell
+  // variable grows the shell's heap.
+  options.argv = {"sh", "-c", "x=$(head -c 67108864 /dev/zero | tr '\\0' a); echo ${#x}"};
+  options.data_limit_bytes = 16 << 20;
+  auto child = ChildProcess::Start(options);
+  ASSERT_TRUE(child.ok());
+  while (!child->Ended()) usleep(1000);
+  EXPECT_FALSE(child->EndedCleanly()) << child->EndDescription();
+}
+
+}  // namespace
+}  // namespace freeride

@@ -1,0 +1,87 @@
+// A side task that misbehaves on purpose, for the isolation tests: after `after` good steps
+// (each `step_ms` of busy work) it segfaults, aborts, throws, exits, hangs, grows its memory by
+// 16 MiB a step (`hog`), or takes `slow_ms` per step, times `growth` more each step (`slow`).
+// `mode = "ok"` never misbehaves.
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "core/timer.h"
+#include "freeride/side_task.h"
+
+namespace {
+
+class MisbehaveTask : public freeride::SideTask {
+ public:
+  absl::Status Create(freeride::SideTaskContext& ctx) override {
+    freeride::ArgReader args(ctx.name, *ctx.args);
+    if (absl::Status s = args.OnlyKnown({"mode", "after", "step_ms", "slow_ms", "growth"}); !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<std::string> mode = args.Choice(
+        "mode", "ok", {"ok", "segfault", "abort", "throw", "exit", "hang", "hog", "slow"});
+    absl::StatusOr<int64_t> after = args.Int("after", 0, 0, int64_t{1} << 40);
+    absl::StatusOr<double> step_ms = args.Number("step_ms", 1.0, 0.0, 1e4);
+    absl::StatusOr<double> slow_ms = args.Number("slow_ms", 50.0, 0.0, 1e5);
+    absl::StatusOr<double> growth = args.Number("growth", 1.0, 1.0, 100.0);
+    for (const absl::Status& s : {mode.status(), after.status(), step_ms.status(),
+                                  slow_ms.status(), growth.status()}) {
+      if (!s.ok()) return s;
+    }
+    mode_ = *mode;
+    after_ = *after;
+    step_s_ = *step_ms * 1e-3;
+    slow_s_ = *slow_ms * 1e-3;
+    growth_ = *growth;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<double> Step(freeride::SideTaskContext&) override {
+    if (steps_++ >= after_) Misbehave();
+    if (mode_ == "slow" && steps_ > after_) {
+      Busy(slow_s_);
+      slow_s_ *= growth_;
+    } else {
+      Busy(step_s_);
+    }
+    return 1.0;
+  }
+  std::string UnitName() const override { return "steps"; }
+  std::string Summary() const override { return absl::StrFormat("%d steps", steps_); }
+
+ private:
+  static void Busy(double seconds) {
+    const double until = freeride::MonotonicSeconds() + seconds;
+    volatile double sink = 0;
+    while (freeride::MonotonicSeconds() < until) sink = sink + 1;
+  }
+
+  void Misbehave() {
+    if (mode_ == "segfault") {
+      volatile int* nowhere = nullptr;
+      *nowhere = 1;
+    } else if (mode_ == "abort") {
+      std::abort();
+    } else if (mode_ == "throw") {
+      throw std::runtime_error("misbehave: thrown on purpose");
+    } else if (mode_ == "exit") {
+      std::exit(7);
+    } else if (mode_ == "hang") {
+      while (true) Busy(1.0);
+    } else if (mode_ == "hog") {
+      hoard_.emplace_back(16 << 20);
+      std::memset(hoard_.back().data(), 1, hoard_.back().size());
+    }
+  }
+
+  std::string mode_;
+  int64_t after_ = 0, steps_ = 0;
+  double step_s_ = 1e-3, slow_s_ = 0.05, growth_ = 1;
+  std::vector<std::vector<char>> hoard_;
+};
+
+}  // namespace
+
+FREERIDE_SIDE_TASK_PLUGIN(MisbehaveTask, "misbehave")
