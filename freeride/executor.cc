@@ -95,8 +95,22 @@ bool SideTaskExecutor::RunStep(int which, double deadline,
   Task& task = *tasks_[which];
   const double predicted_before = task.predicted_step_s;
   const double start = MonotonicSeconds();
-  const HostStep out = task.host->Step(deadline, input_ready);
+  // A task that stops itself at the ready input (an imperative one, in process) is watched: its
+  // last poll that found nothing bounds how long it ran past the input.
+  double last_not_ready = start;
+  bool saw_ready = false;
+  const bool watch = !task.host->pausable() && task.host->fills_bubble();
+  const std::function<bool()> watched = [&] {
+    if (input_ready()) return saw_ready = true;
+    last_not_ready = MonotonicSeconds();
+    return false;
+  };
+  const HostStep out = task.host->Step(deadline, watch ? watched : input_ready);
   const double end = start + out.ran_s;
+  if (saw_ready) {
+    open_.late = std::max(0.0, MonotonicSeconds() - last_not_ready);
+    open_.late_known = true;
+  }
   task.report.harvested_s += out.ran_s;
   open_.harvested += out.ran_s;
   open_.last_task = which;

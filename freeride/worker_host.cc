@@ -82,7 +82,9 @@ class WorkerHost : public TaskHost {
           "executable (set FREERIDE_SIDE_WORKER to its path)",
           spec_.name, path));
     }
-    child.argv = {path, "--task", absl::StrFormat("%s_r%d", spec_.name, options_.rank)};
+    // Its task and results directory in its command line: `ps` tells which run it belongs to.
+    child.argv = {path, "--task", absl::StrFormat("%s_r%d", spec_.name, options_.rank),
+                  "--results", options_.results_dir};
     child.pass_fd = fds[1];
     child.env = MpsEnvironment(spec_);
     absl::StatusOr<ChildProcess> started = ChildProcess::Start(child);

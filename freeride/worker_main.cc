@@ -3,12 +3,14 @@
 // finish; once loaded its data segment is capped at memory_limit (plus its runtime's slack), so
 // the task runs out of memory here instead of on the training node. It exits when the rank
 // closes the socket (and dies with the rank: PR_SET_PDEATHSIG).
+#include <cblas.h>
 #include <sys/resource.h>
 
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <new>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
@@ -23,8 +25,17 @@ namespace {
 
 constexpr int kSocket = 3;
 // What the worker's own runtime may take on top of memory_limit once the cap is set (allocator
-// arenas, library buffers a task's first call into BLAS makes).
-constexpr int64_t kRuntimeSlackBytes = int64_t{64} << 20;
+// bookkeeping, stacks of threads a task starts). BLAS's buffers and thread pool are taken
+// before the cap is measured (WarmUpBlas).
+constexpr int64_t kRuntimeSlackBytes = int64_t{16} << 20;
+
+// One small product, so OpenBLAS and OpenMP allocate their buffers and threads now: they count
+// in the baseline under the cap, not against the task's memory_limit.
+void WarmUpBlas() {
+  std::vector<float> a(64 * 64, 1.0f), c(64 * 64);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 64, 64, 64, 1.0f, a.data(), 64,
+              a.data(), 64, 0.0f, c.data(), 64);
+}
 
 int64_t DataSegmentBytes() {
   std::ifstream in("/proc/self/status");
@@ -86,6 +97,7 @@ class Worker {
   absl::Status Load() {
     const int64_t limit = spec_.task.memory_limit_bytes;
     if (limit > 0 && !OnGpu(spec_.task.args)) {
+      WarmUpBlas();
       const rlim_t cap = static_cast<rlim_t>(DataSegmentBytes() + limit + kRuntimeSlackBytes);
       const rlimit r{cap, cap};
       if (setrlimit(RLIMIT_DATA, &r) != 0) {
