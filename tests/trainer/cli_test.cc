@@ -105,6 +105,65 @@ TEST(CliTest, BrokenConfigGivesOneErrorLinePerProblemAndFails) {
   EXPECT_THAT(result.err, HasSubstr(path + ":5:1: train.what: unknown key"));
 }
 
+// `config check` builds each side task as `train` would: type, arguments, plugin and limits,
+// every problem on its own line with the file and line it comes from.
+TEST(CliTest, ConfigCheckValidatesSideTasks) {
+  const std::string base = "[data]\ntrain = \"x_*.bin\"\n[freeride]\nenabled = true\n";
+  std::string path = WriteTemp("tasks.toml", base +
+      "[[side_tasks]]\ntype = \"no_such_type\"\n"                        // type on line 6
+      "[[side_tasks]]\ntype = \"pagerank\"\n[side_tasks.args]\n"
+      "damping = \"high\"\n"                                              // line 10
+      "[[side_tasks]]\ntype = \"collatz\"\n"
+      "plugin = \"/nonexistent/libtask.so\"\n"                            // line 13
+      "[[side_tasks]]\ntype = \"spin\"\nmemory_limit = 1125899906842624\n");  // line 16
+  CliResult result = RunCommand({"config", "check", path});
+  EXPECT_EQ(result.status, kExitFailure);
+  EXPECT_EQ(result.out, "");
+  EXPECT_THAT(result.err, HasSubstr("error: " + path + ":16:16: side_tasks[3].memory_limit = "));
+  EXPECT_THAT(result.err, HasSubstr("is more than this stage has free"));
+  // Limits first; with them right, each task is built.
+  path = WriteTemp("tasks.toml", base +
+      "[[side_tasks]]\ntype = \"no_such_type\"\n"
+      "[[side_tasks]]\ntype = \"pagerank\"\n[side_tasks.args]\n"
+      "damping = \"high\"\n"
+      "[[side_tasks]]\ntype = \"collatz\"\n"
+      "plugin = \"/nonexistent/libtask.so\"\n");
+  result = RunCommand({"config", "check", path});
+  EXPECT_EQ(result.status, kExitFailure);
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 3) << result.err;
+  EXPECT_THAT(result.err, HasSubstr("error: " + path + ":6:8: side_tasks[0] ('no_such_type', "
+                                    "no_such_type): unknown side task type 'no_such_type'"));
+  EXPECT_THAT(result.err, HasSubstr("error: " + path + ":10:11: side_tasks[1] ('pagerank', "
+                                    "pagerank): side task 'pagerank': args.damping: expected"));
+  EXPECT_THAT(result.err, HasSubstr("error: " + path + ":13:10: side_tasks[2] ('collatz', "
+                                    "collatz): side task plugin /nonexistent/libtask.so "
+                                    "cannot be loaded"));
+}
+
+TEST(CliTest, ConfigCheckBuildsProcessIsolatedTasksInAWorker) {
+  const std::string path = WriteTemp("isolated.toml",
+      "[data]\ntrain = \"x_*.bin\"\n[freeride]\nenabled = true\n"
+      "[[side_tasks]]\ntype = \"pagerank\"\nisolation = \"process\"\n[side_tasks.args]\n"
+      "scale = 8\n"
+      "[[side_tasks]]\ntype = \"spin\"\nisolation = \"process\"\n[side_tasks.args]\n"
+      "steps = -1\n");
+  CliResult result = RunCommand({"config", "check", path});
+  EXPECT_EQ(result.status, kExitFailure);
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
+  EXPECT_THAT(result.err, HasSubstr(path + ":14:9: side_tasks[1] ('spin', spin): side task 'spin': "
+                                    "args.steps: expected"));
+}
+
+TEST(CliTest, ACommandTaskCannotRunInProcess) {
+  const std::string path = WriteTemp("command.toml",
+      "[data]\ntrain = \"x_*.bin\"\n[[side_tasks]]\ntype = \"command\"\n"
+      "isolation = \"inprocess\"\n[side_tasks.args]\nargv = [\"true\"]\n");
+  CliResult result = RunCommand({"config", "check", path});
+  EXPECT_EQ(result.status, kExitFailure);
+  EXPECT_THAT(result.err, HasSubstr(path + ":5:13: side_tasks[0].isolation: expected \"process\" "
+                                    "for a `command` task"));
+}
+
 TEST(CliTest, MissingConfigFileIsAClearError) {
   CliResult result = RunCommand({"config", "check", "/nonexistent/run.toml"});
   EXPECT_EQ(result.status, kExitFailure);
