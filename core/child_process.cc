@@ -152,7 +152,7 @@ bool ChildProcess::Stop() {
       return false;
     }
     if (r < 0) break;
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    std::this_thread::yield();
   }
   stopped_ = true;
   return true;

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -137,7 +138,9 @@ class WorkerHost : public TaskHost {
     double last_poll = start;
     while (true) {
       pollfd p{fd_, POLLIN, 0};
-      const timespec wait{0, static_cast<long>(kPollS * 1e9)};
+      // Wakes at the deadline itself when it comes before the next poll.
+      const double nap = std::clamp(deadline_s - MonotonicSeconds(), 0.0, kPollS);
+      const timespec wait{0, static_cast<long>(nap * 1e9)};
       const int r = ppoll(&p, 1, &wait, nullptr);
       const double now = MonotonicSeconds();
       if (r > 0) {
