@@ -111,24 +111,25 @@ class Worker {
 
   Message Step(const std::string& deadline) {
     (void)absl::SimpleAtod(deadline, &ctx_.deadline_s);
-    try {
+    return Catching([&]() -> Message {
       absl::StatusOr<double> units = task_->Step(ctx_);
       if (!units.ok()) return {"error", std::string(units.status().message())};
       return {"ok", absl::StrFormat("%.17g", *units), task_->Done() ? "1" : "0"};
-    } catch (const std::bad_alloc&) {
-      return {"error", OutOfMemory()};
-    } catch (const std::exception& e) {
-      return {"error", absl::StrFormat("threw %s", e.what())};
-    } catch (...) {
-      return {"error", "threw a non-standard exception"};
-    }
+    });
   }
 
   Message Guarded(const std::function<absl::Status()>& call) {
-    try {
+    return Catching([&]() -> Message {
       absl::Status s = call();
       if (s.ok()) return {"ok"};
       return {"error", std::string(s.message())};
+    });
+  }
+
+  // The task's exceptions as error answers: an exception never ends the worker.
+  Message Catching(const std::function<Message()>& call) {
+    try {
+      return call();
     } catch (const std::bad_alloc&) {
       return {"error", OutOfMemory()};
     } catch (const std::exception& e) {
