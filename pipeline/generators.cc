@@ -71,10 +71,15 @@ void GenerateInterleaved(Schedule* s) {
   }
 }
 
-// ZB-H1: each stage walks 1F1B's order of F and I (the input-gradient backward); a W is run
-// right after its I once more than p-1 are pending, and earlier in any wait for the next
-// input that it fits in. Stages advance in order of their simulated clocks.
-void GenerateZBH1(Schedule* s, const CostModel& cost) {
+// The ZB-H family: each stage walks a 1F1B-shaped order of F and I (the input-gradient
+// backward) with `warmup(stage)` forwards before its first I; a W is run right after its I
+// once more than `defer_limit` are pending, and earlier in any wait for the next input that it
+// fits in. Stages advance in order of their simulated clocks. ZB-H1 keeps 1F1B's warm-up and
+// defers up to p-1 Ws; ZB-H2 warms up with 2(p-1-s) forwards, filling the wait before stage
+// s's first backward, and defers Ws without limit, so they fill the tail.
+template <typename Warmup>
+void GenerateZBH(Schedule* s, const CostModel& cost, Warmup warmup, int defer_limit) {
+
   const int p = s->stages, m = s->microbatches;
   const double comm = cost.comm;
   constexpr double kUnknown = -1;
@@ -83,13 +88,15 @@ void GenerateZBH1(Schedule* s, const CostModel& cost) {
   std::vector<std::deque<Instr>> main(p);
   std::vector<std::deque<int>> pending_w(p);
   std::vector<double> clock(p, 0.0);
-  Schedule order = *s;
-  Generate1F1B(&order);
   for (int stage = 0; stage < p; ++stage) {
-    for (Instr in : order.per_stage[stage]) {
-      if (in.op == Op::kBackward) in.op = Op::kBackwardInput;
-      main[stage].push_back(in);
+    const int w = std::min(warmup(stage), m);
+    auto& out = main[stage];
+    for (int mb = 0; mb < w; ++mb) out.push_back(Compute(Op::kForward, stage, 0, mb));
+    for (int i = 0; i < m - w; ++i) {
+      out.push_back(Compute(Op::kForward, stage, 0, w + i));
+      out.push_back(Compute(Op::kBackwardInput, stage, 0, i));
     }
+    for (int mb = m - w; mb < m; ++mb) out.push_back(Compute(Op::kBackwardInput, stage, 0, mb));
   }
   auto input_ready = [&](int stage, const Instr& in) -> double {
     if (in.op == Op::kForward) {
@@ -111,10 +118,6 @@ void GenerateZBH1(Schedule* s, const CostModel& cost) {
     if (in.op == Op::kForward) f_end[stage][in.microbatch] = clock[stage];
     if (in.op == Op::kBackwardInput) i_end[stage][in.microbatch] = clock[stage];
   };
-  // Up to p-1 deferred Ws per stage: enough for the last micro-batches' input gradients to
-  // race down the pipeline while every stage fills its tail with W (with T_F = T_B = T_W this
-  // reaches ZB-H1's bubble of (p-1)·(T_F + T_B - T_W), a third of 1F1B's).
-  const int defer_limit = p - 1;
   auto run_w = [&](int stage) {
     run(stage, Compute(Op::kBackwardWeight, stage, 0, pending_w[stage].front()), clock[stage]);
     pending_w[stage].pop_front();
@@ -170,7 +173,120 @@ void GenerateZBH1(Schedule* s, const CostModel& cost) {
   }
 }
 
+// A V-placed stage's order is written as a per-rank program, as torch.distributed.pipelining
+// writes ZBVZeroBubble and DualPipeV: counters give each chunk's next micro-batch per op, and
+// the Ws an I leaves behind queue up to be run where the program says.
+class VProgram {
+ public:
+  VProgram(int stage, std::vector<Instr>* out) : stage_(stage), out_(out) {}
+
+  void F(int chunk) { Emit(Op::kForward, chunk, forward_[chunk]++); }
+  void I(int chunk) {
+    pending_w_.push_back({chunk, backward_[chunk]});
+    Emit(Op::kBackwardInput, chunk, backward_[chunk]++);
+  }
+  void B(int chunk) { Emit(Op::kBackward, chunk, backward_[chunk]++); }
+  // The oldest pending W, if any.
+  void W() {
+    if (pending_w_.empty()) return;
+    const auto [chunk, mb] = pending_w_.front();
+    pending_w_.pop_front();
+    Emit(Op::kBackwardWeight, chunk, mb);
+  }
+  // A W of `chunk` in its own micro-batch order (ZB-V's program names them so).
+  void WOf(int chunk) {
+    for (auto it = pending_w_.begin(); it != pending_w_.end(); ++it) {
+      if (it->first != chunk) continue;
+      Emit(Op::kBackwardWeight, chunk, it->second);
+      pending_w_.erase(it);
+      return;
+    }
+  }
+  int forwards(int chunk) const { return forward_[chunk]; }
+  int backwards(int chunk) const { return backward_[chunk]; }
+  bool weights_pending(int chunk) const {
+    return std::any_of(pending_w_.begin(), pending_w_.end(),
+                       [chunk](const auto& w) { return w.first == chunk; });
+  }
+
+ private:
+  void Emit(Op op, int chunk, int mb) { out_->push_back(Compute(op, stage_, chunk, mb)); }
+
+  int stage_;
+  std::vector<Instr>* out_;
+  int forward_[2] = {0, 0}, backward_[2] = {0, 0};
+  std::deque<std::pair<int, int>> pending_w_;
+};
+
+// Drops the operations of micro-batches past m: the V programs below are written for at least
+// the micro-batches that fill the V, and a smaller m runs the same order without the rest.
+void KeepMicrobatches(Schedule* s) {
+  for (auto& stage : s->per_stage) {
+    std::erase_if(stage, [m = s->microbatches](const Instr& in) { return in.microbatch >= m; });
+  }
+}
+
+// ZB-V (Zero Bubble, arXiv 2401.10241, section 6): chunk 0 down the stages, chunk 1 back up.
+// Stage s warms up with 2(p-s)-1 forwards of chunk 0, then alternates chunks, then runs
+// F·I·W of each chunk in turn; in the cool-down the Is go first and the Ws fill in after.
+void GenerateZBV(Schedule* s) {
+  const int p = s->stages, n = std::max(2 * p - 1, s->microbatches);
+  for (int r = 0; r < p; ++r) {
+    VProgram v(r, &s->per_stage[r]);
+    for (int i = 0; i < 2 * (p - r) - 1; ++i) v.F(0);
+    for (int i = 0; i < r; ++i) v.F(1), v.F(0);
+    for (int i = 0; i < p - r; ++i) v.F(1), v.I(1), v.WOf(1);
+    while (v.forwards(1) < v.forwards(0) || v.forwards(0) < n) {
+      if (v.forwards(0) < n) v.F(0);
+      v.I(0), v.WOf(0), v.F(1), v.I(1), v.WOf(1);
+    }
+    for (int i = 0; i < r; ++i) v.I(0), v.I(1);
+    for (int i = 0; i < p - r; ++i) v.I(0), v.WOf(0);
+    while (v.weights_pending(1)) v.WOf(1);
+    while (v.weights_pending(0)) v.WOf(0);
+  }
+  KeepMicrobatches(s);
+}
+
+// DualPipeV (DeepSeek-V3's DualPipe folded into a V, as torch.distributed.pipelining's
+// ScheduleDualPipeV runs it). Its steady phase pairs a forward of one chunk with a full
+// backward of the other (DualPipe overlaps the pair; here they run back to back). Needs
+// m >= 2p.
+void GenerateDualPipeV(Schedule* s) {
+  const int p = s->stages, m = s->microbatches;
+  for (int r = 0; r < p; ++r) {
+    VProgram v(r, &s->per_stage[r]);
+    for (int i = 0; i < 2 * (p - r - 1); ++i) v.F(0);
+    for (int i = 0; i < r + 1; ++i) v.F(0), v.F(1);
+    for (int i = 0; i < p - r - 1; ++i) v.I(1), v.W(), v.F(1);
+    for (int i = 0; i < m - 2 * p + r + 1; ++i) {
+      v.F(0), v.B(1);  // the last stage's first pair is not overlapped in DualPipeV either
+      v.F(1), v.B(0);
+    }
+    for (int i = 0; i < p - r - 1; ++i) v.B(1), v.F(1), v.B(0);
+    // The second half of the backwards splits off W, so that the Ws fill the tail.
+    const int tail = r + 1;
+    bool split = false;
+    for (int i = 0; i < tail; ++i) {
+      if (i == tail / 2 && r % 2 == 1) split = true;
+      split ? v.I(1) : v.B(1);
+      if (i == tail / 2 && r % 2 == 0) split = true;
+      split ? v.I(0) : v.B(0);
+    }
+    for (int i = 0; i < p - r - 1; ++i) {
+      v.W();
+      split ? v.I(0) : v.B(0);
+    }
+    for (int i = 0; i < r + 1; ++i) v.W();
+  }
+}
+
 }  // namespace
+
+int ChunksFor(ScheduleKind kind, int requested) {
+  if (kind == ScheduleKind::kInterleaved || kind == ScheduleKind::kCustom) return requested;
+  return PlacementOf(kind) == Placement::kV ? 2 : 1;
+}
 
 absl::StatusOr<Schedule> GenerateComputeOrder(const ScheduleOptions& o) {
   const std::string name(ScheduleKindName(o.kind));
@@ -182,6 +298,7 @@ absl::StatusOr<Schedule> GenerateComputeOrder(const ScheduleOptions& o) {
   if (o.kind == ScheduleKind::kCustom) {
     return absl::InvalidArgumentError("custom schedules are loaded from a file, not generated");
   }
+  const int chunks = ChunksFor(o.kind, o.chunks);
   if (o.kind == ScheduleKind::kInterleaved) {
     if (o.chunks < 2) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -195,24 +312,46 @@ absl::StatusOr<Schedule> GenerateComputeOrder(const ScheduleOptions& o) {
           std::max(o.stages, o.microbatches / o.stages * o.stages), " or m=",
           (o.microbatches / o.stages + 1) * o.stages));
     }
+  } else if (PlacementOf(o.kind) == Placement::kV) {
+    if (o.chunks != 1 && o.chunks != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": places exactly 2 model chunks per stage, in a V; got chunks=", o.chunks));
+    }
+    if (o.kind == ScheduleKind::kDualPipeV && o.microbatches < 2 * o.stages) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "dualpipev: needs at least 2p micro-batches (one per virtual stage); got m=",
+          o.microbatches, ", p=", o.stages, ". Try m=", 2 * o.stages));
+    }
   } else if (o.chunks != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         name, ": runs one model chunk per stage; got chunks=", o.chunks,
         ". Use the interleaved schedule for more"));
   }
-  FR_RETURN_IF_ERROR(CheckCostModel(o.cost, o.stages, o.chunks));
+  FR_RETURN_IF_ERROR(CheckCostModel(o.cost, o.stages, chunks));
   Schedule s;
   s.kind = o.kind;
   s.stages = o.stages;
   s.microbatches = o.microbatches;
-  s.chunks = o.chunks;
+  s.chunks = chunks;
+  s.placement = PlacementOf(o.kind);
   s.per_stage.resize(o.stages);
   s.buffers_per_stage.assign(o.stages, 0);
   switch (o.kind) {
     case ScheduleKind::kGPipe: GenerateGPipe(&s); break;
     case ScheduleKind::k1F1B: Generate1F1B(&s); break;
     case ScheduleKind::kInterleaved: GenerateInterleaved(&s); break;
-    case ScheduleKind::kZBH1: GenerateZBH1(&s, o.cost); break;
+    // Up to p-1 deferred Ws per stage: enough for the last micro-batches' input gradients to
+    // race down the pipeline while every stage fills its tail with W (with T_F = T_B = T_W
+    // this reaches ZB-H1's bubble of (p-1)·(T_F + T_B - T_W), a third of 1F1B's).
+    case ScheduleKind::kZBH1:
+      GenerateZBH(&s, o.cost, [p = o.stages](int st) { return p - st - 1; }, o.stages - 1);
+      break;
+    case ScheduleKind::kZBH2:
+      GenerateZBH(&s, o.cost, [p = o.stages](int st) { return 2 * (p - st - 1); },
+                  2 * o.stages - 1);
+      break;
+    case ScheduleKind::kZBV: GenerateZBV(&s); break;
+    case ScheduleKind::kDualPipeV: GenerateDualPipeV(&s); break;
     case ScheduleKind::kCustom: break;
   }
   return s;

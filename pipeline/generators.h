@@ -24,7 +24,14 @@ struct ScheduleOptions {
 // and W, W deferred (up to p-1 of them per stage) into the stage's would-be bubbles, found by
 // simulating the cost model. A combination a generator
 // cannot schedule is refused with the reason.
+// ZB-H2: ZB-H1 with 2(p-1-s) warm-up forwards on stage s and the Ws deferred to the tail
+// (peak activations 2p-1 on stage 0). ZB-V and DualPipeV place two chunks per stage in a V
+// (Placement::kV); DualPipeV needs m >= 2p.
 absl::StatusOr<Schedule> GenerateComputeOrder(const ScheduleOptions& options);
+
+// The model chunks per stage a kind runs: `requested` for interleaved (and custom), 2 for the
+// V kinds, else 1.
+int ChunksFor(ScheduleKind kind, int requested);
 
 // Generator, then communication, peers, buffers and bubbles: the schedule a rank executes.
 absl::StatusOr<Schedule> BuildSchedule(const ScheduleOptions& options);

@@ -53,7 +53,11 @@ void InsertCommunication(Schedule* schedule, bool data_parallel) {
         out.push_back(in);
       }
     }
-    if (p > 1 && (stage == 0 || stage == p - 1)) out.push_back(StepOp(Op::kReduceTied, stage));
+    // The tied embedding's two copies meet only when they live on different stages.
+    const int embedding = StageOfVirtual(*schedule, 0), head = StageOfVirtual(*schedule, last);
+    if (embedding != head && (stage == embedding || stage == head)) {
+      out.push_back(StepOp(Op::kReduceTied, stage));
+    }
     if (data_parallel) out.push_back(StepOp(Op::kReduceGrads, stage));
     out.push_back(StepOp(Op::kOptimizer, stage));
     schedule->per_stage[stage] = std::move(out);
@@ -61,12 +65,16 @@ void InsertCommunication(Schedule* schedule, bool data_parallel) {
 }
 
 void ResolvePeers(Schedule* schedule) {
-  const int p = schedule->stages;
+  const int last = schedule->stages * schedule->chunks - 1;
   for (auto& stage : schedule->per_stage) {
     for (Instr& in : stage) {
       const int k = VirtualStage(*schedule, in);
-      if (in.op == Op::kSendAct || in.op == Op::kRecvGrad) in.peer = (k + 1) % p;
-      if (in.op == Op::kRecvAct || in.op == Op::kSendGrad) in.peer = (k - 1 + p) % p;
+      if ((in.op == Op::kSendAct || in.op == Op::kRecvGrad) && k < last) {
+        in.peer = StageOfVirtual(*schedule, k + 1);
+      }
+      if ((in.op == Op::kRecvAct || in.op == Op::kSendGrad) && k > 0) {
+        in.peer = StageOfVirtual(*schedule, k - 1);
+      }
     }
   }
 }

@@ -10,11 +10,12 @@ namespace freeride::pipeline {
 
 // Adds LOAD (inputs on the first model chunk, labels on the last), RECV before each compute
 // that consumes a peer's output, SEND right after each compute whose output a peer consumes,
-// and the step end: REDUCE_TIED on the stages holding the tied embedding and head (p > 1),
+// and the step end: REDUCE_TIED on the stages holding the tied embedding and head (when they
+// are two stages),
 // REDUCE_GRADS when data-parallel, OPTIMIZER on every stage. Existing comm ops are replaced.
 void InsertCommunication(Schedule* schedule, bool data_parallel);
 
-// Sets `peer` of every SEND/RECV from the stage layout (virtual stage k lives on stage k mod p).
+// Sets `peer` of every SEND/RECV from the placement (StageOfVirtual).
 void ResolvePeers(Schedule* schedule);
 
 // Gives every micro-batch's activations the lowest free slot at its F, freed after its last

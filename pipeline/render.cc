@@ -49,13 +49,14 @@ const char* BubbleColour(BubbleKind kind) {
 std::string SummaryJson(const Schedule& s, const SimResult& sim) {
   std::string out = absl::StrFormat(
       "{\"kind\":\"%s\",\"stages\":%d,\"microbatches\":%d,\"chunks\":%d,\"step_time\":%s,"
-      "\"bubble_fraction\":%s,\"per_stage\":[",
+      "\"bubble_fraction\":%s,\"schedule_bubble\":%s,\"placement\":\"%s\",\"per_stage\":[",
       ScheduleKindName(s.kind), s.stages, s.microbatches, s.chunks, Num(sim.step_time),
-      Num(sim.bubble_fraction));
+      Num(sim.bubble_fraction), Num(sim.schedule_bubble), PlacementName(s.placement));
   for (size_t st = 0; st < sim.stages.size(); ++st) {
     const StageResult& r = sim.stages[st];
     absl::StrAppend(&out, st ? "," : "", "{\"stage\":", r.stage, ",\"busy\":", Num(r.busy),
-                    ",\"bubble\":", Num(r.bubble), ",\"bubbles\":[");
+                    ",\"bubble\":", Num(r.bubble), ",\"span_bubble\":", Num(r.span_bubble),
+                    ",\"peak_activations\":", r.peak_activations, ",\"bubbles\":[");
     for (size_t b = 0; b < r.bubbles.size(); ++b) {
       absl::StrAppend(&out, b ? "," : "", "{\"kind\":\"", BubbleKindName(r.bubbles[b].kind),
                       "\",\"start\":", Num(r.bubbles[b].start), ",\"duration\":",

@@ -65,6 +65,12 @@ absl::StatusOr<double> ParseDuration(absl::string_view text) {
   return value * scale;
 }
 
+std::string Header(const Schedule& s) {
+  return absl::StrFormat("# freeride schedule kind=%s stages=%d microbatches=%d chunks=%d%s",
+                         ScheduleKindName(s.kind), s.stages, s.microbatches, s.chunks,
+                         s.placement == Placement::kV ? " placement=v" : "");
+}
+
 absl::Status TokenError(absl::string_view token, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("bad token '", token, "': ", why));
 }
@@ -84,19 +90,40 @@ absl::string_view ScheduleKindName(ScheduleKind kind) {
     case ScheduleKind::k1F1B: return "1f1b";
     case ScheduleKind::kInterleaved: return "interleaved";
     case ScheduleKind::kZBH1: return "zbh1";
+    case ScheduleKind::kZBH2: return "zbh2";
+    case ScheduleKind::kZBV: return "zbv";
+    case ScheduleKind::kDualPipeV: return "dualpipev";
     case ScheduleKind::kCustom: return "custom";
   }
   return "custom";
 }
 
+Placement PlacementOf(ScheduleKind kind) {
+  return kind == ScheduleKind::kZBV || kind == ScheduleKind::kDualPipeV ? Placement::kV
+                                                                         : Placement::kLoop;
+}
+
+absl::string_view PlacementName(Placement placement) {
+  return placement == Placement::kV ? "v" : "loop";
+}
+
+absl::StatusOr<Placement> ParsePlacement(absl::string_view name) {
+  if (name == "loop") return Placement::kLoop;
+  if (name == "v") return Placement::kV;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown placement '", name, "'; expected loop or v"));
+}
+
 absl::StatusOr<ScheduleKind> ParseScheduleKind(absl::string_view name) {
-  for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B,
-                            ScheduleKind::kInterleaved, ScheduleKind::kZBH1,
-                            ScheduleKind::kCustom}) {
+  for (ScheduleKind kind :
+       {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved,
+        ScheduleKind::kZBH1, ScheduleKind::kZBH2, ScheduleKind::kZBV, ScheduleKind::kDualPipeV,
+        ScheduleKind::kCustom}) {
     if (name == ScheduleKindName(kind)) return kind;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown schedule kind '", name, "'; expected gpipe, 1f1b, interleaved or zbh1"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown schedule kind '", name,
+                   "'; expected gpipe, 1f1b, interleaved, zbh1, zbh2, zbv or dualpipev"));
 }
 
 absl::string_view BubbleKindName(BubbleKind kind) {
@@ -179,9 +206,7 @@ absl::StatusOr<Instr> ParseInstr(absl::string_view token, int stage) {
 }
 
 std::string ScheduleToText(const Schedule& schedule) {
-  std::string out = absl::StrFormat("# freeride schedule kind=%s stages=%d microbatches=%d chunks=%d\n",
-                                    ScheduleKindName(schedule.kind), schedule.stages,
-                                    schedule.microbatches, schedule.chunks);
+  std::string out = Header(schedule) + "\n";
   for (size_t s = 0; s < schedule.per_stage.size(); ++s) {
     absl::StrAppend(&out, "stage", s, ":");
     for (const Instr& instr : schedule.per_stage[s]) {
@@ -225,6 +250,10 @@ absl::Status ParseHeader(absl::string_view line, Schedule* schedule) {
       (kv.first == "stages" ? schedule->stages
        : kv.first == "microbatches" ? schedule->microbatches
                                     : schedule->chunks) = value;
+    } else if (kv.first == "placement") {
+      absl::StatusOr<Placement> placement = ParsePlacement(kv.second);
+      if (!placement.ok()) return placement.status();
+      schedule->placement = *placement;
     }
   }
   return absl::OkStatus();
@@ -272,10 +301,8 @@ absl::StatusOr<Schedule> ScheduleFromText(absl::string_view text) {
 }
 
 std::string ScheduleToCsv(const Schedule& schedule) {
-  std::string out = absl::StrFormat(
-      "# freeride schedule kind=%s stages=%d microbatches=%d chunks=%d\n"
-      "stage,index,op,chunk,microbatch,buffer,peer,bubble,duration_ms,free_bytes\n",
-      ScheduleKindName(schedule.kind), schedule.stages, schedule.microbatches, schedule.chunks);
+  std::string out = Header(schedule) +
+                    "\nstage,index,op,chunk,microbatch,buffer,peer,bubble,duration_ms,free_bytes\n";
   for (const auto& stage : schedule.per_stage) {
     for (size_t i = 0; i < stage.size(); ++i) {
       const Instr& in = stage[i];

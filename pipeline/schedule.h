@@ -39,7 +39,22 @@ enum class Op {
 enum class BubbleKind { kNone, kWarmup, kFill, kSteady, kCooldown, kSync };
 inline constexpr int kNumBubbleKinds = 6;
 
-enum class ScheduleKind { kGPipe, k1F1B, kInterleaved, kZBH1, kCustom };
+enum class ScheduleKind {
+  kGPipe,
+  k1F1B,
+  kInterleaved,
+  kZBH1,
+  kZBH2,
+  kZBV,
+  kDualPipeV,
+  kCustom,
+};
+
+// Where a stage's model chunks sit in the model. Loop (Megatron's interleaving): chunk c of
+// stage s is virtual stage c·p + s. V (ZB-V, DualPipeV): even chunks run down the stages and
+// odd chunks back up, chunk c of stage s is c·p + s for even c and c·p + p−1−s for odd c, so
+// with two chunks stage 0 holds both the first and the last virtual stage.
+enum class Placement { kLoop, kV };
 
 struct Instr {
   Op op = Op::kForward;
@@ -60,18 +75,35 @@ struct Schedule {
   int stages = 1;        // p
   int microbatches = 1;  // m
   int chunks = 1;        // v: model chunks per stage
+  Placement placement = Placement::kLoop;
   std::vector<std::vector<Instr>> per_stage;
   std::vector<int> buffers_per_stage;  // activation slots each stage needs
 };
 
 bool IsCompute(Op op);   // F, B, I, W
 bool IsBackward(Op op);  // B, I
-// The virtual (model-chunk) stage an instruction computes: chunk * p + stage.
+// The virtual (model-chunk) stage that chunk `chunk` of `stage` computes, by the placement.
+inline int VirtualStageOf(Placement placement, int stages, int stage, int chunk) {
+  const bool up = placement == Placement::kV && chunk % 2 == 1;
+  return chunk * stages + (up ? stages - 1 - stage : stage);
+}
 inline int VirtualStage(const Schedule& s, const Instr& in) {
-  return in.chunk * s.stages + in.stage;
+  return VirtualStageOf(s.placement, s.stages, in.stage, in.chunk);
+}
+// The stage that holds virtual stage `k` (its chunk is k / p).
+inline int StageOfVirtual(Placement placement, int stages, int k) {
+  const int c = k / stages, r = k % stages;
+  return placement == Placement::kV && c % 2 == 1 ? stages - 1 - r : r;
+}
+inline int StageOfVirtual(const Schedule& s, int k) {
+  return StageOfVirtual(s.placement, s.stages, k);
 }
 
 absl::string_view ScheduleKindName(ScheduleKind kind);
+// The placement a kind's generator uses (V for zbv and dualpipev).
+Placement PlacementOf(ScheduleKind kind);
+absl::string_view PlacementName(Placement placement);  // "loop", "v"
+absl::StatusOr<Placement> ParsePlacement(absl::string_view name);
 absl::StatusOr<ScheduleKind> ParseScheduleKind(absl::string_view name);
 absl::string_view BubbleKindName(BubbleKind kind);
 absl::StatusOr<BubbleKind> ParseBubbleKind(absl::string_view name);
@@ -81,10 +113,10 @@ absl::string_view OpName(Op op);  // "FORWARD", "SEND_ACT", ...
 std::string FormatInstr(const Instr& instr, int chunks);
 absl::StatusOr<Instr> ParseInstr(absl::string_view token, int stage);
 
-// Text form: a header comment naming kind, p, m, v, then "stageN: tok tok ..." per stage.
+// Text form: a header comment naming kind, p, m, v and placement, then "stageN: tok tok ..." per stage.
 std::string ScheduleToText(const Schedule& schedule);
 // Reads the text form. Without the header, p is the number of stage lines and m, v are
-// inferred from the tokens. Peers and buffers are derived (see passes.h).
+// inferred from the tokens and the placement is loop. Peers and buffers are derived (see passes.h).
 absl::StatusOr<Schedule> ScheduleFromText(absl::string_view text);
 
 // CSV: header "stage,index,op,chunk,microbatch,buffer,peer,bubble,duration_ms,free_bytes".

@@ -64,8 +64,10 @@ class Simulation {
     size_t pc = 0;
     double clock = 0;
     int computes = 0, backwards = 0;
-    int live_buffers = 0;
+    int live_buffers = 0;      // slots held, F to the last backward (W when split)
+    int live_activations = 0;  // F to B or I: what the papers count as M_B
     double own_collectives_done = 0;
+    double first_compute = 0, last_compute_end = 0, compute_busy = 0;
     bool in_tied = false, at_barrier = false;
     std::map<std::pair<int, int>, size_t> last_use;
   };
@@ -196,7 +198,13 @@ class Simulation {
       if (IsCompute(in.op)) {
         ++state.computes;
         if (IsBackward(in.op)) ++state.backwards;
-        if (in.op == Op::kForward) ++state.live_buffers;
+        if (in.op == Op::kForward) ++state.live_buffers, ++state.live_activations;
+        if (IsBackward(in.op)) --state.live_activations;
+        result_.stages[st].peak_activations =
+            std::max(result_.stages[st].peak_activations, state.live_activations);
+        if (state.computes == 1) state.first_compute = out.start[state.pc];
+        state.last_compute_end = state.clock;
+        state.compute_busy += duration;
         auto last = state.last_use.find({in.chunk, in.microbatch});
         if (last != state.last_use.end() && last->second == state.pc) --state.live_buffers;
       }
@@ -218,6 +226,9 @@ class Simulation {
         out.bubble_by_kind[static_cast<int>(span.kind)] += span.duration;
       }
       total_bubble += out.bubble;
+      const StageState& state = state_[st];
+      out.span_bubble = state.last_compute_end - state.first_compute - state.compute_busy;
+      result_.schedule_bubble = std::max(result_.schedule_bubble, out.span_bubble);
     }
     result_.bubble_fraction =
         result_.step_time > 0 ? total_bubble / (p_ * result_.step_time) : 0.0;

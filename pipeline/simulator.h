@@ -30,6 +30,12 @@ struct StageResult {
   int stage = 0;
   double busy = 0;    // compute time
   double bubble = 0;  // step time minus busy time
+  // Idle time between the stage's first and last F/B/I/W: its bubble when steps follow each
+  // other with no step-end barrier (the zero-bubble papers' post-validation).
+  double span_bubble = 0;
+  // Most micro-batch activations (per chunk) held at once, from F to its B or I: the papers'
+  // count (after I only W's smaller share remains). Slots, held until W, are buffers_per_stage.
+  int peak_activations = 0;
   std::array<double, kNumBubbleKinds> bubble_by_kind{};
   std::vector<BubbleSpan> bubbles;
   std::vector<double> start, end;  // per instruction
@@ -38,6 +44,9 @@ struct StageResult {
 struct SimResult {
   double step_time = 0;
   double bubble_fraction = 0;  // sum of bubble time over p × step time
+  // The largest span_bubble over the stages: the per-stage bubble the pipeline papers state
+  // (1F1B's (p-1)(F+B+W), ZB-H1's (p-1)(F+B-W), ...), which leave out the step-end barrier.
+  double schedule_bubble = 0;
   std::vector<StageResult> stages;
 };
 

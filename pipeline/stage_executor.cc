@@ -76,16 +76,19 @@ absl::Status StageExecutor::Arrive(const std::vector<int>& group, double* waited
 }
 
 absl::Status StageExecutor::ReduceTied(double* waited) {
+  // The embedding is virtual stage 0 (chunk 0 of stage 0); the head the last virtual stage,
+  // chunk v-1 of the stage the placement puts it on (stage 0 too in a V).
+  const int head_stage = StageOfVirtual(schedule_, NumVirtualStages() - 1);
   StageModel* head = chunks_[layout_.chunks - 1];
-  if (layout_.stage == layout_.pp - 1) {
+  if (layout_.stage == head_stage) {
     if (absl::Status s = head->FoldHeadWteGrad(); !s.ok()) return s;
   }
   const int64_t n = chunks_[0]->config().padded_vocab_size * chunks_[0]->config().n_embd;
-  if (layout_.pp == 1) {
+  if (head_stage == 0) {
     // Embedding and head on this rank: in one chunk FoldHeadWteGrad already added them; in
     // separate chunks add here (emb + head, the same sum a two-rank all-reduce makes) and
     // give the head's copy the same gradient.
-    if (layout_.chunks > 1) {
+    if (layout_.stage == 0 && layout_.chunks > 1) {
       const int64_t offset = chunks_[0]->layout().slot(ParamTensor::kWte).offset;
       const int64_t head_offset = head->layout().slot(ParamTensor::kWte).offset;
       absl::StatusOr<float*> emb = chunks_[0]->HostGrads(offset, n);
@@ -99,10 +102,10 @@ absl::Status StageExecutor::ReduceTied(double* waited) {
     }
     return absl::OkStatus();
   }
-  if (layout_.stage != 0 && layout_.stage != layout_.pp - 1) return absl::OkStatus();
+  if (layout_.stage != 0 && layout_.stage != head_stage) return absl::OkStatus();
   StageModel* owner = layout_.stage == 0 ? chunks_[0] : head;
   const std::vector<int> pair = {layout_.RankOf(0, layout_.replica),
-                                 layout_.RankOf(layout_.pp - 1, layout_.replica)};
+                                 layout_.RankOf(head_stage, layout_.replica)};
   if (absl::Status s = Arrive(pair, waited); !s.ok()) return s;
   const int64_t offset = owner->layout().slot(ParamTensor::kWte).offset;
   absl::StatusOr<float*> grads = owner->HostGrads(offset, n);

@@ -73,7 +73,8 @@ struct OptimizerHooks {
 
 class StageExecutor {
  public:
-  // `chunks[c]` is this rank's model chunk c (virtual stage c·pp + stage); each has at least
+  // `chunks[c]` is this rank's model chunk c (its virtual stage by the schedule's placement,
+  // VirtualStageOf); each has at least
   // schedule.buffers_per_stage[stage] slots. `optimizer` runs at OPTIMIZER (none: skipped).
   StageExecutor(Schedule schedule, RankLayout layout, std::vector<StageModel*> chunks,
                 Transport* transport, double timeout_s, OptimizerHooks optimizer);
@@ -104,7 +105,9 @@ class StageExecutor {
   absl::Status ReduceDataParallel(double* waited);
   // Polls the receive the BUBBLE at `bubble_index` waits for (always false if none).
   std::function<bool()> InputReady(size_t bubble_index) const;
-  int VirtualStage(int chunk) const { return chunk * layout_.pp + layout_.stage; }
+  int VirtualStage(int chunk) const {
+    return VirtualStageOf(schedule_.placement, layout_.pp, layout_.stage, chunk);
+  }
   int NumVirtualStages() const { return layout_.pp * layout_.chunks; }
   int Tag(bool gradient, int sender_virtual_stage, int microbatch) const;
   int64_t ActivationFloats() const;

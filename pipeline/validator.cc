@@ -34,9 +34,10 @@ std::string Grid(const Schedule& s, int stage, int position) {
 
 class Checker {
  public:
-  explicit Checker(const Schedule& s) : s_(s) {}
+  Checker(const Schedule& s, ValidationSite* site) : s_(s), site_(site) {}
 
   absl::Status Fail(int stage, int position, absl::string_view rule, absl::string_view detail) {
+    if (site_ != nullptr) *site_ = {stage, position};
     const auto& instrs = s_.per_stage[stage];
     std::string where =
         position < static_cast<int>(instrs.size())
@@ -206,7 +207,7 @@ class Checker {
         if (other < 0 || other >= p * s_.chunks) {
           return Fail(st, i, "matched", "no peer stage: this is the end of the pipeline");
         }
-        const int peer = other % p;
+        const int peer = StageOfVirtual(s_, other);
         if (in.peer >= 0 && in.peer != peer) {
           return Fail(st, i, "matched", absl::StrCat("peer ", in.peer, " but the model chunk's "
                                                      "neighbour is on stage ", peer));
@@ -244,10 +245,13 @@ class Checker {
   }
 
   const Schedule& s_;
+  ValidationSite* site_;
 };
 
 }  // namespace
 
-absl::Status Validate(const Schedule& schedule) { return Checker(schedule).Run(); }
+absl::Status Validate(const Schedule& schedule, ValidationSite* site) {
+  return Checker(schedule, site).Run();
+}
 
 }  // namespace freeride::pipeline

@@ -17,6 +17,12 @@
 
 namespace freeride::pipeline {
 
-absl::Status Validate(const Schedule& schedule);
+// Where a violation was found (stage, position in its list; -1 when not one instruction's).
+struct ValidationSite {
+  int stage = -1;
+  int position = -1;
+};
+
+absl::Status Validate(const Schedule& schedule, ValidationSite* site = nullptr);
 
 }  // namespace freeride::pipeline

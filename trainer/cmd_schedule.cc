@@ -12,6 +12,7 @@
 #include "pipeline/generators.h"
 #include "pipeline/passes.h"
 #include "pipeline/render.h"
+#include "pipeline/schedule_file.h"
 #include "pipeline/validator.h"
 #include "trainer/cli.h"
 
@@ -23,14 +24,14 @@ using pipeline::Schedule;
 
 std::vector<FlagSpec> CommonFlags() {
   return {
-      {"kind", "KIND", "gpipe, 1f1b, interleaved or zbh1 (default 1f1b)"},
+      {"kind", "KIND", "gpipe, 1f1b, interleaved, zbh1, zbh2, zbv or dualpipev (default 1f1b)"},
       {"stages", "P", "pipeline stages (default 4)"},
       {"microbatches", "M", "micro-batches per step (default 8)"},
-      {"chunks", "V", "model chunks per stage (default 1; interleaved needs >= 2)"},
+      {"chunks", "V", "model chunks per stage (default 1; interleaved needs >= 2; zbv, dualpipev: 2)"},
       {"cost", "SPEC", "per-op milliseconds, e.g. f=1,b=2,w=1,comm=0.1 (also reduce=, opt=)"},
       {"cost-file", "FILE", "TOML cost model: f, b, w (a number or one per stage), comm, ..."},
       {"dp", "", "data-parallel: add REDUCE_GRADS before the optimizer"},
-      {"input", "FILE", "load a schedule (text or CSV form) instead of generating one"},
+      {"input", "FILE", "load a schedule (text, CSV or torch CSV form) instead of generating one"},
       {"out", "FILE", "write to FILE instead of standard output"},
   };
 }
@@ -124,34 +125,10 @@ absl::StatusOr<Built> BuildFromFlags(const ParsedFlags& flags) {
             "--", generated, " describes a generated schedule; --input gives its own"));
       }
     }
-    const std::string path = flags.Get("input");
-    FR_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-    absl::StatusOr<Schedule> loaded = absl::StrContains(text, "stage,index,op")
-                                          ? pipeline::ScheduleFromCsv(text)
-                                          : pipeline::ScheduleFromText(text);
-    if (!loaded.ok()) return Annotate(loaded.status(), absl::StrCat("reading ", path));
-    built.schedule = *std::move(loaded);
-    bool has_peers = false, has_buffers = false;
-    for (const auto& stage : built.schedule.per_stage) {
-      for (const pipeline::Instr& in : stage) {
-        has_peers = has_peers || in.peer >= 0;
-        has_buffers = has_buffers || in.buffer >= 0;
-      }
-    }
-    if (!has_peers) pipeline::ResolvePeers(&built.schedule);
-    if (!has_buffers) pipeline::AssignBuffers(&built.schedule);
-    if (built.schedule.buffers_per_stage.empty()) {
-      // Hand-given buffer ids: the stage needs as many slots as the highest id used.
-      built.schedule.buffers_per_stage.assign(built.schedule.stages, 0);
-      for (const auto& stage : built.schedule.per_stage) {
-        for (const pipeline::Instr& in : stage) {
-          if (in.stage < built.schedule.stages) {
-            int& n = built.schedule.buffers_per_stage[in.stage];
-            n = std::max(n, in.buffer + 1);
-          }
-        }
-      }
-    }
+    // Bubbles are placed below, once the cost model (sized by the file's stages) is read.
+    FR_ASSIGN_OR_RETURN(built.schedule,
+                        pipeline::LoadScheduleFile(flags.Get("input"),
+                                                   CostModel::Uniform(), flags.Has("dp")));
   } else {
     FR_ASSIGN_OR_RETURN(options.kind, pipeline::ParseScheduleKind(flags.Get("kind", "1f1b")));
     FR_ASSIGN_OR_RETURN(options.stages, IntFlag(flags, "stages", 4));
@@ -172,7 +149,6 @@ absl::StatusOr<Built> BuildFromFlags(const ParsedFlags& flags) {
     return built;
   }
   // A loaded schedule's bubbles (if any) came from another cost model: place them anew.
-  FR_RETURN_IF_ERROR(pipeline::Validate(built.schedule));
   FR_RETURN_IF_ERROR(pipeline::InsertBubbles(&built.schedule, built.cost));
   return built;
 }
@@ -200,7 +176,7 @@ int Fail(const absl::Status& status) {
 const std::vector<FlagSpec>& ScheduleFlags() {
   static const std::vector<FlagSpec> flags = [] {
     std::vector<FlagSpec> f = CommonFlags();
-    f.push_back({"format", "FORMAT", "text, csv, json, chrome or svg (default text)"});
+    f.push_back({"format", "FORMAT", "text, csv, torch, json, chrome or svg (default text)"});
     return f;
   }();
   return flags;
@@ -217,15 +193,16 @@ const std::vector<FlagSpec>& SimulateFlags() {
 
 int ScheduleCommand(const ParsedFlags& flags) {
   const std::string format = flags.Get("format", "text");
-  if (format != "text" && format != "csv" && format != "json" && format != "chrome" &&
-      format != "svg") {
+  if (format != "text" && format != "csv" && format != "torch" && format != "json" &&
+      format != "chrome" && format != "svg") {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--format: expected text, csv, json, chrome or svg, found '", format, "'")));
+        "--format: expected text, csv, torch, json, chrome or svg, found '", format, "'")));
   }
   absl::StatusOr<Built> built = BuildFromFlags(flags);
   if (!built.ok()) return Fail(built.status());
   if (format == "text") return Emit(flags, pipeline::ScheduleToText(built->schedule));
   if (format == "csv") return Emit(flags, pipeline::ScheduleToCsv(built->schedule));
+  if (format == "torch") return Emit(flags, pipeline::ScheduleToTorchCsv(built->schedule));
   absl::StatusOr<pipeline::SimResult> sim = pipeline::Simulate(built->schedule, built->cost);
   if (!sim.ok()) return Fail(sim.status());
   if (format == "json") return Emit(flags, pipeline::SummaryJson(built->schedule, *sim));

@@ -62,7 +62,8 @@ class EmulatedPeersTransport : public Transport {
     in_step_ = true;
     // On the first or last stage a step's sums come as: the tied embedding's arrival (one
     // value), its transfer, then the optimizer's; elsewhere only the optimizer's.
-    tied_phase_ = schedule_.stages > 1 && (real_ == 0 || real_ == schedule_.stages - 1) ? 0 : 2;
+    const int head = StageOfVirtual(schedule_, schedule_.stages * schedule_.chunks - 1);
+    tied_phase_ = head != 0 && (real_ == 0 || real_ == head) ? 0 : 2;
   }
 
   absl::StatusOr<Request> Isend(const void*, int64_t, int, int tag) override {
