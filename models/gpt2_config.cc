@@ -1,6 +1,7 @@
 #include "models/gpt2_config.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -107,6 +108,51 @@ absl::StatusOr<std::vector<StageSpec>> SplitIntoStages(
     first += counts[s];
   }
   return specs;
+}
+
+PartCosts FlopPartCosts(const GPT2Config& config, int64_t seq_len) {
+  const double C = static_cast<double>(config.n_embd), T = static_cast<double>(seq_len);
+  PartCosts costs;
+  costs.embedding = 3 * 2 * C;
+  costs.block = 3 * (24 * C * C + 4 * T * C);
+  costs.head = 3 * 2 * C * static_cast<double>(config.padded_vocab_size);
+  return costs;
+}
+
+absl::StatusOr<std::vector<StageSpec>> BalancedStages(const GPT2Config& config, int64_t stages,
+                                                      const PartCosts& costs) {
+  const int64_t L = config.n_layer;
+  if (stages < 1 || stages > L) return SplitIntoStages(config, stages, {});  // its error
+  auto piece = [&](int64_t k, int64_t blocks) {
+    return blocks * costs.block + (k == 0 ? costs.embedding : 0.0) +
+           (k == stages - 1 ? costs.head : 0.0);
+  };
+  // worst[k][l]: the smallest possible costliest piece when pieces k.. take the last l blocks.
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> worst(stages + 1, std::vector<double>(L + 1, kInf));
+  worst[stages][0] = 0;
+  for (int64_t k = stages - 1; k >= 0; --k) {
+    for (int64_t l = 1; l <= L; ++l) {
+      for (int64_t take = 1; take <= l; ++take) {
+        worst[k][l] = std::min(worst[k][l], std::max(piece(k, take), worst[k + 1][l - take]));
+      }
+    }
+  }
+  std::vector<int64_t> counts;
+  int64_t left = L;
+  for (int64_t k = 0; k < stages; ++k) {
+    // The most blocks this piece can take without raising the optimum.
+    int64_t take = 1;
+    for (int64_t t = left - (stages - k - 1); t >= 1; --t) {
+      if (std::max(piece(k, t), worst[k + 1][left - t]) <= worst[0][L] * (1 + 1e-12)) {
+        take = t;
+        break;
+      }
+    }
+    counts.push_back(take);
+    left -= take;
+  }
+  return SplitIntoStages(config, stages, counts);
 }
 
 ParamLayout MakeParamLayout(const GPT2Config& config, const StageSpec& stage) {

@@ -65,6 +65,24 @@ StageSpec WholeModel(const GPT2Config& config);
 absl::StatusOr<std::vector<StageSpec>> SplitIntoStages(const GPT2Config& config, int64_t stages,
                                                        const std::vector<int64_t>& layers_per_stage);
 
+// Relative training cost (forward + backward) of the model's parts for one token.
+struct PartCosts {
+  double embedding = 0;
+  double block = 0;  // one transformer block
+  double head = 0;   // final LayerNorm, LM head and loss
+};
+
+// The FLOP model at sequence length T: a block's matrix products (24·C² per token forward)
+// and attention (4·T·C), the head's 2·C·V, the embedding's gather and scatter (2·C), each
+// times 3 for forward and backward.
+PartCosts FlopPartCosts(const GPT2Config& config, int64_t seq_len);
+
+// Splits the layers into `stages` contiguous pieces of at least one block that minimise the
+// costliest piece, counting the embedding with the first and the head with the last; among
+// equal splits, the one that gives earlier pieces more blocks.
+absl::StatusOr<std::vector<StageSpec>> BalancedStages(const GPT2Config& config, int64_t stages,
+                                                      const PartCosts& costs);
+
 // Where each tensor a stage holds lives inside that stage's one contiguous parameter buffer.
 // A stage holds wte when it has the embedding or the head (the head is tied to it), wpe with
 // the embedding, its layers' slices of the per-layer tensors, lnf with the head. The order is

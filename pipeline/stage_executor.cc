@@ -299,7 +299,7 @@ absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, f
   sends_.clear();
   // The head's loss to every rank: the other ranks add zeros (exact), then replicas average.
   double loss[1] = {head_loss / m};
-  if (layout_.stage != layout_.pp - 1) loss[0] = 0;
+  if (layout_.stage != StageOfVirtual(schedule_, NumVirtualStages() - 1)) loss[0] = 0;
   absl::Status s = transport_->AllReduceSum(loss, 1, layout_.PipelineGroup(), timeout_s_);
   if (s.ok()) s = transport_->AllReduceSum(loss, 1, layout_.DataParallelGroup(), timeout_s_);
   if (!s.ok()) return s;

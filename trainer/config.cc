@@ -412,20 +412,38 @@ void Loader::CheckCrossField() {
          absl::StrCat("a multiple of train.microbatches (", c.train.microbatches, ")"),
          absl::StrCat(c.train.batch_size));
   }
-  const bool interleaved = c.parallel.schedule == "interleaved";
+  const std::string& kind = c.parallel.schedule;
+  const bool interleaved = kind == "interleaved", v_shaped = kind == "zbv" || kind == "dualpipev";
+  int64_t chunks = c.parallel.chunks;  // per stage, as the schedule will run them
   if (interleaved && c.parallel.chunks < 2) {
     fail("parallel.chunks", "at least 2 for the interleaved schedule",
          absl::StrCat(c.parallel.chunks));
-  } else if (!interleaved && c.parallel.chunks != 1) {
-    fail("parallel.chunks", absl::StrCat("1 for the ", c.parallel.schedule, " schedule"),
+  } else if (v_shaped && c.parallel.chunks > 2) {
+    fail("parallel.chunks", absl::StrCat("1 or 2 for the ", kind, " schedule (it runs 2)"),
+         absl::StrCat(c.parallel.chunks));
+  } else if (!interleaved && !v_shaped && kind != "file" && c.parallel.chunks != 1) {
+    fail("parallel.chunks", absl::StrCat("1 for the ", kind, " schedule"),
          absl::StrCat(c.parallel.chunks));
   }
-  const int64_t model_chunks = c.parallel.pp * c.parallel.chunks;
+  if (v_shaped) chunks = 2;
+  if (kind == "file" && c.parallel.schedule_file.empty()) {
+    fail("parallel.schedule_file", "a schedule file for parallel.schedule = \"file\"", "\"\"");
+  } else if (kind != "file" && !c.parallel.schedule_file.empty()) {
+    fail("parallel.schedule_file",
+         absl::StrCat("empty unless parallel.schedule = \"file\" (it is \"", kind, "\")"),
+         absl::StrCat("\"", c.parallel.schedule_file, "\""));
+  }
+  if (kind == "dualpipev" && c.train.microbatches < 2 * c.parallel.pp) {
+    fail("train.microbatches",
+         absl::StrCat("at least 2 × parallel.pp (", 2 * c.parallel.pp, ") for dualpipev"),
+         absl::StrCat(c.train.microbatches));
+  }
+  const int64_t model_chunks = c.parallel.pp * chunks;
   if (model_chunks > c.model.n_layer) {
     fail("parallel.pp",
          absl::StrCat("at most model.n_layer (", c.model.n_layer, ") model chunks, found pp × "
                       "chunks = ", model_chunks, "; at most ",
-                      c.model.n_layer / c.parallel.chunks, " stages fit"),
+                      c.model.n_layer / chunks, " stages fit"),
          absl::StrCat(c.parallel.pp));
   }
   if (!c.parallel.layers_per_stage.empty()) {

@@ -74,7 +74,9 @@ struct ParallelConfig {
   int64_t pp = 1;
   int64_t dp = 1;
   std::string schedule = "1f1b";
+  std::string schedule_file;  // parallel.schedule = "file"
   int64_t chunks = 1;
+  std::string partition = "balanced";
   std::vector<int64_t> layers_per_stage;
 };
 

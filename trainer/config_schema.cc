@@ -96,13 +96,22 @@ std::vector<KeySpec> BuildSchema() {
 
       FR_KEY(parallel, pp).Min(1).Max(4096).Doc("Pipeline stages."),
       FR_KEY(parallel, dp).Min(1).Max(4096).Doc("Data-parallel replicas; world size is pp × dp."),
-      FR_KEY(parallel, schedule).Choices({"gpipe", "1f1b", "interleaved", "zbh1"}).Doc(
-          "Pipeline schedule."),
+      FR_KEY(parallel, schedule)
+          .Choices({"gpipe", "1f1b", "interleaved", "zbh1", "zbh2", "zbv", "dualpipev", "file"})
+          .Doc("Pipeline schedule; \"file\" trains parallel.schedule_file as it is."),
+      FR_KEY(parallel, schedule_file).Doc(
+          "A schedule in freeride's text or CSV form or torch.distributed.pipelining's CSV "
+          "(for parallel.schedule = \"file\"); validated, completed and trained as is."),
       FR_KEY(parallel, chunks).Min(1).Max(64).Doc(
-          "Model chunks per stage (v); ≥ 2 for interleaved, 1 otherwise."),
+          "Model chunks per stage (v); ≥ 2 for interleaved; zbv and dualpipev run 2 (in a V); "
+          "1 otherwise."),
+      FR_KEY(parallel, partition).Choices({"balanced", "even"}).Doc(
+          "How blocks are split over the model chunks: \"balanced\" minimises the costliest "
+          "chunk, counting the embedding and the LM head by the FLOP model; \"even\" gives "
+          "each the same number of blocks. parallel.layers_per_stage overrides both."),
       FR_KEY(parallel, layers_per_stage).Doc(
           "Blocks in each of the pp × chunks model chunks, in pipeline order; must sum to "
-          "model.n_layer. Empty: an even split."),
+          "model.n_layer. Empty: split by parallel.partition."),
 
       FR_KEY(runtime, device).Choices({"cpu", "cuda"}).Doc("Backend that runs the model."),
       FR_KEY(runtime, precision).Choices({"fp32", "bf16"}).Doc(

@@ -11,7 +11,8 @@ namespace freeride {
 absl::StatusOr<pipeline::CostModel> CalibrateStageCosts(const BackendOptions& backend,
                                                         const GPT2Config& config,
                                                         const std::vector<StageSpec>& stages,
-                                                        int pp, int64_t micro_batch, int64_t seq_len,
+                                                        int pp, pipeline::Placement placement,
+                                                        int64_t micro_batch, int64_t seq_len,
                                                         double link_gbs, uint64_t seed) {
   pipeline::CostModel cost;
   cost.stages.assign(pp, pipeline::StageCost{0, 0, 0});
@@ -51,7 +52,8 @@ absl::StatusOr<pipeline::CostModel> CalibrateStageCosts(const BackendOptions& ba
       const double tww = tw.ElapsedSeconds();
       if (rep > 0) f = std::min(f, tf), b = std::min(b, tbi), w = std::min(w, tww);
     }
-    pipeline::StageCost& stage_cost = cost.stages[v % pp];
+    pipeline::StageCost& stage_cost =
+        cost.stages[pipeline::StageOfVirtual(placement, pp, static_cast<int>(v))];
     stage_cost.f += f * 1e3;
     stage_cost.b += b * 1e3;
     stage_cost.w += w * 1e3;
@@ -59,6 +61,26 @@ absl::StatusOr<pipeline::CostModel> CalibrateStageCosts(const BackendOptions& ba
   }
   cost.comm = static_cast<double>(floats) * sizeof(float) / (link_gbs * 1e9) * 1e3;
   return cost;
+}
+
+absl::StatusOr<PartCosts> MeasurePartCosts(const BackendOptions& backend,
+                                           const GPT2Config& config, int64_t micro_batch,
+                                           int64_t seq_len, uint64_t seed) {
+  const std::vector<StageSpec> probes = {{0, 1, true, false}, {0, 1, false, false},
+                                         {0, 1, false, true}};
+  absl::StatusOr<pipeline::CostModel> cost =
+      CalibrateStageCosts(backend, config, probes, 3, pipeline::Placement::kLoop, micro_batch,
+                          seq_len, 1.0, seed);
+  if (!cost.ok()) return cost.status();
+  auto total = [&](int s) {
+    const pipeline::StageCost& c = cost->stages[s];
+    return c.f + c.b + c.w;
+  };
+  PartCosts parts;
+  parts.block = total(1);
+  parts.embedding = std::max(0.0, total(0) - parts.block);
+  parts.head = std::max(0.0, total(2) - parts.block);
+  return parts;
 }
 
 }  // namespace freeride

@@ -8,19 +8,28 @@
 #include "models/backend.h"
 #include "models/gpt2_config.h"
 #include "pipeline/cost_model.h"
+#include "pipeline/schedule.h"
 
 namespace freeride {
 
 // Per stage of `pp`: F, B (input gradient) and W (weight gradient) of one micro-batch, in ms,
 // each the fastest of a few timed runs of the real layers on `backend`; `comm` the transfer of
 // one activation over a link of `link_gbs` GB/s. `stages` lists the virtual stages (pp × chunks,
-// virtual stage c·pp + s on stage s); a stage's cost is the sum of its chunks', and with
+// on the stages `placement` puts them on); a stage's cost is the sum of its chunks', and with
 // several chunks each one's own cost is kept too (CostModel::chunks).
 absl::StatusOr<pipeline::CostModel> CalibrateStageCosts(const BackendOptions& backend,
                                                         const GPT2Config& config,
                                                         const std::vector<StageSpec>& stages,
                                                         int pp,
+                                                        pipeline::Placement placement,
                                                         int64_t micro_batch, int64_t seq_len,
                                                         double link_gbs, uint64_t seed);
+
+// The training cost (F + B + W, ms) of the embedding, one block and the head on `backend`,
+// from three probe stages timed as CalibrateStageCosts times stages: [embedding + block],
+// [block], [block + head]. What the balanced partition weighs the model's parts by.
+absl::StatusOr<PartCosts> MeasurePartCosts(const BackendOptions& backend,
+                                           const GPT2Config& config, int64_t micro_batch,
+                                           int64_t seq_len, uint64_t seed);
 
 }  // namespace freeride

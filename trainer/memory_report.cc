@@ -5,6 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "models/device_memory_plan.h"
 #include "pipeline/generators.h"
+#include "trainer/pipeline_plan.h"
 #include "trainer/trainer.h"
 
 namespace freeride {
@@ -12,14 +13,13 @@ namespace freeride {
 absl::StatusOr<std::string> DeviceMemoryReport(const Config& config) {
   absl::StatusOr<GPT2Config> model = ResolveModelConfig(config);
   if (!model.ok()) return model.status();
-  absl::StatusOr<pipeline::ScheduleOptions> options = TrainingScheduleOptions(config);
-  if (!options.ok()) return options.status();
-  absl::StatusOr<pipeline::Schedule> schedule = pipeline::BuildSchedule(*options);
+  absl::StatusOr<PipelinePlan> pipeline_plan = PlanPipeline(config, *model);
+  if (!pipeline_plan.ok()) return pipeline_plan.status();
+  absl::StatusOr<pipeline::Schedule> schedule =
+      TrainingSchedule(config, *pipeline_plan, pipeline::CostModel::Uniform());
   if (!schedule.ok()) return schedule.status();
-  const int pp = options->stages, chunks = options->chunks;
-  absl::StatusOr<std::vector<StageSpec>> specs =
-      SplitIntoStages(*model, pp * chunks, config.parallel.layers_per_stage);
-  if (!specs.ok()) return specs.status();
+  const int pp = schedule->stages, chunks = schedule->chunks;
+  const std::vector<StageSpec>& specs = pipeline_plan->specs;
   const int64_t micro_batch = config.train.batch_size / config.train.microbatches;
   const int bytes = config.runtime.precision == "bf16" ? 2 : 4;
   std::string out = absl::StrFormat(
@@ -32,7 +32,7 @@ absl::StatusOr<std::string> DeviceMemoryReport(const Config& config) {
     MemoryPlan plan;
     std::string layers;
     for (int c = 0; c < chunks; ++c) {
-      const StageSpec& spec = (*specs)[c * pp + s];
+      const StageSpec& spec = specs[pipeline::VirtualStageOf(pipeline_plan->placement, pp, s, c)];
       PlanStageMemory(*model, spec, micro_batch, config.train.seq_len, slots, bytes, &plan);
       layers += absl::StrFormat("%s[%d, %d)%s%s", c > 0 ? " " : "", spec.first_layer,
                                 spec.last_layer, spec.has_embedding ? " +embedding" : "",

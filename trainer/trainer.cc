@@ -22,6 +22,7 @@
 #include "pipeline/generators.h"
 #include "pipeline/passes.h"
 #include "trainer/emulation.h"
+#include "trainer/pipeline_plan.h"
 #include "trainer/run_dir.h"
 #include "trainer/train_state.h"
 
@@ -46,7 +47,9 @@ absl::Status CheckVocabulary(const TokenLoader& loader, int64_t vocab_size) {
       loader.max_token(), vocab_size));
 }
 
-// Forward passes only, in the training schedule's geometry: for validation.
+// Forward passes only, in the training schedule's geometry: for validation. Each stage runs
+// its chunks in pipeline order, every micro-batch of one before the next: any placement's
+// messages then flow one way and nothing waits in a cycle.
 pipeline::Schedule ForwardOnlySchedule(const pipeline::Schedule& training) {
   using pipeline::Instr;
   using pipeline::Op;
@@ -55,9 +58,15 @@ pipeline::Schedule ForwardOnlySchedule(const pipeline::Schedule& training) {
   for (int stage = 0; stage < p; ++stage) {
     std::vector<Instr>& list = s.per_stage[stage];
     list.clear();
-    for (int mb = 0; mb < s.microbatches; ++mb) {
-      for (int c = 0; c < s.chunks; ++c) {
-        const int vs = c * p + stage;
+    std::vector<int> chunks(s.chunks);
+    for (int c = 0; c < s.chunks; ++c) chunks[c] = c;
+    std::sort(chunks.begin(), chunks.end(), [&](int a, int b) {
+      return pipeline::VirtualStageOf(s.placement, p, stage, a) <
+             pipeline::VirtualStageOf(s.placement, p, stage, b);
+    });
+    for (int c : chunks) {
+      const int vs = pipeline::VirtualStageOf(s.placement, p, stage, c);
+      for (int mb = 0; mb < s.microbatches; ++mb) {
         auto add = [&](Op op, int peer) {
           Instr in;
           in.op = op;
@@ -69,15 +78,14 @@ pipeline::Schedule ForwardOnlySchedule(const pipeline::Schedule& training) {
           list.push_back(in);
         };
         if (vs == 0 || vs == V - 1) add(Op::kLoad, -1);
-        if (vs > 0) add(Op::kRecvAct, (vs - 1) % p);
+        if (vs > 0) add(Op::kRecvAct, pipeline::StageOfVirtual(s, vs - 1));
         add(Op::kForward, -1);
-        if (vs < V - 1) add(Op::kSendAct, (vs + 1) % p);
+        if (vs < V - 1) add(Op::kSendAct, pipeline::StageOfVirtual(s, vs + 1));
       }
     }
   }
   return s;
 }
-
 
 }  // namespace
 
@@ -124,8 +132,7 @@ absl::StatusOr<pipeline::ScheduleOptions> TrainingScheduleOptions(const Config& 
   options.kind = *kind;
   options.stages = static_cast<int>(config.parallel.pp);
   options.microbatches = static_cast<int>(config.train.microbatches);
-  options.chunks = *kind == pipeline::ScheduleKind::kInterleaved
-                       ? static_cast<int>(config.parallel.chunks) : 1;
+  options.chunks = pipeline::ChunksFor(*kind, static_cast<int>(config.parallel.chunks));
   options.data_parallel = config.parallel.dp > 1;
   return options;
 }
@@ -171,36 +178,55 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   pipeline::RankLayout& L = t->layout_;
   L.pp = static_cast<int>(config.parallel.pp);
   L.dp = static_cast<int>(config.parallel.dp);
-  const bool interleaved = config.parallel.schedule == "interleaved";
-  L.chunks = interleaved ? static_cast<int>(config.parallel.chunks) : 1;
   L.stage = emulate ? static_cast<int>(config.runtime.emulated_stage) : transport->rank() % L.pp;
   L.replica = emulate ? 0 : transport->rank() / L.pp;
 
-  absl::StatusOr<std::vector<StageSpec>> specs =
-      SplitIntoStages(*model, L.pp * L.chunks, config.parallel.layers_per_stage);
-  if (!specs.ok()) return specs.status();
-  absl::StatusOr<pipeline::ScheduleOptions> schedule_options = TrainingScheduleOptions(config);
-  if (!schedule_options.ok()) return schedule_options.status();
-  pipeline::ScheduleOptions& options = *schedule_options;
   const int64_t micro_batch = tc.batch_size / tc.microbatches;
   const BackendOptions backend{config.runtime.device, config.runtime.precision, NodeLocalRank()};
+  std::optional<PartCosts> part_costs;
+  if (NeedsPartCosts(config)) {
+    absl::StatusOr<PartCosts> measured =
+        MeasurePartCosts(backend, *model, micro_batch, tc.seq_len, config.run.seed);
+    if (!measured.ok()) return measured.status();
+    if (!emulate && transport->size() > 1) {
+      // Every rank timed its own probes: their mean, the same on all, splits the model alike.
+      double sums[3] = {measured->embedding, measured->block, measured->head};
+      if (absl::Status s = transport->AllReduceSum(sums, 3, transport->AllRanks(),
+                                                   config.runtime.comm_timeout_s);
+          !s.ok()) {
+        return s;
+      }
+      const double n = transport->size();
+      *measured = PartCosts{sums[0] / n, sums[1] / n, sums[2] / n};
+    }
+    part_costs = *measured;
+  }
+  absl::StatusOr<PipelinePlan> plan = PlanPipeline(config, *model, part_costs);
+  if (!plan.ok()) return plan.status();
+  L.chunks = plan->chunks;
+  const std::vector<StageSpec>& specs = plan->specs;
+  if (emulate || transport->rank() == 0) {
+    FR_LOG(INFO) << "pipeline split " << plan->partition << ": "
+                 << DescribePartition(*plan, L.pp);
+  }
+  pipeline::CostModel cost = pipeline::CostModel::Uniform();
   if (emulate) {
     // The other stages' costs, measured by running their layers here; the schedule's bubbles
     // are placed with them from the start.
-    absl::StatusOr<pipeline::CostModel> cost =
-        CalibrateStageCosts(backend, *model, *specs, L.pp, micro_batch, tc.seq_len,
-                            config.runtime.link_bandwidth_gbs, config.run.seed);
-    if (!cost.ok()) return cost.status();
-    options.cost = *cost;
-    t->emulation_cost_ = *cost;
+    absl::StatusOr<pipeline::CostModel> measured =
+        CalibrateStageCosts(backend, *model, specs, L.pp, plan->placement, micro_batch,
+                            tc.seq_len, config.runtime.link_bandwidth_gbs, config.run.seed);
+    if (!measured.ok()) return measured.status();
+    cost = *measured;
+    t->emulation_cost_ = cost;
     FR_LOG(INFO) << "emulated peers: stage " << L.stage << " of " << L.pp
-                 << " runs for real; measured costs (ms): " << pipeline::FormatCostModel(*cost);
+                 << " runs for real; measured costs (ms): " << pipeline::FormatCostModel(cost);
   }
-  absl::StatusOr<pipeline::Schedule> schedule = pipeline::BuildSchedule(options);
+  absl::StatusOr<pipeline::Schedule> schedule = TrainingSchedule(config, *plan, cost);
   if (!schedule.ok()) return schedule.status();
   if (emulate) {
     absl::StatusOr<std::unique_ptr<pipeline::Transport>> emulated =
-        pipeline::MakeEmulatedPeersTransport(*schedule, options.cost, L.stage,
+        pipeline::MakeEmulatedPeersTransport(*schedule, cost, L.stage,
                                              micro_batch * tc.seq_len * model->n_embd);
     if (!emulated.ok()) return emulated.status();
     t->own_transport_ = *std::move(emulated);
@@ -210,8 +236,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   const int slots = std::max(1, schedule->buffers_per_stage[L.stage]);
 
   std::vector<StageSpec> own_specs;
-  for (int c = 0; c < L.chunks; ++c) own_specs.push_back((*specs)[c * L.pp + L.stage]);
-  if (absl::Status s = t->CheckHostMemory(own_specs, micro_batch, slots, options.microbatches);
+  for (int c = 0; c < L.chunks; ++c) {
+    own_specs.push_back(specs[pipeline::VirtualStageOf(plan->placement, L.pp, L.stage, c)]);
+  }
+  if (absl::Status s = t->CheckHostMemory(own_specs, micro_batch, slots, schedule->microbatches);
       !s.ok()) {
     return s;
   }
@@ -234,7 +262,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   }
   std::vector<StageModel*> raw;
   for (int c = 0; c < L.chunks; ++c) {
-    const StageSpec& spec = (*specs)[c * L.pp + L.stage];
+    const StageSpec& spec = own_specs[c];
     absl::StatusOr<std::unique_ptr<StageModel>> chunk =
         MakeStageModel(backend, *model, spec, micro_batch, tc.seq_len, slots);
     if (!chunk.ok()) return chunk.status();
@@ -432,7 +460,7 @@ absl::Status Trainer::PlaceBubblesFromMeasuredCosts(
   using pipeline::Op;
   const auto& instrs = executor_->instructions();
   const int pp = layout_.pp, V = pp * layout_.chunks;
-  // Per virtual stage c·pp + s: f, b, w (ms) of this rank's chunks from replica 0, zeros
+  // Per virtual stage: f, b, w (ms) of this rank's chunks from replica 0, zeros
   // elsewhere, so a sum over the ranks assembles the pipeline's.
   std::vector<double> costs(3 * V, 0.0);
   if (layout_.replica == 0) {
@@ -447,7 +475,7 @@ absl::Status Trainer::PlaceBubblesFromMeasuredCosts(
     }
     auto mean = [&](int c, Op op) { return count[{c, op}] ? sum[{c, op}] / count[{c, op}] : 0.0; };
     for (int c = 0; c < layout_.chunks; ++c) {
-      const int v = c * pp + layout_.stage;
+      const int v = VirtualStageOf(c);
       costs[3 * v] = mean(c, Op::kForward);
       costs[3 * v + 1] = split ? mean(c, Op::kBackwardInput) : mean(c, Op::kBackward);
       costs[3 * v + 2] = split ? mean(c, Op::kBackwardWeight) : 0.0;
@@ -465,9 +493,10 @@ absl::Status Trainer::PlaceBubblesFromMeasuredCosts(
   std::vector<pipeline::StageCost> stages(pp, pipeline::StageCost{0, 0, 0}), chunks(V);
   for (int v = 0; v < V; ++v) {
     chunks[v] = {costs[3 * v], costs[3 * v + 1], costs[3 * v + 2]};
-    stages[v % pp].f += chunks[v].f;
-    stages[v % pp].b += chunks[v].b;
-    stages[v % pp].w += chunks[v].w;
+    pipeline::StageCost& stage = stages[pipeline::StageOfVirtual(executor_->schedule(), v)];
+    stage.f += chunks[v].f;
+    stage.b += chunks[v].b;
+    stage.w += chunks[v].w;
   }
   pipeline::CostModel cost;
   if (emulate) {
@@ -475,7 +504,7 @@ absl::Status Trainer::PlaceBubblesFromMeasuredCosts(
     cost = emulation_cost_;
     cost.stages[layout_.stage] = stages[layout_.stage];
     for (int c = 0; c < layout_.chunks && !cost.chunks.empty(); ++c) {
-      cost.chunks[c * pp + layout_.stage] = chunks[c * pp + layout_.stage];
+      cost.chunks[VirtualStageOf(c)] = chunks[VirtualStageOf(c)];
     }
   } else {
     cost.stages = stages;

@@ -108,6 +108,11 @@ class Trainer {
   void WriteMetric(const std::string& json);
   absl::Status WriteTimeline() const;
   absl::Status WriteTimelineSvg();
+  // The virtual stage this rank's chunk `chunk` computes (by the schedule's placement).
+  int VirtualStageOf(int chunk) const {
+    return pipeline::VirtualStageOf(executor_->schedule().placement, layout_.pp, layout_.stage,
+                                    chunk);
+  }
   absl::Status PlaceBubblesFromMeasuredCosts(const std::vector<pipeline::InstrTiming>& timeline);
   absl::Status CreateSideTasks();
   absl::Status ReportHarvest();

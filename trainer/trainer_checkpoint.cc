@@ -33,7 +33,8 @@ std::string ModelDifferences(const GPT2Config& saved, const GPT2Config& run) {
   return absl::StrJoin(diffs, "; ");
 }
 
-// The chunks a saved stage held, as the model pieces they were.
+// The chunks a saved stage held, as the model pieces they were. Version 1 files (no layer
+// ranges) come from loop placements, virtual stage c·pp + stage.
 absl::StatusOr<std::vector<StageSpec>> SavedChunkSpecs(const RankState& s, const std::string& file,
                                                        const std::vector<StageSpec>& even) {
   std::vector<StageSpec> specs;
@@ -41,12 +42,16 @@ absl::StatusOr<std::vector<StageSpec>> SavedChunkSpecs(const RankState& s, const
   for (int64_t c = 0; c < s.chunks; ++c) {
     const int64_t vs = c * s.pp + s.stage;
     StageSpec spec = even[vs];
-    if (!s.chunk_layers.empty()) {
-      spec.first_layer = s.chunk_layers[c].first;
-      spec.last_layer = s.chunk_layers[c].second;
-    }
     spec.has_embedding = vs == 0;
     spec.has_head = vs == V - 1;
+    if (!s.chunk_layers.empty()) {
+      // Written with its layer ranges, whatever the placement: the embedding's chunk starts
+      // the model and the head's ends it.
+      spec.first_layer = s.chunk_layers[c].first;
+      spec.last_layer = s.chunk_layers[c].second;
+      spec.has_embedding = spec.first_layer == 0;
+      spec.has_head = spec.last_layer == s.model.n_layer;
+    }
     specs.push_back(spec);
   }
   int64_t total = 0;

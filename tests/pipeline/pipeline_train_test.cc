@@ -6,7 +6,10 @@
 
 #include <thread>
 
+#include "core/files.h"
+#include "pipeline/schedule_file.h"
 #include "tests/pipeline/train_parity.h"
+#include "trainer/pipeline_plan.h"
 
 namespace freeride {
 namespace {
@@ -30,14 +33,45 @@ TEST_F(PipelineTrainTest, EveryLayoutMatchesOneProcessBitForBit) {
   for (int m : {1, 4, 8}) {
     const std::vector<double> expected =
         SingleProcessLosses(ParityConfig(shard, "1f1b", 1, 1, m));
-    for (const std::string schedule : {"gpipe", "1f1b", "interleaved", "zbh1"}) {
+    for (const std::string schedule :
+         {"gpipe", "1f1b", "interleaved", "zbh1", "zbh2", "zbv", "dualpipev"}) {
       for (int pp : {2, 4}) {
         if (schedule == "interleaved" && m % pp != 0) continue;  // interleaving needs m % p == 0
+        if (schedule == "dualpipev" && m < 2 * pp) continue;     // DualPipeV needs m >= 2p
         SCOPED_TRACE(absl::StrFormat("%s pp=%d m=%d", schedule, pp, m));
         EXPECT_EQ(ThreadedLosses(ParityConfig(shard, schedule, pp, 1, m)), expected);
       }
     }
   }
+}
+
+// A schedule printed by `freeride schedule` (text) or handed over as torch's CSV trains as the
+// generated one it came from, bit for bit; the partition does not change the numbers.
+TEST_F(PipelineTrainTest, ScheduleFilesTrainAsTheGeneratedSchedule) {
+  const std::string shard = ParityShard();
+  const std::vector<double> expected = SingleProcessLosses(ParityConfig(shard, "1f1b", 1, 1, 4));
+  for (const std::string kind : {"zbv", "zbh2", "interleaved"}) {
+    Config generated = ParityConfig(shard, kind, 2, 1, 4);
+    absl::StatusOr<PipelinePlan> plan = PlanPipeline(generated, *ResolveModelConfig(generated));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    absl::StatusOr<pipeline::Schedule> schedule =
+        TrainingSchedule(generated, *plan, pipeline::CostModel::Uniform());
+    ASSERT_TRUE(schedule.ok()) << schedule.status();
+    for (const auto& [name, text] :
+         {std::pair{"s.txt", pipeline::ScheduleToText(*schedule)},
+          std::pair{"s_torch.csv", pipeline::ScheduleToTorchCsv(*schedule)}}) {
+      SCOPED_TRACE(absl::StrFormat("%s as %s", kind, name));
+      Config config = ParityConfig(shard, "1f1b", 2, 1, 4);
+      config.parallel.schedule = "file";
+      config.parallel.schedule_file = (std::filesystem::path(::testing::TempDir()) /
+                                       absl::StrCat(kind, "_", name)).string();
+      ASSERT_TRUE(WriteFileAtomically(config.parallel.schedule_file, text).ok());
+      EXPECT_EQ(ThreadedLosses(config), expected);
+    }
+  }
+  Config even = ParityConfig(shard, "zbv", 2, 1, 4);
+  even.parallel.partition = "even";
+  EXPECT_EQ(ThreadedLosses(even), expected);
 }
 
 TEST_F(PipelineTrainTest, DataParallelWithinOneMillionth) {
@@ -81,6 +115,7 @@ TEST_F(PipelineTrainTest, SilentPeerIsATimeoutNamingTheInstruction) {
   // Stage 1 of 2 never starts: stage 0 waits for its gradient and gives up.
   Config config = ParityConfig(ParityShard(), "1f1b", 2, 1, 2);
   config.runtime.comm_timeout_s = 0.5;
+  config.parallel.partition = "even";  // a balanced split first agrees on measured costs
   auto world = pipeline::MakeInProcessWorld(2);
   auto trainer = Trainer::Create(config, world[0].get());
   ASSERT_TRUE(trainer.ok()) << trainer.status();

@@ -99,7 +99,8 @@ TEST(ConfigTest, OutOfRangeNamesTheBound) {
             "test.toml:4:6: optim.lr: expected a number > 0.0, found a number (0.0)");
   EXPECT_EQ(ErrorOf("[data]\ntrain = \"x\"\n[parallel]\nschedule = \"pipedream\"\n"),
             "test.toml:4:12: parallel.schedule: expected one of \"gpipe\", \"1f1b\", "
-            "\"interleaved\", \"zbh1\", found a string (\"pipedream\")");
+            "\"interleaved\", \"zbh1\", \"zbh2\", \"zbv\", \"dualpipev\", \"file\", found a "
+            "string (\"pipedream\")");
 }
 
 TEST(ConfigTest, MissingRequiredKeyIsNamed) {

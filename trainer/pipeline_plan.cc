@@ -1,0 +1,99 @@
+#include "trainer/pipeline_plan.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/status.h"
+#include "pipeline/generators.h"
+#include "pipeline/passes.h"
+#include "pipeline/schedule_file.h"
+
+namespace freeride {
+
+bool NeedsPartCosts(const Config& config) {
+  const ParallelConfig& par = config.parallel;
+  return par.layers_per_stage.empty() && par.partition == "balanced" &&
+         (par.pp > 1 || par.chunks > 1 || par.schedule == "zbv" || par.schedule == "dualpipev" ||
+          par.schedule == "file");
+}
+
+absl::StatusOr<PipelinePlan> PlanPipeline(const Config& config, const GPT2Config& model,
+                                          const std::optional<PartCosts>& measured) {
+  const ParallelConfig& par = config.parallel;
+  PipelinePlan plan;
+  if (par.schedule == "file") {
+    absl::StatusOr<pipeline::Schedule> loaded = pipeline::LoadScheduleFile(
+        par.schedule_file, pipeline::CostModel::Uniform(), par.dp > 1);
+    if (!loaded.ok()) return loaded.status();
+    const pipeline::Schedule& s = *loaded;
+    if (s.stages != par.pp || s.microbatches != config.train.microbatches) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "parallel.schedule_file = %s has %d stages and %d micro-batches; the run has "
+          "parallel.pp = %d and train.microbatches = %d",
+          par.schedule_file, s.stages, s.microbatches, par.pp, config.train.microbatches));
+    }
+    if (par.chunks != 1 && par.chunks != s.chunks) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "parallel.schedule_file = %s runs %d model chunks per stage; parallel.chunks = %d",
+          par.schedule_file, s.chunks, par.chunks));
+    }
+    plan.from_file = true;
+    plan.chunks = s.chunks;
+    plan.placement = s.placement;
+    plan.file_schedule = *std::move(loaded);
+  } else {
+    FR_ASSIGN_OR_RETURN(pipeline::ScheduleKind kind, pipeline::ParseScheduleKind(par.schedule));
+    plan.chunks = pipeline::ChunksFor(kind, static_cast<int>(par.chunks));
+    plan.placement = pipeline::PlacementOf(kind);
+  }
+  const int64_t virtual_stages = par.pp * plan.chunks;
+  if (!par.layers_per_stage.empty() || par.partition == "even") {
+    FR_ASSIGN_OR_RETURN(plan.specs,
+                        SplitIntoStages(model, virtual_stages, par.layers_per_stage));
+    plan.partition = par.layers_per_stage.empty() ? "even" : "parallel.layers_per_stage";
+  } else {
+    const PartCosts costs = measured ? *measured : FlopPartCosts(model, config.train.seq_len);
+    FR_ASSIGN_OR_RETURN(plan.specs, BalancedStages(model, virtual_stages, costs));
+    plan.partition = absl::StrFormat(
+        "balanced by %s (head = %.2f blocks, embedding = %.2f blocks)",
+        measured ? "measured costs" : "the FLOP model", costs.head / costs.block,
+        costs.embedding / costs.block);
+  }
+  return plan;
+}
+
+absl::StatusOr<pipeline::Schedule> TrainingSchedule(const Config& config,
+                                                    const PipelinePlan& plan,
+                                                    const pipeline::CostModel& cost) {
+  if (plan.from_file) {
+    // Whatever BUBBLEs the file had were predicted with other costs: placed anew, as the
+    // generated kinds' are.
+    pipeline::Schedule s = plan.file_schedule;
+    FR_RETURN_IF_ERROR(pipeline::InsertBubbles(&s, cost));
+    return s;
+  }
+  pipeline::ScheduleOptions options;
+  FR_ASSIGN_OR_RETURN(options.kind, pipeline::ParseScheduleKind(config.parallel.schedule));
+  options.stages = static_cast<int>(config.parallel.pp);
+  options.microbatches = static_cast<int>(config.train.microbatches);
+  options.chunks = plan.chunks;
+  options.data_parallel = config.parallel.dp > 1;
+  options.cost = cost;
+  return pipeline::BuildSchedule(options);
+}
+
+std::string DescribePartition(const PipelinePlan& plan, int pp) {
+  std::string out;
+  for (int s = 0; s < pp; ++s) {
+    absl::StrAppend(&out, s > 0 ? "; " : "", "stage ", s, ":");
+    for (int c = 0; c < plan.chunks; ++c) {
+      const StageSpec& spec =
+          plan.specs[pipeline::VirtualStageOf(plan.placement, pp, s, c)];
+      absl::StrAppend(&out, absl::StrFormat(" [%d, %d)%s%s", spec.first_layer, spec.last_layer,
+                                            spec.has_embedding ? " +embedding" : "",
+                                            spec.has_head ? " +head" : ""));
+    }
+  }
+  return out;
+}
+
+}  // namespace freeride

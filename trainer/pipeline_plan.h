@@ -1,0 +1,46 @@
+// The training pipeline's plan, from the config: its schedule's shape (a generated kind, or a
+// schedule file trained as is), which blocks each model chunk holds (parallel.partition), and
+// the schedule a rank executes once a cost model places its bubbles.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "models/gpt2_config.h"
+#include "pipeline/cost_model.h"
+#include "pipeline/schedule.h"
+#include "trainer/config.h"
+
+namespace freeride {
+
+struct PipelinePlan {
+  int chunks = 1;
+  pipeline::Placement placement = pipeline::Placement::kLoop;
+  // Per virtual stage (pp × chunks, in pipeline order): its blocks, embedding and head.
+  std::vector<StageSpec> specs;
+  std::string partition;  // how the split was chosen, for the log: "balanced (FLOP model) ..."
+  bool from_file = false;
+  pipeline::Schedule file_schedule;  // parallel.schedule = "file": loaded and validated
+};
+
+// Reads the schedule file if there is one (checking it against pp, micro-batches and dp),
+// and splits the model: layers_per_stage when given, else by parallel.partition, a balanced
+// split weighing the parts by `measured` costs (MeasurePartCosts) or, without them, the FLOP
+// model.
+absl::StatusOr<PipelinePlan> PlanPipeline(const Config& config, const GPT2Config& model,
+                                          const std::optional<PartCosts>& measured = {});
+
+// Whether PlanPipeline would weigh the model's parts (a balanced split of several chunks).
+bool NeedsPartCosts(const Config& config);
+
+// The schedule every rank executes, its BUBBLEs placed with `cost` (a file's too).
+absl::StatusOr<pipeline::Schedule> TrainingSchedule(const Config& config,
+                                                    const PipelinePlan& plan,
+                                                    const pipeline::CostModel& cost);
+
+// "stage 0: blocks [0, 3) +embedding; stage 1: ..." (chunks listed per stage).
+std::string DescribePartition(const PipelinePlan& plan, int pp);
+
+}  // namespace freeride
