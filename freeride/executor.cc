@@ -277,6 +277,7 @@ void SideTaskExecutor::OnBubble(const pipeline::Instr& bubble, int index, double
   open_.pollable = static_cast<bool>(input_ready);
   open_.harvesting = harvesting_;
   const double predicted = predicted_[index];
+  open_.predicted = predicted;
   if (!harvesting_ || predicted <= 0 || tasks_.empty()) return;  // measure first
   const std::function<bool()>& ready = open_.pollable ? input_ready : kNever;
   open_.predicted_end = start_s + predicted;
@@ -331,6 +332,8 @@ void SideTaskExecutor::OnBubbleEnd(int index, double end_s) {
     report_.overrun_s[kind] += overrun;
     if (open_.last_task >= 0) tasks_[open_.last_task]->report.overrun_s += overrun;
   }
+  records_.push_back({index, open_.kind, open_.predicted > 0 ? open_.predicted : -1.0, measured,
+                      open_.harvested});
   // Only a bubble whose end side work did not hide tells its duration; a paused worker hides it
   // by at most `late`.
   double& p = predicted_[index];

@@ -14,6 +14,7 @@
 #include <array>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -53,6 +54,15 @@ struct SideStepEvent {
   double start_s = 0, end_s = 0;  // MonotonicSeconds()
 };
 
+// One BUBBLE as it happened: the duration predicted when it began (< 0: none yet, the first
+// measurement), the measured one (start to the awaited instruction's end of waiting), and the
+// side work run in it.
+struct BubbleRecord {
+  int index = 0;  // the BUBBLE instruction's place in the stage's list
+  pipeline::BubbleKind kind = pipeline::BubbleKind::kNone;
+  double predicted_s = -1, measured_s = 0, harvested_s = 0;
+};
+
 struct HarvestReport {
   int rank = 0, stage = 0;
   int64_t bubbles = 0;
@@ -84,6 +94,8 @@ class SideTaskExecutor : public pipeline::BubbleHook {
   void Finish();
   HarvestReport Report() const;
   const std::vector<SideStepEvent>& events() const { return events_; }
+  // The bubbles since the last call (a step's, when called once per step), in order.
+  std::vector<BubbleRecord> TakeBubbleRecords() { return std::exchange(records_, {}); }
 
  private:
   struct Task;
@@ -91,6 +103,7 @@ class SideTaskExecutor : public pipeline::BubbleHook {
     int index = -1;
     pipeline::BubbleKind kind = pipeline::BubbleKind::kNone;
     double start = 0, harvest_end = 0, predicted_end = 0, harvested = 0;
+    double predicted = -1;    // the prediction the bubble began with
     bool pollable = false;    // the awaited input can be polled
     bool overran = false;     // the input was found ready right after an in-process step
     double late = 0;          // a worker paused at the ready input ran at most this past it
@@ -117,6 +130,7 @@ class SideTaskExecutor : public pipeline::BubbleHook {
   size_t round_robin_ = 0;
   HarvestReport report_;
   std::vector<SideStepEvent> events_;
+  std::vector<BubbleRecord> records_;
 };
 
 }  // namespace freeride

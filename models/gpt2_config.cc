@@ -1,6 +1,7 @@
 #include "models/gpt2_config.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 
 #include "absl/strings/str_format.h"
@@ -119,14 +120,61 @@ PartCosts FlopPartCosts(const GPT2Config& config, int64_t seq_len) {
   return costs;
 }
 
+namespace {
+
+// Every split of L blocks into `stages` pieces of at least one, when there are at most `limit`.
+bool EnumerateSplits(int64_t L, int64_t stages, int64_t limit,
+                     const std::function<void(const std::vector<int64_t>&)>& visit) {
+  double count = 1;  // C(L-1, stages-1)
+  for (int64_t i = 1; i < stages; ++i) count = count * static_cast<double>(L - i) / i;
+  if (count > static_cast<double>(limit)) return false;
+  std::vector<int64_t> counts(stages, 1);
+  std::function<void(int64_t, int64_t)> fill = [&](int64_t k, int64_t left) {
+    if (k == stages - 1) {
+      counts[k] = left;
+      visit(counts);
+      return;
+    }
+    for (int64_t take = 1; take <= left - (stages - k - 1); ++take) {
+      counts[k] = take;
+      fill(k + 1, left - take);
+    }
+  };
+  fill(0, L);
+  return true;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<StageSpec>> BalancedStages(const GPT2Config& config, int64_t stages,
-                                                      const PartCosts& costs) {
+                                                      const PartCosts& costs,
+                                                      const std::vector<int>& owners) {
   const int64_t L = config.n_layer;
   if (stages < 1 || stages > L) return SplitIntoStages(config, stages, {});  // its error
   auto piece = [&](int64_t k, int64_t blocks) {
     return blocks * costs.block + (k == 0 ? costs.embedding : 0.0) +
            (k == stages - 1 ? costs.head : 0.0);
   };
+  if (static_cast<int64_t>(owners.size()) == stages) {
+    const int ranks = *std::max_element(owners.begin(), owners.end()) + 1;
+    std::pair<double, double> best{std::numeric_limits<double>::infinity(), 0};
+    std::vector<int64_t> chosen;
+    const bool searched = EnumerateSplits(L, stages, 200000, [&](const std::vector<int64_t>& c) {
+      std::vector<double> rank(ranks, 0.0);
+      double most = 0;
+      for (int64_t k = 0; k < stages; ++k) {
+        rank[owners[k]] += piece(k, c[k]);
+        most = std::max(most, piece(k, c[k]));
+      }
+      const std::pair<double, double> score{*std::max_element(rank.begin(), rank.end()), most};
+      if (score.first < best.first * (1 - 1e-12) ||
+          (score.first <= best.first * (1 + 1e-12) && score.second < best.second * (1 - 1e-12))) {
+        best = score;
+        chosen = c;
+      }
+    });
+    if (searched) return SplitIntoStages(config, stages, chosen);
+  }
   // worst[k][l]: the smallest possible costliest piece when pieces k.. take the last l blocks.
   constexpr double kInf = std::numeric_limits<double>::infinity();
   std::vector<std::vector<double>> worst(stages + 1, std::vector<double>(L + 1, kInf));

@@ -80,8 +80,12 @@ PartCosts FlopPartCosts(const GPT2Config& config, int64_t seq_len);
 // Splits the layers into `stages` contiguous pieces of at least one block that minimise the
 // costliest piece, counting the embedding with the first and the head with the last; among
 // equal splits, the one that gives earlier pieces more blocks.
+// With `owners` (the rank each piece runs on; several pieces per rank in interleaved or V
+// placements), the costliest rank's sum is minimised first, then the costliest piece, by
+// trying every split where they are few (at most 2·10^5), else by the pieces alone.
 absl::StatusOr<std::vector<StageSpec>> BalancedStages(const GPT2Config& config, int64_t stages,
-                                                      const PartCosts& costs);
+                                                      const PartCosts& costs,
+                                                      const std::vector<int>& owners = {});
 
 // Where each tensor a stage holds lives inside that stage's one contiguous parameter buffer.
 // A stage holds wte when it has the embedding or the head (the head is tied to it), wpe with

@@ -52,7 +52,12 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const Config& config, const GPT2Config
     plan.partition = par.layers_per_stage.empty() ? "even" : "parallel.layers_per_stage";
   } else {
     const PartCosts costs = measured ? *measured : FlopPartCosts(model, config.train.seq_len);
-    FR_ASSIGN_OR_RETURN(plan.specs, BalancedStages(model, virtual_stages, costs));
+    std::vector<int> owners(virtual_stages);
+    for (int64_t k = 0; k < virtual_stages; ++k) {
+      owners[k] = pipeline::StageOfVirtual(plan.placement, static_cast<int>(par.pp),
+                                           static_cast<int>(k));
+    }
+    FR_ASSIGN_OR_RETURN(plan.specs, BalancedStages(model, virtual_stages, costs, owners));
     plan.partition = absl::StrFormat(
         "balanced by %s (head = %.2f blocks, embedding = %.2f blocks)",
         measured ? "measured costs" : "the FLOP model", costs.head / costs.block,

@@ -69,6 +69,23 @@ absl::Status Trainer::WriteTrainMetric(const StepStats& s) {
       "\"step_s\": %.6f, \"tokens_per_s\": %.1f, \"bubble_s\": [%s]%s}",
       s.step, number(s.loss, 6), s.lr, number(s.grad_norm, 6), s.step_s, s.tokens_per_s,
       absl::StrJoin(bubbles, ", "), s.applied ? "" : ", \"nonfinite\": true, \"applied\": false"));
+  // One record per BUBBLE run with side tasks: what was predicted when it began and what it
+  // was; the errors feed the harvest report.
+  constexpr int K = pipeline::kNumBubbleKinds;
+  if (prediction_errors_.empty()) prediction_errors_.resize(static_cast<size_t>(layout_.pp) * K);
+  for (const StepStats::Bubble& b : s.bubbles) {
+    const bool known = b.predicted_s > 0;
+    WriteMetric(absl::StrFormat(
+        "{\"kind\": \"bubble\", \"step\": %d, \"stage\": %d, \"index\": %d, "
+        "\"bubble_kind\": \"%s\", \"predicted_s\": %s, \"measured_s\": %.6f, "
+        "\"harvested_s\": %.6f}",
+        s.step, b.stage, b.index, pipeline::BubbleKindName(b.kind),
+        known ? absl::StrFormat("%.6f", b.predicted_s) : "null", b.measured_s, b.harvested_s));
+    if (known) {
+      prediction_errors_[b.stage * K + static_cast<int>(b.kind)].push_back(
+          std::abs(b.predicted_s - b.measured_s));
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -4,6 +4,7 @@
 // and the reclaimed fraction. Gathered over every rank,
 // printed and written by rank 0 (metrics.jsonl), task records by each rank.
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "absl/strings/str_format.h"
@@ -107,7 +108,18 @@ absl::Status Trainer::ReportHarvest() {
     if (!s.ok()) return s;
   }
   if (!leader()) return absl::OkStatus();
-  FR_LOG(INFO) << "harvest: stage  kind      bubble_s  harvested_s  utilisation  overrun_s";
+  // How far each kind's bubble predictions were from the measured bubbles (median, p95).
+  auto error_quantiles = [&](int st, int k) {
+    std::vector<double> e = prediction_errors_.empty()
+                                ? std::vector<double>{}
+                                : prediction_errors_[static_cast<size_t>(st) * K + k];
+    std::sort(e.begin(), e.end());
+    if (e.empty()) return std::pair<double, double>{NAN, NAN};
+    const size_t p95 = static_cast<size_t>(std::ceil(0.95 * static_cast<double>(e.size()))) - 1;
+    return std::pair<double, double>{e[(e.size() - 1) / 2], e[p95]};
+  };
+  FR_LOG(INFO) << "harvest: stage  kind      bubble_s  harvested_s  utilisation  overrun_s  "
+                  "pred_err_ms(median p95)";
   for (int st = 0; st < pp; ++st) {
     double bubble = 0, harvested = 0, overrun = 0;
     std::vector<std::string> by_kind;
@@ -117,10 +129,16 @@ absl::Status Trainer::ReportHarvest() {
       bubble += b, harvested += h, overrun += o;
       if (b == 0) continue;
       const std::string kind(pipeline::BubbleKindName(static_cast<pipeline::BubbleKind>(k)));
-      FR_LOG(INFO) << absl::StrFormat("harvest: %5d  %-8s %9.3f  %11.3f  %10.1f%%  %9.4f", st,
-                                      kind, b, h, 100 * h / b, o);
+      const auto [median, p95] = error_quantiles(st, k);
+      FR_LOG(INFO) << absl::StrFormat("harvest: %5d  %-8s %9.3f  %11.3f  %10.1f%%  %9.4f  %8.3f %8.3f",
+                                      st, kind, b, h, 100 * h / b, o, median * 1e3, p95 * 1e3);
+      auto number = [](double v) {
+        return std::isfinite(v) ? absl::StrFormat("%.6f", v) : std::string("null");
+      };
       by_kind.push_back(absl::StrFormat(
-          "\"%s\": {\"bubble_s\": %.6f, \"harvested_s\": %.6f, \"overrun_s\": %.6f}", kind, b, h, o));
+          "\"%s\": {\"bubble_s\": %.6f, \"harvested_s\": %.6f, \"overrun_s\": %.6f, "
+          "\"prediction_error_s\": {\"median\": %s, \"p95\": %s}}",
+          kind, b, h, o, number(median), number(p95)));
     }
     if (bubble == 0 && harvested == 0) continue;  // no rank there (emulated) or no bubbles
     const double util = bubble > 0 ? harvested / bubble : 0;

@@ -36,7 +36,14 @@ absl::Status Trainer::WriteTimeline() const {
       }
     }
     for (const pipeline::InstrTiming& t : timeline) {
-      const pipeline::Instr& in = instrs[t.index];
+      // A BUBBLE is named by the prediction it began that step with (the side-task executor
+      // corrects them step by step), else by the schedule's.
+      pipeline::Instr in = instrs[t.index];
+      if (k < timeline_predicted_.size()) {
+        if (auto it = timeline_predicted_[k].find(t.index); it != timeline_predicted_[k].end()) {
+          in.duration_ms = it->second;
+        }
+      }
       json += absl::StrFormat(
           "%s{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, "
           "\"ts\": %.3f, \"dur\": %.3f, \"args\": {\"step\": %d}}",

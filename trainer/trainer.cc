@@ -21,6 +21,7 @@
 #include "models/llmc_checkpoint.h"
 #include "pipeline/generators.h"
 #include "pipeline/passes.h"
+#include "pipeline/simulator.h"
 #include "trainer/emulation.h"
 #include "trainer/pipeline_plan.h"
 #include "trainer/run_dir.h"
@@ -427,17 +428,49 @@ absl::StatusOr<StepStats> Trainer::Step() {
   // Each stage's waiting time, as replica 0 measured it, and one value more: how many ranks
   // were asked to stop. Riding on this sum, the stop is agreed without a collective of its
   // own, and every rank stops after the same step.
-  stats.bubble_s.assign(layout_.pp + 1, 0.0);
-  if (layout_.replica == 0) stats.bubble_s[layout_.stage] = outcome->bubble_s;
-  stats.bubble_s[layout_.pp] = StopRequestedBy() != 0 ? 1.0 : 0.0;
-  if (absl::Status s = transport_->AllReduceSum(stats.bubble_s.data(), layout_.pp + 1,
+  // With side tasks, every stage's bubbles of the step ride on it too: four values per BUBBLE
+  // of the schedule (every rank knows it), filled in by the rank that ran it.
+  const pipeline::Schedule& schedule = executor_->schedule();
+  std::vector<std::pair<int, int>> slots;  // (stage, instruction index) of each BUBBLE
+  if (config_.freeride.enabled) {
+    for (int st = 0; st < layout_.pp; ++st) {
+      for (size_t i = 0; i < schedule.per_stage[st].size(); ++i) {
+        if (schedule.per_stage[st][i].op == pipeline::Op::kBubble) slots.emplace_back(st, i);
+      }
+    }
+  }
+  const size_t head = layout_.pp + 1;
+  std::vector<double> sums(head + 4 * slots.size(), 0.0);
+  if (layout_.replica == 0) sums[layout_.stage] = outcome->bubble_s;
+  sums[layout_.pp] = StopRequestedBy() != 0 ? 1.0 : 0.0;
+  std::map<int, double> predicted_here;
+  if (side_) {
+    for (const BubbleRecord& r : side_->TakeBubbleRecords()) {
+      if (r.predicted_s > 0) predicted_here[r.index] = r.predicted_s * 1e3;
+      const auto it = std::lower_bound(slots.begin(), slots.end(),
+                                       std::pair<int, int>{layout_.stage, r.index});
+      if (layout_.replica != 0 || it == slots.end() || *it != std::pair{layout_.stage, r.index}) {
+        continue;
+      }
+      double* v = &sums[head + 4 * (it - slots.begin())];
+      v[0] = 1, v[1] = r.predicted_s, v[2] = r.measured_s, v[3] = r.harvested_s;
+    }
+  }
+  if (absl::Status s = transport_->AllReduceSum(sums.data(), static_cast<int64_t>(sums.size()),
                                                 transport_->AllRanks(),
                                                 config_.runtime.comm_timeout_s);
       !s.ok()) {
     return s;
   }
-  stats.stop_requested = stats.bubble_s.back() > 0;
-  stats.bubble_s.pop_back();
+  stats.stop_requested = sums[layout_.pp] > 0;
+  stats.bubble_s.assign(sums.begin(), sums.begin() + layout_.pp);
+  for (size_t k = 0; k < slots.size(); ++k) {
+    const double* v = &sums[head + 4 * k];
+    if (v[0] == 0) continue;  // a stage without side tasks, or not really run (emulated)
+    const auto [stage, index] = slots[k];
+    stats.bubbles.push_back({stage, index, schedule.per_stage[stage][index].bubble, v[1], v[2],
+                             v[3]});
+  }
   last_timeline_ = outcome->timeline;
   last_step_start_s_ = outcome->start_s;
   if (stats.step == 1 && layout_.pp > 1) {
@@ -448,6 +481,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
     timelines_.emplace_back(stats.step, outcome->timeline);
     timeline_starts_.push_back(outcome->start_s);
     timeline_harvested_.push_back(side_ != nullptr && harvesting);
+    timeline_predicted_.push_back(std::move(predicted_here));
   }
   return stats;
 }
@@ -514,6 +548,15 @@ absl::Status Trainer::PlaceBubblesFromMeasuredCosts(
   if (absl::Status s = pipeline::InsertBubbles(&schedule, cost); !s.ok()) return s;
   if (transport_->rank() == 0) {
     FR_LOG(INFO) << "bubbles placed from measured costs (ms): " << pipeline::FormatCostModel(cost);
+    // What the simulator expects of each stage with those costs, to hold the run against.
+    if (absl::StatusOr<pipeline::SimResult> sim = pipeline::Simulate(schedule, cost); sim.ok()) {
+      std::vector<std::string> idle;
+      for (const pipeline::StageResult& r : sim->stages) {
+        idle.push_back(absl::StrFormat("%.3f", sim->step_time > 0 ? r.bubble / sim->step_time : 0));
+      }
+      FR_LOG(INFO) << absl::StrFormat("simulated step %.3f ms; idle fraction per stage: %s",
+                                      sim->step_time, absl::StrJoin(idle, " "));
+    }
   }
   executor_->set_schedule(std::move(schedule));
   return absl::OkStatus();

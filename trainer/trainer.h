@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +33,13 @@ struct StepStats {
   double step_s = 0;
   double tokens_per_s = 0;
   std::vector<double> bubble_s;  // per stage (replica 0), measured waiting time
+  // With side tasks: every stage's BUBBLEs of this step (replica 0), in schedule order.
+  struct Bubble {
+    int stage = 0, index = 0;
+    pipeline::BubbleKind kind = pipeline::BubbleKind::kNone;
+    double predicted_s = -1, measured_s = 0, harvested_s = 0;  // predicted < 0: none yet
+  };
+  std::vector<Bubble> bubbles;
   // False when the loss or gradient norm was not finite: the update was not applied.
   bool applied = true;
   // Some rank was asked to stop (a signal) before this step ended: every rank stops after it.
@@ -139,6 +147,10 @@ class Trainer {
   pipeline::CostModel emulation_cost_;
   std::vector<double> timeline_starts_;  // absolute start of each recorded step
   std::vector<bool> timeline_harvested_;  // whether side tasks ran in that step
+  // Per recorded step: this rank's BUBBLEs' predictions then (ms, by instruction index).
+  std::vector<std::map<int, double>> timeline_predicted_;
+  // |predicted - measured| of every predicted bubble, per stage × bubble kind (seconds).
+  std::vector<std::vector<double>> prediction_errors_;
   // Side tasks (freeride.enabled): this rank's executor, and step times with harvesting on
   // and off (alternating blocks) for the overhead.
   std::unique_ptr<SideTaskExecutor> side_;

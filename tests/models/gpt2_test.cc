@@ -122,6 +122,32 @@ TEST(GPT2Test, StagesReproduceTheWholeModelBitForBit) {
   EXPECT_EQ(0, std::memcmp(joined.data(), whole.grads(), joined.size() * sizeof(float)));
 }
 
+TEST(GPT2Test, BalancedStagesWeighTheHeadAndEmbedding) {
+  GPT2Config cfg = *MakeGPT2Config(8, 2, 16, 8, 64);
+  // A head worth 3 blocks: the last stage gives up blocks until no stage costs more than 6.
+  auto two = *BalancedStages(cfg, 2, PartCosts{0, 1, 3});
+  EXPECT_EQ(two[0].num_layers(), 6);
+  EXPECT_EQ(two[1].num_layers(), 2);
+  EXPECT_TRUE(two[0].has_embedding && two[1].has_head);
+  // Four pieces: the costliest is the head's (1 block + 3), and no other exceeds it.
+  auto four = *BalancedStages(cfg, 4, PartCosts{0.5, 1, 3});
+  ASSERT_EQ(four.size(), 4u);
+  EXPECT_EQ(four[3].num_layers(), 1);
+  EXPECT_LE(four[0].num_layers() + 0.5, 4.0);
+  int64_t total = 0;
+  for (const StageSpec& s : four) total += s.num_layers();
+  EXPECT_EQ(total, 8);
+  // Free parts: an even split.
+  auto even = *BalancedStages(cfg, 4, PartCosts{0, 1, 0});
+  for (const StageSpec& s : even) EXPECT_EQ(s.num_layers(), 2);
+  EXPECT_FALSE(BalancedStages(cfg, 9, PartCosts{0, 1, 1}).ok());
+  // The FLOP model: GPT-2 124M's head (2·C·V) is about 5.6 blocks at T = 1024.
+  GPT2Config gpt2 = *MakeGPT2Config(12, 12, 768, 1024, 50257);
+  const PartCosts flops = FlopPartCosts(gpt2, 1024);
+  EXPECT_NEAR(flops.head / flops.block, 2.0 * 768 * 50304 / (24.0 * 768 * 768 + 4 * 1024 * 768),
+              1e-9);
+}
+
 TEST(GPT2Test, SplitIntoStagesEvenAndExplicit) {
   const GPT2Config cfg = Tiny(5);
   auto even = *SplitIntoStages(cfg, 2, {});
