@@ -546,7 +546,7 @@ absl::Status Trainer::PlaceBubblesFromMeasuredCosts(
   }
   pipeline::Schedule schedule = executor_->schedule();
   if (absl::Status s = pipeline::InsertBubbles(&schedule, cost); !s.ok()) return s;
-  if (transport_->rank() == 0) {
+  if (leader()) {
     FR_LOG(INFO) << "bubbles placed from measured costs (ms): " << pipeline::FormatCostModel(cost);
     // What the simulator expects of each stage with those costs, to hold the run against.
     if (absl::StatusOr<pipeline::SimResult> sim = pipeline::Simulate(schedule, cost); sim.ok()) {
