@@ -161,12 +161,10 @@ absl::StatusOr<std::vector<StageSpec>> BalancedStages(const GPT2Config& config, 
     std::vector<int64_t> chosen;
     const bool searched = EnumerateSplits(L, stages, 200000, [&](const std::vector<int64_t>& c) {
       std::vector<double> rank(ranks, 0.0);
-      double most = 0;
-      for (int64_t k = 0; k < stages; ++k) {
-        rank[owners[k]] += piece(k, c[k]);
-        most = std::max(most, piece(k, c[k]));
-      }
-      const std::pair<double, double> score{*std::max_element(rank.begin(), rank.end()), most};
+      double spread = 0;  // ties on the costliest rank: the evenest split (least sum of squares)
+      for (int64_t k = 0; k < stages; ++k) rank[owners[k]] += piece(k, c[k]);
+      for (double r : rank) spread += r * r;
+      const std::pair<double, double> score{*std::max_element(rank.begin(), rank.end()), spread};
       if (score.first < best.first * (1 - 1e-12) ||
           (score.first <= best.first * (1 + 1e-12) && score.second < best.second * (1 - 1e-12))) {
         best = score;

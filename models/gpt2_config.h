@@ -81,8 +81,9 @@ PartCosts FlopPartCosts(const GPT2Config& config, int64_t seq_len);
 // costliest piece, counting the embedding with the first and the head with the last; among
 // equal splits, the one that gives earlier pieces more blocks.
 // With `owners` (the rank each piece runs on; several pieces per rank in interleaved or V
-// placements), the costliest rank's sum is minimised first, then the costliest piece, by
-// trying every split where they are few (at most 2·10^5), else by the pieces alone.
+// placements), the costliest rank's sum is minimised first, then the spread of the ranks' sums
+// (their sum of squares), trying every split where they are few (at most 2·10^5), else by the
+// pieces alone.
 absl::StatusOr<std::vector<StageSpec>> BalancedStages(const GPT2Config& config, int64_t stages,
                                                       const PartCosts& costs,
                                                       const std::vector<int>& owners = {});

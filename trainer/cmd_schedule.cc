@@ -15,6 +15,9 @@
 #include "pipeline/schedule_file.h"
 #include "pipeline/validator.h"
 #include "trainer/cli.h"
+#include "trainer/config.h"
+#include "trainer/pipeline_plan.h"
+#include "trainer/trainer.h"
 
 namespace freeride {
 namespace {
@@ -32,6 +35,7 @@ std::vector<FlagSpec> CommonFlags() {
       {"cost-file", "FILE", "TOML cost model: f, b, w (a number or one per stage), comm, ..."},
       {"dp", "", "data-parallel: add REDUCE_GRADS before the optimizer"},
       {"input", "FILE", "load a schedule (text, CSV or torch CSV form) instead of generating one"},
+      {"config", "FILE", "a training config's schedule and model split (FLOP-model costs)"},
       {"out", "FILE", "write to FILE instead of standard output"},
   };
 }
@@ -109,13 +113,53 @@ absl::StatusOr<int> IntFlag(const ParsedFlags& flags, const std::string& name, i
 struct Built {
   Schedule schedule;
   CostModel cost;
+  std::string split;  // --config: how the model was split over the stages
 };
+
+// A training config's schedule, with each chunk's cost from the FLOP model of its blocks,
+// embedding and head (in forward-passes of one block; B and W each cost a forward).
+absl::StatusOr<Built> BuildFromConfig(const ParsedFlags& flags) {
+  for (const char* other : {"kind", "stages", "microbatches", "chunks", "input", "dp"}) {
+    if (flags.Has(other)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", other, " comes from the training config with --config"));
+    }
+  }
+  FR_ASSIGN_OR_RETURN(Config config, LoadConfigFile(flags.Get("config")));
+  FR_ASSIGN_OR_RETURN(GPT2Config model, ResolveModelConfig(config));
+  FR_ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(config, model));
+  const PartCosts parts = FlopPartCosts(model, config.train.seq_len);
+  const int pp = static_cast<int>(config.parallel.pp);
+  Built built;
+  built.cost.stages.assign(pp, pipeline::StageCost{0, 0, 0});
+  for (size_t k = 0; k < plan.specs.size(); ++k) {
+    const StageSpec& spec = plan.specs[k];
+    const double forward = (spec.num_layers() * parts.block +
+                            (spec.has_embedding ? parts.embedding : 0) +
+                            (spec.has_head ? parts.head : 0)) / (3 * parts.block);
+    built.cost.chunks.push_back({forward, forward, forward});
+    pipeline::StageCost& stage =
+        built.cost.stages[pipeline::StageOfVirtual(plan.placement, pp, static_cast<int>(k))];
+    stage.f += forward, stage.b += forward, stage.w += forward;
+  }
+  if (plan.chunks == 1) built.cost.chunks.clear();
+  if (flags.Has("cost") || flags.Has("cost-file")) {
+    FR_ASSIGN_OR_RETURN(built.cost, flags.Has("cost")
+                                        ? pipeline::ParseCostSpec(flags.Get("cost"))
+                                        : LoadCostFile(flags.Get("cost-file"), pp));
+  }
+  FR_ASSIGN_OR_RETURN(built.schedule, TrainingSchedule(config, plan, built.cost));
+  FR_RETURN_IF_ERROR(pipeline::Validate(built.schedule));
+  built.split = absl::StrCat("split ", plan.partition, ": ", DescribePartition(plan, pp));
+  return built;
+}
 
 // Generates or loads the schedule, validates it, and places its bubbles.
 absl::StatusOr<Built> BuildFromFlags(const ParsedFlags& flags) {
   if (flags.Has("cost") && flags.Has("cost-file")) {
     return absl::InvalidArgumentError("give --cost or --cost-file, not both");
   }
+  if (flags.Has("config")) return BuildFromConfig(flags);
   Built built;
   pipeline::ScheduleOptions options;
   if (flags.Has("input")) {
@@ -200,7 +244,11 @@ int ScheduleCommand(const ParsedFlags& flags) {
   }
   absl::StatusOr<Built> built = BuildFromFlags(flags);
   if (!built.ok()) return Fail(built.status());
-  if (format == "text") return Emit(flags, pipeline::ScheduleToText(built->schedule));
+  if (!built->split.empty() && format != "text") std::cerr << built->split << "\n";
+  if (format == "text") {
+    const std::string split = built->split.empty() ? "" : absl::StrCat("# ", built->split, "\n");
+    return Emit(flags, split + pipeline::ScheduleToText(built->schedule));
+  }
   if (format == "csv") return Emit(flags, pipeline::ScheduleToCsv(built->schedule));
   if (format == "torch") return Emit(flags, pipeline::ScheduleToTorchCsv(built->schedule));
   absl::StatusOr<pipeline::SimResult> sim = pipeline::Simulate(built->schedule, built->cost);
@@ -220,8 +268,12 @@ int SimulateCommand(const ParsedFlags& flags) {
   if (!built.ok()) return Fail(built.status());
   absl::StatusOr<pipeline::SimResult> sim = pipeline::Simulate(built->schedule, built->cost);
   if (!sim.ok()) return Fail(sim.status());
-  return Emit(flags, format == "json" ? pipeline::SummaryJson(built->schedule, *sim)
-                                      : pipeline::SummaryText(built->schedule, *sim));
+  if (format == "json") {
+    if (!built->split.empty()) std::cerr << built->split << "\n";
+    return Emit(flags, pipeline::SummaryJson(built->schedule, *sim));
+  }
+  const std::string split = built->split.empty() ? "" : built->split + "\n";
+  return Emit(flags, split + pipeline::SummaryText(built->schedule, *sim));
 }
 
 }  // namespace freeride

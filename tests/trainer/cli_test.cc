@@ -216,6 +216,31 @@ TEST(CliScheduleTest, PicturesAndCostFile) {
   EXPECT_THAT(error.err, HasSubstr("bad_costs.toml:1: f: expected 2 values"));
 }
 
+TEST(CliScheduleTest, ConfigShowsTheSplitAndTorchFormatRoundTrips) {
+  const std::string config = WriteTemp(
+      "split.toml",
+      "[data]\ntrain = \"x\"\n[model]\nn_layer = 12\nn_head = 12\nn_embd = 768\n"
+      "max_seq_len = 1024\n[train]\nbatch_size = 8\nseq_len = 1024\nmicrobatches = 8\n"
+      "[parallel]\npp = 4\nschedule = \"zbv\"\n");
+  CliResult sim = RunCommand({"simulate", "--config", config});
+  EXPECT_EQ(sim.status, kExitOk) << sim.err;
+  // GPT-2 124M in a V over 4 stages: stage 0 holds the embedding and the head.
+  EXPECT_THAT(sim.out, HasSubstr("split balanced by the FLOP model (head = 4.47 blocks"));
+  EXPECT_THAT(sim.out, HasSubstr("+embedding"));
+  EXPECT_THAT(sim.out, HasSubstr("zbv: p=4 m=8 v=2"));
+  CliResult mixed = RunCommand({"simulate", "--config", config, "--kind", "1f1b"});
+  EXPECT_EQ(mixed.status, kExitFailure);
+  EXPECT_THAT(mixed.err, HasSubstr("--kind comes from the training config"));
+  CliResult torch = RunCommand({"schedule", "--kind", "dualpipev", "--stages", "2",
+                                "--microbatches", "4", "--format", "torch"});
+  EXPECT_EQ(torch.status, kExitOk) << torch.err;
+  EXPECT_THAT(torch.out, HasSubstr("0F0,"));
+  const std::string path = WriteTemp("dual.csv", torch.out);
+  CliResult back = RunCommand({"schedule", "--input", path, "--format", "torch"});
+  EXPECT_EQ(back.status, kExitOk) << back.err;
+  EXPECT_EQ(back.out, torch.out);
+}
+
 TEST(CliScheduleTest, BadInputsAreClearErrors) {
   CliResult kind = RunCommand({"simulate", "--kind", "pipedream"});
   EXPECT_EQ(kind.status, kExitFailure);
