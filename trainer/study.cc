@@ -177,9 +177,10 @@ absl::StatusOr<std::string> RunStudy(Trainer& trainer, const Config& config,
   }
   std::vector<std::string> json_tasks;
   if (side != nullptr) {
-    absl::StrAppend(&md, "\nSide-task throughput on rank 0, inside bubbles against alone:\n\n"
-                         "| task | units in bubbles | per second in bubbles | per second alone | "
-                         "ratio |\n|---|---|---|---|---|\n");
+    absl::StrAppend(&md, absl::StrFormat("\nSide-task throughput on stage %d, inside bubbles "
+                                         "against alone:\n\n", trainer.layout().stage),
+                    "| task | units in bubbles | per second in bubbles | per second alone | "
+                    "ratio |\n|---|---|---|---|---|\n");
     const HarvestReport r = side->Report();
     for (size_t i = 0; i < r.tasks.size(); ++i) {
       const TaskReport& t = r.tasks[i];

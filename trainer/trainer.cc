@@ -19,7 +19,6 @@
 #include "core/timer.h"
 #include "models/backend.h"
 #include "models/llmc_checkpoint.h"
-#include "pipeline/generators.h"
 #include "pipeline/passes.h"
 #include "pipeline/simulator.h"
 #include "trainer/emulation.h"
@@ -123,19 +122,6 @@ absl::Status CheckWorldSize(const Config& config, int world_size) {
       "%d ranks, but parallel.pp × parallel.dp = %d × %d = %d; with %d ranks these fit: %s "
       "(or launch %d ranks)",
       world_size, pp, dp, pp * dp, world_size, absl::StrJoin(fits, ", "), pp * dp));
-}
-
-absl::StatusOr<pipeline::ScheduleOptions> TrainingScheduleOptions(const Config& config) {
-  absl::StatusOr<pipeline::ScheduleKind> kind =
-      pipeline::ParseScheduleKind(config.parallel.schedule);
-  if (!kind.ok()) return kind.status();
-  pipeline::ScheduleOptions options;
-  options.kind = *kind;
-  options.stages = static_cast<int>(config.parallel.pp);
-  options.microbatches = static_cast<int>(config.train.microbatches);
-  options.chunks = pipeline::ChunksFor(*kind, static_cast<int>(config.parallel.chunks));
-  options.data_parallel = config.parallel.dp > 1;
-  return options;
 }
 
 Trainer::~Trainer() = default;

@@ -17,7 +17,6 @@
 #include "models/gpt2.h"
 #include "pipeline/comm/transport.h"
 #include "pipeline/cost_model.h"
-#include "pipeline/generators.h"
 #include "pipeline/stage_executor.h"
 #include "trainer/config.h"
 #include "trainer/optimizer.h"
@@ -49,10 +48,6 @@ struct StepStats {
 // The model shape a config asks for. With model.init_from set, the checkpoint's header rules
 // and every model key the config sets explicitly must agree with it.
 absl::StatusOr<GPT2Config> ResolveModelConfig(const Config& config);
-
-// The training schedule's options from a config (kind, stages, micro-batches, chunks, data
-// parallelism; the uniform cost model).
-absl::StatusOr<pipeline::ScheduleOptions> TrainingScheduleOptions(const Config& config);
 
 // Refuses a world that is not parallel.pp × parallel.dp ranks, saying what would fit.
 absl::Status CheckWorldSize(const Config& config, int world_size);
