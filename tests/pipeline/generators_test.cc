@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "pipeline/simulator.h"
 #include "pipeline/validator.h"
+#include "tests/pipeline/schedule_builders.h"
 
 namespace freeride::pipeline {
 namespace {
@@ -16,17 +17,6 @@ using testing::HasSubstr;
 
 constexpr ScheduleKind kKinds[] = {ScheduleKind::kGPipe, ScheduleKind::k1F1B,
                                    ScheduleKind::kInterleaved, ScheduleKind::kZBH1};
-
-ScheduleOptions Options(ScheduleKind kind, int p, int m, int v = 1,
-                        CostModel cost = CostModel::Uniform()) {
-  ScheduleOptions o;
-  o.kind = kind;
-  o.stages = p;
-  o.microbatches = m;
-  o.chunks = v;
-  o.cost = cost;
-  return o;
-}
 
 SimResult MustSimulate(const ScheduleOptions& o) {
   absl::StatusOr<Schedule> s = BuildSchedule(o);

@@ -1,15 +1,17 @@
 // Schedule files: torch.distributed.pipelining's CSV read and written (a schedule designed in
 // either tool runs in the other), and any form loaded, completed and validated with errors
 // that name the file and line.
-#include <filesystem>
-#include <fstream>
+#include "pipeline/schedule_file.h"
 
 #include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_format.h"
 #include "pipeline/generators.h"
 #include "pipeline/passes.h"
-#include "pipeline/schedule_file.h"
+#include "tests/pipeline/schedule_builders.h"
 
 namespace freeride::pipeline {
 namespace {
@@ -30,23 +32,12 @@ std::string WriteTemp(const std::string& name, const std::string& text) {
   return path;
 }
 
-Schedule Generate(ScheduleKind kind, int p, int m, int chunks = 1) {
-  ScheduleOptions o;
-  o.kind = kind;
-  o.stages = p;
-  o.microbatches = m;
-  o.chunks = chunks;
-  absl::StatusOr<Schedule> s = BuildSchedule(o);
-  EXPECT_TRUE(s.ok()) << s.status().message();
-  return *s;
-}
-
 TEST(TorchCsvTest, EveryKindRoundTrips) {
-  for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved,
-                            ScheduleKind::kZBH1, ScheduleKind::kZBH2, ScheduleKind::kZBV,
-                            ScheduleKind::kDualPipeV}) {
+  for (ScheduleKind kind :
+       {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved, ScheduleKind::kZBH1,
+        ScheduleKind::kZBH2, ScheduleKind::kZBV, ScheduleKind::kDualPipeV}) {
     SCOPED_TRACE(ScheduleKindName(kind));
-    const Schedule s = Generate(kind, 4, 8, kind == ScheduleKind::kInterleaved ? 2 : 1);
+    const Schedule s = MustBuild(kind, 4, 8, kind == ScheduleKind::kInterleaved ? 2 : 1);
     const std::string csv = ScheduleToTorchCsv(s);
     absl::StatusOr<Schedule> back = ScheduleFromTorchCsv(csv);
     ASSERT_TRUE(back.ok()) << back.status().message();
@@ -85,10 +76,10 @@ TEST(TorchCsvTest, RefusesWhatItCannotRun) {
 }
 
 TEST(ScheduleFileTest, TextCsvAndTorchFormsLoadAsTheGeneratedSchedule) {
-  for (ScheduleKind kind : {ScheduleKind::k1F1B, ScheduleKind::kZBH2, ScheduleKind::kZBV,
-                            ScheduleKind::kDualPipeV}) {
+  for (ScheduleKind kind :
+       {ScheduleKind::k1F1B, ScheduleKind::kZBH2, ScheduleKind::kZBV, ScheduleKind::kDualPipeV}) {
     SCOPED_TRACE(ScheduleKindName(kind));
-    const Schedule s = Generate(kind, 3, 6);
+    const Schedule s = MustBuild(kind, 3, 6);
     for (const auto& [name, text] :
          {std::pair{"s.txt", ScheduleToText(s)}, std::pair{"s.csv", ScheduleToCsv(s)},
           std::pair{"torch.csv", ScheduleToTorchCsv(s)}}) {
@@ -111,7 +102,8 @@ TEST(ScheduleFileTest, ErrorsNameTheFileAndLine) {
   EXPECT_NE(s.status().message().find(path + ":3: invalid schedule: stage 1"), std::string::npos)
       << s.status().message();
   // A data-parallel run needs REDUCE_GRADS in a file that places its own communication.
-  const std::string with_comm = WriteTemp("comm.txt", ScheduleToText(Generate(ScheduleKind::k1F1B, 2, 2)));
+  const std::string with_comm =
+      WriteTemp("comm.txt", ScheduleToText(MustBuild(ScheduleKind::k1F1B, 2, 2)));
   s = LoadScheduleFile(with_comm, CostModel::Uniform(), true);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("REDUCE_GRADS"), std::string::npos);

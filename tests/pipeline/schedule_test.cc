@@ -5,22 +5,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pipeline/generators.h"
+#include "tests/pipeline/schedule_builders.h"
 
 namespace freeride::pipeline {
 namespace {
 
 using testing::HasSubstr;
-
-Schedule Build(ScheduleKind kind, int p, int m, int v = 1) {
-  ScheduleOptions options;
-  options.kind = kind;
-  options.stages = p;
-  options.microbatches = m;
-  options.chunks = v;
-  absl::StatusOr<Schedule> s = BuildSchedule(options);
-  EXPECT_TRUE(s.ok()) << s.status();
-  return s.ok() ? *s : Schedule{};
-}
 
 TEST(ScheduleTest, TokensPrintAndParse) {
   for (const char* token : {"F3", "B0", "I12", "W7", "SEND_F3", "RECV_B2", "LOAD5",
@@ -55,9 +45,9 @@ TEST(ScheduleTest, BadTokensAreRejectedWithTheReason) {
 }
 
 TEST(ScheduleTest, TextRoundTripsForEveryKind) {
-  for (const Schedule& s : {Build(ScheduleKind::kGPipe, 3, 5), Build(ScheduleKind::k1F1B, 4, 6),
-                            Build(ScheduleKind::kInterleaved, 2, 4, 3),
-                            Build(ScheduleKind::kZBH1, 4, 8)}) {
+  for (const Schedule& s : {MustBuild(ScheduleKind::kGPipe, 3, 5), MustBuild(ScheduleKind::k1F1B, 4, 6),
+                            MustBuild(ScheduleKind::kInterleaved, 2, 4, 3),
+                            MustBuild(ScheduleKind::kZBH1, 4, 8)}) {
     const std::string text = ScheduleToText(s);
     absl::StatusOr<Schedule> parsed = ScheduleFromText(text);
     ASSERT_TRUE(parsed.ok()) << parsed.status();
@@ -78,7 +68,7 @@ TEST(ScheduleTest, TextWithoutHeaderInfersTheShape) {
 }
 
 TEST(ScheduleTest, CsvRoundTripKeepsEveryField) {
-  Schedule s = Build(ScheduleKind::kInterleaved, 2, 4, 2);
+  Schedule s = MustBuild(ScheduleKind::kInterleaved, 2, 4, 2);
   absl::StatusOr<Schedule> parsed = ScheduleFromCsv(ScheduleToCsv(s));
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->per_stage, s.per_stage);
@@ -108,7 +98,7 @@ TEST(ScheduleTest, GoldenFiles) {
     absl::StatusOr<std::string> golden =
         ReadFile(std::string("tests/data/schedules/") + g.file + ".txt");
     ASSERT_TRUE(golden.ok()) << golden.status();
-    EXPECT_EQ(ScheduleToText(Build(g.kind, g.p, g.m, g.v)), *golden) << g.file;
+    EXPECT_EQ(ScheduleToText(MustBuild(g.kind, g.p, g.m, g.v)), *golden) << g.file;
   }
 }
 

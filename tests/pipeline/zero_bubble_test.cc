@@ -8,26 +8,14 @@
 #include "pipeline/generators.h"
 #include "pipeline/simulator.h"
 #include "pipeline/validator.h"
+#include "tests/pipeline/schedule_builders.h"
 
 namespace freeride::pipeline {
 namespace {
 
-Schedule Build(ScheduleKind kind, int p, int m, const CostModel& cost, int chunks = 1) {
-  ScheduleOptions o;
-  o.kind = kind;
-  o.stages = p;
-  o.microbatches = m;
-  o.chunks = chunks;
-  o.cost = cost;
-  absl::StatusOr<Schedule> s = BuildSchedule(o);
-  EXPECT_TRUE(s.ok()) << s.status().message();
-  return s.ok() ? *s : Schedule{};
-}
-
-SimResult Sim(const Schedule& s, const CostModel& cost) {
-  absl::StatusOr<SimResult> r = Simulate(s, cost);
-  EXPECT_TRUE(r.ok()) << r.status().message();
-  return r.ok() ? *r : SimResult{};
+// The schedule bubble (SimResult::schedule_bubble) of a generated schedule.
+double Bubble(ScheduleKind kind, int p, int m, const CostModel& cost, int v = 1) {
+  return MustSimulate(MustBuild(kind, p, m, v, cost), cost).schedule_bubble;
 }
 
 TEST(VPlacementTest, StagesAndVirtualStagesRoundTrip) {
@@ -55,7 +43,7 @@ TEST(ZeroBubbleTest, EveryKindValidatesAcrossStagesMicrobatchesAndCosts) {
         for (const CostModel& cost : costs) {
           SCOPED_TRACE(absl::StrFormat("%s p=%d m=%d cost=%s", ScheduleKindName(kind), p, m,
                                        FormatCostModel(cost)));
-          const Schedule s = Build(kind, p, m, cost);
+          const Schedule s = MustBuild(kind, p, m, 1, cost);
           ASSERT_EQ(s.stages, p);
           EXPECT_TRUE(Validate(s).ok()) << Validate(s).message();
           EXPECT_EQ(s.placement, PlacementOf(kind));
@@ -86,24 +74,18 @@ TEST(ZeroBubbleTest, UniformCostBubblesAreThePapersClosedForms) {
     for (int m : {2 * p, 2 * p + 3, 4 * p}) {
       SCOPED_TRACE(absl::StrFormat("p=%d m=%d", p, m));
       // 1F1B and GPipe: (p-1)(F+B+W). Interleaved over v chunks: that over v.
-      EXPECT_DOUBLE_EQ(Sim(Build(ScheduleKind::k1F1B, p, m, cost), cost).schedule_bubble,
-                       3.0 * (p - 1));
-      EXPECT_DOUBLE_EQ(Sim(Build(ScheduleKind::kGPipe, p, m, cost), cost).schedule_bubble,
-                       3.0 * (p - 1));
+      EXPECT_DOUBLE_EQ(Bubble(ScheduleKind::k1F1B, p, m, cost), 3.0 * (p - 1));
+      EXPECT_DOUBLE_EQ(Bubble(ScheduleKind::kGPipe, p, m, cost), 3.0 * (p - 1));
       if (m % p == 0) {  // Megatron's interleaving needs it
-        EXPECT_DOUBLE_EQ(
-            Sim(Build(ScheduleKind::kInterleaved, p, m, cost, 2), cost).schedule_bubble,
-            3.0 * (p - 1) / 2);
+        EXPECT_DOUBLE_EQ(Bubble(ScheduleKind::kInterleaved, p, m, cost, 2), 3.0 * (p - 1) / 2);
       }
       // ZB-H1: (p-1)(F+B-W), a third of 1F1B's. ZB-H2 and ZB-V: (p-1)(F+B-2W) = 0.
-      EXPECT_DOUBLE_EQ(Sim(Build(ScheduleKind::kZBH1, p, m, cost), cost).schedule_bubble,
-                       1.0 * (p - 1));
-      EXPECT_DOUBLE_EQ(Sim(Build(ScheduleKind::kZBH2, p, m, cost), cost).schedule_bubble, 0.0);
-      EXPECT_DOUBLE_EQ(Sim(Build(ScheduleKind::kZBV, p, m, cost), cost).schedule_bubble, 0.0);
+      EXPECT_DOUBLE_EQ(Bubble(ScheduleKind::kZBH1, p, m, cost), 1.0 * (p - 1));
+      EXPECT_DOUBLE_EQ(Bubble(ScheduleKind::kZBH2, p, m, cost), 0.0);
+      EXPECT_DOUBLE_EQ(Bubble(ScheduleKind::kZBV, p, m, cost), 0.0);
       // DualPipe states (PP/2-1)(F&B+B-3W): with PP/2 = p, chunk costs c = 1/2 and the
       // overlapped pair costing its backward (F&B = B = 2c), (p-1)c.
-      EXPECT_DOUBLE_EQ(Sim(Build(ScheduleKind::kDualPipeV, p, m, cost), cost).schedule_bubble,
-                       0.5 * (p - 1));
+      EXPECT_DOUBLE_EQ(Bubble(ScheduleKind::kDualPipeV, p, m, cost), 0.5 * (p - 1));
     }
   }
 }
@@ -114,8 +96,8 @@ TEST(ZeroBubbleTest, SmallestMicrobatchCountsThatReachZero) {
     for (ScheduleKind kind : {ScheduleKind::kZBH2, ScheduleKind::kZBV}) {
       SCOPED_TRACE(absl::StrFormat("%s p=%d", ScheduleKindName(kind), p));
       // 2p-1 micro-batches fill the V (and ZB-H2's warm-up); one fewer leaves a bubble.
-      EXPECT_DOUBLE_EQ(Sim(Build(kind, p, 2 * p - 1, cost), cost).schedule_bubble, 0.0);
-      EXPECT_GT(Sim(Build(kind, p, 2 * p - 2, cost), cost).schedule_bubble, 0.0);
+      EXPECT_DOUBLE_EQ(Bubble(kind, p, 2 * p - 1, cost), 0.0);
+      EXPECT_GT(Bubble(kind, p, 2 * p - 2, cost), 0.0);
     }
   }
 }
@@ -127,11 +109,11 @@ TEST(ZeroBubbleTest, NonUniformCostsKeepTheOrderOfTheFamily) {
       const int m = 3 * p;
       SCOPED_TRACE(absl::StrFormat("p=%d cost=%s", p, FormatCostModel(cost)));
       const StageCost& c = cost.stages[0];
-      const double f1b1 = Sim(Build(ScheduleKind::k1F1B, p, m, cost), cost).schedule_bubble;
-      const double h1 = Sim(Build(ScheduleKind::kZBH1, p, m, cost), cost).schedule_bubble;
-      const double h2 = Sim(Build(ScheduleKind::kZBH2, p, m, cost), cost).schedule_bubble;
-      const double zbv = Sim(Build(ScheduleKind::kZBV, p, m, cost), cost).schedule_bubble;
-      const double dual = Sim(Build(ScheduleKind::kDualPipeV, p, m, cost), cost).schedule_bubble;
+      const double f1b1 = Bubble(ScheduleKind::k1F1B, p, m, cost);
+      const double h1 = Bubble(ScheduleKind::kZBH1, p, m, cost);
+      const double h2 = Bubble(ScheduleKind::kZBH2, p, m, cost);
+      const double zbv = Bubble(ScheduleKind::kZBV, p, m, cost);
+      const double dual = Bubble(ScheduleKind::kDualPipeV, p, m, cost);
       if (cost.comm == 0 && c.w <= c.f) {
         // The papers' forms where they apply (T_W <= T_F): ZB-H1 exactly, ZB-H2 and ZB-V
         // at most (p-1)(F+B-2W).
@@ -156,7 +138,7 @@ TEST(ZeroBubbleTest, PeakActivationsAreThePapersMemoryClaims) {
     const int m = 3 * p;
     SCOPED_TRACE(absl::StrFormat("p=%d m=%d", p, m));
     auto peak = [&](ScheduleKind kind) {
-      const SimResult r = Sim(Build(kind, p, m, cost), cost);
+      const SimResult r = MustSimulate(MustBuild(kind, p, m, 1, cost), cost);
       int most = 0;
       for (const StageResult& s : r.stages) most = std::max(most, s.peak_activations);
       return most;
@@ -170,7 +152,7 @@ TEST(ZeroBubbleTest, PeakActivationsAreThePapersMemoryClaims) {
 }
 
 TEST(ZeroBubbleTest, VScheduleKeepsTheTiedEmbeddingOnStageZero) {
-  const Schedule s = Build(ScheduleKind::kZBV, 3, 6, CostModel::Uniform());
+  const Schedule s = MustBuild(ScheduleKind::kZBV, 3, 6);
   for (const auto& stage : s.per_stage) {
     for (const Instr& in : stage) EXPECT_NE(in.op, Op::kReduceTied);  // summed on stage 0
   }
