@@ -11,6 +11,8 @@
 #include "absl/strings/str_split.h"
 #include <toml++/toml.h>
 
+#include "freeride/task_args_toml.h"
+
 namespace freeride {
 namespace {
 
@@ -24,16 +26,6 @@ toml::array ToArray(const std::vector<T>& values) {
   toml::array a;
   for (const T& v : values) a.push_back(v);
   return a;
-}
-
-template <typename T>
-bool FromArray(const toml::array& array, std::vector<T>* out) {
-  for (const toml::node& element : array) {
-    std::optional<T> v = element.value_exact<T>();
-    if (!v) return false;
-    out->push_back(*v);
-  }
-  return true;
 }
 
 }  // namespace
@@ -87,28 +79,12 @@ absl::StatusOr<WorkerSpec> DecodeWorkerSpec(absl::string_view text) {
   if (const toml::table* args = t["args"].as_table()) {
     for (auto&& [key, node] : *args) {
       const std::string name(key.str());
-      if (auto v = node.value_exact<bool>()) {
-        spec.task.args[name] = *v;
-      } else if (auto v = node.value_exact<int64_t>()) {
-        spec.task.args[name] = *v;
-      } else if (auto v = node.value_exact<double>()) {
-        spec.task.args[name] = *v;
-      } else if (auto v = node.value_exact<std::string>()) {
-        spec.task.args[name] = *v;
-      } else if (const toml::array* a = node.as_array()) {
-        std::vector<int64_t> ints;
-        std::vector<double> floats;
-        std::vector<std::string> strings;
-        if (FromArray(*a, &ints)) {
-          spec.task.args[name] = ints;
-        } else if (FromArray(*a, &floats)) {
-          spec.task.args[name] = floats;
-        } else if (FromArray(*a, &strings)) {
-          spec.task.args[name] = strings;
-        } else {
-          return absl::InvalidArgumentError("worker spec: args." + name + ": mixed list");
-        }
+      std::optional<ArgValue> value = ArgFromToml(node);
+      if (!value) {
+        return absl::InvalidArgumentError("worker spec: args." + name +
+                                          ": not a scalar or a list of one scalar type");
       }
+      spec.task.args[name] = *std::move(value);
     }
   }
   if (spec.task.type.empty()) return absl::InvalidArgumentError("worker spec: no type");

@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "core/files.h"
 #include "core/status.h"
+#include "freeride/task_args_toml.h"
 #include "trainer/config_schema.h"
 
 namespace freeride {
@@ -303,32 +304,13 @@ void Loader::SetSideTaskKey(size_t index, absl::string_view key, const toml::nod
   }
 }
 
-template <typename T>
-bool ReadArray(const toml::array& array, std::vector<T>* out) {
-  for (const toml::node& element : array) {
-    std::optional<T> v = element.value_exact<T>();
-    if (!v) return false;
-    out->push_back(*v);
-  }
-  return true;
-}
-
 void Loader::SetArg(size_t index, absl::string_view name, const toml::node& node,
                     const Origin& origin) {
   const std::string key = absl::StrCat("side_tasks[", index, "].args.", name);
   origins_[key] = origin;
-  auto& args = config.side_tasks[index].args;
-  if (auto v = node.value_exact<bool>()) return void(args[std::string(name)] = *v);
-  if (auto v = node.value_exact<int64_t>()) return void(args[std::string(name)] = *v);
-  if (auto v = node.value_exact<double>()) return void(args[std::string(name)] = *v);
-  if (auto v = node.value_exact<std::string>()) return void(args[std::string(name)] = *v);
-  if (const toml::array* array = node.as_array(); array != nullptr && !array->empty()) {
-    std::vector<int64_t> ints;
-    std::vector<double> floats;
-    std::vector<std::string> strings;
-    if (ReadArray(*array, &ints)) return void(args[std::string(name)] = ints);
-    if (ReadArray(*array, &floats)) return void(args[std::string(name)] = floats);
-    if (ReadArray(*array, &strings)) return void(args[std::string(name)] = strings);
+  if (std::optional<ArgValue> value = ArgFromToml(node)) {
+    config.side_tasks[index].args[std::string(name)] = *std::move(value);
+    return;
   }
   Mismatch(origin, key, "a boolean, number, string, or a non-empty list of one of those",
            Describe(node));
