@@ -332,8 +332,8 @@ void SideTaskExecutor::OnBubbleEnd(int index, double end_s) {
     report_.overrun_s[kind] += overrun;
     if (open_.last_task >= 0) tasks_[open_.last_task]->report.overrun_s += overrun;
   }
-  records_.push_back({index, open_.kind, open_.predicted > 0 ? open_.predicted : -1.0, measured,
-                      open_.harvested});
+  records_.push_back({options_.stage, index, open_.kind,
+                      open_.predicted > 0 ? open_.predicted : -1.0, measured, open_.harvested});
   // Only a bubble whose end side work did not hide tells its duration; a paused worker hides it
   // by at most `late`.
   double& p = predicted_[index];

@@ -58,6 +58,7 @@ struct SideStepEvent {
 // measurement), the measured one (start to the awaited instruction's end of waiting), and the
 // side work run in it.
 struct BubbleRecord {
+  int stage = 0;
   int index = 0;  // the BUBBLE instruction's place in the stage's list
   pipeline::BubbleKind kind = pipeline::BubbleKind::kNone;
   double predicted_s = -1, measured_s = 0, harvested_s = 0;

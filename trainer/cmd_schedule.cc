@@ -110,6 +110,12 @@ absl::StatusOr<int> IntFlag(const ParsedFlags& flags, const std::string& name, i
   return value;
 }
 
+// --cost-file (sized for `stages`) or --cost; without either the uniform model.
+absl::StatusOr<CostModel> CostFromFlags(const ParsedFlags& flags, int stages) {
+  if (flags.Has("cost-file")) return LoadCostFile(flags.Get("cost-file"), stages);
+  return pipeline::ParseCostSpec(flags.Get("cost", ""));
+}
+
 struct Built {
   Schedule schedule;
   CostModel cost;
@@ -144,9 +150,7 @@ absl::StatusOr<Built> BuildFromConfig(const ParsedFlags& flags) {
   }
   if (plan.chunks == 1) built.cost.chunks.clear();
   if (flags.Has("cost") || flags.Has("cost-file")) {
-    FR_ASSIGN_OR_RETURN(built.cost, flags.Has("cost")
-                                        ? pipeline::ParseCostSpec(flags.Get("cost"))
-                                        : LoadCostFile(flags.Get("cost-file"), pp));
+    FR_ASSIGN_OR_RETURN(built.cost, CostFromFlags(flags, pp));
   }
   FR_ASSIGN_OR_RETURN(built.schedule, TrainingSchedule(config, plan, built.cost));
   FR_RETURN_IF_ERROR(pipeline::Validate(built.schedule));
@@ -180,12 +184,9 @@ absl::StatusOr<Built> BuildFromFlags(const ParsedFlags& flags) {
     FR_ASSIGN_OR_RETURN(options.chunks, IntFlag(flags, "chunks", 1));
     options.data_parallel = flags.Has("dp");
   }
-  const int stages = flags.Has("input") ? built.schedule.stages : options.stages;
-  if (flags.Has("cost-file")) {
-    FR_ASSIGN_OR_RETURN(built.cost, LoadCostFile(flags.Get("cost-file"), stages));
-  } else {
-    FR_ASSIGN_OR_RETURN(built.cost, pipeline::ParseCostSpec(flags.Get("cost", "")));
-  }
+  FR_ASSIGN_OR_RETURN(built.cost, CostFromFlags(flags, flags.Has("input")
+                                                            ? built.schedule.stages
+                                                            : options.stages));
   if (!flags.Has("input")) {
     options.cost = built.cost;
     FR_ASSIGN_OR_RETURN(built.schedule, pipeline::BuildSchedule(options));  // bubbles placed

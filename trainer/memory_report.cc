@@ -30,16 +30,12 @@ absl::StatusOr<std::string> DeviceMemoryReport(const Config& config) {
   for (int s = 0; s < pp; ++s) {
     const int slots = std::max(1, schedule->buffers_per_stage[s]);
     MemoryPlan plan;
-    std::string layers;
     for (int c = 0; c < chunks; ++c) {
       const StageSpec& spec = specs[pipeline::VirtualStageOf(pipeline_plan->placement, pp, s, c)];
       PlanStageMemory(*model, spec, micro_batch, config.train.seq_len, slots, bytes, &plan);
-      layers += absl::StrFormat("%s[%d, %d)%s%s", c > 0 ? " " : "", spec.first_layer,
-                                spec.last_layer, spec.has_embedding ? " +embedding" : "",
-                                spec.has_head ? " +head" : "");
     }
-    out += absl::StrFormat("stage %d: layers %s; %d activation slot(s): %s\n", s, layers, slots,
-                           plan.Report());
+    out += absl::StrFormat("stage %d: layers %s; %d activation slot(s): %s\n", s,
+                           DescribeStageChunks(*pipeline_plan, pp, s), slots, plan.Report());
   }
   return out;
 }

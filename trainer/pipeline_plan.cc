@@ -86,17 +86,21 @@ absl::StatusOr<pipeline::Schedule> TrainingSchedule(const Config& config,
   return pipeline::BuildSchedule(options);
 }
 
+std::string DescribeStageChunks(const PipelinePlan& plan, int pp, int stage) {
+  std::string out;
+  for (int c = 0; c < plan.chunks; ++c) {
+    const StageSpec& spec = plan.specs[pipeline::VirtualStageOf(plan.placement, pp, stage, c)];
+    absl::StrAppend(&out, absl::StrFormat("%s[%d, %d)%s%s", c > 0 ? " " : "", spec.first_layer,
+                                          spec.last_layer, spec.has_embedding ? " +embedding" : "",
+                                          spec.has_head ? " +head" : ""));
+  }
+  return out;
+}
+
 std::string DescribePartition(const PipelinePlan& plan, int pp) {
   std::string out;
   for (int s = 0; s < pp; ++s) {
-    absl::StrAppend(&out, s > 0 ? "; " : "", "stage ", s, ":");
-    for (int c = 0; c < plan.chunks; ++c) {
-      const StageSpec& spec =
-          plan.specs[pipeline::VirtualStageOf(plan.placement, pp, s, c)];
-      absl::StrAppend(&out, absl::StrFormat(" [%d, %d)%s%s", spec.first_layer, spec.last_layer,
-                                            spec.has_embedding ? " +embedding" : "",
-                                            spec.has_head ? " +head" : ""));
-    }
+    absl::StrAppend(&out, s > 0 ? "; " : "", "stage ", s, ": ", DescribeStageChunks(plan, pp, s));
   }
   return out;
 }

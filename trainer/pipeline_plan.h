@@ -40,7 +40,9 @@ absl::StatusOr<pipeline::Schedule> TrainingSchedule(const Config& config,
                                                     const PipelinePlan& plan,
                                                     const pipeline::CostModel& cost);
 
-// "stage 0: blocks [0, 3) +embedding; stage 1: ..." (chunks listed per stage).
+// "[0, 3) +embedding [7, 8) +head": the blocks of each of stage `stage`'s chunks.
+std::string DescribeStageChunks(const PipelinePlan& plan, int pp, int stage);
+// "stage 0: [0, 3) +embedding; stage 1: ..." (every stage's DescribeStageChunks).
 std::string DescribePartition(const PipelinePlan& plan, int pp);
 
 }  // namespace freeride

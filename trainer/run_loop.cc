@@ -73,7 +73,7 @@ absl::Status Trainer::WriteTrainMetric(const StepStats& s) {
   // was; the errors feed the harvest report.
   constexpr int K = pipeline::kNumBubbleKinds;
   if (prediction_errors_.empty()) prediction_errors_.resize(static_cast<size_t>(layout_.pp) * K);
-  for (const StepStats::Bubble& b : s.bubbles) {
+  for (const BubbleRecord& b : s.bubbles) {
     const bool known = b.predicted_s > 0;
     WriteMetric(absl::StrFormat(
         "{\"kind\": \"bubble\", \"step\": %d, \"stage\": %d, \"index\": %d, "

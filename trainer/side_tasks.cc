@@ -58,6 +58,19 @@ absl::Status Trainer::CreateSideTasks() {
   return absl::OkStatus();
 }
 
+void Trainer::IndexBubbles() {
+  bubble_slots_.clear();
+  if (!config_.freeride.enabled) return;
+  const pipeline::Schedule& schedule = executor_->schedule();
+  for (int st = 0; st < layout_.pp; ++st) {
+    for (size_t i = 0; i < schedule.per_stage[st].size(); ++i) {
+      if (schedule.per_stage[st][i].op == pipeline::Op::kBubble) {
+        bubble_slots_.emplace_back(st, static_cast<int>(i));
+      }
+    }
+  }
+}
+
 absl::Status Trainer::ReportHarvest() {
   constexpr int K = pipeline::kNumBubbleKinds;
   const int pp = layout_.pp;

@@ -48,8 +48,8 @@ absl::Status CheckVocabulary(const TokenLoader& loader, int64_t vocab_size) {
 }
 
 // Forward passes only, in the training schedule's geometry: for validation. Each stage runs
-// its chunks in pipeline order, every micro-batch of one before the next: any placement's
-// messages then flow one way and nothing waits in a cycle.
+// its chunks in order, every micro-batch of one before the next: a stage's chunk c is before
+// its chunk c+1 in the pipeline in every placement, so nothing waits in a cycle.
 pipeline::Schedule ForwardOnlySchedule(const pipeline::Schedule& training) {
   using pipeline::Instr;
   using pipeline::Op;
@@ -58,13 +58,7 @@ pipeline::Schedule ForwardOnlySchedule(const pipeline::Schedule& training) {
   for (int stage = 0; stage < p; ++stage) {
     std::vector<Instr>& list = s.per_stage[stage];
     list.clear();
-    std::vector<int> chunks(s.chunks);
-    for (int c = 0; c < s.chunks; ++c) chunks[c] = c;
-    std::sort(chunks.begin(), chunks.end(), [&](int a, int b) {
-      return pipeline::VirtualStageOf(s.placement, p, stage, a) <
-             pipeline::VirtualStageOf(s.placement, p, stage, b);
-    });
-    for (int c : chunks) {
+    for (int c = 0; c < s.chunks; ++c) {
       const int vs = pipeline::VirtualStageOf(s.placement, p, stage, c);
       for (int mb = 0; mb < s.microbatches; ++mb) {
         auto add = [&](Op op, int peer) {
@@ -271,6 +265,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
                                [self](const std::vector<double>& units, bool loss_finite) {
                                  return self->OptimizerStep(units, loss_finite);
                                }});
+  t->IndexBubbles();
 
   // The global batch: dp replicas × batch_size sequences, replica r taking its own rows.
   absl::StatusOr<TokenLoader> train = TokenLoader::Open(
@@ -416,15 +411,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
   // own, and every rank stops after the same step.
   // With side tasks, every stage's bubbles of the step ride on it too: four values per BUBBLE
   // of the schedule (every rank knows it), filled in by the rank that ran it.
-  const pipeline::Schedule& schedule = executor_->schedule();
-  std::vector<std::pair<int, int>> slots;  // (stage, instruction index) of each BUBBLE
-  if (config_.freeride.enabled) {
-    for (int st = 0; st < layout_.pp; ++st) {
-      for (size_t i = 0; i < schedule.per_stage[st].size(); ++i) {
-        if (schedule.per_stage[st][i].op == pipeline::Op::kBubble) slots.emplace_back(st, i);
-      }
-    }
-  }
+  const std::vector<std::pair<int, int>>& slots = bubble_slots_;
   const size_t head = layout_.pp + 1;
   std::vector<double> sums(head + 4 * slots.size(), 0.0);
   if (layout_.replica == 0) sums[layout_.stage] = outcome->bubble_s;
@@ -454,8 +441,8 @@ absl::StatusOr<StepStats> Trainer::Step() {
     const double* v = &sums[head + 4 * k];
     if (v[0] == 0) continue;  // a stage without side tasks, or not really run (emulated)
     const auto [stage, index] = slots[k];
-    stats.bubbles.push_back({stage, index, schedule.per_stage[stage][index].bubble, v[1], v[2],
-                             v[3]});
+    stats.bubbles.push_back({stage, index, executor_->schedule().per_stage[stage][index].bubble,
+                             v[1], v[2], v[3]});
   }
   last_timeline_ = outcome->timeline;
   last_step_start_s_ = outcome->start_s;
@@ -545,6 +532,7 @@ absl::Status Trainer::PlaceBubblesFromMeasuredCosts(
     }
   }
   executor_->set_schedule(std::move(schedule));
+  IndexBubbles();
   return absl::OkStatus();
 }
 

@@ -33,12 +33,7 @@ struct StepStats {
   double tokens_per_s = 0;
   std::vector<double> bubble_s;  // per stage (replica 0), measured waiting time
   // With side tasks: every stage's BUBBLEs of this step (replica 0), in schedule order.
-  struct Bubble {
-    int stage = 0, index = 0;
-    pipeline::BubbleKind kind = pipeline::BubbleKind::kNone;
-    double predicted_s = -1, measured_s = 0, harvested_s = 0;  // predicted < 0: none yet
-  };
-  std::vector<Bubble> bubbles;
+  std::vector<BubbleRecord> bubbles;
   // False when the loss or gradient norm was not finite: the update was not applied.
   bool applied = true;
   // Some rank was asked to stop (a signal) before this step ended: every rank stops after it.
@@ -111,6 +106,8 @@ class Trainer {
   void WriteMetric(const std::string& json);
   absl::Status WriteTimeline() const;
   absl::Status WriteTimelineSvg();
+  // Fills bubble_slots_ from the executed schedule (with side tasks; else leaves it empty).
+  void IndexBubbles();
   // The virtual stage this rank's chunk `chunk` computes (by the schedule's placement).
   int VirtualStageOf(int chunk) const {
     return pipeline::VirtualStageOf(executor_->schedule().placement, layout_.pp, layout_.stage,
@@ -142,6 +139,9 @@ class Trainer {
   pipeline::CostModel emulation_cost_;
   std::vector<double> timeline_starts_;  // absolute start of each recorded step
   std::vector<bool> timeline_harvested_;  // whether side tasks ran in that step
+  // (stage, instruction index) of every BUBBLE of the schedule, in order: where each stage's
+  // bubble records go in the per-step sum (set with the schedule).
+  std::vector<std::pair<int, int>> bubble_slots_;
   // Per recorded step: this rank's BUBBLEs' predictions then (ms, by instruction index).
   std::vector<std::map<int, double>> timeline_predicted_;
   // |predicted - measured| of every predicted bubble, per stage × bubble kind (seconds).
