@@ -1,0 +1,58 @@
+// The statistics of a harvest study: what a block pattern says about an arm, with its 95%
+// confidence interval.
+//
+// A study runs blocks of steps: plain (training alone), then an arm's block, then plain again,
+// and so on. Each arm block is compared with the mean of the plain blocks on either side of it,
+// which cancels drifts slower than a block (the machine warming, another tenant arriving): the
+// pair gives one ratio, arm / reference − 1. An arm's overhead is the mean of its ratios, and
+// its interval a Student t-interval over them. Two blocks of one arm must never share a plain
+// neighbour: their ratios would be correlated through it and the interval too narrow (one arm
+// alone, every pair sharing, covers ~91% instead of 95%). So the arm order, shuffled every
+// round, never starts a round with the arm that ended the one before. The A/A arm — training alone measured exactly like a task arm — gives the
+// noise floor: its interval is what "no effect" looks like on this machine.
+#pragma once
+
+#include <random>
+#include <string>
+#include <vector>
+
+namespace freeride {
+
+// A mean and its two-sided 95% interval. With fewer than two values the interval is unknown:
+// lo = −inf, hi = +inf.
+struct Estimate {
+  double mean = 0;
+  double lo = 0, hi = 0;
+  int n = 0;
+  double half_width() const { return (hi - lo) / 2; }
+  bool covers(double v) const { return lo <= v && v <= hi; }
+  bool known() const { return n >= 2; }
+};
+
+// The 97.5% quantile of Student's t with `df` >= 1 degrees of freedom.
+double StudentT975(int df);
+
+// Mean of `values` with the t-interval mean ± t(n−1) · s / √n.
+Estimate MeanWithInterval(const std::vector<double>& values);
+
+struct Block {
+  int arm = 0;        // 0: plain (training alone); > 0: an arm's block
+  double step_s = 0;  // the block's mean step time
+};
+
+// One round's order of the arms 1..arms−1, shuffled by `rng`; when there are at least two, the
+// first is not `previous_last` (the arm that ended the round before; 0: none).
+std::vector<int> ShuffledRound(int arms, int previous_last, std::mt19937_64& rng);
+
+// For each arm 1..arms−1, in block order, its blocks' ratios to their references minus 1: the
+// mean of the plain blocks right before and right after (the one that exists, at an end).
+// An arm block with no plain neighbour has no reference and is left out.
+std::vector<std::vector<double>> PairedRatios(const std::vector<Block>& blocks, int arms);
+
+// "+1.23% [+0.51%, +1.95%]"; "no measurable overhead (±0.84%)" when the interval holds 0;
+// "+1.23% (one pair: no interval)" with fewer than two pairs.
+std::string DescribeOverhead(const Estimate& overhead);
+// "88.1% [87.2%, 89.0%]" (a fraction as a percentage with its interval).
+std::string DescribePercent(const Estimate& fraction, int decimals);
+
+}  // namespace freeride
