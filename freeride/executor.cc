@@ -33,6 +33,7 @@ struct SideTaskExecutor::Task {
   TaskState state = TaskState::kSubmitted;
   double predicted_step_s = 0;
   double worst_step_s = 0;  // a demoted task is offered only bubbles its worst step fits
+  double restart_s = 0;     // what a restart (repeat) takes: create and load, then measured
   bool demoted = false;
   TaskReport report;
   bool runs_until_deadline() const { return host->pausable() || host->fills_bubble(); }
@@ -113,6 +114,10 @@ bool SideTaskExecutor::RunStep(int which, double deadline,
   }
   task.report.harvested_s += out.ran_s;
   open_.harvested += out.ran_s;
+  if (out.restarted) {
+    task.report.restarts += 1;
+    task.restart_s = out.restart_s;
+  }
   open_.last_task = which;
   if (events_.size() < kMaxEvents) events_.push_back({which, open_.index, start, end});
   if (out.kind == HostStep::Kind::kFailed) {
@@ -130,8 +135,10 @@ bool SideTaskExecutor::RunStep(int which, double deadline,
   task.report.steps += 1;
   task.report.units += out.units;
   if (!task.runs_until_deadline()) {
-    task.predicted_step_s = (1 - kStepAlpha) * task.predicted_step_s + kStepAlpha * out.ran_s;
-    CountInProcessOverrun(task, out.ran_s, predicted_before, end);
+    // A restart is not the step's own time: Pick adds restart_s where one comes first.
+    const double step_s = out.ran_s - out.restart_s;
+    task.predicted_step_s = (1 - kStepAlpha) * task.predicted_step_s + kStepAlpha * step_s;
+    CountInProcessOverrun(task, step_s, predicted_before, end);
     if (task.state == TaskState::kFailed) return false;
   }
   if (out.finished) {
@@ -167,7 +174,7 @@ void SideTaskExecutor::Calibrate(Task& task) {
   FR_LOG(INFO) << absl::StrFormat(
       "side task '%s' (%s, %s) LOADED on stage %d: %.3f ms per step alone", task.spec.name,
       task.spec.type, task.spec.isolation, options_.stage, task.report.standalone_step_s * 1e3);
-  if (task.host->done()) {
+  if (task.host->done() && !task.spec.repeat) {
     task.state = TaskState::kFinished;
     task.host->Release();
   }
@@ -197,6 +204,7 @@ absl::Status SideTaskExecutor::AddTask(const SideTaskSpec& spec) {
   tasks_.push_back(std::move(owned));
   // Argument errors are the config's: they stop the run before training. A crash, a hang or a
   // failing Load is the task's: it is FAILED and training goes on.
+  const double create_start = MonotonicSeconds();
   if (absl::Status s = task.host->Create(); !s.ok()) {
     if (!absl::IsUnavailable(s)) {
       return absl::Status(s.code(), absl::StrFormat("side task '%s' (%s): create: %s", spec.name,
@@ -212,6 +220,7 @@ absl::Status SideTaskExecutor::AddTask(const SideTaskSpec& spec) {
     return absl::OkStatus();
   }
   task.state = TaskState::kLoaded;
+  task.restart_s = MonotonicSeconds() - create_start;
   Calibrate(task);
   return absl::OkStatus();
 }
@@ -238,6 +247,11 @@ void SideTaskExecutor::set_active_tasks(const std::vector<std::string>& names) {
   }
 }
 
+double SideTaskExecutor::StepNeeds(const Task& task) {
+  const double step = task.demoted ? task.worst_step_s : task.predicted_step_s;
+  return step + (task.host->done() ? task.restart_s : 0.0);  // done with repeat: restarts first
+}
+
 SideTaskExecutor::Task* SideTaskExecutor::Pick(double remaining, bool pollable) {
   // Among runnable tasks of the highest priority that has one that fits, rotate; demoted tasks
   // come after all others.
@@ -255,7 +269,7 @@ SideTaskExecutor::Task* SideTaskExecutor::Pick(double remaining, bool pollable) 
         }
         const bool fits = t.runs_until_deadline()
                               ? pollable || remaining > kMinSliceS
-                              : (t.demoted ? t.worst_step_s : t.predicted_step_s) <= remaining;
+                              : StepNeeds(t) <= remaining;
         if (fits) {
           round_robin_ = (round_robin_ + k + 1) % n;
           return &t;
@@ -297,7 +311,7 @@ void SideTaskExecutor::OnBubble(const pipeline::Instr& bubble, int index, double
     if (task == nullptr) break;
     int which = 0;
     while (tasks_[which].get() != task) ++which;
-    double deadline = now + task->predicted_step_s;
+    double deadline = now + StepNeeds(*task);
     if (task->runs_until_deadline()) {
       deadline = open_.pollable ? start_s + kPollableBubbleLimit * predicted : stop_at;
     }

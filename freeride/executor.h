@@ -45,6 +45,7 @@ struct TaskReport {
   double overrun_s = 0;        // bound on the delay its side work caused training
   int64_t overruns = 0;        // in-process steps that ran well past their bubble
   int64_t pauses = 0;          // worker steps paused at a bubble's end
+  int64_t restarts = 0;        // times it was done and began again on fresh input (repeat)
   int64_t memory_peak_bytes = 0;  // its arena's peak, or its worker's peak resident set
 };
 
@@ -116,6 +117,8 @@ class SideTaskExecutor : public pipeline::BubbleHook {
   absl::Status AddTask(const SideTaskSpec& spec);
   void Calibrate(Task& task);
   Task* Pick(double remaining, bool pollable);
+  // What an in-process task's next step is predicted to take, a restart included.
+  static double StepNeeds(const Task& task);
   // Runs (or resumes) one step; false when the bubble is over for side work (a paused worker)
   // or the task failed.
   bool RunStep(int which, double deadline, const std::function<bool()>& input_ready);

@@ -38,6 +38,16 @@ class InProcessHost : public TaskHost {
     ctx_.input_ready = input_ready;
     HostStep out;
     const double start = MonotonicSeconds();
+    if (spec_.repeat && impl_->Done()) {
+      if (absl::Status s = Restart(); !s.ok()) {
+        out.kind = HostStep::Kind::kFailed;
+        out.reason = absl::StrFormat("restart %d: %s", ctx_.restarts, s.message());
+        out.ran_s = MonotonicSeconds() - start;
+        return out;
+      }
+      out.restarted = true;
+      out.restart_s = MonotonicSeconds() - start;
+    }
     absl::StatusOr<double> units = absl::InternalError("no result");
     try {
       units = impl_->Step(ctx_);
@@ -55,7 +65,7 @@ class InProcessHost : public TaskHost {
       return out;
     }
     out.units = *units;
-    out.finished = impl_->Done();
+    out.finished = impl_->Done() && !spec_.repeat;
     return out;
   }
 
@@ -78,6 +88,18 @@ class InProcessHost : public TaskHost {
   bool done() const override { return impl_->Done(); }
 
  private:
+  // The finished task's results are written (Unload), then a fresh object of its type begins
+  // on the next input.
+  absl::Status Restart() {
+    Release();
+    absl::StatusOr<std::unique_ptr<SideTask>> fresh = CreateSideTask(spec_.type, spec_.plugin);
+    if (!fresh.ok()) return fresh.status();
+    impl_ = *std::move(fresh);
+    ctx_.restarts += 1;
+    if (absl::Status s = Create(); !s.ok()) return s;
+    return Load();
+  }
+
   absl::Status Guard(const char* what, const std::function<absl::Status()>& call) {
     try {
       return call();

@@ -3,7 +3,9 @@
 // Lifecycle (DESIGN §5): SUBMITTED → Create (host state, arguments) → CREATED → Load (device
 // memory, through the context's capped arena) → LOADED ⇄ RUNNING (one Step at a time, each a
 // bounded unit of work) → Unload → FINISHED (Done() said so), STOPPED (training ended first)
-// or FAILED (an error, an exception, or memory beyond the limit; training goes on).
+// or FAILED (an error, an exception, or memory beyond the limit; training goes on). A task
+// configured with `repeat = true` does not finish: once Done(), its next step first restarts it
+// (Unload, a fresh object, Create and Load with `restarts` one higher), so it keeps bubbles busy.
 //
 // Two interfaces, as in FreeRide: iterative (Step does one unit and returns) and imperative
 // (`command`: an external program resumed with SIGCONT when a bubble starts and stopped with
@@ -38,6 +40,9 @@ struct SideTaskContext {
   std::string results_dir;           // the task's own directory for outputs
   double deadline_s = 0;             // MonotonicSeconds() by which the current Step must end
   std::function<bool()> input_ready; // true once training's awaited input has landed
+  // How many times the task has been restarted (repeat = true); a task derives fresh input
+  // from it (a seed + restarts, the next images), so a repeat is not the same work again.
+  int64_t restarts = 0;
 };
 
 class SideTask {
@@ -76,7 +81,7 @@ absl::StatusOr<std::unique_ptr<SideTask>> CreateSideTask(const std::string& type
                                                          const std::string& plugin);
 
 // Bumped whenever SideTask or SideTaskContext changes layout.
-inline constexpr int kSideTaskAbiVersion = 1;
+inline constexpr int kSideTaskAbiVersion = 2;
 
 }  // namespace freeride
 

@@ -21,6 +21,7 @@ struct SideTaskSpec {
   int64_t memory_limit_bytes = 0;
   TaskArgs args;
   std::string isolation = "inprocess";  // "inprocess" | "process"
+  bool repeat = false;  // restart on fresh input once done, instead of finishing
 };
 
 struct HostOptions {
@@ -35,7 +36,9 @@ struct HostStep {
   enum class Kind { kDone, kPaused, kFailed };
   Kind kind = Kind::kDone;
   double units = 0;        // work of a step that ended
-  bool finished = false;   // the task has nothing left to do
+  bool finished = false;   // the task has nothing left to do (never with repeat)
+  bool restarted = false;  // the task was done and restarted (repeat) before this step
+  double restart_s = 0;    // of ran_s, the time the restart took
   std::string reason;      // kFailed: why
   double ran_s = 0;        // how long the task ran in this call
   double late_s = 0;       // paused at a ready input: bound on how long it ran past it
@@ -51,7 +54,8 @@ class TaskHost {
   virtual absl::Status Load() = 0;
   // Runs one step (or resumes the paused one) until it ends, until `deadline_s`
   // (MonotonicSeconds), or until input_ready(): a pausable host pauses the task there; an
-  // in-process step runs to its end whatever the time.
+  // in-process step runs to its end whatever the time. A done task with spec.repeat is
+  // restarted first, within the same call (a worker's restart is paused like a step).
   virtual HostStep Step(double deadline_s, const std::function<bool()>& input_ready) = 0;
   // Unloads the task and ends whatever process it has. Idempotent.
   virtual void Release() = 0;
@@ -64,7 +68,7 @@ class TaskHost {
   virtual std::string unit_name() const = 0;
   virtual std::string summary() const = 0;
   virtual int64_t memory_peak_bytes() const = 0;  // arena peak, or the worker's peak RSS
-  virtual bool done() const = 0;
+  virtual bool done() const = 0;  // with repeat: done until the next Step restarts it
 };
 
 // In this process: CreateSideTask (built-in registry or plugin); its errors are the config's.

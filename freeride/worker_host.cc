@@ -151,7 +151,12 @@ class WorkerHost : public TaskHost {
         out.ran_s = now - start;
         if ((*reply)[0] != "ok" || reply->size() < 3) return Failed(out, start, At(*reply, 1));
         (void)absl::SimpleAtod((*reply)[1], &out.units);
-        out.finished = done_ = (*reply)[2] == "1";
+        done_ = (*reply)[2] == "1";
+        out.finished = done_ && !spec_.repeat;
+        if (reply->size() >= 5 && (*reply)[3] == "1") {
+          out.restarted = true;
+          (void)absl::SimpleAtod((*reply)[4], &out.restart_s);
+        }
         return out;
       }
       if (!fills_ && step_ran_s_ + (now - start) > options_.step_timeout_s) {

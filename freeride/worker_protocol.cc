@@ -50,6 +50,7 @@ std::string EncodeWorkerSpec(const WorkerSpec& spec) {
                 {"name", spec.task.name},
                 {"plugin", spec.task.plugin},
                 {"memory_limit", spec.task.memory_limit_bytes},
+                {"repeat", spec.task.repeat},
                 {"rank", spec.rank},
                 {"stage", spec.stage},
                 {"results_dir", spec.results_dir},
@@ -73,6 +74,7 @@ absl::StatusOr<WorkerSpec> DecodeWorkerSpec(absl::string_view text) {
   spec.task.plugin = Get(t, "plugin").value_or(std::string());
   spec.task.memory_limit_bytes = Get(t, "memory_limit").value_or(int64_t{0});
   spec.task.isolation = "process";
+  spec.task.repeat = Get(t, "repeat").value_or(false);
   spec.rank = static_cast<int>(Get(t, "rank").value_or(int64_t{0}));
   spec.stage = static_cast<int>(Get(t, "stage").value_or(int64_t{0}));
   spec.results_dir = Get(t, "results_dir").value_or(std::string());

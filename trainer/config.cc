@@ -260,6 +260,9 @@ void Loader::SetSideTaskKey(size_t index, absl::string_view key, const toml::nod
   } else if (key == "priority") {
     if (!node.is_integer()) return Mismatch(origin, name, "an integer", Describe(node));
     task.priority = *node.value<int64_t>();
+  } else if (key == "repeat") {
+    if (!node.is_boolean()) return Mismatch(origin, name, "true or false", Describe(node));
+    task.repeat = *node.value<bool>();
   } else if (key == "stages") {
     static constexpr char kExpected[] = "\"all\" or a non-empty list of stage numbers >= 0";
     if (node.is_string() && *node.value<std::string>() == "all") {

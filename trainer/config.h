@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <variant>
@@ -108,6 +109,8 @@ struct SideTaskConfig {
   int64_t priority = 0;             // higher runs first
   int64_t memory_limit_bytes = 0;   // 0: no cap beyond what the stage has free
   std::string isolation;            // "process" | "inprocess"; empty: the type's default
+  std::optional<bool> repeat;       // restart on fresh input once done; unset: false, but true
+                                    // in a study (every arm keeps its task busy)
   TaskArgs args;
   // Where each key came from ("file:line:column"; "" is the [[side_tasks]] table itself,
   // "args.NAME" an argument), for errors found after parsing (`config check`, `train`).

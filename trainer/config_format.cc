@@ -77,6 +77,7 @@ std::string ConfigToToml(const Config& config) {
     absl::StrAppend(&out, "isolation = ",
                     TomlString(task.isolation.empty() ? DefaultIsolation(task) : task.isolation),
                     "\n");
+    if (task.repeat) absl::StrAppend(&out, "repeat = ", *task.repeat ? "true" : "false", "\n");
     const std::string limit = FormatByteSize(task.memory_limit_bytes);
     absl::StrAppend(&out, "memory_limit = ",
                     limit == absl::StrCat(task.memory_limit_bytes) ? limit : TomlString(limit),

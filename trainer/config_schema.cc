@@ -192,6 +192,9 @@ const std::vector<SideTaskKeyDoc>& SideTaskKeys() {
       {"isolation", "\"process\" or \"inprocess\"", "process for plugins and `command`",
        "Where the task runs: its own worker process (paused at bubble ends; a crash, hang or "
        "memory overrun fails it alone) or the rank's process (the cheapest switch)."},
+      {"repeat", "boolean", "false; true in `freeride study`",
+       "Once the task is done, restart it on fresh input (a new seed, the next images) instead "
+       "of finishing, so its bubbles stay used."},
       {"args", "table", "{}", "The task's own arguments, checked by the task at start."},
   };
   return keys;

@@ -52,6 +52,7 @@ SideTaskSpec SpecOf(const SideTaskConfig& task) {
   spec.memory_limit_bytes = task.memory_limit_bytes;
   spec.args = task.args;
   spec.isolation = task.isolation.empty() ? DefaultIsolation(task) : task.isolation;
+  spec.repeat = task.repeat.value_or(false);
   return spec;
 }
 

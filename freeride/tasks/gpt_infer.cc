@@ -125,7 +125,7 @@ class GptInferTask : public SideTask {
     path_ = *path, config_ = *config, batch_ = *batch, requests_ = *requests;
     max_tokens_ = std::min<int64_t>(*tokens, config_.max_seq_len - 1);
     temperature_ = *temperature, top_k_ = *top_k;
-    rng_.seed(static_cast<uint64_t>(*seed));
+    rng_.seed(static_cast<uint64_t>(*seed + ctx.restarts));  // a restart samples anew
     return absl::OkStatus();
   }
 

@@ -67,6 +67,7 @@ class ImageTask : public SideTask {
     }
     width_ = *w, height_ = *h, out_w_ = *ow, out_h_ = *oh, radius_ = *radius;
     count_ = *count, write_every_ = *write_every;
+    first_ = ctx.restarts * count_;  // a restart (repeat) takes the next `count` images
     if (!dir->empty()) {
       std::error_code ec;
       for (const auto& entry : std::filesystem::directory_iterator(*dir, ec)) {
@@ -97,20 +98,21 @@ class ImageTask : public SideTask {
     const float* src = src_;
     int64_t w = width_, h = height_;
     if (!inputs_.empty()) {
-      absl::StatusOr<Image> img = ReadPpm(inputs_[done_ % inputs_.size()]);
+      absl::StatusOr<Image> img = ReadPpm(inputs_[(first_ + done_) % inputs_.size()]);
       if (!img.ok()) return img.status();
       loaded = *std::move(img);
       src = loaded.rgb.data(), w = loaded.w, h = loaded.h;
     } else {
-      Generate(done_);
+      Generate(first_ + done_);
     }
     Resize(src, w, h);
     Blur();
     Watermark();
     ++done_;
-    if (write_every_ > 0 && done_ % write_every_ == 0) {
+    if (write_every_ > 0 && (first_ + done_) % write_every_ == 0) {
       absl::Status s = WriteFileAtomically(
-          absl::StrFormat("%s/image_%06d.ppm", ctx.results_dir, done_), ToPpm(resized_, out_w_, out_h_));
+          absl::StrFormat("%s/image_%06d.ppm", ctx.results_dir, first_ + done_),
+          ToPpm(resized_, out_w_, out_h_));
       if (!s.ok()) return s;
     }
     return 1.0;
@@ -188,7 +190,7 @@ class ImageTask : public SideTask {
   }
 
   int64_t width_ = 512, height_ = 512, out_w_ = 256, out_h_ = 256, radius_ = 2;
-  int64_t count_ = 0, write_every_ = 0, done_ = 0;
+  int64_t count_ = 0, write_every_ = 0, done_ = 0, first_ = 0;
   std::vector<std::string> inputs_;
   float *src_ = nullptr, *resized_ = nullptr, *tmp_ = nullptr;
 };

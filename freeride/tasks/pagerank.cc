@@ -100,7 +100,9 @@ class PageRankTask : public SideTask {
       edges = *std::move(read);
     } else {
       n_ = int64_t{1} << *scale;
-      edges = Rmat(static_cast<int>(*scale), *factor * n_, static_cast<uint64_t>(*seed));
+      // A restart (repeat) ranks a new graph.
+      edges = Rmat(static_cast<int>(*scale), *factor * n_,
+                   static_cast<uint64_t>(*seed + ctx.restarts));
     }
     // CSR over incoming edges, and out-degrees.
     offsets_.assign(n_ + 1, 0);

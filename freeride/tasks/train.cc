@@ -45,7 +45,7 @@ class TrainTask : public SideTask {
           absl::StrFormat("side task '%s': %s", ctx.name, config.status().message()));
     }
     config_ = *config, batch_ = *batch, seq_ = *seq, lr_ = *lr, limit_ = *steps;
-    seed_ = static_cast<uint64_t>(*seed);
+    seed_ = static_cast<uint64_t>(*seed + ctx.restarts);  // a restart trains a new model
     return absl::OkStatus();
   }
 

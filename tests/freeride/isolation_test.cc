@@ -111,6 +111,39 @@ TEST(WorkerProtocolTest, SpecsRoundTrip) {
   EXPECT_EQ(back->rank, 5);
   EXPECT_EQ(back->stage, 2);
   EXPECT_EQ(back->results_dir, "/tmp/r");
+  EXPECT_FALSE(back->task.repeat);
+  spec.task.repeat = true;
+  back = DecodeWorkerSpec(EncodeWorkerSpec(spec));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->task.repeat);
+}
+
+// A task that is done restarts (repeat) in its next step, in either host, and keeps the bubbles
+// busy; without repeat it finishes and the bubbles stay empty.
+TEST(IsolationTest, ARepeatingTaskRestartsInsteadOfFinishing) {
+  for (const std::string isolation : {"inprocess", "process"}) {
+    SideTaskSpec repeating = Spin("repeating", 1.0, isolation);
+    repeating.args["steps"] = int64_t{3};
+    repeating.repeat = true;
+    SideTaskSpec once = Spin("once", 1.0, isolation);
+    once.args["steps"] = int64_t{3};
+    for (const SideTaskSpec& spec : {repeating, once}) {
+      auto ex = MakeExecutor({spec});
+      ASSERT_NE(ex, nullptr);
+      for (int i = 0; i < 8; ++i) Bubble(*ex, 0.030);
+      const TaskReport t = ex->Report().tasks[0];
+      if (spec.repeat) {
+        EXPECT_EQ(t.state, "LOADED") << isolation;
+        EXPECT_GE(t.restarts, 3) << isolation;
+        EXPECT_GT(t.units, 3 * t.restarts - 2) << isolation;  // 3 spins per start, 2 calibrating
+        EXPECT_GT(ex->Report().total_harvested_s(), 0.05) << isolation;
+      } else {
+        EXPECT_EQ(t.state, "FINISHED") << isolation;
+        EXPECT_EQ(t.restarts, 0);
+        EXPECT_EQ(t.units, 1) << isolation;  // what calibration left
+      }
+    }
+  }
 }
 
 TEST(IsolationTest, AWorkerRunsTheTaskAndReportsItsWork) {

@@ -9,11 +9,13 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/device.h"
 #include "core/files.h"
 #include "core/timer.h"
 #include "freeride/executor.h"
+#include "freeride/task_host.h"
 #include "gtest/gtest.h"
 #include "models/backend.h"
 
@@ -136,6 +138,35 @@ TEST(ImageTaskTest, WritesWatermarkedImages) {
   ASSERT_TRUE(ppm.ok());
   EXPECT_EQ(ppm->substr(0, 13), "P6\n40 30\n255\n");
   EXPECT_EQ(ppm->size(), 13u + 40 * 30 * 3);
+}
+
+// A restart gives the task its next input: the image pipeline's second start makes images 3
+// and 4, not 1 and 2 again.
+TEST(ImageTaskTest, ARestartTakesTheNextImages) {
+  SideTaskSpec spec{"image", "img_repeat", "", 0, 1 << 20,
+                    {{"width", int64_t{16}}, {"height", int64_t{16}}, {"out_width", int64_t{8}},
+                     {"out_height", int64_t{8}}, {"count", int64_t{2}},
+                     {"write_every", int64_t{1}}}};
+  spec.repeat = true;
+  HostOptions options;
+  options.results_dir = Temp("img_repeat");
+  ASSERT_TRUE(MakeDirectories(options.results_dir).ok());
+  auto host = MakeInProcessHost(spec, options);
+  ASSERT_TRUE(host.ok()) << host.status();
+  ASSERT_TRUE((*host)->Create().ok());
+  ASSERT_TRUE((*host)->Load().ok());
+  std::vector<bool> restarted;
+  for (int i = 0; i < 4; ++i) {
+    const HostStep out = (*host)->Step(MonotonicSeconds() + 1, [] { return false; });
+    ASSERT_EQ(out.kind, HostStep::Kind::kDone) << out.reason;
+    EXPECT_FALSE(out.finished);  // a repeating task never finishes
+    restarted.push_back(out.restarted);
+  }
+  EXPECT_EQ(restarted, (std::vector<bool>{false, false, true, false}));
+  for (int n = 1; n <= 4; ++n) {
+    EXPECT_TRUE(std::filesystem::exists(absl::StrFormat("%s/image_%06d.ppm", Temp("img_repeat"), n)))
+        << n;
+  }
 }
 
 char ProcessState(int pid) {
