@@ -113,8 +113,11 @@ const std::vector<Command>& Commands() {
        "print the configuration reference (docs/config.md)", {}, ConfigDocs},
       {"train", "freeride train [--config FILE] [--set SECTION.KEY=VALUE]...",
        "train GPT-2 (the embedded tiny CPU run when no --config)", TrainFlags(), TrainCommand},
-      {"study", "freeride study --config FILE [--rounds R] [--block_steps N] [--set ...]",
-       "training alone vs with each side task and all, in alternating blocks: the harvest table",
+      {"study",
+       "freeride study --config FILE [--rounds R] [--block_steps N] "
+       "[--target_ci PCT [--max_rounds R]] [--set ...]",
+       "training alone vs with each side task and all, in shuffled blocks: the harvest table "
+       "with 95% intervals and the A/A noise floor",
        StudyFlags(), StudyCommand},
       {"prepare", "freeride prepare --input FILE... --out DIR [--val_tokens N]",
        "tokenize text files into GPT-2 token shards (llm.c format)", PrepareFlags(),

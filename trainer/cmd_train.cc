@@ -153,28 +153,47 @@ int TrainCommand(const ParsedFlags& flags) {
 std::vector<FlagSpec> StudyFlags() {
   return {{"config", "FILE", "the run's TOML config, with freeride.enabled and [[side_tasks]]"},
           {"set", "SECTION.KEY=VALUE", "override one config key", true},
-          {"rounds", "R", "how many times each arm's block comes (default 3)"},
-          {"block_steps", "N", "training steps per block (default 4)"}};
+          {"rounds", "R", "how many times each arm's block comes at least (default 3)"},
+          {"block_steps", "N", "training steps per block (default 4)"},
+          {"target_ci", "PCT",
+           "add rounds until every arm's overhead interval is within ±PCT percent (e.g. 2)"},
+          {"max_rounds", "R", "with --target_ci: at most this many rounds (default 20)"}};
 }
 
 int StudyCommand(const ParsedFlags& flags) {
   StudyOptions options;
-  int64_t rounds = options.rounds, block = options.block_steps;
+  int64_t rounds = options.rounds, block = options.block_steps, max_rounds = options.max_rounds;
+  double target_pct = 0;
   if (!ParseNumber(flags, "rounds", &rounds) || !ParseNumber(flags, "block_steps", &block) ||
-      rounds < 1 || block < 1) {
-    std::cerr << "error: --rounds and --block_steps take integers >= 1\n";
+      !ParseNumber(flags, "max_rounds", &max_rounds) ||
+      !ParseNumber(flags, "target_ci", &target_pct)) {
+    return kExitUsage;
+  }
+  if (rounds < 1 || block < 1 || max_rounds < 1) {
+    std::cerr << "error: --rounds, --block_steps and --max_rounds take integers >= 1\n";
+    return kExitUsage;
+  }
+  if (flags.Has("target_ci") && !(target_pct > 0 && target_pct < 100)) {
+    std::cerr << "error: --target_ci takes a percentage above 0 and below 100, found '"
+              << flags.Get("target_ci") << "'\n";
+    return kExitUsage;
+  }
+  if (flags.Has("max_rounds") && !flags.Has("target_ci")) {
+    std::cerr << "error: --max_rounds bounds the rounds --target_ci adds; give --target_ci\n";
+    return kExitUsage;
+  }
+  if (flags.Has("target_ci") && max_rounds < rounds) {
+    std::cerr << "error: --max_rounds " << max_rounds << " is below --rounds " << rounds << "\n";
     return kExitUsage;
   }
   options.rounds = static_cast<int>(rounds);
   options.block_steps = static_cast<int>(block);
+  options.max_rounds = static_cast<int>(max_rounds);
+  options.target_ci = target_pct / 100;
   return WithTrainer(
       flags,
-      [&](Config& config) {
-        // The study decides when side tasks run and how many steps there are.
-        config.train.steps = StudySteps(config, options);
-        config.freeride.alternate_every = 0;
-        config.eval.every = 0;
-      },
+      // The study decides when side tasks run and how many steps there may be.
+      [&](Config& config) { PrepareStudyConfig(config, options); },
       [&](Trainer& trainer, const Config& config) -> absl::Status {
         absl::StatusOr<std::string> table = RunStudy(trainer, config, options);
         if (!table.ok()) return table.status();

@@ -1,33 +1,47 @@
 #include "trainer/study.h"
 
+#include <omp.h>
+#include <sched.h>
+#include <sys/sysinfo.h>
+
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <random>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/files.h"
 #include "core/logging.h"
+#include "trainer/study_report.h"
+#include "trainer/study_stats.h"
 
 namespace freeride {
 namespace {
 
-struct Arm {
-  std::string name;
-  std::vector<std::string> tasks;  // active side tasks; none for "training alone"
-  // Summed over this arm's blocks.
-  int64_t steps = 0;
-  double step_s = 0;
-  double bubble_s = 0, harvested_s = 0, overrun_s = 0, work_s = 0;  // this rank; then all ranks
-  double reference_s = 0;  // sum over its blocks of the mean step of the plain blocks around
-  int64_t reference_blocks = 0;
-};
+std::vector<Arm> Arms(const Config& config) {
+  std::vector<Arm> arms{{"training alone", {}, {}}, {"A/A: training alone", {}, {}}};
+  Arm all{"+ all", {}, {}};
+  for (size_t i = 0; i < config.side_tasks.size(); ++i) {
+    const std::string name = TaskName(config.side_tasks[i]);
+    arms.push_back({"+ " + name, {name}, {static_cast<int>(i)}});
+    all.tasks.push_back(name);
+    all.task_index.push_back(static_cast<int>(i));
+  }
+  if (all.tasks.size() > 1) arms.push_back(all);
+  return arms;
+}
 
+// The executor's running totals; per config.side_tasks entry where they are a task's.
 struct Snapshot {
   double bubble = 0, harvested = 0, overrun = 0, work = 0;
   std::vector<double> units, harvested_by_task;
 };
 
-Snapshot Take(const SideTaskExecutor* side) {
+Snapshot Take(const SideTaskExecutor* side, const Config& config) {
   Snapshot s;
+  s.units.assign(config.side_tasks.size(), 0.0);
+  s.harvested_by_task.assign(config.side_tasks.size(), 0.0);
   if (side == nullptr) return s;
   const HarvestReport r = side->Report();
   s.bubble = r.total_bubble_s();
@@ -35,30 +49,104 @@ Snapshot Take(const SideTaskExecutor* side) {
   s.overrun = r.total_overrun_s();
   for (const TaskReport& t : r.tasks) {
     s.work += t.units * t.standalone_unit_s;
-    s.units.push_back(t.units);
-    s.harvested_by_task.push_back(t.harvested_s);
+    for (size_t i = 0; i < config.side_tasks.size(); ++i) {
+      if (TaskName(config.side_tasks[i]) != t.name) continue;
+      s.units[i] = t.units;
+      s.harvested_by_task[i] = t.harvested_s;
+    }
   }
   return s;
 }
 
-std::vector<Arm> Arms(const Config& config) {
-  std::vector<Arm> arms{{"training alone", {}}};
-  std::vector<std::string> all;
-  for (const SideTaskConfig& t : config.side_tasks) {
-    const std::string name = t.name.empty() ? t.type : t.name;
-    arms.push_back({"+ " + name, {name}});
-    all.push_back(name);
+constexpr int kFixedFields = 5;
+
+absl::StatusOr<std::vector<BlockRecord>> Reduce(Trainer& trainer, const Config& config,
+                                                std::vector<BlockRecord> blocks, int contributors) {
+  const size_t tasks = config.side_tasks.size(), width = kFixedFields + tasks;
+  std::vector<double> flat(blocks.size() * width);
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    double* row = &flat[b * width];
+    const BlockRecord& r = blocks[b];
+    row[0] = r.step_s, row[1] = r.bubble, row[2] = r.harvested, row[3] = r.overrun, row[4] = r.work;
+    for (size_t t = 0; t < tasks; ++t) row[kFixedFields + t] = r.units[t];
   }
-  if (all.size() > 1) arms.push_back({"+ all", all});
-  return arms;
+  if (absl::Status s = trainer.transport().AllReduceSum(
+          flat.data(), static_cast<int64_t>(flat.size()), trainer.transport().AllRanks(),
+          config.runtime.comm_timeout_s);
+      !s.ok()) {
+    return s;
+  }
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    const double* row = &flat[b * width];
+    BlockRecord& r = blocks[b];
+    r.step_s = row[0] / contributors;
+    r.bubble = row[1], r.harvested = row[2], r.overrun = row[3], r.work = row[4];
+    for (size_t t = 0; t < tasks; ++t) r.units[t] = row[kFixedFields + t];
+  }
+  return blocks;
+}
+
+double LoadAverage() {
+  double load[1] = {0};
+  return getloadavg(load, 1) == 1 ? load[0] : -1;
+}
+
+absl::StatusOr<Machine> DescribeMachine(Trainer& trainer, const Config& config, int real_ranks) {
+  Machine m;
+  m.cpus = get_nprocs_conf();
+  m.threads = omp_get_max_threads();
+  const char* places = std::getenv("OMP_PLACES");
+  const char* bind = std::getenv("OMP_PROC_BIND");
+  m.omp_places = places != nullptr ? places : "unset";
+  m.omp_bind = bind != nullptr ? bind : "unset";
+  m.load_start = LoadAverage();
+  // Every rank's affinity mask, gathered by a sum of one row per rank.
+  std::vector<double> masks(static_cast<size_t>(real_ranks) * m.cpus, 0.0);
+  const int row = config.runtime.emulate_peers ? 0 : trainer.transport().rank();
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int c = 0; c < m.cpus && c < CPU_SETSIZE; ++c) {
+      masks[static_cast<size_t>(row) * m.cpus + c] = CPU_ISSET(c, &set) ? 1 : 0;
+    }
+  }
+  if (absl::Status s = trainer.transport().AllReduceSum(
+          masks.data(), static_cast<int64_t>(masks.size()), trainer.transport().AllRanks(),
+          config.runtime.comm_timeout_s);
+      !s.ok()) {
+    return s;
+  }
+  for (int r = 0; r < real_ranks; ++r) {
+    std::vector<bool> cpus(m.cpus);
+    for (int c = 0; c < m.cpus; ++c) cpus[c] = masks[static_cast<size_t>(r) * m.cpus + c] > 0;
+    m.rank_cpus.push_back(CpuList(cpus));
+  }
+  return m;
 }
 
 }  // namespace
 
+int StudyRoundsAtMost(const StudyOptions& options) {
+  return options.target_ci > 0 ? std::max(options.rounds, options.max_rounds) : options.rounds;
+}
+
 int64_t StudySteps(const Config& config, const StudyOptions& options) {
-  const int64_t task_arms = static_cast<int64_t>(Arms(config).size()) - 1;
-  // Per round: a plain block before each task arm's block; one plain block closes the study.
-  return 2 + (static_cast<int64_t>(options.rounds) * task_arms * 2 + 1) * options.block_steps;
+  const int64_t arms = static_cast<int64_t>(Arms(config).size());
+  const int64_t task_arms = arms - 2;
+  // Warm-up: two steps and a block of each task arm. Then one plain block, and per round each
+  // arm (A/A included) followed by a plain block.
+  return 2 + task_arms * options.block_steps +
+         (1 + static_cast<int64_t>(StudyRoundsAtMost(options)) * (arms - 1) * 2) *
+             options.block_steps;
+}
+
+void PrepareStudyConfig(Config& config, const StudyOptions& options) {
+  config.train.steps = StudySteps(config, options);
+  config.freeride.alternate_every = 0;
+  config.eval.every = 0;
+  for (SideTaskConfig& task : config.side_tasks) {
+    if (!task.repeat) task.repeat = true;
+  }
 }
 
 absl::StatusOr<std::string> RunStudy(Trainer& trainer, const Config& config,
@@ -68,13 +156,23 @@ absl::StatusOr<std::string> RunStudy(Trainer& trainer, const Config& config,
         "a study compares side tasks: set freeride.enabled = true and configure [[side_tasks]]");
   }
   SideTaskExecutor* side = trainer.side_tasks();
-  std::vector<Arm> arms = Arms(config);
-  auto activate = [&](const Arm& arm) {
-    if (side != nullptr) side->set_active_tasks(arm.tasks);
-  };
-  auto run_block = [&](Arm& arm, int steps) -> absl::StatusOr<double> {
-    activate(arm);
-    const Snapshot before = Take(side);
+  StudyRun run;
+  run.config = &config;
+  run.options = options;
+  run.arms = Arms(config);
+  run.stage = trainer.layout().stage;
+  const std::vector<int> world = trainer.transport().AllRanks();
+  run.device_ranks = static_cast<int>(world.size());
+  // Ranks measuring for real: an emulating process stands alone.
+  const int real_ranks = config.runtime.emulate_peers ? 1 : run.device_ranks;
+  absl::StatusOr<Machine> machine = DescribeMachine(trainer, config, real_ranks);
+  if (!machine.ok()) return machine.status();
+  run.machine = *std::move(machine);
+
+  std::vector<BlockRecord> blocks;
+  auto run_block = [&](int arm, int steps, bool measured) -> absl::Status {
+    if (side != nullptr) side->set_active_tasks(run.arms[arm].tasks);
+    const Snapshot before = Take(side, config);
     double total = 0;
     for (int i = 0; i < steps; ++i) {
       absl::StatusOr<StepStats> s = trainer.Step();
@@ -88,124 +186,80 @@ absl::StatusOr<std::string> RunStudy(Trainer& trainer, const Config& config,
       }
       total += s->step_s;
     }
-    const Snapshot after = Take(side);
-    arm.steps += steps;
-    arm.step_s += total;
-    arm.bubble_s += after.bubble - before.bubble;
-    arm.harvested_s += after.harvested - before.harvested;
-    arm.overrun_s += after.overrun - before.overrun;
-    arm.work_s += after.work - before.work;
-    return total / steps;
+    if (!measured) return absl::OkStatus();
+    const Snapshot after = Take(side, config);
+    BlockRecord r;
+    r.arm = arm;
+    r.step_s = total / steps;
+    r.bubble = after.bubble - before.bubble;
+    r.harvested = after.harvested - before.harvested;
+    r.overrun = after.overrun - before.overrun;
+    r.work = after.work - before.work;
+    for (size_t t = 0; t < after.units.size(); ++t) r.units.push_back(after.units[t] - before.units[t]);
+    blocks.push_back(std::move(r));
+    return absl::OkStatus();
   };
-  // Warm-up: the first step re-places the bubbles, the second measures them.
-  Arm warmup{"warm-up", {}};
-  if (absl::StatusOr<double> s = run_block(warmup, 2); !s.ok()) return s.status();
-  const Snapshot start = Take(side);
-  // Blocks: plain, arm, plain, arm, ..., plain. Each arm block is compared with the mean of
-  // the plain blocks on either side of it.
-  std::vector<double> plain_means;
-  std::vector<size_t> arm_order;
-  for (int round = 0; round < options.rounds; ++round) {
-    for (size_t a = 1; a < arms.size(); ++a) {
-      absl::StatusOr<double> plain = run_block(arms[0], options.block_steps);
-      if (!plain.ok()) return plain.status();
-      plain_means.push_back(*plain);
-      if (absl::StatusOr<double> s = run_block(arms[a], options.block_steps); !s.ok()) {
-        return s.status();
-      }
-      arm_order.push_back(a);
+  // Warm-up: the first step re-places the bubbles, the second measures them; then every task
+  // starts (first allocations, caches) before anything counts.
+  if (absl::Status s = run_block(kAlone, 2, false); !s.ok()) return s;
+  for (size_t a = kAA + 1; a < run.arms.size(); ++a) {
+    if (absl::Status s = run_block(static_cast<int>(a), options.block_steps, false); !s.ok()) {
+      return s;
     }
   }
-  absl::StatusOr<double> closing = run_block(arms[0], options.block_steps);
-  if (!closing.ok()) return closing.status();
-  plain_means.push_back(*closing);
-  for (size_t k = 0; k < arm_order.size(); ++k) {
-    arms[arm_order[k]].reference_s += (plain_means[k] + plain_means[k + 1]) / 2;
-    ++arms[arm_order[k]].reference_blocks;
+  const Snapshot start = Take(side, config);
+  if (absl::Status s = run_block(kAlone, options.block_steps, true); !s.ok()) return s;
+  // Every rank draws the same order from the same seed.
+  std::mt19937_64 rng(static_cast<uint64_t>(config.run.seed));
+  int last = 0;
+  const int most = StudyRoundsAtMost(options);
+  while (true) {
+    for (int arm : ShuffledRound(static_cast<int>(run.arms.size()), last, rng)) {
+      if (absl::Status s = run_block(arm, options.block_steps, true); !s.ok()) return s;
+      if (absl::Status s = run_block(kAlone, options.block_steps, true); !s.ok()) return s;
+      last = arm;
+    }
+    ++run.rounds;
+    if (run.rounds < options.rounds) continue;
+    absl::StatusOr<std::vector<BlockRecord>> reduced = Reduce(trainer, config, blocks, real_ranks);
+    if (!reduced.ok()) return reduced.status();
+    run.figures =
+        Figures(run.arms, *reduced, config, options.block_steps, run.device_ranks, side);
+    if (options.target_ci <= 0 || run.rounds >= most) break;
+    // Every rank computed the same figures from the same sums; the decision is summed too, so
+    // that no rank could go on alone.
+    double go_on = Unsettled(run.figures, options.target_ci).empty() ? 0 : 1;
+    if (absl::Status s = trainer.transport().AllReduceSum(&go_on, 1, world,
+                                                          config.runtime.comm_timeout_s);
+        !s.ok()) {
+      return s;
+    }
+    if (go_on == 0) break;
   }
-  const Snapshot end = Take(side);
-  // Every rank's harvest adds up; step times are the pipeline's, the same on every rank.
-  std::vector<double> sums;
-  for (const Arm& arm : arms) {
-    for (double v : {arm.bubble_s, arm.harvested_s, arm.overrun_s, arm.work_s}) sums.push_back(v);
+  const Snapshot end = Take(side, config);
+  run.machine.load_end = LoadAverage();
+  if (!trainer.leader()) return std::string();  // one process emulating writes, whatever its stage
+
+  if (side != nullptr) {
+    const HarvestReport r = side->Report();
+    for (size_t i = 0; i < config.side_tasks.size(); ++i) {
+      for (const TaskReport& t : r.tasks) {
+        if (t.name != TaskName(config.side_tasks[i])) continue;
+        TaskThroughput tp{t.name, t.unit, end.units[i] - start.units[i]};
+        const double time = end.harvested_by_task[i] - start.harvested_by_task[i];
+        tp.per_s_in_bubbles = time > 0 ? tp.units / time : 0;
+        tp.per_s_alone = t.standalone_unit_s > 0 ? 1.0 / t.standalone_unit_s : 0;
+        run.throughput.push_back(tp);
+      }
+    }
   }
-  const std::vector<int> world = trainer.transport().AllRanks();
-  if (absl::Status s = trainer.transport().AllReduceSum(sums.data(),
-                                                        static_cast<int64_t>(sums.size()), world,
-                                                        config.runtime.comm_timeout_s);
+  const std::string md = StudyMarkdown(run);
+  const std::filesystem::path dir(config.run.dir);
+  if (absl::Status s = WriteFileAtomically((dir / "study.md").string(), md); !s.ok()) return s;
+  if (absl::Status s = WriteFileAtomically((dir / "study.json").string(), StudyJson(run));
       !s.ok()) {
     return s;
   }
-  for (size_t a = 0; a < arms.size(); ++a) {
-    arms[a].bubble_s = sums[4 * a], arms[a].harvested_s = sums[4 * a + 1];
-    arms[a].overrun_s = sums[4 * a + 2], arms[a].work_s = sums[4 * a + 3];
-  }
-  if (!trainer.leader()) return std::string();  // one process emulating writes, whatever its stage
-
-  const int ranks = static_cast<int>(world.size());
-  std::string md = absl::StrFormat(
-      "# Harvest study\n\n%s schedule, pp = %d, %d micro-batches%s; %d rounds of %d-step blocks, "
-      "each task arm after a block of training alone; %s.\n\n"
-      "| arm | steps | step s | overhead | bubble s | harvested s | utilisation | overrun s | "
-      "reclaimed |\n|---|---|---|---|---|---|---|---|---|\n",
-      config.parallel.schedule, config.parallel.pp, config.train.microbatches,
-      config.runtime.emulate_peers
-          ? absl::StrFormat(" (stage %d real, peers emulated)", config.runtime.emulated_stage)
-          : "",
-      options.rounds, options.block_steps,
-      config.runtime.emulate_peers
-          ? absl::StrFormat("one process; device-seconds count all %d stages", ranks)
-          : absl::StrFormat("%d ranks", ranks));
-  std::vector<std::string> json_arms;
-  for (const Arm& arm : arms) {
-    const double mean = arm.steps > 0 ? arm.step_s / arm.steps : 0;
-    const double reference = arm.reference_blocks > 0 ? arm.reference_s / arm.reference_blocks : 0;
-    const double overhead = reference > 0 ? mean / reference - 1 : 0;
-    const double util = arm.bubble_s > 0 ? arm.harvested_s / arm.bubble_s : 0;
-    const double reclaimed = arm.step_s > 0 ? arm.work_s / (arm.step_s * ranks) : 0;
-    const bool plain = arm.tasks.empty();
-    absl::StrAppendFormat(&md, "| %s | %d | %.4f | %s | %.3f | %.3f | %s | %.4f | %s |\n",
-                          arm.name, arm.steps, mean,
-                          plain ? "—" : absl::StrFormat("%+.2f%%", 100 * overhead), arm.bubble_s,
-                          arm.harvested_s, plain ? "—" : absl::StrFormat("%.1f%%", 100 * util),
-                          arm.overrun_s, plain ? "—" : absl::StrFormat("%.2f%%", 100 * reclaimed));
-    json_arms.push_back(absl::StrFormat(
-        "{\"arm\": \"%s\", \"steps\": %d, \"step_s\": %.6f, \"overhead\": %.6f, \"bubble_s\": %.6f, "
-        "\"harvested_s\": %.6f, \"utilisation\": %.6f, \"overrun_s\": %.6f, \"reclaimed\": %.6f}",
-        arm.name, arm.steps, mean, plain ? 0.0 : overhead, arm.bubble_s, arm.harvested_s, util,
-        arm.overrun_s, reclaimed));
-  }
-  std::vector<std::string> json_tasks;
-  if (side != nullptr) {
-    absl::StrAppend(&md, absl::StrFormat("\nSide-task throughput on stage %d, inside bubbles "
-                                         "against alone:\n\n", trainer.layout().stage),
-                    "| task | units in bubbles | per second in bubbles | per second alone | "
-                    "ratio |\n|---|---|---|---|---|\n");
-    const HarvestReport r = side->Report();
-    for (size_t i = 0; i < r.tasks.size(); ++i) {
-      const TaskReport& t = r.tasks[i];
-      const double units = end.units[i] - start.units[i];
-      const double time = end.harvested_by_task[i] - start.harvested_by_task[i];
-      const double in_bubbles = time > 0 ? units / time : 0;
-      const double alone = t.standalone_unit_s > 0 ? 1.0 / t.standalone_unit_s : 0;
-      absl::StrAppendFormat(&md, "| %s | %.6g %s | %.6g | %.6g | %.2f |\n", t.name, units, t.unit,
-                            in_bubbles, alone, alone > 0 ? in_bubbles / alone : 0);
-      json_tasks.push_back(absl::StrFormat(
-          "{\"task\": \"%s\", \"units\": %.6g, \"unit\": \"%s\", \"per_s_in_bubbles\": %.6g, "
-          "\"per_s_alone\": %.6g}",
-          t.name, units, t.unit, in_bubbles, alone));
-    }
-  }
-  absl::StrAppend(&md, "\nOverhead: mean step of the arm's blocks over the mean of the plain "
-                       "blocks on either side of them, minus 1. Reclaimed: side work in seconds of "
-                       "the tasks alone over the arm's training device-seconds. The timeline of a "
-                       "measured step is run.dir/timeline.svg.\n");
-  const std::string json = absl::StrFormat("{\"arms\": [%s], \"tasks\": [%s]}\n",
-                                           absl::StrJoin(json_arms, ", "),
-                                           absl::StrJoin(json_tasks, ", "));
-  const std::filesystem::path dir(config.run.dir);
-  if (absl::Status s = WriteFileAtomically((dir / "study.md").string(), md); !s.ok()) return s;
-  if (absl::Status s = WriteFileAtomically((dir / "study.json").string(), json); !s.ok()) return s;
   return md;
 }
 

@@ -1,5 +1,7 @@
-// The harvest study on one emulated stage: every arm runs its blocks, side-task arms harvest,
-// training alone does not, and the table and JSON are written.
+// The harvest study on one emulated stage: every arm runs its blocks (the A/A arm included),
+// side-task arms harvest and training alone does not, a task that runs out of work restarts
+// (repeat) or its arm is refused, a target adds rounds or says why it was not reached, and the
+// table and JSON carry the intervals and the machine's state.
 #include "trainer/study.h"
 
 #include <filesystem>
@@ -11,46 +13,151 @@
 namespace freeride {
 namespace {
 
-TEST(StudyTest, ComparesEveryArmInOneRun) {
+Config StudyConfig(const std::string& dir) {
   Config config = testing::ParityConfig(testing::ParityShard(), "1f1b", 2, 1, 4);
   config.model.vocab_size = 8192;  // a heavier last stage: real bubbles on stage 0
   config.runtime.emulate_peers = true;
   config.freeride.enabled = true;
   config.freeride.calibration_steps = 1;
-  config.run.dir = (std::filesystem::path(::testing::TempDir()) / "study_run").string();
+  config.run.dir = (std::filesystem::path(::testing::TempDir()) / dir).string();
+  return config;
+}
+
+SideTaskConfig Spin(const std::string& name, double step_ms, int64_t steps = 0) {
   SideTaskConfig spin;
   spin.type = "spin";
-  spin.args["step_ms"] = 0.1;
+  spin.name = name;
+  spin.args["step_ms"] = step_ms;
+  if (steps > 0) spin.args["steps"] = steps;
+  return spin;
+}
+
+// The JSON value after `"key": ` following the arm named `arm`.
+std::string ArmField(const std::string& json, const std::string& arm, const std::string& key) {
+  const size_t at = json.find("\"arm\": \"" + arm + "\"");
+  if (at == std::string::npos) return "<no arm " + arm + ">";
+  const size_t k = json.find("\"" + key + "\": ", at);
+  const size_t start = k + key.size() + 4;
+  return json.substr(start, json.find_first_of(",}", json[start] == '[' ? json.find(']', start)
+                                                                          : start) -
+                                 start);
+}
+
+TEST(StudyTest, ComparesEveryArmWithIntervalsInOneRun) {
+  Config config = StudyConfig("study_run");
   SideTaskConfig image;
   image.type = "image";
   image.args["width"] = int64_t{32};
   image.args["height"] = int64_t{32};
   image.args["out_width"] = int64_t{16};
   image.args["out_height"] = int64_t{16};
-  config.side_tasks = {spin, image};
+  // Runs out of work after 3 spins: the study's default repeat keeps it going.
+  config.side_tasks = {Spin("spin", 0.1, 3), image};
   StudyOptions options;
   options.rounds = 2;
   options.block_steps = 2;
-  config.train.steps = StudySteps(config, options);
-  EXPECT_EQ(config.train.steps, 2 + (2 * 3 * 2 + 1) * 2);  // arms: spin, image, all
+  PrepareStudyConfig(config, options);
+  // Arms: training alone, A/A, spin, image, all. Warm-up 2 + 3 task blocks; then a plain block
+  // and per round 4 arms each followed by a plain block.
+  EXPECT_EQ(config.train.steps, 2 + 3 * 2 + (1 + 2 * 4 * 2) * 2);
+  ASSERT_TRUE(config.side_tasks[0].repeat.has_value());
+  EXPECT_TRUE(*config.side_tasks[0].repeat);
   auto trainer = Trainer::Create(config);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   auto table = RunStudy(**trainer, config, options);
   ASSERT_TRUE(table.ok()) << table.status();
   EXPECT_EQ((*trainer)->step(), config.train.steps);
-  EXPECT_NE(table->find("| training alone | 14 |"), std::string::npos) << *table;
+  EXPECT_NE(table->find("| training alone | 18 |"), std::string::npos) << *table;
+  EXPECT_NE(table->find("| A/A: training alone | 4 |"), std::string::npos) << *table;
   EXPECT_NE(table->find("| + spin | 4 |"), std::string::npos) << *table;
   EXPECT_NE(table->find("| + all | 4 |"), std::string::npos) << *table;
+  EXPECT_NE(table->find("Noise floor (A/A: training alone measured as an arm): ±"),
+            std::string::npos) << *table;
+  EXPECT_NE(table->find("Machine: "), std::string::npos) << *table;
+  EXPECT_NE(table->find("load average"), std::string::npos) << *table;
+  EXPECT_EQ(table->find("refused"), std::string::npos) << *table;
   auto json = ReadFile(config.run.dir + "/study.json");
   ASSERT_TRUE(json.ok());
-  // Training alone harvests nothing; the spin arm does.
-  EXPECT_NE(json->find("\"arm\": \"training alone\", \"steps\": 14"), std::string::npos) << *json;
-  const size_t alone = json->find("\"arm\": \"training alone\"");
-  const size_t harvested = json->find("\"harvested_s\": ", alone);
-  EXPECT_EQ(json->substr(harvested, 24), "\"harvested_s\": 0.000000,");
-  const size_t spin_arm = json->find("\"arm\": \"+ spin\"");
-  const size_t spin_harvest = json->find("\"harvested_s\": ", spin_arm);
-  EXPECT_NE(json->substr(spin_harvest, 24), "\"harvested_s\": 0.000000,");
+  // Training alone and A/A harvest nothing; the task arms do, with intervals.
+  EXPECT_EQ(ArmField(*json, "training alone", "harvested_s"), "0.000000");
+  EXPECT_EQ(ArmField(*json, "A/A: training alone", "harvested_s"), "0.000000");
+  EXPECT_EQ(ArmField(*json, "training alone", "overhead_ci"), "null");
+  for (const std::string arm : {"A/A: training alone", "+ spin", "+ image", "+ all"}) {
+    EXPECT_EQ(ArmField(*json, arm, "overhead_ci").front(), '[') << arm << "\n" << *json;
+    EXPECT_EQ(ArmField(*json, arm, "refused"), "null") << arm;
+  }
+  EXPECT_NE(ArmField(*json, "+ spin", "harvested_s"), "0.000000");
+  EXPECT_EQ(ArmField(*json, "+ spin", "utilisation_ci").front(), '[');
+  EXPECT_NE(json->find("\"noise_floor\": 0."), std::string::npos) << *json;
+  EXPECT_NE(json->find("\"rank_cpus\": [\""), std::string::npos) << *json;
+  EXPECT_NE(json->find("\"target\": null"), std::string::npos) << *json;
+  // The spin task restarted rather than finishing.
+  const HarvestReport report = (*trainer)->side_tasks()->Report();
+  EXPECT_GT(report.tasks[0].restarts, 0);
+  EXPECT_EQ(report.tasks[0].state, "LOADED");
+}
+
+TEST(StudyTest, RefusesAnArmWhoseTaskRanOutOfWork) {
+  Config config = StudyConfig("study_refused");
+  config.side_tasks = {Spin("short", 0.1, 2), Spin("long", 0.1)};
+  config.side_tasks[0].repeat = false;  // said explicitly: the study keeps it
+  StudyOptions options;
+  options.rounds = 2;
+  options.block_steps = 1;
+  PrepareStudyConfig(config, options);
+  EXPECT_FALSE(*config.side_tasks[0].repeat);
+  auto trainer = Trainer::Create(config);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto table = RunStudy(**trainer, config, options);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_NE(table->find("| + short | 2 | "), std::string::npos) << *table;
+  EXPECT_NE(table->find("- + short: task 'short' did no work in the arm's block 1 (now FINISHED)"),
+            std::string::npos)
+      << *table;
+  EXPECT_EQ(table->find("- + long:"), std::string::npos) << *table;
+  // "+ all" still has a working task, but one of its tasks did nothing: refused too.
+  EXPECT_NE(table->find("- + all: task 'short'"), std::string::npos) << *table;
+}
+
+TEST(StudyTest, ATargetAddsRoundsOrSaysWhyItWasNotReached) {
+  Config config = StudyConfig("study_target");
+  config.side_tasks = {Spin("spin", 0.1)};
+  StudyOptions options;
+  options.rounds = 2;
+  options.block_steps = 1;
+  options.target_ci = 1e-9;  // unreachable
+  options.max_rounds = 3;
+  PrepareStudyConfig(config, options);
+  // Arms: alone, A/A, spin. Warm-up 2 + 1 block, then 1 + 3 rounds × 2 arms × 2 blocks.
+  EXPECT_EQ(config.train.steps, 2 + 1 + 1 + 3 * 2 * 2);
+  auto trainer = Trainer::Create(config);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto table = RunStudy(**trainer, config, options);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ((*trainer)->step(), config.train.steps);  // every round it could
+  EXPECT_NE(table->find("Target ±0.00% NOT reached in 3 rounds (--max_rounds 3): the widest "
+                        "interval is '"),
+            std::string::npos)
+      << *table;
+  EXPECT_NE(table->find("rounds would reach it."), std::string::npos) << *table;
+
+  Config easy = StudyConfig("study_target_easy");
+  easy.side_tasks = {Spin("spin", 0.1)};
+  options.target_ci = 10.0;  // ±1000%: met by the first evaluation
+  PrepareStudyConfig(easy, options);
+  auto second = Trainer::Create(easy);
+  ASSERT_TRUE(second.ok()) << second.status();
+  table = RunStudy(**second, easy, options);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_NE(table->find("Target ±1000.00%: every overhead interval is within it after 2 rounds."),
+            std::string::npos)
+      << *table;
+  EXPECT_EQ((*second)->step(), 2 + 1 + 1 + 2 * 2 * 2);  // stopped early
+  auto json = ReadFile(easy.run.dir + "/study.json");
+  ASSERT_TRUE(json.ok());
+  EXPECT_NE(json->find("\"target\": {\"ci\": 10.000000, \"max_rounds\": 3, \"reached\": true}"),
+            std::string::npos)
+      << *json;
 }
 
 TEST(StudyTest, NeedsSideTasks) {
