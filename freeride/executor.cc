@@ -33,7 +33,9 @@ struct SideTaskExecutor::Task {
   TaskState state = TaskState::kSubmitted;
   double predicted_step_s = 0;
   double worst_step_s = 0;  // a demoted task is offered only bubbles its worst step fits
-  double restart_s = 0;     // what a restart (repeat) takes: create and load, then measured
+  // What a restart (repeat) takes, as last measured; unknown (0) before the first, which
+  // cannot be told in advance: in place it may cost nothing, as a fresh object a Create.
+  double restart_s = 0;
   bool demoted = false;
   TaskReport report;
   bool runs_until_deadline() const { return host->pausable() || host->fills_bubble(); }
@@ -204,7 +206,6 @@ absl::Status SideTaskExecutor::AddTask(const SideTaskSpec& spec) {
   tasks_.push_back(std::move(owned));
   // Argument errors are the config's: they stop the run before training. A crash, a hang or a
   // failing Load is the task's: it is FAILED and training goes on.
-  const double create_start = MonotonicSeconds();
   if (absl::Status s = task.host->Create(); !s.ok()) {
     if (!absl::IsUnavailable(s)) {
       return absl::Status(s.code(), absl::StrFormat("side task '%s' (%s): create: %s", spec.name,
@@ -220,7 +221,6 @@ absl::Status SideTaskExecutor::AddTask(const SideTaskSpec& spec) {
     return absl::OkStatus();
   }
   task.state = TaskState::kLoaded;
-  task.restart_s = MonotonicSeconds() - create_start;
   Calibrate(task);
   return absl::OkStatus();
 }

@@ -88,14 +88,16 @@ class InProcessHost : public TaskHost {
   bool done() const override { return impl_->Done(); }
 
  private:
-  // The finished task's results are written (Unload), then a fresh object of its type begins
-  // on the next input.
+  // In place where the task can; else its results are written (Unload) and a fresh object of
+  // its type begins on the next input.
   absl::Status Restart() {
+    ctx_.restarts += 1;
+    absl::Status in_place = Guard("restart", [&] { return impl_->Restart(ctx_); });
+    if (!absl::IsUnimplemented(in_place)) return in_place;
     Release();
     absl::StatusOr<std::unique_ptr<SideTask>> fresh = CreateSideTask(spec_.type, spec_.plugin);
     if (!fresh.ok()) return fresh.status();
     impl_ = *std::move(fresh);
-    ctx_.restarts += 1;
     if (absl::Status s = Create(); !s.ok()) return s;
     return Load();
   }

@@ -5,7 +5,8 @@
 // bounded unit of work) → Unload → FINISHED (Done() said so), STOPPED (training ended first)
 // or FAILED (an error, an exception, or memory beyond the limit; training goes on). A task
 // configured with `repeat = true` does not finish: once Done(), its next step first restarts it
-// (Unload, a fresh object, Create and Load with `restarts` one higher), so it keeps bubbles busy.
+// in place (Restart) or as a fresh object (Unload, Create, Load), with `restarts` one higher, so
+// it keeps the bubbles busy.
 //
 // Two interfaces, as in FreeRide: iterative (Step does one unit and returns) and imperative
 // (`command`: an external program resumed with SIGCONT when a bubble starts and stopped with
@@ -58,6 +59,13 @@ class SideTask {
   virtual absl::Status Unload(SideTaskContext&) { return absl::OkStatus(); }
   // True once the task has nothing left to do.
   virtual bool Done() const { return false; }
+  // Begins again on fresh input once Done() (repeat = true), keeping what can be kept; the host
+  // has raised ctx.restarts. Unimplemented (the default) asks the host to start a fresh object
+  // instead (Unload, Create, Load): right where Create is cheap. A task whose Create is costly
+  // (PageRank builds its graph) restarts in place, so that a restart fits in a bubble.
+  virtual absl::Status Restart(SideTaskContext&) {
+    return absl::UnimplementedError("no restart in place");
+  }
   // A step's duration when known in advance (seconds); 0: measured at start.
   virtual double DeclaredStepSeconds() const { return 0; }
   // An imperative task runs for the whole remaining bubble in one Step.

@@ -134,6 +134,9 @@ class Worker {
   // As the in-process host's: results written, a fresh object on the next input. The memory
   // cap set at the first load stays.
   absl::Status Restart() {
+    ctx_.restarts += 1;
+    absl::Status in_place = task_->Restart(ctx_);
+    if (!absl::IsUnimplemented(in_place)) return in_place;
     if (loaded_) (void)task_->Unload(ctx_);
     loaded_ = false;
     arena_.Reset();
@@ -141,7 +144,6 @@ class Worker {
         CreateSideTask(spec_.task.type, spec_.task.plugin);
     if (!fresh.ok()) return fresh.status();
     task_ = *std::move(fresh);
-    ctx_.restarts += 1;
     if (absl::Status s = task_->Create(ctx_); !s.ok()) return s;
     loaded_ = true;
     return task_->Load(ctx_);

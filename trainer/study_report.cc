@@ -23,20 +23,22 @@ std::string JsonInterval(const Estimate& e) {
   return absl::StrFormat("[%.6f, %.6f]", e.lo, e.hi);
 }
 
-std::string Refusal(const SideTaskExecutor* side, const std::string& task, int64_t block) {
-  std::string state;
+std::string Refusal(const SideTaskExecutor* side, const std::vector<std::string>& tasks,
+                    int64_t block) {
+  std::vector<std::string> states;
   if (side != nullptr) {
     for (const TaskReport& r : side->Report().tasks) {
-      if (r.name == task) {
-        state = absl::StrFormat(" (now %s%s)", r.state, r.reason.empty() ? "" : ": " + r.reason);
-      }
+      if (std::find(tasks.begin(), tasks.end(), r.name) == tasks.end()) continue;
+      states.push_back(absl::StrFormat("'%s' now %s%s", r.name, r.state,
+                                       r.reason.empty() ? "" : ": " + r.reason));
     }
   }
   return absl::StrFormat(
-      "task '%s' did no work in the arm's block %d%s; an arm whose task is not working measures "
-      "nothing (its bubbles may be too short for a step, or the task finished: repeat = true "
-      "restarts it)",
-      task, block, state);
+      "%s did no work in the arm's block %d%s; an arm whose tasks are not working measures "
+      "nothing (their bubbles may be too short for a step, or they finished: repeat = true "
+      "restarts them)",
+      tasks.size() == 1 ? "task '" + tasks[0] + "'" : "none of its tasks", block,
+      states.empty() ? "" : " (" + absl::StrJoin(states, "; ") + ")");
 }
 
 }  // namespace
@@ -56,10 +58,11 @@ std::vector<ArmFigures> Figures(const std::vector<Arm>& arms,
     f.bubble += b.bubble, f.harvested += b.harvested, f.overrun += b.overrun;
     if (b.bubble > 0) utilisation[b.arm].push_back(b.harvested / b.bubble);
     if (b.step_s > 0) reclaimed[b.arm].push_back(b.work / (b.step_s * block_steps * device_ranks));
-    for (int t : arms[b.arm].task_index) {
-      if (b.units[t] <= 0 && f.refused.empty()) {
-        f.refused = Refusal(side, TaskName(config.side_tasks[t]), f.blocks);
-      }
+    // Together: in "+ all" a lower-priority task may rightly get no bubble.
+    double units = 0;
+    for (int t : arms[b.arm].task_index) units += b.units[t];
+    if (!arms[b.arm].tasks.empty() && units <= 0 && f.refused.empty()) {
+      f.refused = Refusal(side, arms[b.arm].tasks, f.blocks);
     }
   }
   const std::vector<std::vector<double>> ratios =

@@ -3,7 +3,9 @@
 // 2^args.scale vertices and edge_factor·2^scale edges (a, b, c, d = 0.57, 0.19, 0.19, 0.05).
 // A step updates args.rows_per_step vertices of the current iteration; an iteration ends with
 // the L1 change, and the task is done when it is below args.tolerance (or after
-// args.iterations, when set). Ranks go to results_dir/ranks.txt.
+// args.iterations, when set). Ranks go to results_dir/ranks.txt. A restart (repeat = true)
+// keeps the graph and answers a new query: PageRank personalized to vertex (seed + restarts)
+// mod n, so that it fits in a bubble where rebuilding the graph would not.
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -89,6 +91,7 @@ class PageRankTask : public SideTask {
                                   iterations.status(), rows.status()}) {
       if (!s.ok()) return s;
     }
+    seed_ = *seed;
     damping_ = *damping;
     tolerance_ = *tolerance;
     max_iterations_ = *iterations;
@@ -100,9 +103,7 @@ class PageRankTask : public SideTask {
       edges = *std::move(read);
     } else {
       n_ = int64_t{1} << *scale;
-      // A restart (repeat) ranks a new graph.
-      edges = Rmat(static_cast<int>(*scale), *factor * n_,
-                   static_cast<uint64_t>(*seed + ctx.restarts));
+      edges = Rmat(static_cast<int>(*scale), *factor * n_, static_cast<uint64_t>(*seed));
     }
     // CSR over incoming edges, and out-degrees.
     offsets_.assign(n_ + 1, 0);
@@ -130,14 +131,28 @@ class PageRankTask : public SideTask {
     return absl::OkStatus();
   }
 
+  // A restart (repeat) keeps the graph and ranks it for a new query: personalized PageRank, the
+  // random surfer teleporting to vertex (seed + restarts) mod n only.
+  absl::Status Restart(SideTaskContext& ctx) override {
+    source_ = (seed_ + ctx.restarts) % n_;
+    std::fill(rank_, rank_ + n_, 1.0 / n_);
+    iterations_ = 0;
+    change_ = 1;
+    cursor_ = 0;
+    StartIteration();
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<double> Step(SideTaskContext&) override {
     const int64_t end = std::min(n_, cursor_ + rows_per_step_);
-    const double base = (1 - damping_) / n_ + damping_ * dangling_ / n_;
+    // Teleport and dangling mass go where the surfer restarts: every vertex alike, or the source.
+    const double restart_mass = (1 - damping_) + damping_ * dangling_;
+    const double base = source_ < 0 ? restart_mass / n_ : 0.0;
     int64_t edges = 0;
     for (int64_t v = cursor_; v < end; ++v) {
       double sum = 0;
       for (int64_t k = offsets_[v]; k < offsets_[v + 1]; ++k) sum += contrib_[sources_[k]];
-      next_[v] = base + damping_ * sum;
+      next_[v] = base + (v == source_ ? restart_mass : 0.0) + damping_ * sum;
       edges += offsets_[v + 1] - offsets_[v];
     }
     cursor_ = end;
@@ -154,8 +169,9 @@ class PageRankTask : public SideTask {
 
   absl::Status Unload(SideTaskContext& ctx) override {
     if (rank_ == nullptr) return absl::OkStatus();
-    std::string text = absl::StrFormat("# vertex rank (%d iterations, L1 change %.3g)\n",
-                                       iterations_, change_);
+    std::string text = absl::StrFormat(
+        "# vertex rank (%d iterations, L1 change %.3g%s)\n", iterations_, change_,
+        source_ < 0 ? "" : absl::StrFormat(", personalized to vertex %d", source_));
     for (int64_t v = 0; v < n_; ++v) absl::StrAppendFormat(&text, "%d %.9g\n", v, rank_[v]);
     rank_ = next_ = contrib_ = nullptr;
     return WriteFileAtomically(ctx.results_dir + "/ranks.txt", text);
@@ -181,6 +197,7 @@ class PageRankTask : public SideTask {
   }
 
   int64_t n_ = 0, rows_per_step_ = 8192, max_iterations_ = 0, iterations_ = 0, cursor_ = 0;
+  int64_t seed_ = 1, source_ = -1;  // source_ >= 0: personalized to that vertex (restarts)
   double damping_ = 0.85, tolerance_ = 1e-6, change_ = 1, dangling_ = 0;
   std::vector<int64_t> offsets_, sources_, out_degree_;
   double *rank_ = nullptr, *next_ = nullptr, *contrib_ = nullptr;

@@ -111,12 +111,13 @@ TEST(StudyTest, RefusesAnArmWhoseTaskRanOutOfWork) {
   auto table = RunStudy(**trainer, config, options);
   ASSERT_TRUE(table.ok()) << table.status();
   EXPECT_NE(table->find("| + short | 2 | "), std::string::npos) << *table;
-  EXPECT_NE(table->find("- + short: task 'short' did no work in the arm's block 1 (now FINISHED)"),
+  EXPECT_NE(table->find("- + short: task 'short' did no work in the arm's block 1 ('short' now "
+                        "FINISHED)"),
             std::string::npos)
       << *table;
   EXPECT_EQ(table->find("- + long:"), std::string::npos) << *table;
-  // "+ all" still has a working task, but one of its tasks did nothing: refused too.
-  EXPECT_NE(table->find("- + all: task 'short'"), std::string::npos) << *table;
+  // "+ all" is measured: its tasks together worked (a task may lose every bubble to another).
+  EXPECT_EQ(table->find("- + all:"), std::string::npos) << *table;
 }
 
 TEST(StudyTest, ATargetAddsRoundsOrSaysWhyItWasNotReached) {
