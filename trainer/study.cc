@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <sys/sysinfo.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -103,11 +104,19 @@ absl::StatusOr<Machine> DescribeMachine(Trainer& trainer, const Config& config, 
   // Every rank's affinity mask, gathered by a sum of one row per rank.
   std::vector<double> masks(static_cast<size_t>(real_ranks) * m.cpus, 0.0);
   const int row = config.runtime.emulate_peers ? 0 : trainer.transport().rank();
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    for (int c = 0; c < m.cpus && c < CPU_SETSIZE; ++c) {
-      masks[static_cast<size_t>(row) * m.cpus + c] = CPU_ISSET(c, &set) ? 1 : 0;
+  // The CPUs of every OpenMP thread of this rank: with OMP_PROC_BIND each thread has its own
+  // place, and the calling thread's mask alone would show one core.
+  double* mine = &masks[static_cast<size_t>(row) * m.cpus];
+  const int cpus = std::min(m.cpus, CPU_SETSIZE);
+#pragma omp parallel
+  {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+#pragma omp critical
+      for (int c = 0; c < cpus; ++c) {
+        if (CPU_ISSET(c, &set)) mine[c] = 1;
+      }
     }
   }
   if (absl::Status s = trainer.transport().AllReduceSum(

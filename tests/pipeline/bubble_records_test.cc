@@ -46,8 +46,12 @@ TEST(BubbleRecordsTest, EachStepReportsItsBubblesAsTheTimelineShowsThem) {
       ASSERT_EQ(r.stage, 0);
       ASSERT_EQ(instrs[r.index].op, pipeline::Op::kBubble);
       EXPECT_EQ(r.kind, instrs[r.index].bubble);
-      if (step == 1) EXPECT_LT(r.predicted_s, 0);  // nothing measured yet
-      if (step > 2) EXPECT_GT(r.predicted_s, 0);
+      if (step == 1) {
+        EXPECT_LT(r.predicted_s, 0);  // nothing measured yet
+      }
+      if (step > 2) {
+        EXPECT_GT(r.predicted_s, 0);
+      }
       EXPECT_GE(r.harvested_s, 0);
       EXPECT_LE(r.harvested_s, r.measured_s + 1e-3);
       // The timeline: from the BUBBLE's start to the end of the next instruction's wait.
@@ -87,8 +91,12 @@ TEST(BubbleRecordsTest, MetricsCarryTheRecordsAndThePredictionError) {
   ASSERT_EQ(per_step.size(), 4u);
   for (const auto& [step, counts] : per_step) {
     EXPECT_GT(counts.first, 0) << "step " << step;
-    if (step == 1) EXPECT_EQ(counts.second, 0);
-    if (step >= 3) EXPECT_EQ(counts.second, counts.first) << "step " << step;
+    if (step == 1) {
+      EXPECT_EQ(counts.second, 0);
+    }
+    if (step >= 3) {
+      EXPECT_EQ(counts.second, counts.first) << "step " << step;
+    }
   }
   EXPECT_TRUE(absl::StrContains(*metrics, "\"prediction_error_s\": {\"median\": "));
 }
