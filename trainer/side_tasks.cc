@@ -10,27 +10,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/files.h"
+#include "core/json_string.h"
 #include "core/logging.h"
 #include "trainer/side_task_check.h"
 #include "trainer/trainer.h"
 
 namespace freeride {
-namespace {
-
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    if (static_cast<unsigned char>(c) < 0x20) {
-      out += absl::StrFormat("\\u%04x", c);
-      continue;
-    }
-    out.push_back(c);
-  }
-  return out + "\"";
-}
-
-}  // namespace
 
 absl::Status Trainer::CreateSideTasks() {
   if (!config_.freeride.enabled) return absl::OkStatus();

@@ -233,7 +233,7 @@ absl::StatusOr<std::string> RunStudy(Trainer& trainer, const Config& config,
     absl::StatusOr<std::vector<BlockRecord>> reduced = Reduce(trainer, config, blocks, real_ranks);
     if (!reduced.ok()) return reduced.status();
     run.figures =
-        Figures(run.arms, *reduced, config, options.block_steps, run.device_ranks, side);
+        Figures(run.arms, *reduced, options.block_steps, run.device_ranks, side);
     if (options.target_ci <= 0 || run.rounds >= most) break;
     // Every rank computed the same figures from the same sums; the decision is summed too, so
     // that no rank could go on alone.

@@ -5,18 +5,10 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/json_string.h"
 
 namespace freeride {
 namespace {
-
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(c);
-  }
-  return out + "\"";
-}
 
 std::string JsonInterval(const Estimate& e) {
   if (!e.known()) return "null";
@@ -44,7 +36,7 @@ std::string Refusal(const SideTaskExecutor* side, const std::vector<std::string>
 }  // namespace
 
 std::vector<ArmFigures> Figures(const std::vector<Arm>& arms,
-                                const std::vector<BlockRecord>& blocks, const Config& config,
+                                const std::vector<BlockRecord>& blocks,
                                 int block_steps, int device_ranks, const SideTaskExecutor* side) {
   std::vector<ArmFigures> figures(arms.size());
   std::vector<Block> sequence;

@@ -43,7 +43,7 @@ struct ArmFigures {
 // Per arm, from the measured blocks in order. `device_ranks` stages count in reclaimed's
 // device-seconds; `side` (may be null) names a refused task's state.
 std::vector<ArmFigures> Figures(const std::vector<Arm>& arms,
-                                const std::vector<BlockRecord>& blocks, const Config& config,
+                                const std::vector<BlockRecord>& blocks,
                                 int block_steps, int device_ranks, const SideTaskExecutor* side);
 
 // The arms (A/A and task arms, refused ones left out) whose overhead interval is wider than
