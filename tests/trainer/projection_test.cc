@@ -1,0 +1,131 @@
+// The scale projection on cases with closed forms: the α–β all-reduce formulas, dp = 1 giving
+// exactly the simulator's pipeline, 1F1B's bubble (p−1)/(m+p−1) at 8,192 GPUs with uniform
+// costs, and the executor's packing rule (no in-process step fits: nothing; a worker: the
+// bubble less its margin).
+#include "trainer/projection.h"
+
+#include "gtest/gtest.h"
+#include "pipeline/generators.h"
+#include "pipeline/simulator.h"
+
+namespace freeride {
+namespace {
+
+using pipeline::AllReduceAlgorithm;
+using pipeline::ScheduleKind;
+
+TEST(NetworkTest, AllReduceFollowsTheRingAndTreeFormulas) {
+  const pipeline::Network net{10, 10};  // 10 µs, 10 GB/s
+  // Ring, 4 ranks, 1 GB: 2·3·0.01 ms + 2·(3/4)·100 ms.
+  EXPECT_NEAR(pipeline::AllReduceMs(AllReduceAlgorithm::kRing, net, 1e9, 4), 0.06 + 150, 1e-9);
+  // Tree, 4 ranks: 2·log2(4)·0.01 ms + 2·100 ms; 5 ranks: depth ⌈log2 5⌉ = 3.
+  EXPECT_NEAR(pipeline::AllReduceMs(AllReduceAlgorithm::kTree, net, 1e9, 4), 0.04 + 200, 1e-9);
+  EXPECT_NEAR(pipeline::AllReduceMs(AllReduceAlgorithm::kTree, net, 1e9, 5), 0.06 + 200, 1e-9);
+  EXPECT_EQ(pipeline::AllReduceMs(AllReduceAlgorithm::kRing, net, 1e9, 1), 0);
+  EXPECT_NEAR(pipeline::PointToPointMs(net, 1e6), 0.01 + 0.1, 1e-12);
+  EXPECT_FALSE(pipeline::ParseAllReduceAlgorithm("mesh").ok());
+}
+
+GPT2Config Model(int64_t layers) {
+  absl::StatusOr<GPT2Config> model = MakeGPT2Config(layers, 2, 32, 64, 64);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return *model;
+}
+
+// Blocks of 6 ms (F = B = W = 2), nothing else, and free communication.
+ProjectionOptions Uniform(std::vector<int64_t> gpus, int64_t global_batch) {
+  ProjectionOptions o;
+  o.gpus = std::move(gpus);
+  o.global_batch = global_batch;
+  o.micro_batch = 1;
+  o.seq_len = 64;
+  o.kinds = {ScheduleKind::k1F1B};
+  o.costs = PartCosts{0, 6, 0};
+  o.link = {0, 1e12};
+  o.network = {0, 1e12};
+  return o;
+}
+
+const ProjectionRow* Row(const Projection& p, int64_t gpus, int64_t pp) {
+  for (const ProjectionRow& r : p.rows) {
+    if (r.gpus == gpus && r.pp == pp) return &r;
+  }
+  return nullptr;
+}
+
+TEST(ProjectionTest, OneReplicaIsTheSimulatedPipeline) {
+  absl::StatusOr<Projection> p = Project(Model(8), Uniform({4}, 8));
+  ASSERT_TRUE(p.ok()) << p.status();
+  const ProjectionRow* row = Row(*p, 4, 4);
+  ASSERT_NE(row, nullptr);
+  EXPECT_EQ(row->dp, 1);
+  EXPECT_EQ(row->microbatches, 8);
+  pipeline::ScheduleOptions options;
+  options.kind = ScheduleKind::k1F1B;
+  options.stages = 4;
+  options.microbatches = 8;
+  options.cost = pipeline::CostModel::Uniform(4, 4, 4);  // two blocks per stage
+  absl::StatusOr<pipeline::Schedule> schedule = pipeline::BuildSchedule(options);
+  ASSERT_TRUE(schedule.ok());
+  absl::StatusOr<pipeline::SimResult> sim = pipeline::Simulate(*schedule, options.cost);
+  ASSERT_TRUE(sim.ok());
+  EXPECT_NEAR(row->step_ms, sim->step_time, 1e-9);
+  EXPECT_NEAR(row->bubble_fraction, sim->bubble_fraction, 1e-12);
+  EXPECT_EQ(row->allreduce_ms, 0);
+  // pp = 2 with dp = 2 (4 micro-batches each) and pp = 1 with dp = 4 fit too; pp = 3 does not.
+  EXPECT_NE(Row(*p, 4, 2), nullptr);
+  EXPECT_NE(Row(*p, 4, 1), nullptr);
+  EXPECT_EQ(Row(*p, 4, 3), nullptr);
+}
+
+TEST(ProjectionTest, OneFOneBBubbleAtEightThousandGpus) {
+  // pp = 8, dp = 1024, m = 16 384 / 1024 = 16: (p − 1)/(m + p − 1) = 7/23.
+  absl::StatusOr<Projection> p = Project(Model(8), Uniform({8192}, 16384));
+  ASSERT_TRUE(p.ok()) << p.status();
+  const ProjectionRow* row = Row(*p, 8192, 8);
+  ASSERT_NE(row, nullptr);
+  EXPECT_EQ(row->dp, 1024);
+  EXPECT_EQ(row->microbatches, 16);
+  EXPECT_NEAR(row->bubble_fraction, 7.0 / 23.0, 1e-6);
+  EXPECT_NEAR(row->bubble_gpus(), 8192 * 7.0 / 23.0, 1e-2);
+  // Fewer micro-batches per pipeline as replicas grow: pp = 4 at dp = 2048 has m = 8.
+  const ProjectionRow* four = Row(*p, 8192, 4);
+  ASSERT_NE(four, nullptr);
+  EXPECT_NEAR(four->bubble_fraction, 3.0 / 11.0, 1e-6);
+}
+
+TEST(ProjectionTest, SideWorkIsPackedByTheExecutorsRule) {
+  ProjectionOptions options = Uniform({4}, 8);
+  options.tasks = {{"too_long", 1e6, false}};
+  absl::StatusOr<Projection> p = Project(Model(8), options);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(Row(*p, 4, 4)->harvested_fraction, 0);  // no step fits any bubble
+  options.tasks = {{"worker", 1e6, true}};
+  options.margin = 0.1;
+  p = Project(Model(8), options);
+  ASSERT_TRUE(p.ok());
+  const ProjectionRow* row = Row(*p, 4, 4);
+  EXPECT_NEAR(row->harvested_fraction, 0.9 * row->bubble_fraction, 1e-12);
+  EXPECT_NEAR(row->reclaimed_gpus(), 4 * 0.9 * row->bubble_fraction, 1e-9);
+  // Whole steps only: 1 ms steps in bubbles of whole milliseconds less 10% leave ≥ 10% out.
+  options.tasks = {{"steps", 1.0, false}};
+  p = Project(Model(8), options);
+  ASSERT_TRUE(p.ok());
+  row = Row(*p, 4, 4);
+  EXPECT_GT(row->harvested_fraction, 0);
+  EXPECT_LE(row->harvested_fraction, 0.9 * row->bubble_fraction + 1e-12);
+}
+
+TEST(ProjectionTest, SaysWhyNothingFits) {
+  ProjectionOptions options = Uniform({3}, 8);  // 8 is no multiple of dp × 1 for dp = 3
+  options.kinds = {ScheduleKind::kGPipe};
+  absl::StatusOr<Projection> p = Project(Model(2), options);  // pp ≤ 2 layers: pp = 3 is out
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->rows.empty());
+  ASSERT_EQ(p->skipped.size(), 1u);
+  EXPECT_NE(p->skipped[0].find("3 GPUs, gpipe: no pp × dp fits"), std::string::npos)
+      << p->skipped[0];
+}
+
+}  // namespace
+}  // namespace freeride

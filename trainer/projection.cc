@@ -1,0 +1,247 @@
+#include "trainer/projection.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/json_string.h"
+#include "core/status.h"
+#include "pipeline/generators.h"
+#include "pipeline/simulator.h"
+
+namespace freeride {
+namespace {
+
+using pipeline::ScheduleKind;
+
+// One pipeline's stages for `pp` ranks of `chunks` chunks each: their costs (F = B = W, a third
+// of each chunk's measured F + B + W, as for layers made of matrix products) and the most
+// parameters any rank holds (whose gradients the all-reduce waits for).
+struct StagePlan {
+  pipeline::CostModel cost;
+  int64_t max_rank_params = 0;
+};
+
+absl::StatusOr<StagePlan> PlanStages(const GPT2Config& model, const PartCosts& parts, int pp,
+                                     int chunks, pipeline::Placement placement) {
+  const int virtual_stages = pp * chunks;
+  std::vector<int> owners;
+  for (int k = 0; k < virtual_stages; ++k) {
+    owners.push_back(pipeline::StageOfVirtual(placement, pp, k));
+  }
+  FR_ASSIGN_OR_RETURN(std::vector<StageSpec> specs,
+                      BalancedStages(model, virtual_stages, parts,
+                                     chunks > 1 ? owners : std::vector<int>{}));
+  StagePlan plan;
+  plan.cost.stages.assign(pp, pipeline::StageCost{0, 0, 0});
+  std::vector<int64_t> params(pp, 0);
+  for (int k = 0; k < virtual_stages; ++k) {
+    const StageSpec& spec = specs[k];
+    const double ms = spec.num_layers() * parts.block + (spec.has_embedding ? parts.embedding : 0) +
+                      (spec.has_head ? parts.head : 0);
+    plan.cost.chunks.push_back({ms / 3, ms / 3, ms / 3});
+    pipeline::StageCost& stage = plan.cost.stages[owners[k]];
+    stage.f += ms / 3, stage.b += ms / 3, stage.w += ms / 3;
+    params[owners[k]] += MakeParamLayout(model, spec).total;
+  }
+  if (chunks == 1) plan.cost.chunks.clear();
+  plan.max_rank_params = *std::max_element(params.begin(), params.end());
+  return plan;
+}
+
+// Side work the executor would pack into one bubble: tasks in order; an in-process task runs
+// whole steps while one fits what is left of the bubble less the margin, a worker runs to it.
+double Packed(double bubble_ms, const ProjectionOptions& options) {
+  double left = bubble_ms * (1 - options.margin), packed = 0;
+  for (const ProjectedTask& task : options.tasks) {
+    if (left <= 0) break;
+    if (task.pausable) {
+      packed += left;
+      left = 0;
+    } else if (task.step_ms > 0) {
+      const double steps = std::floor(left / task.step_ms);
+      packed += steps * task.step_ms;
+      left -= steps * task.step_ms;
+    }
+  }
+  return packed;
+}
+
+}  // namespace
+
+absl::StatusOr<Projection> Project(const GPT2Config& model, const ProjectionOptions& options) {
+  if (options.global_batch < 1 || options.micro_batch < 1 || options.seq_len < 1) {
+    return absl::InvalidArgumentError("projection: global batch, micro-batch and seq_len >= 1");
+  }
+  Projection out;
+  std::map<std::tuple<int, int, int>, StagePlan> plans;  // by (pp, chunks, placement)
+  const double activation_bytes = static_cast<double>(options.micro_batch * options.seq_len *
+                                                      model.n_embd * options.bytes_per_value);
+  for (int64_t gpus : options.gpus) {
+    for (ScheduleKind kind : options.kinds) {
+      const int chunks = pipeline::ChunksFor(kind, options.chunks);
+      const pipeline::Placement placement = pipeline::PlacementOf(kind);
+      std::vector<std::string> reasons;
+      size_t fitted = 0;
+      for (int64_t pp = 1; pp <= std::min<int64_t>(gpus, model.n_layer); ++pp) {
+        if (gpus % pp != 0 || pp * chunks > model.n_layer) continue;
+        const int64_t dp = gpus / pp;
+        if (options.global_batch % (dp * options.micro_batch) != 0) continue;
+        const int64_t m = options.global_batch / (dp * options.micro_batch);
+        const auto key = std::make_tuple(static_cast<int>(pp), chunks, static_cast<int>(placement));
+        if (!plans.count(key)) {
+          FR_ASSIGN_OR_RETURN(plans[key], PlanStages(model, options.costs, static_cast<int>(pp),
+                                                     chunks, placement));
+        }
+        const StagePlan& plan = plans[key];
+        pipeline::ScheduleOptions schedule;
+        schedule.kind = kind;
+        schedule.stages = static_cast<int>(pp);
+        schedule.microbatches = static_cast<int>(m);
+        schedule.chunks = chunks;
+        schedule.cost = plan.cost;
+        schedule.cost.comm = pp > 1 ? pipeline::PointToPointMs(options.link, activation_bytes) : 0;
+        schedule.cost.reduce = pipeline::AllReduceMs(
+            options.algorithm, options.network,
+            static_cast<double>(plan.max_rank_params * options.bytes_per_value), dp);
+        schedule.data_parallel = dp > 1;
+        absl::StatusOr<pipeline::Schedule> built = pipeline::BuildSchedule(schedule);
+        if (!built.ok()) {
+          reasons.push_back(absl::StrFormat("pp %d, m %d: %s", pp, m, built.status().message()));
+          continue;
+        }
+        FR_ASSIGN_OR_RETURN(pipeline::SimResult sim, pipeline::Simulate(*built, schedule.cost));
+        ProjectionRow row;
+        row.gpus = gpus, row.pp = pp, row.dp = dp, row.microbatches = m;
+        row.kind = kind, row.chunks = chunks;
+        row.step_ms = sim.step_time;
+        row.allreduce_ms = schedule.cost.reduce;
+        row.bubble_fraction = sim.bubble_fraction;
+        const double gpu_ms = static_cast<double>(pp) * sim.step_time;
+        double packed = 0;
+        for (const pipeline::StageResult& stage : sim.stages) {
+          for (int k = 0; k < pipeline::kNumBubbleKinds; ++k) {
+            row.bubble_by_kind[k] += stage.bubble_by_kind[k] / gpu_ms;
+          }
+          for (const pipeline::BubbleSpan& b : stage.bubbles) packed += Packed(b.duration, options);
+        }
+        row.harvested_fraction = packed / gpu_ms;
+        row.tokens_per_s =
+            static_cast<double>(options.global_batch * options.seq_len) / (sim.step_time * 1e-3);
+        out.rows.push_back(row);
+        ++fitted;
+      }
+      if (fitted == 0) {
+        out.skipped.push_back(absl::StrFormat(
+            "%d GPUs, %s: no pp × dp fits (pp ≤ %d layers / %d chunks, global batch %d a multiple "
+            "of dp × micro-batch %d)%s",
+            gpus, pipeline::ScheduleKindName(kind), model.n_layer, chunks, options.global_batch,
+            options.micro_batch,
+            reasons.empty() ? "" : "; refused: " + absl::StrJoin(reasons, "; ")));
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<ProjectionRow> BestRows(const Projection& projection) {
+  std::vector<ProjectionRow> best;
+  for (const ProjectionRow& row : projection.rows) {
+    auto same = std::find_if(best.begin(), best.end(), [&](const ProjectionRow& b) {
+      return b.gpus == row.gpus && b.kind == row.kind;
+    });
+    if (same == best.end()) {
+      best.push_back(row);
+    } else if (row.step_ms < same->step_ms ||
+               (row.step_ms == same->step_ms && row.harvested_fraction > same->harvested_fraction)) {
+      *same = row;
+    }
+  }
+  return best;
+}
+
+std::string ProjectionMarkdown(const Projection& projection, const ProjectionOptions& options) {
+  std::string md = absl::StrFormat(
+      "# Projection\n\nGlobal batch %d sequences of %d tokens, micro-batch %d; per micro-batch "
+      "(F + B + W) embedding %.4g ms, block %.4g ms, head %.4g ms; stage link %.4g µs + %.4g "
+      "GB/s; data-parallel %s all-reduce %.4g µs + %.4g GB/s; side tasks: %s; margin %.0f%%.\n\n"
+      "Per GPU count and schedule, the fastest pp × dp:\n\n"
+      "| GPUs | schedule | pp × dp | micro-batches | step ms | tokens/s | all-reduce ms | bubble | "
+      "bubble GPUs | reclaimed GPUs |\n|---|---|---|---|---|---|---|---|---|---|\n",
+      options.global_batch, options.seq_len, options.micro_batch, options.costs.embedding,
+      options.costs.block, options.costs.head, options.link.latency_us,
+      options.link.bandwidth_gbs, pipeline::AllReduceAlgorithmName(options.algorithm),
+      options.network.latency_us, options.network.bandwidth_gbs,
+      options.tasks.empty()
+          ? "none"
+          : absl::StrJoin(options.tasks, ", ",
+                          [](std::string* out, const ProjectedTask& t) {
+                            absl::StrAppendFormat(out, "%s (%.3g ms steps%s)", t.name, t.step_ms,
+                                                  t.pausable ? ", worker" : "");
+                          }),
+      100 * options.margin);
+  for (const ProjectionRow& r : BestRows(projection)) {
+    absl::StrAppendFormat(&md, "| %d | %s | %d × %d | %d | %.4g | %.4g | %.3g | %.1f%% | %.1f | %.1f |\n",
+                          r.gpus, pipeline::ScheduleKindName(r.kind), r.pp, r.dp, r.microbatches,
+                          r.step_ms, r.tokens_per_s, r.allreduce_ms, 100 * r.bubble_fraction,
+                          r.bubble_gpus(), r.reclaimed_gpus());
+  }
+  if (!projection.skipped.empty()) {
+    absl::StrAppend(&md, "\nNothing fits:\n\n- ", absl::StrJoin(projection.skipped, "\n- "), "\n");
+  }
+  absl::StrAppend(&md,
+                  "\nBubble: idle GPU time over all GPU time. Bubble GPUs: that fraction of the "
+                  "GPUs. Reclaimed GPUs: the side work packed into the bubbles, in GPUs' worth of "
+                  "time (at the tasks' standalone speed).\n");
+  return md;
+}
+
+std::string ProjectionCsv(const Projection& projection) {
+  std::string csv =
+      "gpus,schedule,chunks,pp,dp,microbatches,step_ms,tokens_per_s,allreduce_ms,"
+      "bubble_fraction,bubble_gpus,harvested_fraction,reclaimed_gpus";
+  for (int k = 0; k < pipeline::kNumBubbleKinds; ++k) {
+    absl::StrAppend(&csv, ",bubble_",
+                    pipeline::BubbleKindName(static_cast<pipeline::BubbleKind>(k)));
+  }
+  csv += "\n";
+  for (const ProjectionRow& r : projection.rows) {
+    absl::StrAppendFormat(&csv, "%d,%s,%d,%d,%d,%d,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g", r.gpus,
+                          pipeline::ScheduleKindName(r.kind), r.chunks, r.pp, r.dp,
+                          r.microbatches, r.step_ms, r.tokens_per_s, r.allreduce_ms,
+                          r.bubble_fraction, r.bubble_gpus(), r.harvested_fraction,
+                          r.reclaimed_gpus());
+    for (double f : r.bubble_by_kind) absl::StrAppendFormat(&csv, ",%.6g", f);
+    csv += "\n";
+  }
+  return csv;
+}
+
+std::string ProjectionJson(const Projection& projection) {
+  std::vector<std::string> rows;
+  for (const ProjectionRow& r : projection.rows) {
+    std::vector<std::string> kinds;
+    for (int k = 0; k < pipeline::kNumBubbleKinds; ++k) {
+      kinds.push_back(absl::StrFormat(
+          "\"%s\": %.6g", pipeline::BubbleKindName(static_cast<pipeline::BubbleKind>(k)),
+          r.bubble_by_kind[k]));
+    }
+    rows.push_back(absl::StrFormat(
+        "{\"gpus\": %d, \"schedule\": \"%s\", \"chunks\": %d, \"pp\": %d, \"dp\": %d, "
+        "\"microbatches\": %d, \"step_ms\": %.6g, \"tokens_per_s\": %.6g, \"allreduce_ms\": %.6g, "
+        "\"bubble_fraction\": %.6g, \"bubble_by_kind\": {%s}, \"bubble_gpus\": %.6g, "
+        "\"harvested_fraction\": %.6g, \"reclaimed_gpus\": %.6g}",
+        r.gpus, pipeline::ScheduleKindName(r.kind), r.chunks, r.pp, r.dp, r.microbatches,
+        r.step_ms, r.tokens_per_s, r.allreduce_ms, r.bubble_fraction, absl::StrJoin(kinds, ", "),
+        r.bubble_gpus(), r.harvested_fraction, r.reclaimed_gpus()));
+  }
+  std::vector<std::string> skipped;
+  for (const std::string& s : projection.skipped) skipped.push_back(JsonString(s));
+  return absl::StrFormat("{\"rows\": [\n  %s\n], \"skipped\": [%s]}\n",
+                         absl::StrJoin(rows, ",\n  "), absl::StrJoin(skipped, ", "));
+}
+
+}  // namespace freeride

@@ -1,0 +1,75 @@
+// `freeride project`: what a training job's bubbles, and the side work they could hold, become
+// at scale. For a model, a global batch and a schedule kind, every (pp, dp) that fits N GPUs is
+// timed by simulating one pipeline (all dp replicas run the same schedule) from per-part costs
+// measured on this device or from the FLOP model: micro-batches per pipeline = global batch /
+// (dp × micro-batch); the stages balanced as the trainer balances them; activations cross
+// stages over a link and gradients are all-reduced over dp ranks by the α–β formulas of
+// pipeline/network.h. The side work is packed into the simulated bubbles by the executor's
+// rule: an in-process task's whole steps that fit a bubble less its margin, a worker filling it
+// to the margin. Assumed: no stragglers, the same costs per micro-batch at every scale, one
+// all-reduce per step after the last backward (the slowest stage's gradients), no overlap of
+// that all-reduce with compute. docs/scale.md says what this leaves out.
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "models/gpt2_config.h"
+#include "pipeline/network.h"
+#include "pipeline/schedule.h"
+
+namespace freeride {
+
+struct ProjectedTask {
+  std::string name;
+  double step_ms = 0;     // one step alone
+  bool pausable = false;  // in a worker: runs to the bubble's margin; in process: whole steps
+};
+
+struct ProjectionOptions {
+  std::vector<int64_t> gpus;         // the GPU counts to project
+  int64_t global_batch = 0;          // sequences per optimizer step
+  int64_t micro_batch = 1;           // sequences per micro-batch
+  int64_t seq_len = 0;
+  std::vector<pipeline::ScheduleKind> kinds;
+  int chunks = 2;                    // model chunks per stage for interleaved
+  PartCosts costs;                   // ms per micro-batch (F + B + W) of each model part
+  int64_t bytes_per_value = 4;       // activations, their gradients, weight gradients
+  pipeline::Network link;            // between adjacent pipeline stages
+  pipeline::Network network;         // the data-parallel all-reduce
+  pipeline::AllReduceAlgorithm algorithm = pipeline::AllReduceAlgorithm::kRing;
+  std::vector<ProjectedTask> tasks;  // in the order the executor offers bubbles
+  double margin = 0.1;               // of each bubble left unharvested (freeride.margin)
+};
+
+struct ProjectionRow {
+  int64_t gpus = 0, pp = 0, dp = 0, microbatches = 0;
+  pipeline::ScheduleKind kind = pipeline::ScheduleKind::k1F1B;
+  int chunks = 1;
+  double step_ms = 0;
+  double allreduce_ms = 0;
+  double bubble_fraction = 0;  // of all GPU time
+  std::array<double, pipeline::kNumBubbleKinds> bubble_by_kind{};  // fractions of GPU time
+  double harvested_fraction = 0;  // side work packed into bubbles, of all GPU time
+  double tokens_per_s = 0;
+  double bubble_gpus() const { return bubble_fraction * static_cast<double>(gpus); }
+  double reclaimed_gpus() const { return harvested_fraction * static_cast<double>(gpus); }
+};
+
+struct Projection {
+  std::vector<ProjectionRow> rows;   // every (gpus, kind, pp) that fits
+  std::vector<std::string> skipped;  // per (gpus, kind): why nothing fit, where nothing did
+};
+
+absl::StatusOr<Projection> Project(const GPT2Config& model, const ProjectionOptions& options);
+
+// Per (gpus, kind), the row with the shortest step (ties: more reclaimed).
+std::vector<ProjectionRow> BestRows(const Projection& projection);
+
+std::string ProjectionMarkdown(const Projection& projection, const ProjectionOptions& options);
+std::string ProjectionCsv(const Projection& projection);
+std::string ProjectionJson(const Projection& projection);
+
+}  // namespace freeride
