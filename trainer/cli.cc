@@ -10,6 +10,7 @@
 #include "core/build_info.h"
 #include "core/device.h"
 #include "trainer/cmd_prepare.h"
+#include "trainer/cmd_project.h"
 #include "trainer/cmd_schedule.h"
 #include "trainer/cmd_train.h"
 #include "trainer/config.h"
@@ -119,6 +120,12 @@ const std::vector<Command>& Commands() {
        "training alone vs with each side task and all, in shuffled blocks: the harvest table "
        "with 95% intervals and the A/A noise floor",
        StudyFlags(), StudyCommand},
+      {"project",
+       "freeride project --config FILE --gpus N[,N...] [--global_batch B] [--kinds LIST|all] "
+       "[--costs measure|flops|SPEC] [--format md|csv|json]",
+       "bubbles and reclaimable side work at N GPUs: every pp × dp that fits, one simulated "
+       "pipeline each",
+       ProjectFlags(), ProjectCommand},
       {"prepare", "freeride prepare --input FILE... --out DIR [--val_tokens N]",
        "tokenize text files into GPT-2 token shards (llm.c format)", PrepareFlags(),
        PrepareCommand},
