@@ -254,5 +254,29 @@ TEST(CliScheduleTest, BadInputsAreClearErrors) {
   EXPECT_THAT(invalid.err, HasSubstr("rule 'order'"));
 }
 
+TEST(CliProjectTest, ProjectsEveryFittingLayoutAndRefusesBadFlags) {
+  CliResult md = RunCommand({"project", "--config", "configs/tiny_cpu_pp2.toml", "--gpus", "2,4",
+                             "--global_batch", "8", "--micro_batch", "1", "--costs",
+                             "embedding=0.1,block=2,head=4", "--kinds", "1f1b,gpipe"});
+  ASSERT_EQ(md.status, kExitOk) << md.err;
+  EXPECT_THAT(md.out, HasSubstr("| 4 | 1f1b | "));
+  EXPECT_THAT(md.out, HasSubstr("| 2 | gpipe | "));
+  CliResult json = RunCommand({"project", "--config", "configs/tiny_cpu_pp2.toml", "--gpus", "4",
+                               "--costs", "block=2", "--format", "json"});
+  ASSERT_EQ(json.status, kExitOk) << json.err;
+  EXPECT_THAT(json.out, HasSubstr("\"reclaimed_gpus\": "));
+  EXPECT_THAT(json.out, HasSubstr("\"bubble_by_kind\": {"));
+  CliResult gpus = RunCommand({"project", "--config", "configs/tiny_cpu_pp2.toml", "--gpus", "0"});
+  EXPECT_EQ(gpus.status, kExitUsage);
+  EXPECT_THAT(gpus.err, HasSubstr("--gpus: expected GPU counts >= 1"));
+  CliResult costs = RunCommand({"project", "--config", "configs/tiny_cpu_pp2.toml", "--gpus", "2",
+                                "--costs", "mlp=3"});
+  EXPECT_EQ(costs.status, kExitUsage);
+  EXPECT_THAT(costs.err, HasSubstr("unknown part 'mlp'"));
+  CliResult flops = RunCommand({"project", "--config", "configs/tiny_cpu_pp2.toml", "--gpus", "2",
+                                "--costs", "flops"});
+  EXPECT_THAT(flops.err, HasSubstr("--costs flops needs --tflops"));
+}
+
 }  // namespace
 }  // namespace freeride
