@@ -187,8 +187,9 @@ absl::StatusOr<std::string> RunProjection(const ParsedFlags& flags) {
   if (format == "md") return ProjectionMarkdown(projection, options);
   if (format == "csv") return ProjectionCsv(projection);
   if (format == "json") return ProjectionJson(projection);
+  if (format == "svg") return ProjectionSvg(projection);
   return absl::InvalidArgumentError(
-      absl::StrCat("--format: expected md, csv or json, found '", format, "'"));
+      absl::StrCat("--format: expected md, csv, json or svg, found '", format, "'"));
 }
 
 }  // namespace
@@ -209,7 +210,7 @@ std::vector<FlagSpec> ProjectFlags() {
           {"net_gbs", "X", "data-parallel all-reduce bus bandwidth per GPU, GB/s (default 25)"},
           {"net_latency_us", "X", "all-reduce latency per step, µs (default 10)"},
           {"allreduce", "ALG", "ring or tree (default ring)"},
-          {"format", "FORMAT", "md, csv or json (default md)"},
+          {"format", "FORMAT", "md, csv, json or svg (a plot against GPU count; default md)"},
           {"out", "FILE", "write to FILE instead of standard output"}};
 }
 

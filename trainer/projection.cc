@@ -244,4 +244,88 @@ std::string ProjectionJson(const Projection& projection) {
                          absl::StrJoin(rows, ",\n  "), absl::StrJoin(skipped, ", "));
 }
 
+std::string ProjectionSvg(const Projection& projection) {
+  const std::vector<ProjectionRow> best = BestRows(projection);
+  std::vector<int64_t> gpus;
+  std::vector<pipeline::ScheduleKind> kinds;
+  double most_reclaimed = 0;
+  for (const ProjectionRow& r : best) {
+    if (std::find(gpus.begin(), gpus.end(), r.gpus) == gpus.end()) gpus.push_back(r.gpus);
+    if (std::find(kinds.begin(), kinds.end(), r.kind) == kinds.end()) kinds.push_back(r.kind);
+    most_reclaimed = std::max(most_reclaimed, r.reclaimed_gpus());
+  }
+  std::sort(gpus.begin(), gpus.end());
+  const double width = 760, left = 70, right = 150, plot_w = width - left - right;
+  const double plot_h = 200, top1 = 40, top2 = top1 + plot_h + 70, height = top2 + plot_h + 50;
+  const double lo = gpus.empty() ? 0 : std::log2(static_cast<double>(gpus.front()));
+  const double hi = gpus.empty() ? 1 : std::log2(static_cast<double>(gpus.back()));
+  auto x = [&](int64_t n) {
+    return hi > lo ? left + plot_w * (std::log2(static_cast<double>(n)) - lo) / (hi - lo)
+                   : left + plot_w / 2;
+  };
+  const double reclaimed_top = most_reclaimed > 0 ? most_reclaimed * 1.1 : 1;
+  std::string svg = absl::StrFormat(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+      "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" "
+      "fill=\"white\"/>\n",
+      width, height);
+  const char* titles[2] = {"bubble, % of GPU time (fastest pp × dp per GPU count)",
+                           "reclaimed side work, GPU-equivalents"};
+  for (int panel = 0; panel < 2; ++panel) {
+    const double top = panel == 0 ? top1 : top2;
+    absl::StrAppendFormat(&svg,
+                          "<text x=\"%.0f\" y=\"%.0f\" font-weight=\"bold\">%s</text>\n"
+                          "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" "
+                          "fill=\"none\" stroke=\"#888\"/>\n",
+                          left, top - 12, titles[panel], left, top, plot_w, plot_h);
+    for (int t = 0; t <= 4; ++t) {
+      const double v = panel == 0 ? 25.0 * t : reclaimed_top * t / 4;
+      const double y = top + plot_h * (1 - t / 4.0);
+      absl::StrAppendFormat(&svg,
+                            "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>"
+                            "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.4g</text>\n",
+                            left, y, left + plot_w, y, left - 6, y + 4, v);
+    }
+    for (int64_t n : gpus) {
+      absl::StrAppendFormat(&svg, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%d</text>\n",
+                            x(n), top + plot_h + 16, n);
+    }
+    absl::StrAppendFormat(&svg, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">GPUs</text>\n",
+                          left + plot_w / 2, top + plot_h + 32);
+  }
+  static constexpr const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
+                                            "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    const char* color = kColors[k % 8];
+    for (int panel = 0; panel < 2; ++panel) {
+      const double top = panel == 0 ? top1 : top2;
+      std::vector<std::pair<int64_t, double>> values;  // by GPU count
+      for (const ProjectionRow& r : best) {
+        if (r.kind != kinds[k]) continue;
+        values.emplace_back(r.gpus, panel == 0 ? r.bubble_fraction
+                                               : r.reclaimed_gpus() / reclaimed_top);
+      }
+      std::sort(values.begin(), values.end());
+      std::vector<std::string> points;
+      for (const auto& [n, v] : values) {
+        const double px = x(n), py = top + plot_h * (1 - v);
+        points.push_back(absl::StrFormat("%.1f,%.1f", px, py));
+        absl::StrAppendFormat(&svg, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n",
+                              px, py, color);
+      }
+      absl::StrAppendFormat(&svg,
+                            "<polyline points=\"%s\" fill=\"none\" stroke=\"%s\" "
+                            "stroke-width=\"2\"/>\n",
+                            absl::StrJoin(points, " "), color);
+    }
+    const double ly = top1 + 14 + 18 * static_cast<double>(k);
+    absl::StrAppendFormat(&svg,
+                          "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"%s\" "
+                          "stroke-width=\"3\"/><text x=\"%.0f\" y=\"%.1f\">%s</text>\n",
+                          left + plot_w + 14, ly - 4, left + plot_w + 34, ly - 4, color,
+                          left + plot_w + 40, ly, pipeline::ScheduleKindName(kinds[k]));
+  }
+  return svg + "</svg>\n";
+}
+
 }  // namespace freeride

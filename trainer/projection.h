@@ -71,5 +71,8 @@ std::vector<ProjectionRow> BestRows(const Projection& projection);
 std::string ProjectionMarkdown(const Projection& projection, const ProjectionOptions& options);
 std::string ProjectionCsv(const Projection& projection);
 std::string ProjectionJson(const Projection& projection);
+// Two panels against GPU count (log scale), one line per kind, the fastest layout each: bubble
+// fraction of GPU time, and reclaimed GPU-equivalents.
+std::string ProjectionSvg(const Projection& projection);
 
 }  // namespace freeride

@@ -116,6 +116,26 @@ TEST(ProjectionTest, SideWorkIsPackedByTheExecutorsRule) {
   EXPECT_LE(row->harvested_fraction, 0.9 * row->bubble_fraction + 1e-12);
 }
 
+TEST(ProjectionTest, ThePlotHasOneLinePerKindAndAPointPerGpuCount) {
+  ProjectionOptions options = Uniform({1024, 2048, 4096}, 16384);
+  options.kinds = {ScheduleKind::k1F1B, ScheduleKind::kGPipe};
+  absl::StatusOr<Projection> p = Project(Model(8), options);
+  ASSERT_TRUE(p.ok());
+  const std::string svg = ProjectionSvg(*p);
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = svg.find(what); at != std::string::npos; at = svg.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("<polyline"), 2u * 2u);  // two kinds, two panels
+  EXPECT_EQ(count("<circle"), 2u * 2u * 3u);
+  EXPECT_NE(svg.find(">1f1b</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">4096</text>"), std::string::npos);
+  // With free communication the fastest layout at 1,024 GPUs is pp 1: no bubble, the panel's
+  // floor (its top 40 plus its height 200), at the leftmost GPU count.
+  EXPECT_NE(svg.find("cx=\"70.0\" cy=\"240.0\""), std::string::npos) << svg;
+}
+
 TEST(ProjectionTest, SaysWhyNothingFits) {
   ProjectionOptions options = Uniform({3}, 8);  // 8 is no multiple of dp × 1 for dp = 3
   options.kinds = {ScheduleKind::kGPipe};
