@@ -167,6 +167,11 @@ absl::StatusOr<std::string> RunProjection(const ParsedFlags& flags) {
     const BackendOptions backend{config.runtime.device, config.runtime.precision, 0};
     FR_ASSIGN_OR_RETURN(options.costs, MeasurePartCosts(backend, model, options.micro_batch,
                                                         options.seq_len, config.run.seed));
+    if (!flags.Has("optimizer_ns")) {
+      FR_ASSIGN_OR_RETURN(options.optimizer_ms_per_param,
+                          MeasureOptimizerMsPerParam(backend, model, options.micro_batch,
+                                                     options.seq_len, config.run.seed));
+    }
   } else if (costs == "flops") {
     if (!flags.Has("tflops")) {
       return absl::InvalidArgumentError("--costs flops needs --tflops X (sustained TFLOP/s)");
@@ -180,6 +185,10 @@ absl::StatusOr<std::string> RunProjection(const ParsedFlags& flags) {
                      flops.head * ms_per_flop};
   } else {
     FR_ASSIGN_OR_RETURN(options.costs, GivenCosts(costs));
+  }
+  if (flags.Has("optimizer_ns")) {
+    FR_ASSIGN_OR_RETURN(double ns, Positive(flags, "optimizer_ns", 0));
+    options.optimizer_ms_per_param = ns * 1e-6;
   }
   FR_ASSIGN_OR_RETURN(options.tasks, MeasureTasks(config));
   FR_ASSIGN_OR_RETURN(Projection projection, Project(model, options));
@@ -205,6 +214,8 @@ std::vector<FlagSpec> ProjectFlags() {
           {"costs", "HOW", "measure (on runtime.device, default), flops (with --tflops), or "
                            "embedding=ms,block=ms,head=ms per micro-batch"},
           {"tflops", "X", "sustained TFLOP/s per GPU for --costs flops"},
+          {"optimizer_ns", "X", "AdamW update, ns per parameter (default: measured with "
+                                "--costs measure, else left out)"},
           {"link_gbs", "X", "pipeline link bandwidth, GB/s (default 50)"},
           {"link_latency_us", "X", "pipeline link latency, µs (default 5)"},
           {"net_gbs", "X", "data-parallel all-reduce bus bandwidth per GPU, GB/s (default 25)"},

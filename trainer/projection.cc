@@ -107,6 +107,8 @@ absl::StatusOr<Projection> Project(const GPT2Config& model, const ProjectionOpti
         schedule.cost.reduce = pipeline::AllReduceMs(
             options.algorithm, options.network,
             static_cast<double>(plan.max_rank_params * options.bytes_per_value), dp);
+        schedule.cost.optimizer =
+            static_cast<double>(plan.max_rank_params) * options.optimizer_ms_per_param;
         schedule.data_parallel = dp > 1;
         absl::StatusOr<pipeline::Schedule> built = pipeline::BuildSchedule(schedule);
         if (!built.ok()) {
@@ -167,7 +169,8 @@ std::string ProjectionMarkdown(const Projection& projection, const ProjectionOpt
   std::string md = absl::StrFormat(
       "# Projection\n\nGlobal batch %d sequences of %d tokens, micro-batch %d; per micro-batch "
       "(F + B + W) embedding %.4g ms, block %.4g ms, head %.4g ms; stage link %.4g µs + %.4g "
-      "GB/s; data-parallel %s all-reduce %.4g µs + %.4g GB/s; side tasks: %s; margin %.0f%%.\n\n"
+      "GB/s; data-parallel %s all-reduce %.4g µs + %.4g GB/s; optimizer %.3g ns per parameter; "
+      "side tasks: %s; margin %.0f%%.\n\n"
       "Per GPU count and schedule, the fastest pp × dp:\n\n"
       "| GPUs | schedule | pp × dp | micro-batches | step ms | tokens/s | all-reduce ms | bubble | "
       "bubble GPUs | reclaimed GPUs |\n|---|---|---|---|---|---|---|---|---|---|\n",
@@ -175,7 +178,7 @@ std::string ProjectionMarkdown(const Projection& projection, const ProjectionOpt
       options.costs.block, options.costs.head, options.link.latency_us,
       options.link.bandwidth_gbs, pipeline::AllReduceAlgorithmName(options.algorithm),
       options.network.latency_us, options.network.bandwidth_gbs,
-      options.tasks.empty()
+      options.optimizer_ms_per_param * 1e6, options.tasks.empty()
           ? "none"
           : absl::StrJoin(options.tasks, ", ",
                           [](std::string* out, const ProjectedTask& t) {

@@ -8,7 +8,7 @@
 // rule: an in-process task's whole steps that fit a bubble less its margin, a worker filling it
 // to the margin. Assumed: no stragglers, the same costs per micro-batch at every scale, one
 // all-reduce per step after the last backward (the slowest stage's gradients), no overlap of
-// that all-reduce with compute. docs/scale.md says what this leaves out.
+// that all-reduce with compute, then the optimizer update of the rank with the most parameters. docs/scale.md says what this leaves out.
 #pragma once
 
 #include <array>
@@ -42,6 +42,7 @@ struct ProjectionOptions {
   pipeline::AllReduceAlgorithm algorithm = pipeline::AllReduceAlgorithm::kRing;
   std::vector<ProjectedTask> tasks;  // in the order the executor offers bubbles
   double margin = 0.1;               // of each bubble left unharvested (freeride.margin)
+  double optimizer_ms_per_param = 0; // the AdamW update, timed per parameter (0: left out)
 };
 
 struct ProjectionRow {

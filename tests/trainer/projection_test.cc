@@ -116,6 +116,16 @@ TEST(ProjectionTest, SideWorkIsPackedByTheExecutorsRule) {
   EXPECT_LE(row->harvested_fraction, 0.9 * row->bubble_fraction + 1e-12);
 }
 
+TEST(ProjectionTest, TheOptimizerUpdateOfTheLargestRankEndsTheStep) {
+  ProjectionOptions options = Uniform({1}, 4);
+  absl::StatusOr<Projection> without = Project(Model(8), options);
+  options.optimizer_ms_per_param = 1e-3;
+  absl::StatusOr<Projection> with = Project(Model(8), options);
+  ASSERT_TRUE(without.ok() && with.ok());
+  const double params = static_cast<double>(MakeParamLayout(Model(8), StageSpec{0, 8, true, true}).total);
+  EXPECT_NEAR(Row(*with, 1, 1)->step_ms - Row(*without, 1, 1)->step_ms, params * 1e-3, 1e-6);
+}
+
 TEST(ProjectionTest, ThePlotHasOneLinePerKindAndAPointPerGpuCount) {
   ProjectionOptions options = Uniform({1024, 2048, 4096}, 16384);
   options.kinds = {ScheduleKind::k1F1B, ScheduleKind::kGPipe};
