@@ -92,8 +92,7 @@ class InProcessHost : public TaskHost {
   // its type begins on the next input.
   absl::Status Restart() {
     ctx_.restarts += 1;
-    absl::Status in_place = Guard("restart", [&] { return impl_->Restart(ctx_); });
-    if (!absl::IsUnimplemented(in_place)) return in_place;
+    if (impl_->RestartsInPlace()) return Guard("restart", [&] { return impl_->Restart(ctx_); });
     Release();
     absl::StatusOr<std::unique_ptr<SideTask>> fresh = CreateSideTask(spec_.type, spec_.plugin);
     if (!fresh.ok()) return fresh.status();

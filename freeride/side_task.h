@@ -59,13 +59,13 @@ class SideTask {
   virtual absl::Status Unload(SideTaskContext&) { return absl::OkStatus(); }
   // True once the task has nothing left to do.
   virtual bool Done() const { return false; }
-  // Begins again on fresh input once Done() (repeat = true), keeping what can be kept; the host
-  // has raised ctx.restarts. Unimplemented (the default) asks the host to start a fresh object
-  // instead (Unload, Create, Load): right where Create is cheap. A task whose Create is costly
-  // (PageRank builds its graph) restarts in place, so that a restart fits in a bubble.
-  virtual absl::Status Restart(SideTaskContext&) {
-    return absl::UnimplementedError("no restart in place");
-  }
+  // Whether the task begins again on fresh input itself (Restart) once Done() with repeat =
+  // true. Otherwise the host starts a fresh object (Unload, Create, Load): right where Create is
+  // cheap. A task whose Create is costly (PageRank builds its graph) restarts in place, so that
+  // a restart fits in a bubble.
+  virtual bool RestartsInPlace() const { return false; }
+  // Called only when RestartsInPlace(); the host has raised ctx.restarts.
+  virtual absl::Status Restart(SideTaskContext&) { return absl::OkStatus(); }
   // A step's duration when known in advance (seconds); 0: measured at start.
   virtual double DeclaredStepSeconds() const { return 0; }
   // An imperative task runs for the whole remaining bubble in one Step.

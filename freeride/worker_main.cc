@@ -135,8 +135,7 @@ class Worker {
   // cap set at the first load stays.
   absl::Status Restart() {
     ctx_.restarts += 1;
-    absl::Status in_place = task_->Restart(ctx_);
-    if (!absl::IsUnimplemented(in_place)) return in_place;
+    if (task_->RestartsInPlace()) return task_->Restart(ctx_);
     if (loaded_) (void)task_->Unload(ctx_);
     loaded_ = false;
     arena_.Reset();

@@ -9,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "core/build_info.h"
 #include "core/device.h"
+#include "core/files.h"
 #include "trainer/cmd_prepare.h"
 #include "trainer/cmd_project.h"
 #include "trainer/cmd_schedule.h"
@@ -178,6 +179,18 @@ const Command* FindCommand(const std::vector<std::string>& args, size_t* consume
 }
 
 }  // namespace
+
+int EmitOutput(const ParsedFlags& flags, const std::string& text) {
+  if (!flags.Has("out")) {
+    std::cout << text;
+    return kExitOk;
+  }
+  if (absl::Status s = WriteFileAtomically(flags.Get("out"), text); !s.ok()) {
+    std::cerr << "error: " << s.message() << "\n";
+    return kExitFailure;
+  }
+  return kExitOk;
+}
 
 int RunCli(const std::vector<std::string>& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h" ||

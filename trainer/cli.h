@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "trainer/flags.h"
+
 namespace freeride {
 
 int RunCli(const std::vector<std::string>& args);
@@ -15,5 +17,8 @@ inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
 // Stopped on SIGTERM, SIGINT or SIGUSR1 at a step boundary, with a checkpoint to resume from.
 inline constexpr int kExitStopped = 3;
+
+// Writes `text` to the file --out names (atomically), else to standard output; the exit code.
+int EmitOutput(const ParsedFlags& flags, const std::string& text);
 
 }  // namespace freeride

@@ -1,15 +1,15 @@
 #include "trainer/cmd_project.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <iostream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "core/files.h"
 #include "core/status.h"
-#include "core/timer.h"
-#include "freeride/task_host.h"
+#include "freeride/executor.h"
 #include "trainer/cli.h"
 #include "trainer/config.h"
 #include "trainer/emulation.h"
@@ -19,28 +19,6 @@
 
 namespace freeride {
 namespace {
-
-absl::StatusOr<double> Positive(const ParsedFlags& flags, const std::string& name,
-                                double fallback) {
-  if (!flags.Has(name)) return fallback;
-  double v = 0;
-  if (!absl::SimpleAtod(flags.Get(name), &v) || !(v > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", name, ": expected a number > 0, found '", flags.Get(name), "'"));
-  }
-  return v;
-}
-
-absl::StatusOr<int64_t> Count(const ParsedFlags& flags, const std::string& name,
-                              int64_t fallback) {
-  if (!flags.Has(name)) return fallback;
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(flags.Get(name), &v) || v < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", name, ": expected an integer >= 1, found '", flags.Get(name), "'"));
-  }
-  return v;
-}
 
 absl::StatusOr<std::vector<int64_t>> GpuCounts(const std::string& list) {
   std::vector<int64_t> gpus;
@@ -59,9 +37,9 @@ absl::StatusOr<std::vector<int64_t>> GpuCounts(const std::string& list) {
 absl::StatusOr<std::vector<pipeline::ScheduleKind>> Kinds(const std::string& list) {
   if (list == "all") {
     return std::vector<pipeline::ScheduleKind>{
-        pipeline::ScheduleKind::kGPipe, pipeline::ScheduleKind::k1F1B,
+        pipeline::ScheduleKind::kGPipe,       pipeline::ScheduleKind::k1F1B,
         pipeline::ScheduleKind::kInterleaved, pipeline::ScheduleKind::kZBH1,
-        pipeline::ScheduleKind::kZBH2, pipeline::ScheduleKind::kZBV,
+        pipeline::ScheduleKind::kZBH2,        pipeline::ScheduleKind::kZBV,
         pipeline::ScheduleKind::kDualPipeV};
   }
   std::vector<pipeline::ScheduleKind> kinds;
@@ -70,7 +48,8 @@ absl::StatusOr<std::vector<pipeline::ScheduleKind>> Kinds(const std::string& lis
     if (!kind.ok() || *kind == pipeline::ScheduleKind::kCustom) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--kinds: expected \"all\" or generated kinds (gpipe, 1f1b, interleaved, zbh1, zbh2, "
-          "zbv, dualpipev) separated by commas, found '", part, "'"));
+          "zbv, dualpipev) separated by commas, found '",
+          part, "'"));
     }
     kinds.push_back(*kind);
   }
@@ -85,7 +64,8 @@ absl::StatusOr<PartCosts> GivenCosts(const std::string& spec) {
     std::pair<std::string, std::string> kv = absl::StrSplit(part, absl::MaxSplits('=', 1));
     double v = 0;
     if (!absl::SimpleAtod(kv.second, &v) || v < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("--costs: '", part, "': expected NAME=ms >= 0"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--costs: '", part, "': expected NAME=ms >= 0"));
     }
     if (kv.first == "embedding") {
       costs.embedding = v;
@@ -94,8 +74,8 @@ absl::StatusOr<PartCosts> GivenCosts(const std::string& spec) {
     } else if (kv.first == "head") {
       costs.head = v;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--costs: unknown part '", kv.first, "' (expected embedding, block, head)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--costs: unknown part '", kv.first, "' (expected embedding, block, head)"));
     }
   }
   if (!block || costs.block <= 0) {
@@ -104,36 +84,33 @@ absl::StatusOr<PartCosts> GivenCosts(const std::string& spec) {
   return costs;
 }
 
-// Each configured side task's step time alone: created, loaded and stepped as the executor's
-// calibration does, on this machine.
+// Each configured side task's step time alone: the executor's own calibration, on this machine.
 absl::StatusOr<std::vector<ProjectedTask>> MeasureTasks(const Config& config) {
   std::vector<ProjectedTask> tasks;
-  if (!config.freeride.enabled) return tasks;
-  const std::string scratch =
+  if (!config.freeride.enabled || config.side_tasks.empty()) return tasks;
+  std::vector<SideTaskSpec> specs;
+  for (const SideTaskConfig& task : config.side_tasks) specs.push_back(SpecOf(task));
+  ExecutorOptions options;
+  options.calibration_steps = static_cast<int>(config.freeride.calibration_steps);
+  options.step_timeout_s = config.freeride.step_timeout_s;
+  options.results_dir =
       (std::filesystem::temp_directory_path() / absl::StrCat("freeride_project_", getpid()))
           .string();
-  for (const SideTaskConfig& task : config.side_tasks) {
-    HostOptions options;
-    options.results_dir = scratch + "/" + (task.name.empty() ? task.type : task.name);
-    FR_RETURN_IF_ERROR(MakeDirectories(options.results_dir));
-    const SideTaskSpec spec = SpecOf(task);
-    FR_ASSIGN_OR_RETURN(std::unique_ptr<TaskHost> host, MakeTaskHost(spec, options));
-    FR_RETURN_IF_ERROR(host->Create());
-    FR_RETURN_IF_ERROR(host->Load());
-    double took = 0;
-    int steps = 0;
-    for (; steps < 3 && !host->done(); ++steps) {
-      const HostStep out = host->Step(MonotonicSeconds() + 60, [] { return false; });
-      if (out.kind != HostStep::Kind::kDone) {
-        return absl::InternalError(absl::StrCat("side task '", spec.name, "': ", out.reason));
+  absl::StatusOr<std::unique_ptr<SideTaskExecutor>> executor =
+      SideTaskExecutor::Create(specs, options);
+  if (executor.ok()) {
+    (*executor)->Finish();
+    // In the order the executor offers bubbles (priority first).
+    for (const TaskReport& t : (*executor)->Report().tasks) {
+      if (t.state == "FAILED") {
+        return absl::InternalError(absl::StrCat("side task '", t.name, "': ", t.reason));
       }
-      took += out.ran_s;
+      tasks.push_back({t.name, 1e3 * t.standalone_step_s, t.isolation == "process"});
     }
-    host->Release();
-    tasks.push_back({spec.name, steps > 0 ? 1e3 * took / steps : 0, host->pausable()});
   }
   std::error_code ec;
-  std::filesystem::remove_all(scratch, ec);
+  std::filesystem::remove_all(options.results_dir, ec);
+  if (!executor.ok()) return executor.status();
   return tasks;
 }
 
@@ -145,20 +122,24 @@ absl::StatusOr<std::string> RunProjection(const ParsedFlags& flags) {
   FR_ASSIGN_OR_RETURN(GPT2Config model, ResolveModelConfig(config));
   ProjectionOptions options;
   FR_ASSIGN_OR_RETURN(options.gpus, GpuCounts(flags.Get("gpus")));
-  FR_ASSIGN_OR_RETURN(options.micro_batch,
-                      Count(flags, "micro_batch", config.train.batch_size / config.train.microbatches));
-  FR_ASSIGN_OR_RETURN(options.global_batch,
-                      Count(flags, "global_batch", config.train.batch_size * config.parallel.dp));
+  FR_ASSIGN_OR_RETURN(
+      options.micro_batch,
+      PositiveIntFlag(flags, "micro_batch", config.train.batch_size / config.train.microbatches));
+  FR_ASSIGN_OR_RETURN(
+      options.global_batch,
+      PositiveIntFlag(flags, "global_batch", config.train.batch_size * config.parallel.dp));
   options.seq_len = config.train.seq_len;
   FR_ASSIGN_OR_RETURN(options.kinds, Kinds(flags.Get("kinds", config.parallel.schedule == "file"
                                                                   ? "1f1b"
                                                                   : config.parallel.schedule)));
-  FR_ASSIGN_OR_RETURN(int64_t chunks, Count(flags, "chunks", std::max<int64_t>(2, config.parallel.chunks)));
+  FR_ASSIGN_OR_RETURN(
+      int64_t chunks,
+      PositiveIntFlag(flags, "chunks", std::max<int64_t>(2, config.parallel.chunks)));
   options.chunks = static_cast<int>(chunks);
-  FR_ASSIGN_OR_RETURN(options.link.bandwidth_gbs, Positive(flags, "link_gbs", 50));
-  FR_ASSIGN_OR_RETURN(options.link.latency_us, Positive(flags, "link_latency_us", 5));
-  FR_ASSIGN_OR_RETURN(options.network.bandwidth_gbs, Positive(flags, "net_gbs", 25));
-  FR_ASSIGN_OR_RETURN(options.network.latency_us, Positive(flags, "net_latency_us", 10));
+  FR_ASSIGN_OR_RETURN(options.link.bandwidth_gbs, PositiveNumberFlag(flags, "link_gbs", 50));
+  FR_ASSIGN_OR_RETURN(options.link.latency_us, PositiveNumberFlag(flags, "link_latency_us", 5));
+  FR_ASSIGN_OR_RETURN(options.network.bandwidth_gbs, PositiveNumberFlag(flags, "net_gbs", 25));
+  FR_ASSIGN_OR_RETURN(options.network.latency_us, PositiveNumberFlag(flags, "net_latency_us", 10));
   FR_ASSIGN_OR_RETURN(options.algorithm,
                       pipeline::ParseAllReduceAlgorithm(flags.Get("allreduce", "ring")));
   options.margin = config.freeride.margin;
@@ -176,18 +157,18 @@ absl::StatusOr<std::string> RunProjection(const ParsedFlags& flags) {
     if (!flags.Has("tflops")) {
       return absl::InvalidArgumentError("--costs flops needs --tflops X (sustained TFLOP/s)");
     }
-    FR_ASSIGN_OR_RETURN(double tflops, Positive(flags, "tflops", 1));
+    FR_ASSIGN_OR_RETURN(double tflops, PositiveNumberFlag(flags, "tflops", 1));
     // FlopPartCosts counts FLOPs per token: times the tokens of a micro-batch, over the rate.
     const PartCosts flops = FlopPartCosts(model, options.seq_len);
-    const double ms_per_flop = static_cast<double>(options.micro_batch * options.seq_len) /
-                               (tflops * 1e12) * 1e3;
+    const double ms_per_flop =
+        static_cast<double>(options.micro_batch * options.seq_len) / (tflops * 1e12) * 1e3;
     options.costs = {flops.embedding * ms_per_flop, flops.block * ms_per_flop,
                      flops.head * ms_per_flop};
   } else {
     FR_ASSIGN_OR_RETURN(options.costs, GivenCosts(costs));
   }
   if (flags.Has("optimizer_ns")) {
-    FR_ASSIGN_OR_RETURN(double ns, Positive(flags, "optimizer_ns", 0));
+    FR_ASSIGN_OR_RETURN(double ns, PositiveNumberFlag(flags, "optimizer_ns", 0));
     options.optimizer_ms_per_param = ns * 1e-6;
   }
   FR_ASSIGN_OR_RETURN(options.tasks, MeasureTasks(config));
@@ -211,11 +192,13 @@ std::vector<FlagSpec> ProjectFlags() {
           {"micro_batch", "B", "sequences per micro-batch (default batch_size / microbatches)"},
           {"kinds", "LIST", "schedule kinds, or all (default parallel.schedule)"},
           {"chunks", "V", "model chunks per stage for interleaved (default 2)"},
-          {"costs", "HOW", "measure (on runtime.device, default), flops (with --tflops), or "
-                           "embedding=ms,block=ms,head=ms per micro-batch"},
+          {"costs", "HOW",
+           "measure (on runtime.device, default), flops (with --tflops), or "
+           "embedding=ms,block=ms,head=ms per micro-batch"},
           {"tflops", "X", "sustained TFLOP/s per GPU for --costs flops"},
-          {"optimizer_ns", "X", "AdamW update, ns per parameter (default: measured with "
-                                "--costs measure, else left out)"},
+          {"optimizer_ns", "X",
+           "AdamW update, ns per parameter (default: measured with "
+           "--costs measure, else left out)"},
           {"link_gbs", "X", "pipeline link bandwidth, GB/s (default 50)"},
           {"link_latency_us", "X", "pipeline link latency, µs (default 5)"},
           {"net_gbs", "X", "data-parallel all-reduce bus bandwidth per GPU, GB/s (default 25)"},
@@ -231,15 +214,7 @@ int ProjectCommand(const ParsedFlags& flags) {
     std::cerr << "error: " << text.status().message() << "\n";
     return absl::IsInvalidArgument(text.status()) ? kExitUsage : kExitFailure;
   }
-  if (!flags.Has("out")) {
-    std::cout << *text;
-    return kExitOk;
-  }
-  if (absl::Status s = WriteFileAtomically(flags.Get("out"), *text); !s.ok()) {
-    std::cerr << "error: " << s.message() << "\n";
-    return kExitFailure;
-  }
-  return kExitOk;
+  return EmitOutput(flags, *text);
 }
 
 }  // namespace freeride

@@ -100,16 +100,6 @@ absl::StatusOr<CostModel> LoadCostFile(const std::string& path, int stages) {
   return model;
 }
 
-absl::StatusOr<int> IntFlag(const ParsedFlags& flags, const std::string& name, int fallback) {
-  if (!flags.Has(name)) return fallback;
-  int value = 0;
-  if (!absl::SimpleAtoi(flags.Get(name), &value) || value < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("--", name, ": expected an integer >= 1, "
-                                                   "found '", flags.Get(name), "'"));
-  }
-  return value;
-}
-
 // --cost-file (sized for `stages`) or --cost; without either the uniform model.
 absl::StatusOr<CostModel> CostFromFlags(const ParsedFlags& flags, int stages) {
   if (flags.Has("cost-file")) return LoadCostFile(flags.Get("cost-file"), stages);
@@ -123,7 +113,7 @@ struct Built {
 };
 
 // A training config's schedule, with each chunk's cost from the FLOP model of its blocks,
-// embedding and head (in forward-passes of one block; B and W each cost a forward).
+// embedding and head (CostModelFromParts, in units of one block's F + B + W).
 absl::StatusOr<Built> BuildFromConfig(const ParsedFlags& flags) {
   for (const char* other : {"kind", "stages", "microbatches", "chunks", "input", "dp"}) {
     if (flags.Has(other)) {
@@ -134,21 +124,12 @@ absl::StatusOr<Built> BuildFromConfig(const ParsedFlags& flags) {
   FR_ASSIGN_OR_RETURN(Config config, LoadConfigFile(flags.Get("config")));
   FR_ASSIGN_OR_RETURN(GPT2Config model, ResolveModelConfig(config));
   FR_ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(config, model));
-  const PartCosts parts = FlopPartCosts(model, config.train.seq_len);
+  // In units of one block's F + B + W.
+  const PartCosts flops = FlopPartCosts(model, config.train.seq_len);
+  const PartCosts parts{flops.embedding / flops.block, 1.0, flops.head / flops.block};
   const int pp = static_cast<int>(config.parallel.pp);
   Built built;
-  built.cost.stages.assign(pp, pipeline::StageCost{0, 0, 0});
-  for (size_t k = 0; k < plan.specs.size(); ++k) {
-    const StageSpec& spec = plan.specs[k];
-    const double forward = (spec.num_layers() * parts.block +
-                            (spec.has_embedding ? parts.embedding : 0) +
-                            (spec.has_head ? parts.head : 0)) / (3 * parts.block);
-    built.cost.chunks.push_back({forward, forward, forward});
-    pipeline::StageCost& stage =
-        built.cost.stages[pipeline::StageOfVirtual(plan.placement, pp, static_cast<int>(k))];
-    stage.f += forward, stage.b += forward, stage.w += forward;
-  }
-  if (plan.chunks == 1) built.cost.chunks.clear();
+  built.cost = CostModelFromParts(plan.specs, parts, plan.placement, pp);
   if (flags.Has("cost") || flags.Has("cost-file")) {
     FR_ASSIGN_OR_RETURN(built.cost, CostFromFlags(flags, pp));
   }
@@ -179,9 +160,12 @@ absl::StatusOr<Built> BuildFromFlags(const ParsedFlags& flags) {
                                                    CostModel::Uniform(), flags.Has("dp")));
   } else {
     FR_ASSIGN_OR_RETURN(options.kind, pipeline::ParseScheduleKind(flags.Get("kind", "1f1b")));
-    FR_ASSIGN_OR_RETURN(options.stages, IntFlag(flags, "stages", 4));
-    FR_ASSIGN_OR_RETURN(options.microbatches, IntFlag(flags, "microbatches", 8));
-    FR_ASSIGN_OR_RETURN(options.chunks, IntFlag(flags, "chunks", 1));
+    FR_ASSIGN_OR_RETURN(const int64_t stages, PositiveIntFlag(flags, "stages", 4));
+    FR_ASSIGN_OR_RETURN(const int64_t microbatches, PositiveIntFlag(flags, "microbatches", 8));
+    FR_ASSIGN_OR_RETURN(const int64_t chunks, PositiveIntFlag(flags, "chunks", 1));
+    options.stages = static_cast<int>(stages);
+    options.microbatches = static_cast<int>(microbatches);
+    options.chunks = static_cast<int>(chunks);
     options.data_parallel = flags.Has("dp");
   }
   FR_ASSIGN_OR_RETURN(built.cost, CostFromFlags(flags, flags.Has("input")
@@ -196,19 +180,6 @@ absl::StatusOr<Built> BuildFromFlags(const ParsedFlags& flags) {
   // A loaded schedule's bubbles (if any) came from another cost model: place them anew.
   FR_RETURN_IF_ERROR(pipeline::InsertBubbles(&built.schedule, built.cost));
   return built;
-}
-
-int Emit(const ParsedFlags& flags, const std::string& text) {
-  if (!flags.Has("out")) {
-    std::cout << text;
-    return kExitOk;
-  }
-  absl::Status status = WriteFileAtomically(flags.Get("out"), text);
-  if (!status.ok()) {
-    std::cerr << "error: " << status.message() << "\n";
-    return kExitFailure;
-  }
-  return kExitOk;
 }
 
 int Fail(const absl::Status& status) {
@@ -248,15 +219,15 @@ int ScheduleCommand(const ParsedFlags& flags) {
   if (!built->split.empty() && format != "text") std::cerr << built->split << "\n";
   if (format == "text") {
     const std::string split = built->split.empty() ? "" : absl::StrCat("# ", built->split, "\n");
-    return Emit(flags, split + pipeline::ScheduleToText(built->schedule));
+    return EmitOutput(flags, split + pipeline::ScheduleToText(built->schedule));
   }
-  if (format == "csv") return Emit(flags, pipeline::ScheduleToCsv(built->schedule));
-  if (format == "torch") return Emit(flags, pipeline::ScheduleToTorchCsv(built->schedule));
+  if (format == "csv") return EmitOutput(flags, pipeline::ScheduleToCsv(built->schedule));
+  if (format == "torch") return EmitOutput(flags, pipeline::ScheduleToTorchCsv(built->schedule));
   absl::StatusOr<pipeline::SimResult> sim = pipeline::Simulate(built->schedule, built->cost);
   if (!sim.ok()) return Fail(sim.status());
-  if (format == "json") return Emit(flags, pipeline::SummaryJson(built->schedule, *sim));
-  if (format == "chrome") return Emit(flags, pipeline::ChromeTrace(built->schedule, *sim));
-  return Emit(flags, pipeline::GanttSvg(built->schedule, *sim));
+  if (format == "json") return EmitOutput(flags, pipeline::SummaryJson(built->schedule, *sim));
+  if (format == "chrome") return EmitOutput(flags, pipeline::ChromeTrace(built->schedule, *sim));
+  return EmitOutput(flags, pipeline::GanttSvg(built->schedule, *sim));
 }
 
 int SimulateCommand(const ParsedFlags& flags) {
@@ -271,10 +242,10 @@ int SimulateCommand(const ParsedFlags& flags) {
   if (!sim.ok()) return Fail(sim.status());
   if (format == "json") {
     if (!built->split.empty()) std::cerr << built->split << "\n";
-    return Emit(flags, pipeline::SummaryJson(built->schedule, *sim));
+    return EmitOutput(flags, pipeline::SummaryJson(built->schedule, *sim));
   }
   const std::string split = built->split.empty() ? "" : built->split + "\n";
-  return Emit(flags, split + pipeline::SummaryText(built->schedule, *sim));
+  return EmitOutput(flags, split + pipeline::SummaryText(built->schedule, *sim));
 }
 
 }  // namespace freeride

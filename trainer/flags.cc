@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -15,6 +16,28 @@ std::string ParsedFlags::Get(const std::string& name, const std::string& fallbac
 std::vector<std::string> ParsedFlags::GetAll(const std::string& name) const {
   auto it = values_.find(name);
   return it == values_.end() ? std::vector<std::string>{} : it->second;
+}
+
+absl::StatusOr<int64_t> PositiveIntFlag(const ParsedFlags& flags, const std::string& name,
+                                        int64_t fallback) {
+  if (!flags.Has(name)) return fallback;
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(flags.Get(name), &value) || value < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--", name, ": expected an integer >= 1, "
+                                                   "found '", flags.Get(name), "'"));
+  }
+  return value;
+}
+
+absl::StatusOr<double> PositiveNumberFlag(const ParsedFlags& flags, const std::string& name,
+                                          double fallback) {
+  if (!flags.Has(name)) return fallback;
+  double value = 0;
+  if (!absl::SimpleAtod(flags.Get(name), &value) || !(value > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("--", name, ": expected a number > 0, found '",
+                                                   flags.Get(name), "'"));
+  }
+  return value;
 }
 
 absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args,

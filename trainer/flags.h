@@ -3,6 +3,7 @@
 // accepts is declared first, so a misspelt option is an error, never silently ignored.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -35,6 +36,14 @@ class ParsedFlags {
 
 absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args,
                                        const std::vector<FlagSpec>& specs);
+
+// The value of `--name` as an integer >= 1 (`fallback` when absent), or an error naming the
+// option and what it found.
+absl::StatusOr<int64_t> PositiveIntFlag(const ParsedFlags& flags, const std::string& name,
+                                        int64_t fallback);
+// The same for a number > 0.
+absl::StatusOr<double> PositiveNumberFlag(const ParsedFlags& flags, const std::string& name,
+                                          double fallback);
 
 // "  --name VALUE   help" lines for a command's usage text.
 std::string FlagsHelp(const std::vector<FlagSpec>& specs);

@@ -105,4 +105,23 @@ std::string DescribePartition(const PipelinePlan& plan, int pp) {
   return out;
 }
 
+pipeline::CostModel CostModelFromParts(const std::vector<StageSpec>& specs,
+                                       const PartCosts& parts, pipeline::Placement placement,
+                                       int pp) {
+  pipeline::CostModel cost;
+  cost.stages.assign(pp, pipeline::StageCost{0, 0, 0});
+  for (size_t k = 0; k < specs.size(); ++k) {
+    const StageSpec& spec = specs[k];
+    const double third = (spec.num_layers() * parts.block +
+                          (spec.has_embedding ? parts.embedding : 0) +
+                          (spec.has_head ? parts.head : 0)) / 3;
+    cost.chunks.push_back({third, third, third});
+    pipeline::StageCost& stage =
+        cost.stages[pipeline::StageOfVirtual(placement, pp, static_cast<int>(k))];
+    stage.f += third, stage.b += third, stage.w += third;
+  }
+  if (specs.size() <= static_cast<size_t>(pp)) cost.chunks.clear();
+  return cost;
+}
+
 }  // namespace freeride

@@ -45,4 +45,12 @@ std::string DescribeStageChunks(const PipelinePlan& plan, int pp, int stage);
 // "stage 0: [0, 3) +embedding; stage 1: ..." (every stage's DescribeStageChunks).
 std::string DescribePartition(const PipelinePlan& plan, int pp);
 
+// The cost model of `specs` (pp × chunks virtual stages placed by `placement` on `pp` ranks):
+// each chunk costs the sum of its parts (`parts`: F + B + W each, in any unit), split evenly
+// into F, B and W as for layers made of matrix products; a rank costs the sum of its chunks,
+// whose own costs are kept where there are several.
+pipeline::CostModel CostModelFromParts(const std::vector<StageSpec>& specs,
+                                       const PartCosts& parts, pipeline::Placement placement,
+                                       int pp);
+
 }  // namespace freeride

@@ -11,15 +11,15 @@
 #include "core/status.h"
 #include "pipeline/generators.h"
 #include "pipeline/simulator.h"
+#include "trainer/pipeline_plan.h"
 
 namespace freeride {
 namespace {
 
 using pipeline::ScheduleKind;
 
-// One pipeline's stages for `pp` ranks of `chunks` chunks each: their costs (F = B = W, a third
-// of each chunk's measured F + B + W, as for layers made of matrix products) and the most
-// parameters any rank holds (whose gradients the all-reduce waits for).
+// One pipeline's stages for `pp` ranks of `chunks` chunks each: their costs (CostModelFromParts)
+// and the most parameters any rank holds (whose gradients the all-reduce waits for).
 struct StagePlan {
   pipeline::CostModel cost;
   int64_t max_rank_params = 0;
@@ -32,22 +32,14 @@ absl::StatusOr<StagePlan> PlanStages(const GPT2Config& model, const PartCosts& p
   for (int k = 0; k < virtual_stages; ++k) {
     owners.push_back(pipeline::StageOfVirtual(placement, pp, k));
   }
-  FR_ASSIGN_OR_RETURN(std::vector<StageSpec> specs,
-                      BalancedStages(model, virtual_stages, parts,
-                                     chunks > 1 ? owners : std::vector<int>{}));
+  FR_ASSIGN_OR_RETURN(
+      std::vector<StageSpec> specs,
+      BalancedStages(model, virtual_stages, parts, chunks > 1 ? owners : std::vector<int>{}));
   StagePlan plan;
-  plan.cost.stages.assign(pp, pipeline::StageCost{0, 0, 0});
+  plan.cost = CostModelFromParts(specs, parts, placement, pp);
   std::vector<int64_t> params(pp, 0);
-  for (int k = 0; k < virtual_stages; ++k) {
-    const StageSpec& spec = specs[k];
-    const double ms = spec.num_layers() * parts.block + (spec.has_embedding ? parts.embedding : 0) +
-                      (spec.has_head ? parts.head : 0);
-    plan.cost.chunks.push_back({ms / 3, ms / 3, ms / 3});
-    pipeline::StageCost& stage = plan.cost.stages[owners[k]];
-    stage.f += ms / 3, stage.b += ms / 3, stage.w += ms / 3;
-    params[owners[k]] += MakeParamLayout(model, spec).total;
-  }
-  if (chunks == 1) plan.cost.chunks.clear();
+  for (int k = 0; k < virtual_stages; ++k)
+    params[owners[k]] += MakeParamLayout(model, specs[k]).total;
   plan.max_rank_params = *std::max_element(params.begin(), params.end());
   return plan;
 }
@@ -157,8 +149,8 @@ std::vector<ProjectionRow> BestRows(const Projection& projection) {
     });
     if (same == best.end()) {
       best.push_back(row);
-    } else if (row.step_ms < same->step_ms ||
-               (row.step_ms == same->step_ms && row.harvested_fraction > same->harvested_fraction)) {
+    } else if (row.step_ms < same->step_ms || (row.step_ms == same->step_ms &&
+                                               row.harvested_fraction > same->harvested_fraction)) {
       *same = row;
     }
   }
@@ -175,22 +167,22 @@ std::string ProjectionMarkdown(const Projection& projection, const ProjectionOpt
       "| GPUs | schedule | pp × dp | micro-batches | step ms | tokens/s | all-reduce ms | bubble | "
       "bubble GPUs | reclaimed GPUs |\n|---|---|---|---|---|---|---|---|---|---|\n",
       options.global_batch, options.seq_len, options.micro_batch, options.costs.embedding,
-      options.costs.block, options.costs.head, options.link.latency_us,
-      options.link.bandwidth_gbs, pipeline::AllReduceAlgorithmName(options.algorithm),
-      options.network.latency_us, options.network.bandwidth_gbs,
-      options.optimizer_ms_per_param * 1e6, options.tasks.empty()
-          ? "none"
-          : absl::StrJoin(options.tasks, ", ",
-                          [](std::string* out, const ProjectedTask& t) {
-                            absl::StrAppendFormat(out, "%s (%.3g ms steps%s)", t.name, t.step_ms,
-                                                  t.pausable ? ", worker" : "");
-                          }),
+      options.costs.block, options.costs.head, options.link.latency_us, options.link.bandwidth_gbs,
+      pipeline::AllReduceAlgorithmName(options.algorithm), options.network.latency_us,
+      options.network.bandwidth_gbs, options.optimizer_ms_per_param * 1e6,
+      options.tasks.empty() ? "none"
+                            : absl::StrJoin(options.tasks, ", ",
+                                            [](std::string* out, const ProjectedTask& t) {
+                                              absl::StrAppendFormat(out, "%s (%.3g ms steps%s)",
+                                                                    t.name, t.step_ms,
+                                                                    t.pausable ? ", worker" : "");
+                                            }),
       100 * options.margin);
   for (const ProjectionRow& r : BestRows(projection)) {
-    absl::StrAppendFormat(&md, "| %d | %s | %d × %d | %d | %.4g | %.4g | %.3g | %.1f%% | %.1f | %.1f |\n",
-                          r.gpus, pipeline::ScheduleKindName(r.kind), r.pp, r.dp, r.microbatches,
-                          r.step_ms, r.tokens_per_s, r.allreduce_ms, 100 * r.bubble_fraction,
-                          r.bubble_gpus(), r.reclaimed_gpus());
+    absl::StrAppendFormat(
+        &md, "| %d | %s | %d × %d | %d | %.4g | %.4g | %.3g | %.1f%% | %.1f | %.1f |\n", r.gpus,
+        pipeline::ScheduleKindName(r.kind), r.pp, r.dp, r.microbatches, r.step_ms, r.tokens_per_s,
+        r.allreduce_ms, 100 * r.bubble_fraction, r.bubble_gpus(), r.reclaimed_gpus());
   }
   if (!projection.skipped.empty()) {
     absl::StrAppend(&md, "\nNothing fits:\n\n- ", absl::StrJoin(projection.skipped, "\n- "), "\n");
@@ -213,10 +205,9 @@ std::string ProjectionCsv(const Projection& projection) {
   csv += "\n";
   for (const ProjectionRow& r : projection.rows) {
     absl::StrAppendFormat(&csv, "%d,%s,%d,%d,%d,%d,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g", r.gpus,
-                          pipeline::ScheduleKindName(r.kind), r.chunks, r.pp, r.dp,
-                          r.microbatches, r.step_ms, r.tokens_per_s, r.allreduce_ms,
-                          r.bubble_fraction, r.bubble_gpus(), r.harvested_fraction,
-                          r.reclaimed_gpus());
+                          pipeline::ScheduleKindName(r.kind), r.chunks, r.pp, r.dp, r.microbatches,
+                          r.step_ms, r.tokens_per_s, r.allreduce_ms, r.bubble_fraction,
+                          r.bubble_gpus(), r.harvested_fraction, r.reclaimed_gpus());
     for (double f : r.bubble_by_kind) absl::StrAppendFormat(&csv, ",%.6g", f);
     csv += "\n";
   }
@@ -237,8 +228,8 @@ std::string ProjectionJson(const Projection& projection) {
         "\"microbatches\": %d, \"step_ms\": %.6g, \"tokens_per_s\": %.6g, \"allreduce_ms\": %.6g, "
         "\"bubble_fraction\": %.6g, \"bubble_by_kind\": {%s}, \"bubble_gpus\": %.6g, "
         "\"harvested_fraction\": %.6g, \"reclaimed_gpus\": %.6g}",
-        r.gpus, pipeline::ScheduleKindName(r.kind), r.chunks, r.pp, r.dp, r.microbatches,
-        r.step_ms, r.tokens_per_s, r.allreduce_ms, r.bubble_fraction, absl::StrJoin(kinds, ", "),
+        r.gpus, pipeline::ScheduleKindName(r.kind), r.chunks, r.pp, r.dp, r.microbatches, r.step_ms,
+        r.tokens_per_s, r.allreduce_ms, r.bubble_fraction, absl::StrJoin(kinds, ", "),
         r.bubble_gpus(), r.harvested_fraction, r.reclaimed_gpus()));
   }
   std::vector<std::string> skipped;
@@ -284,10 +275,11 @@ std::string ProjectionSvg(const Projection& projection) {
     for (int t = 0; t <= 4; ++t) {
       const double v = panel == 0 ? 25.0 * t : reclaimed_top * t / 4;
       const double y = top + plot_h * (1 - t / 4.0);
-      absl::StrAppendFormat(&svg,
-                            "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>"
-                            "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.4g</text>\n",
-                            left, y, left + plot_w, y, left - 6, y + 4, v);
+      absl::StrAppendFormat(
+          &svg,
+          "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>"
+          "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.4g</text>\n",
+          left, y, left + plot_w, y, left - 6, y + 4, v);
     }
     for (int64_t n : gpus) {
       absl::StrAppendFormat(&svg, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%d</text>\n",
@@ -305,16 +297,16 @@ std::string ProjectionSvg(const Projection& projection) {
       std::vector<std::pair<int64_t, double>> values;  // by GPU count
       for (const ProjectionRow& r : best) {
         if (r.kind != kinds[k]) continue;
-        values.emplace_back(r.gpus, panel == 0 ? r.bubble_fraction
-                                               : r.reclaimed_gpus() / reclaimed_top);
+        values.emplace_back(r.gpus,
+                            panel == 0 ? r.bubble_fraction : r.reclaimed_gpus() / reclaimed_top);
       }
       std::sort(values.begin(), values.end());
       std::vector<std::string> points;
       for (const auto& [n, v] : values) {
         const double px = x(n), py = top + plot_h * (1 - v);
         points.push_back(absl::StrFormat("%.1f,%.1f", px, py));
-        absl::StrAppendFormat(&svg, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n",
-                              px, py, color);
+        absl::StrAppendFormat(&svg, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", px,
+                              py, color);
       }
       absl::StrAppendFormat(&svg,
                             "<polyline points=\"%s\" fill=\"none\" stroke=\"%s\" "

@@ -133,6 +133,7 @@ class PageRankTask : public SideTask {
 
   // A restart (repeat) keeps the graph and ranks it for a new query: personalized PageRank, the
   // random surfer teleporting to vertex (seed + restarts) mod n only.
+  bool RestartsInPlace() const override { return true; }
   absl::Status Restart(SideTaskContext& ctx) override {
     source_ = (seed_ + ctx.restarts) % n_;
     std::fill(rank_, rank_ + n_, 1.0 / n_);

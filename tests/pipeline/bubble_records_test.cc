@@ -15,12 +15,7 @@ namespace freeride {
 namespace {
 
 Config RecordsConfig(const std::string& dir) {
-  Config config = testing::ParityConfig(testing::ParityShard(), "1f1b", 2, 1, 4);
-  config.model.vocab_size = 8192;  // a heavier last stage: real bubbles on stage 0
-  config.runtime.emulate_peers = true;
-  config.freeride.enabled = true;
-  config.freeride.calibration_steps = 1;
-  config.run.dir = (std::filesystem::path(::testing::TempDir()) / dir).string();
+  Config config = testing::EmulatedHarvestConfig(dir);
   SideTaskConfig spin;
   spin.type = "spin";
   spin.args["step_ms"] = 0.05;

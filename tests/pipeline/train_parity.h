@@ -63,6 +63,18 @@ chunks = %d
 }
 
 // Losses of `steps` steps of `config` run by one process.
+// The tiny 2-stage 1F1B run with stage 0 real and stage 1 emulated, harvesting on (no tasks
+// yet): a heavier last stage (vocabulary 8192) gives stage 0 real bubbles.
+inline Config EmulatedHarvestConfig(const std::string& dir) {
+  Config config = ParityConfig(ParityShard(), "1f1b", 2, 1, 4);
+  config.model.vocab_size = 8192;
+  config.runtime.emulate_peers = true;
+  config.freeride.enabled = true;
+  config.freeride.calibration_steps = 1;
+  config.run.dir = (std::filesystem::path(::testing::TempDir()) / dir).string();
+  return config;
+}
+
 inline std::vector<double> SingleProcessLosses(const Config& config, int steps = 5) {
   auto trainer = Trainer::Create(config);
   EXPECT_TRUE(trainer.ok()) << trainer.status();

@@ -13,16 +13,6 @@
 namespace freeride {
 namespace {
 
-Config StudyConfig(const std::string& dir) {
-  Config config = testing::ParityConfig(testing::ParityShard(), "1f1b", 2, 1, 4);
-  config.model.vocab_size = 8192;  // a heavier last stage: real bubbles on stage 0
-  config.runtime.emulate_peers = true;
-  config.freeride.enabled = true;
-  config.freeride.calibration_steps = 1;
-  config.run.dir = (std::filesystem::path(::testing::TempDir()) / dir).string();
-  return config;
-}
-
 SideTaskConfig Spin(const std::string& name, double step_ms, int64_t steps = 0) {
   SideTaskConfig spin;
   spin.type = "spin";
@@ -44,7 +34,7 @@ std::string ArmField(const std::string& json, const std::string& arm, const std:
 }
 
 TEST(StudyTest, ComparesEveryArmWithIntervalsInOneRun) {
-  Config config = StudyConfig("study_run");
+  Config config = testing::EmulatedHarvestConfig("study_run");
   SideTaskConfig image;
   image.type = "image";
   image.args["width"] = int64_t{32};
@@ -98,7 +88,7 @@ TEST(StudyTest, ComparesEveryArmWithIntervalsInOneRun) {
 }
 
 TEST(StudyTest, RefusesAnArmWhoseTaskRanOutOfWork) {
-  Config config = StudyConfig("study_refused");
+  Config config = testing::EmulatedHarvestConfig("study_refused");
   config.side_tasks = {Spin("short", 0.1, 2), Spin("long", 0.1)};
   config.side_tasks[0].repeat = false;  // said explicitly: the study keeps it
   StudyOptions options;
@@ -121,7 +111,7 @@ TEST(StudyTest, RefusesAnArmWhoseTaskRanOutOfWork) {
 }
 
 TEST(StudyTest, ATargetAddsRoundsOrSaysWhyItWasNotReached) {
-  Config config = StudyConfig("study_target");
+  Config config = testing::EmulatedHarvestConfig("study_target");
   config.side_tasks = {Spin("spin", 0.1)};
   StudyOptions options;
   options.rounds = 2;
@@ -142,7 +132,7 @@ TEST(StudyTest, ATargetAddsRoundsOrSaysWhyItWasNotReached) {
       << *table;
   EXPECT_NE(table->find("rounds would reach it."), std::string::npos) << *table;
 
-  Config easy = StudyConfig("study_target_easy");
+  Config easy = testing::EmulatedHarvestConfig("study_target_easy");
   easy.side_tasks = {Spin("spin", 0.1)};
   options.target_ci = 10.0;  // ±1000%: met by the first evaluation
   PrepareStudyConfig(easy, options);
