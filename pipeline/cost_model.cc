@@ -26,10 +26,11 @@ absl::StatusOr<CostModel> ParseCostSpec(absl::string_view spec) {
     else if (key == "w") model.stages[0].w = value;
     else if (key == "comm") model.comm = value;
     else if (key == "reduce") model.reduce = value;
+    else if (key == "tied") model.tied = value;
     else if (key == "opt") model.optimizer = value;
     else {
       return absl::InvalidArgumentError(absl::StrCat(
-          "cost '", item, "': unknown key '", key, "'; expected f, b, w, comm, reduce or opt"));
+          "cost '", item, "': unknown key '", key, "'; expected f, b, w, comm, reduce, tied or opt"));
     }
   }
   return model;
@@ -64,8 +65,8 @@ absl::Status CheckCostModel(const CostModel& model, int stages, int chunks) {
           absl::StrCat("cost of virtual stage ", k, " has a negative or non-finite time"));
     }
   }
-  if (bad(model.comm) || bad(model.reduce) || bad(model.optimizer)) {
-    return absl::InvalidArgumentError("comm, reduce and opt costs must be finite and >= 0");
+  if (bad(model.comm) || bad(model.reduce) || bad(model.Tied()) || bad(model.optimizer)) {
+    return absl::InvalidArgumentError("comm, reduce, tied and opt costs must be finite and >= 0");
   }
   return absl::OkStatus();
 }
@@ -77,8 +78,9 @@ std::string FormatCostModel(const CostModel& model) {
     absl::StrAppend(&out, model.stages.size() == 1 ? "" : absl::StrCat("stage", s, " "),
                     absl::StrFormat("f=%g b=%g w=%g; ", c.f, c.b, c.w));
   }
-  absl::StrAppend(&out, absl::StrFormat("comm=%g reduce=%g opt=%g (ms)", model.comm, model.reduce,
-                                        model.optimizer));
+  absl::StrAppend(&out, absl::StrFormat("comm=%g reduce=%g ", model.comm, model.reduce),
+                  model.tied ? absl::StrFormat("tied=%g ", *model.tied) : "",
+                  absl::StrFormat("opt=%g (ms)", model.optimizer));
   return out;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,13 +27,16 @@ struct CostModel {
   // costs 1/v of its stage's entry.
   std::vector<StageCost> chunks;
   double comm = 0.0;              // one point-to-point message
-  double reduce = 0.0;            // a step-end all-reduce (tied embeddings, data parallel)
+  double reduce = 0.0;            // a step-end all-reduce (data parallel; tied embeddings too
+                                  // unless `tied` is set)
+  std::optional<double> tied;     // the tied-embedding sum of the first and last stage
   double optimizer = 0.0;         // the optimizer update
   // Device memory, for the free memory each BUBBLE reports (0: unknown).
   int64_t memory_total = 0;       // bytes on the device
   int64_t memory_static = 0;      // parameters, gradients, optimizer state, workspace
   int64_t memory_per_buffer = 0;  // one micro-batch's stashed activations on this stage
 
+  double Tied() const { return tied.value_or(reduce); }
   const StageCost& Stage(int s) const {
     return stages.size() == 1 ? stages[0] : stages[static_cast<size_t>(s)];
   }
@@ -44,7 +48,7 @@ struct CostModel {
   }
 };
 
-// "f=1,b=2,w=1,comm=0.1" (any subset; also reduce=, opt=); values are milliseconds.
+// "f=1,b=2,w=1,comm=0.1" (any subset; also reduce=, tied=, opt=); values are milliseconds.
 absl::StatusOr<CostModel> ParseCostSpec(absl::string_view spec);
 // Checks there is one entry, or one per stage (and no chunk entries, or stages × `chunks`),
 // and that every value is finite and >= 0.

@@ -181,7 +181,7 @@ class Simulation {
                   "posted"));
             }
             state.own_collectives_done =
-                std::max(state.own_collectives_done, tied_last_post_ + cost_.reduce);
+                std::max(state.own_collectives_done, tied_last_post_ + cost_.Tied());
           }
           AddBubble(st, BubbleKind::kCooldown, barrier_time_);
           AddBubble(st, BubbleKind::kSync, state.own_collectives_done);

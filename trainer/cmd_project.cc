@@ -174,7 +174,7 @@ absl::StatusOr<std::string> RunProjection(const ParsedFlags& flags) {
   FR_ASSIGN_OR_RETURN(options.tasks, MeasureTasks(config));
   FR_ASSIGN_OR_RETURN(Projection projection, Project(model, options));
   const std::string format = flags.Get("format", "md");
-  if (format == "md") return ProjectionMarkdown(projection, options);
+  if (format == "md") return ProjectionMarkdown(model, projection, options);
   if (format == "csv") return ProjectionCsv(projection);
   if (format == "json") return ProjectionJson(projection);
   if (format == "svg") return ProjectionSvg(projection);

@@ -86,6 +86,8 @@ absl::StatusOr<CostModel> LoadCostFile(const std::string& path, int stages) {
     } else if (key == "comm" || key == "reduce" || key == "opt") {
       FR_ASSIGN_OR_RETURN(double v, CostValue(node, where));
       (key == "comm" ? model.comm : key == "reduce" ? model.reduce : model.optimizer) = v;
+    } else if (key == "tied") {
+      FR_ASSIGN_OR_RETURN(model.tied, CostValue(node, where));
     } else if (key == "memory_total" || key == "memory_static" || key == "memory_per_buffer") {
       std::optional<int64_t> v = node.value<int64_t>();
       if (!v || *v < 0) return absl::InvalidArgumentError(absl::StrCat(where, ": expected bytes >= 0"));
@@ -93,7 +95,7 @@ absl::StatusOr<CostModel> LoadCostFile(const std::string& path, int stages) {
        : key == "memory_static" ? model.memory_static : model.memory_per_buffer) = *v;
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, ": unknown key; expected f, b, w, comm, reduce, opt, memory_total, "
+          where, ": unknown key; expected f, b, w, comm, reduce, tied, opt, memory_total, "
                  "memory_static or memory_per_buffer"));
     }
   }

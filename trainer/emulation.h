@@ -32,8 +32,9 @@ absl::StatusOr<PartCosts> MeasurePartCosts(const BackendOptions& backend,
                                            const GPT2Config& config, int64_t micro_batch,
                                            int64_t seq_len, uint64_t seed);
 
-// Milliseconds per parameter of one AdamW update (gradient scaling included) on `backend`, the
-// fastest of a few timed updates of one transformer block.
+// Milliseconds per parameter of one optimizer step (the gradient norm's squares and the AdamW
+// update, gradient scaling included) on `backend`, the fastest of a few timed steps of one
+// transformer block and the head.
 absl::StatusOr<double> MeasureOptimizerMsPerParam(const BackendOptions& backend,
                                                   const GPT2Config& config, int64_t micro_batch,
                                                   int64_t seq_len, uint64_t seed);

@@ -8,7 +8,9 @@
 // rule: an in-process task's whole steps that fit a bubble less its margin, a worker filling it
 // to the margin. Assumed: no stragglers, the same costs per micro-batch at every scale, one
 // all-reduce per step after the last backward (the slowest stage's gradients), no overlap of
-// that all-reduce with compute, then the optimizer update of the rank with the most parameters. docs/scale.md says what this leaves out.
+// that all-reduce with compute, the tied-embedding sum of the first and last stage, then the
+// optimizer step of the rank with the most parameters. Side work is packed into the bubbles the
+// runtime places (every kind but the sync waits). docs/scale.md says what this leaves out.
 #pragma once
 
 #include <array>
@@ -66,10 +68,15 @@ struct Projection {
 
 absl::StatusOr<Projection> Project(const GPT2Config& model, const ProjectionOptions& options);
 
+// The tied-embedding sum of a pipeline (pp > 1): the embedding's and the head's ranks add their
+// gradients of the shared vocabulary matrix, a 2-rank ring all-reduce over the stage link.
+double TiedSumMs(const GPT2Config& model, const ProjectionOptions& options);
+
 // Per (gpus, kind), the row with the shortest step (ties: more reclaimed).
 std::vector<ProjectionRow> BestRows(const Projection& projection);
 
-std::string ProjectionMarkdown(const Projection& projection, const ProjectionOptions& options);
+std::string ProjectionMarkdown(const GPT2Config& model, const Projection& projection,
+                               const ProjectionOptions& options);
 std::string ProjectionCsv(const Projection& projection);
 std::string ProjectionJson(const Projection& projection);
 // Two panels against GPU count (log scale), one line per kind, the fastest layout each: bubble

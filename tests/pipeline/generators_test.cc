@@ -159,6 +159,13 @@ TEST(GeneratorsTest, BubblesCarryKindsInTheOrderTheyHappen) {
   // The tied-embedding all-reduce of stages 0 and 3 leaves them a sync bubble.
   EXPECT_DOUBLE_EQ(sync.stages[0].bubble_by_kind[static_cast<int>(BubbleKind::kSync)], 2);
   EXPECT_DOUBLE_EQ(sync.stages[1].bubble_by_kind[static_cast<int>(BubbleKind::kSync)], 0);
+  // Its own cost, when given, replaces `reduce` for that sum (dp = 1: no other sum here).
+  absl::StatusOr<CostModel> tied = ParseCostSpec("f=1,b=1,w=1,reduce=2,tied=5");
+  ASSERT_TRUE(tied.ok()) << tied.status();
+  EXPECT_NE(FormatCostModel(*tied).find("tied=5"), std::string::npos) << FormatCostModel(*tied);
+  SimResult slow_tied = MustSimulate(Options(ScheduleKind::k1F1B, 4, 8, 1, *tied));
+  EXPECT_DOUBLE_EQ(slow_tied.stages[3].bubble_by_kind[static_cast<int>(BubbleKind::kSync)], 5);
+  EXPECT_FALSE(ParseCostSpec("tied=-1").ok());
 }
 
 TEST(GeneratorsTest, UnevenStagesAndCommunicationCost) {

@@ -1,7 +1,7 @@
 // The scale projection on cases with closed forms: the α–β all-reduce formulas, dp = 1 giving
 // exactly the simulator's pipeline, 1F1B's bubble (p−1)/(m+p−1) at 8,192 GPUs with uniform
-// costs, and the executor's packing rule (no in-process step fits: nothing; a worker: the
-// bubble less its margin).
+// costs, the tied-embedding sum over the stage link, and the executor's packing rule (no
+// in-process step fits: nothing; a worker: the bubble less its margin, sync waits left out).
 #include "trainer/projection.h"
 
 #include "gtest/gtest.h"
@@ -124,6 +124,34 @@ TEST(ProjectionTest, TheOptimizerUpdateOfTheLargestRankEndsTheStep) {
   ASSERT_TRUE(without.ok() && with.ok());
   const double params = static_cast<double>(MakeParamLayout(Model(8), StageSpec{0, 8, true, true}).total);
   EXPECT_NEAR(Row(*with, 1, 1)->step_ms - Row(*without, 1, 1)->step_ms, params * 1e-3, 1e-6);
+}
+
+TEST(ProjectionTest, TheTiedEmbeddingSumCrossesTheStageLinkAndIsNotHarvested) {
+  // The vocabulary matrix is 64 × 32 floats, 8,192 bytes: a 2-rank ring moves bytes/β, 1 ms
+  // at 8.192 MB/s. One activation (1 × 64 × 32 floats) is 8,192 bytes too: 1 ms a message.
+  ProjectionOptions options = Uniform({2}, 4);
+  options.link = {0, 8.192e-3};
+  options.tasks = {{"worker", 1e6, true}};
+  EXPECT_NEAR(TiedSumMs(Model(8), options), 1.0, 1e-12);
+  absl::StatusOr<Projection> p = Project(Model(8), options);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const ProjectionRow* row = Row(*p, 2, 2);
+  ASSERT_NE(row, nullptr);
+  pipeline::ScheduleOptions schedule;
+  schedule.kind = ScheduleKind::k1F1B;
+  schedule.stages = 2;
+  schedule.microbatches = 4;
+  schedule.cost = pipeline::CostModel::Uniform(8, 8, 8, /*comm=*/1);  // four blocks per stage
+  schedule.cost.tied = 1;
+  absl::StatusOr<pipeline::Schedule> built = pipeline::BuildSchedule(schedule);
+  ASSERT_TRUE(built.ok());
+  absl::StatusOr<pipeline::SimResult> sim = pipeline::Simulate(*built, schedule.cost);
+  ASSERT_TRUE(sim.ok());
+  EXPECT_NEAR(row->step_ms, sim->step_time, 1e-9);
+  const double sync = row->bubble_by_kind[static_cast<int>(pipeline::BubbleKind::kSync)];
+  EXPECT_GT(sync, 0);
+  // The runtime leaves waits for sums inside OPTIMIZER: a worker fills all other bubbles.
+  EXPECT_NEAR(row->harvested_fraction, 0.9 * (row->bubble_fraction - sync), 1e-12);
 }
 
 TEST(ProjectionTest, ThePlotHasOneLinePerKindAndAPointPerGpuCount) {
