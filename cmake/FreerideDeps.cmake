@@ -8,6 +8,7 @@ find_package(MPI REQUIRED COMPONENTS C)
 add_compile_definitions(OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
 find_package(absl REQUIRED CONFIG)
 find_package(tomlplusplus REQUIRED CONFIG)
+find_package(nlohmann_json 3 REQUIRED CONFIG)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 
 # OpenBLAS: Debian's OpenBLASConfig.cmake hard-codes /usr, so look for the files instead.

@@ -6,9 +6,10 @@
 set -euo pipefail
 
 packages=(build-essential cmake ninja-build pkg-config git
-          libabsl-dev libtomlplusplus-dev libgtest-dev libgmock-dev
+          libabsl-dev libtomlplusplus-dev nlohmann-json3-dev libgtest-dev libgmock-dev
           libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libpcre2-dev
-          bible-kjv)
+          bible-kjv
+          chromium)  # the report test renders `freeride report` pages headless
 # npm often comes with a Node.js that is not Debian's (nodesource bundles it, and conflicts
 # with Debian's npm package): ask for Debian's only when no npm is on PATH.
 if ! command -v npm >/dev/null; then packages+=(npm); fi

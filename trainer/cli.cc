@@ -12,6 +12,7 @@
 #include "core/files.h"
 #include "trainer/cmd_prepare.h"
 #include "trainer/cmd_project.h"
+#include "trainer/cmd_report.h"
 #include "trainer/cmd_schedule.h"
 #include "trainer/cmd_train.h"
 #include "trainer/config.h"
@@ -127,6 +128,10 @@ const std::vector<Command>& Commands() {
        "bubbles and reclaimable side work at N GPUs: every pp × dp that fits, one simulated "
        "pipeline each",
        ProjectFlags(), ProjectCommand},
+      {"report", "freeride report RUN_DIR [--out FILE.html]",
+       "a run (train or study, finished, failed or in progress) as one HTML page, and its "
+       "ranks' timelines as one trace.json",
+       ReportFlags(), ReportCommand},
       {"prepare", "freeride prepare --input FILE... --out DIR [--val_tokens N]",
        "tokenize text files into GPT-2 token shards (llm.c format)", PrepareFlags(),
        PrepareCommand},

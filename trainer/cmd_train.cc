@@ -106,6 +106,7 @@ int WithTrainer(const ParsedFlags& flags, const std::function<void(Config&)>& ad
     absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*config);
     if (!trainer.ok()) return Fail(trainer.status());
     absl::Status s = work(**trainer, *config);
+    (*trainer)->RecordEnd(s);
     if (absl::IsCancelled(s)) return Stopped(s);
     return s.ok() ? kExitOk : Fail(s);
   }
@@ -133,6 +134,7 @@ int WithTrainer(const ParsedFlags& flags, const std::function<void(Config&)>& ad
     absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*config, transport.get());
     if (!trainer.ok()) return fail(trainer.status());
     absl::Status s = work(**trainer, *config);
+    (*trainer)->RecordEnd(s);
     // Every rank agreed on the stop inside the step's sums, so all of them get here.
     if (absl::IsCancelled(s)) {
       stopped = true;

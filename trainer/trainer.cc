@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/device.h"
+#include "core/json_string.h"
 #include "core/files.h"
 #include "core/logging.h"
 #include "core/stop_request.h"
@@ -557,6 +558,15 @@ absl::Status Trainer::Barrier() {
 
 void Trainer::WriteMetric(const std::string& json) {
   if (metrics_.is_open()) metrics_ << json << "\n" << std::flush;
+}
+
+void Trainer::RecordEnd(const absl::Status& status) {
+  if (!leader()) return;
+  const char* state = status.ok() ? "finished" : absl::IsCancelled(status) ? "stopped" : "failed";
+  WriteMetric(absl::StrFormat(
+      "{\"kind\": \"end\", \"step\": %d, \"status\": \"%s\", \"reason\": %s}", step_, state,
+      JsonString(status.ok() ? "" : status.message())));
+  FR_LOG(INFO) << "to look at this run: freeride report " << config_.run.dir;
 }
 
 }  // namespace freeride

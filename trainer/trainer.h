@@ -59,6 +59,10 @@ class Trainer {
   // request (SIGTERM, SIGINT, SIGUSR1) ends it after the current step with a checkpoint and
   // a Cancelled status that says how to resume.
   absl::Status Run();
+  // The run's last metrics record (rank 0): {"kind": "end", "status": "finished" | "stopped" |
+  // "failed", "reason"}, and the command that shows the run. A run without one is in progress
+  // or was killed.
+  void RecordEnd(const absl::Status& status);
   // One optimizer step over train.microbatches micro-batches per replica.
   absl::StatusOr<StepStats> Step();
   // Mean loss over eval.batches validation batches (from the start of the validation data).
