@@ -73,7 +73,9 @@ fi
 if [[ -n ${SLURM_JOB_ID:-} ]] && command -v srun >/dev/null; then
   slurm_bind=(--cpu-bind=none)
   if [[ $bind == core ]]; then slurm_bind=(--cpus-per-task="$threads" --cpu-bind=cores); fi
-  exec srun -n "$ranks" "${slurm_bind[@]}" "$build/freeride" "$command" --config "$config" "$@"
+  # Open MPI joins a Slurm step through PMIx; SLURM_MPI_TYPE names another plug-in.
+  exec srun -n "$ranks" --mpi="${SLURM_MPI_TYPE:-pmix}" "${slurm_bind[@]}" "$build/freeride" \
+    "$command" --config "$config" "$@"
 fi
 extra=()
 if (( ranks > cores )); then extra+=(--oversubscribe); fi
