@@ -9,7 +9,7 @@
 #include "core/timer.h"
 #include "trainer/cli.h"
 #include "trainer/token_shards.h"
-#include "trainer/tokenizer.h"
+#include "models/tokenizer.h"
 
 namespace freeride {
 namespace {

@@ -10,10 +10,12 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include <mpi.h>
 
+#include "core/json_string.h"
 #include "core/logging.h"
 #include "core/run_lock.h"
 #include "core/stop_request.h"
@@ -24,7 +26,7 @@
 #include "trainer/cli.h"
 #include "trainer/default_config.h"
 #include "trainer/run_dir.h"
-#include "trainer/tokenizer.h"
+#include "models/tokenizer.h"
 #include "trainer/study.h"
 #include "trainer/train_state.h"
 #include "trainer/trainer.h"
@@ -213,6 +215,9 @@ std::vector<FlagSpec> SampleFlags() {
           {"temperature", "X", "softmax temperature; 0 picks the most likely token (default 1)"},
           {"top_k", "K", "sample among the K most likely tokens; 0: all (default 40)"},
           {"seed", "N", "random seed (default 1337)"},
+          {"format", "text|jsonl",
+           "text: the prompt and its continuation as it is sampled (default); jsonl: one record "
+           "with the prompt's and the generated token ids and the decoded text"},
           {"tokenizer", "FILE", "GPT-2 BPE ranks (default data/r50k_base.tiktoken)"}};
 }
 
@@ -258,7 +263,14 @@ int SampleCommand(const ParsedFlags& flags) {
   const int64_t V = config.vocab_size;
   std::mt19937_64 rng(static_cast<uint64_t>(seed));
   std::vector<std::pair<float, int32_t>> candidates(V);
-  std::cout << flags.Get("prompt") << std::flush;
+  const std::string format = flags.Get("format", "text");
+  if (format != "text" && format != "jsonl") {
+    std::cerr << "error: --format takes text or jsonl, found '" << format << "'\n";
+    return kExitUsage;
+  }
+  const bool stream = format == "text";
+  if (stream) std::cout << flags.Get("prompt") << std::flush;
+  std::vector<int32_t> generated;
   for (int64_t n = 0; n < tokens; ++n) {
     int32_t next = 0;
     for (int32_t v = 0; v < V; ++v) candidates[v] = {logits[v], v};
@@ -274,11 +286,24 @@ int SampleCommand(const ParsedFlags& flags) {
       }
       next = candidates[std::discrete_distribution<int64_t>(w.begin(), w.end())(rng)].second;
     }
-    absl::StatusOr<std::string> text = (*tokenizer)->Decode({next});
-    if (text.ok()) std::cout << *text << std::flush;
+    generated.push_back(next);
+    if (stream) {
+      absl::StatusOr<std::string> text = (*tokenizer)->Decode({next});
+      if (text.ok()) std::cout << *text << std::flush;
+    }
     if (n + 1 < tokens) logits = decoder.Step(&next);
   }
-  std::cout << "\n";
+  if (stream) {
+    std::cout << "\n";
+    return kExitOk;
+  }
+  // One record: the prompt's and the generated token ids beside the decoded text.
+  absl::StatusOr<std::string> text = (*tokenizer)->Decode(generated);
+  if (!text.ok()) return Fail(text.status());
+  std::cout << absl::StrFormat(
+      "{\"prompt\": %s, \"prompt_tokens\": [%s], \"tokens\": [%s], \"text\": %s}\n",
+      JsonString(flags.Get("prompt")), absl::StrJoin(context.begin() + 1, context.end(), ", "),
+      absl::StrJoin(generated, ", "), JsonString(*text));
   return kExitOk;
 }
 

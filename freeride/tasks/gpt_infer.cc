@@ -1,7 +1,9 @@
 // `gpt_infer`: LLM inference in bubbles. Batched generation from a GPT checkpoint (an llm.c
 // model file, args.checkpoint): a step decodes one token for each of args.batch sequences;
 // after args.max_tokens a batch is complete, its token ids are appended to
-// results_dir/generations.txt and a new batch starts from <|endoftext|>. args.requests > 0 ends
+// results_dir/generations.txt, and with the GPT-2 tokenizer (args.tokenizer, default
+// data/r50k_base.tiktoken where it exists) each sequence's ids and decoded text to
+// results_dir/generations.jsonl; a new batch starts from <|endoftext|>. args.requests > 0 ends
 // the task after that many sequences.
 //
 // Two engines (args.engine): "kv_cache" (the CPU decoder with a key/value cache; weights, cache
@@ -16,11 +18,13 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/json_string.h"
 #include "core/status.h"
 #include "freeride/side_task.h"
 #include "freeride/tasks/task_model.h"
 #include "models/gpt2_decoder.h"
 #include "models/llmc_checkpoint.h"
+#include "models/tokenizer.h"
 
 namespace freeride {
 namespace {
@@ -88,7 +92,7 @@ class GptInferTask : public SideTask {
     ArgReader args(ctx.name, *ctx.args);
     if (absl::Status s = args.OnlyKnown({"checkpoint", "batch", "max_tokens", "requests",
                                          "temperature", "top_k", "seed", "engine", "device",
-                                         "precision"});
+                                         "precision", "tokenizer"});
         !s.ok()) {
       return s;
     }
@@ -100,9 +104,10 @@ class GptInferTask : public SideTask {
     auto top_k = args.Int("top_k", 40, 0, 1 << 24);
     auto seed = args.Int("seed", 1, 0, int64_t{1} << 62);
     auto engine = args.Choice("engine", "auto", {"auto", "kv_cache", "recompute"});
+    auto tokenizer = args.String("tokenizer", "");
     for (const absl::Status& s : {path.status(), batch.status(), tokens.status(),
                                   requests.status(), temperature.status(), top_k.status(),
-                                  seed.status(), engine.status()}) {
+                                  seed.status(), engine.status(), tokenizer.status()}) {
       if (!s.ok()) return s;
     }
     absl::StatusOr<BackendOptions> backend = ReadTaskBackend(ctx.name, args);
@@ -126,6 +131,18 @@ class GptInferTask : public SideTask {
     max_tokens_ = std::min<int64_t>(*tokens, config_.max_seq_len - 1);
     temperature_ = *temperature, top_k_ = *top_k;
     rng_.seed(static_cast<uint64_t>(*seed + ctx.restarts));  // a restart samples anew
+    // Text beside the ids: a tokenizer named must load; the default only where it exists
+    // (ids alone otherwise, and the summary says so).
+    const std::string ranks = tokenizer->empty() ? kDefaultTokenizerPath : *tokenizer;
+    if (!tokenizer->empty() || std::ifstream(ranks).good()) {
+      absl::StatusOr<std::unique_ptr<Tokenizer>> loaded = Tokenizer::Load(ranks);
+      if (!loaded.ok()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "side task '%s': args.tokenizer = \"%s\": %s", ctx.name, ranks,
+            loaded.status().message()));
+      }
+      tokenizer_ = *std::move(loaded);
+    }
     return absl::OkStatus();
   }
 
@@ -165,6 +182,16 @@ class GptInferTask : public SideTask {
     if (engine_->position() >= max_tokens_) {
       std::ofstream out(ctx.results_dir + "/generations.txt", std::ios::app);
       for (const auto& seq : generated_) out << absl::StrJoin(seq, " ") << "\n";
+      if (tokenizer_) {
+        std::ofstream text(ctx.results_dir + "/generations.jsonl", std::ios::app);
+        int64_t sequence = sequences_;
+        for (const auto& seq : generated_) {
+          absl::StatusOr<std::string> decoded = tokenizer_->Decode(seq);
+          if (!decoded.ok()) return decoded.status();
+          text << absl::StrFormat("{\"sequence\": %d, \"tokens\": [%s], \"text\": %s}\n",
+                                  sequence++, absl::StrJoin(seq, ", "), JsonString(*decoded));
+        }
+      }
       sequences_ += batch_;
       StartBatch();
     }
@@ -179,8 +206,9 @@ class GptInferTask : public SideTask {
   bool Done() const override { return requests_ > 0 && sequences_ >= requests_; }
   std::string UnitName() const override { return "tokens"; }
   std::string Summary() const override {
-    return absl::StrFormat("%d tokens, %d complete sequences of %d (batch %d)", tokens_,
-                           sequences_, max_tokens_, batch_);
+    return absl::StrFormat("%d tokens, %d complete sequences of %d (batch %d)%s", tokens_,
+                           sequences_, max_tokens_, batch_,
+                           tokenizer_ ? "" : "; token ids only (no tokenizer ranks found)");
   }
 
  private:
@@ -210,6 +238,7 @@ class GptInferTask : public SideTask {
   BackendOptions backend_;
   bool recompute_ = false;
   std::unique_ptr<TokenEngine> engine_;
+  std::unique_ptr<Tokenizer> tokenizer_;
   std::vector<int32_t> current_;
   std::vector<std::vector<int32_t>> generated_;
 };

@@ -9,6 +9,8 @@
 #include <sstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/device.h"
@@ -18,6 +20,7 @@
 #include "freeride/task_host.h"
 #include "gtest/gtest.h"
 #include "models/backend.h"
+#include "models/tokenizer.h"
 
 namespace freeride {
 namespace {
@@ -302,6 +305,35 @@ TEST(GptInferTaskTest, GeneratesBatchesFromACheckpoint) {
     ++count;
   }
   EXPECT_EQ(count, 4);
+  // Beside the ids, each sequence decoded by the GPT-2 tokenizer (run from the repository
+  // root, where data/r50k_base.tiktoken is).
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(kDefaultTokenizerPath);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  auto jsonl = ReadFile(ctx.results_dir + "/generations.jsonl");
+  ASSERT_TRUE(jsonl.ok());
+  std::istringstream records(*jsonl), id_lines(*text);
+  int decoded = 0;
+  while (std::getline(records, line)) {
+    const nlohmann::json record = nlohmann::json::parse(line);
+    std::string ids_line;
+    ASSERT_TRUE(std::getline(id_lines, ids_line));
+    std::vector<int32_t> ids;
+    std::istringstream in(ids_line);
+    for (int id; in >> id;) ids.push_back(id);
+    EXPECT_EQ(record["sequence"], decoded);
+    EXPECT_EQ(record["tokens"].get<std::vector<int32_t>>(), ids);
+    EXPECT_EQ(record["text"], *(*tokenizer)->Decode(ids));
+    ++decoded;
+  }
+  EXPECT_EQ(decoded, 4);
+  // A tokenizer named that cannot be read stops the task at Create, with the path.
+  TaskArgs bad = args;
+  bad["tokenizer"] = std::string("no/such/ranks.tiktoken");
+  auto refused = CreateSideTask("gpt_infer", "");
+  SideTaskContext ctx3{"infer", 0, 0, &bad, &arena, Temp("infer3"), 0, [] { return false; }};
+  absl::Status created = (*refused)->Create(ctx3);
+  ASSERT_FALSE(created.ok());
+  EXPECT_NE(created.message().find("no/such/ranks.tiktoken"), std::string::npos);
   // The weights alone (about 120 KB) do not fit a 64 KiB limit.
   auto small = CreateSideTask("gpt_infer", "");
   CappedArena tiny(64 << 10);

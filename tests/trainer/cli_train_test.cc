@@ -4,6 +4,8 @@
 #include <iostream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/str_cat.h"
 #include "core/files.h"
 #include "gmock/gmock.h"
@@ -75,6 +77,17 @@ TEST(CliTrainTest, PrepareTrainEvalSample) {
   EXPECT_EQ(sample.out, RunFreeride({"sample", "--checkpoint", run + "/checkpoints", "--prompt",
                              "In the beginning", "--tokens", "5", "--seed", "1"})
                             .out);  // seeded: reproducible
+  // The same sample as one JSON record: its ids beside the text, which is the streamed text
+  // less the prompt.
+  CliResult record = RunFreeride({"sample", "--checkpoint", run + "/checkpoints", "--prompt",
+                                  "In the beginning", "--tokens", "5", "--seed", "1",
+                                  "--format", "jsonl"});
+  ASSERT_EQ(record.status, kExitOk) << record.err;
+  const nlohmann::json json = nlohmann::json::parse(record.out);
+  EXPECT_EQ(json["prompt"], "In the beginning");
+  EXPECT_EQ(json["tokens"].size(), 5u);
+  EXPECT_EQ(json["prompt_tokens"].size(), 3u);  // "In", " the", " beginning"
+  EXPECT_EQ("In the beginning" + json["text"].get<std::string>() + "\n", sample.out);
 }
 
 TEST(CliTrainTest, BadInputsFailWithMessages) {

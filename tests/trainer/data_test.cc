@@ -8,7 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "trainer/token_shards.h"
-#include "trainer/tokenizer.h"
+#include "models/tokenizer.h"
 
 namespace freeride {
 namespace {

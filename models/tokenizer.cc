@@ -1,4 +1,4 @@
-#include "trainer/tokenizer.h"
+#include "models/tokenizer.h"
 
 #include <limits>
 
