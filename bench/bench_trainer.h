@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
-#include "trainer/token_shards.h"
+#include "trainer/data/token_shards.h"
 #include "trainer/trainer.h"
 
 namespace freeride {

@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_format.h"
 #include "pipeline/simulator.h"
-#include "trainer/token_shards.h"
+#include "trainer/data/token_shards.h"
 #include "trainer/trainer.h"
 
 using namespace freeride;

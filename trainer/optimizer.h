@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "trainer/config.h"
+#include "trainer/config/config.h"
 
 namespace freeride {
 

@@ -11,7 +11,7 @@
 #include "models/gpt2_config.h"
 #include "pipeline/cost_model.h"
 #include "pipeline/schedule.h"
-#include "trainer/config.h"
+#include "trainer/config/config.h"
 
 namespace freeride {
 

@@ -6,7 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/run_lock.h"
-#include "trainer/config.h"
+#include "trainer/config/config.h"
 
 namespace freeride {
 

@@ -12,7 +12,7 @@
 #include "core/files.h"
 #include "core/json_string.h"
 #include "core/logging.h"
-#include "trainer/side_task_check.h"
+#include "trainer/config/side_task_check.h"
 #include "trainer/trainer.h"
 
 namespace freeride {

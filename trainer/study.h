@@ -15,7 +15,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "trainer/config.h"
+#include "trainer/config/config.h"
 #include "trainer/trainer.h"
 
 namespace freeride {

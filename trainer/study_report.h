@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "freeride/executor.h"
-#include "trainer/config.h"
+#include "trainer/config/config.h"
 #include "trainer/study.h"
 #include "trainer/study_stats.h"
 

@@ -15,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "models/gpt2_config.h"
-#include "trainer/token_shards.h"
+#include "trainer/data/token_shards.h"
 
 namespace freeride {
 

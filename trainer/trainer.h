@@ -18,9 +18,9 @@
 #include "pipeline/comm/transport.h"
 #include "pipeline/cost_model.h"
 #include "pipeline/stage_executor.h"
-#include "trainer/config.h"
+#include "trainer/config/config.h"
 #include "trainer/optimizer.h"
-#include "trainer/token_shards.h"
+#include "trainer/data/token_shards.h"
 
 namespace freeride {
 

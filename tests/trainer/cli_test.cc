@@ -1,5 +1,5 @@
 // The command line, run in-process with stdout and stderr captured.
-#include "trainer/cli.h"
+#include "trainer/cli/cli.h"
 
 #include <iostream>
 #include <sstream>

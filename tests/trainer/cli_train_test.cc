@@ -10,7 +10,7 @@
 #include "core/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "trainer/cli.h"
+#include "trainer/cli/cli.h"
 
 namespace freeride {
 namespace {

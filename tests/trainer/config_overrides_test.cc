@@ -1,6 +1,6 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "trainer/config.h"
+#include "trainer/config/config.h"
 
 namespace freeride {
 namespace {

@@ -1,11 +1,11 @@
-#include "trainer/config.h"
+#include "trainer/config/config.h"
 
 #include <cstdlib>
 
 #include "core/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "trainer/default_config.h"
+#include "trainer/config/default_config.h"
 
 namespace freeride {
 namespace {

@@ -7,7 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
-#include "trainer/token_shards.h"
+#include "trainer/data/token_shards.h"
 #include "models/tokenizer.h"
 
 namespace freeride {

@@ -1,4 +1,4 @@
-#include "trainer/flags.h"
+#include "trainer/config/flags.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

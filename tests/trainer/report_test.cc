@@ -2,13 +2,13 @@
 // run writes it is noted and left out; the last record of each side task wins), the merged
 // trace's process and track names, the plots' data counts and escaping, and the run's state
 // from its end record. tests/scripts/report_browser.sh renders whole pages in Chromium.
-#include "trainer/report.h"
+#include "trainer/report/report.h"
 
 #include <filesystem>
 #include <fstream>
 
 #include "gtest/gtest.h"
-#include "trainer/svg_plot.h"
+#include "trainer/report/svg_plot.h"
 
 namespace freeride {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
-#include "trainer/token_shards.h"
+#include "trainer/data/token_shards.h"
 #include "trainer/trainer.h"
 
 namespace freeride {

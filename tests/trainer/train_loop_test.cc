@@ -10,7 +10,7 @@
 #include "tests/trainer/golden_trajectory.h"
 #include "tests/trainer/tiny_run.h"
 #include "trainer/optimizer.h"
-#include "trainer/token_shards.h"
+#include "trainer/data/token_shards.h"
 #include "trainer/trainer.h"
 
 namespace freeride {

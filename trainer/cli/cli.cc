@@ -1,0 +1,229 @@
+#include "trainer/cli/cli.h"
+
+#include <algorithm>
+#include <functional>
+#include <iostream>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "core/build_info.h"
+#include "core/device.h"
+#include "core/files.h"
+#include "trainer/cli/cmd_prepare.h"
+#include "trainer/cli/cmd_project.h"
+#include "trainer/cli/cmd_report.h"
+#include "trainer/cli/cmd_schedule.h"
+#include "trainer/cli/cmd_train.h"
+#include "trainer/config/config.h"
+#include "trainer/config/default_config.h"
+#include "trainer/config/flags.h"
+#include "trainer/config/memory_report.h"
+#include "trainer/config/side_task_check.h"
+
+namespace freeride {
+namespace {
+
+struct Command {
+  std::string name;
+  std::string usage;
+  std::string summary;
+  std::vector<FlagSpec> flags;
+  std::function<int(const ParsedFlags&)> run;
+};
+
+int Version(const ParsedFlags&) {
+  for (const auto& [name, value] : BuildInfo()) {
+    std::cout << absl::StrFormat("%-14s %s\n", name, value);
+  }
+  return kExitOk;
+}
+
+int Devices(const ParsedFlags&) {
+  DeviceInventory inventory = DiscoverDevices();
+  std::cout << DescribeDevice(inventory.cpu) << "\n";
+  for (const DeviceInfo& device : inventory.cuda) std::cout << DescribeDevice(device) << "\n";
+  if (inventory.cuda.empty()) std::cout << "cuda: none (" << inventory.cuda_unavailable << ")\n";
+  return kExitOk;
+}
+
+// Prints one line per problem, each already naming file:line and key.
+int ReportConfigErrors(const absl::Status& status) {
+  for (absl::string_view line : absl::StrSplit(status.message(), '\n')) {
+    std::cerr << "error: " << line << "\n";
+  }
+  return kExitFailure;
+}
+
+// The config a `config` subcommand acts on: FILE, or the embedded default, with --set applied.
+absl::StatusOr<Config> ConfigFromFlags(const ParsedFlags& flags) {
+  const std::vector<std::string> overrides = flags.GetAll("set");
+  return flags.positional().empty()
+             ? ParseConfig(DefaultConfigToml(), kDefaultConfigName, overrides)
+             : LoadConfigFile(flags.positional()[0], overrides);
+}
+
+int ConfigCheck(const ParsedFlags& flags) {
+  if (flags.positional().size() > 1) {
+    std::cerr << "error: config check takes at most one FILE\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<Config> config = ConfigFromFlags(flags);
+  if (!config.ok()) return ReportConfigErrors(config.status());
+  // Side tasks are built as `train` builds them: their arguments, plugins and limits.
+  std::vector<std::string> warnings;
+  absl::Status tasks = ValidateSideTasks(*config, &warnings);
+  for (const std::string& w : warnings) std::cerr << "warning: " << w << "\n";
+  if (!tasks.ok()) return ReportConfigErrors(tasks);
+  std::cout << ConfigToToml(*config);
+  return kExitOk;
+}
+
+int ConfigMemory(const ParsedFlags& flags) {
+  if (flags.positional().size() > 1) {
+    std::cerr << "error: config memory takes at most one FILE\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<Config> config = ConfigFromFlags(flags);
+  if (!config.ok()) return ReportConfigErrors(config.status());
+  absl::StatusOr<std::string> report = DeviceMemoryReport(*config);
+  if (!report.ok()) {
+    std::cerr << "error: " << report.status().message() << "\n";
+    return kExitFailure;
+  }
+  std::cout << *report;
+  return kExitOk;
+}
+
+int ConfigDocs(const ParsedFlags&) {
+  std::cout << ConfigReferenceMarkdown();
+  return kExitOk;
+}
+
+const FlagSpec kSetFlag{"set", "SECTION.KEY=VALUE", "override one config key", true};
+
+const std::vector<Command>& Commands() {
+  static const std::vector<Command> commands = {
+      {"version", "freeride version", "build facts and library versions", {}, Version},
+      {"devices", "freeride devices", "the CPU and CUDA devices this process sees", {}, Devices},
+      {"config check", "freeride config check [FILE] [--set SECTION.KEY=VALUE]...",
+       "validate a config (the embedded default when no FILE) and print the effective config",
+       {kSetFlag}, ConfigCheck},
+      {"config memory", "freeride config memory [FILE] [--set SECTION.KEY=VALUE]...",
+       "device memory each pipeline stage of a config's run would need on the CUDA backend",
+       {kSetFlag}, ConfigMemory},
+      {"config docs", "freeride config docs",
+       "print the configuration reference (docs/config.md)", {}, ConfigDocs},
+      {"train", "freeride train [--config FILE] [--set SECTION.KEY=VALUE]...",
+       "train GPT-2 (the embedded tiny CPU run when no --config)", TrainFlags(), TrainCommand},
+      {"study",
+       "freeride study --config FILE [--rounds R] [--block_steps N] "
+       "[--target_ci PCT [--max_rounds R]] [--set ...]",
+       "training alone vs with each side task and all, in shuffled blocks: the harvest table "
+       "with 95% intervals and the A/A noise floor",
+       StudyFlags(), StudyCommand},
+      {"project",
+       "freeride project --config FILE --gpus N[,N...] [--global_batch B] [--kinds LIST|all] "
+       "[--costs measure|flops|SPEC] [--format md|csv|json]",
+       "bubbles and reclaimable side work at N GPUs: every pp × dp that fits, one simulated "
+       "pipeline each",
+       ProjectFlags(), ProjectCommand},
+      {"report", "freeride report RUN_DIR [--out FILE.html]",
+       "a run (train or study, finished, failed or in progress) as one HTML page, and its "
+       "ranks' timelines as one trace.json",
+       ReportFlags(), ReportCommand},
+      {"prepare", "freeride prepare --input FILE... --out DIR [--val_tokens N]",
+       "tokenize text files into GPT-2 token shards (llm.c format)", PrepareFlags(),
+       PrepareCommand},
+      {"sample",
+       "freeride sample --checkpoint PATH [--prompt TEXT] [--tokens N] [--temperature X] "
+       "[--top_k K] [--seed N]",
+       "generate text from a checkpoint", SampleFlags(), SampleCommand},
+      {"eval", "freeride eval --checkpoint PATH --data GLOB [--batch_size B] [--seq_len T]",
+       "mean loss of a checkpoint on token shards", EvalFlags(), EvalCommand},
+      {"schedule",
+       "freeride schedule --kind 1f1b --stages 4 --microbatches 8 [--chunks V] "
+       "[--cost f=1,b=2,w=1,comm=0.1 | --cost-file FILE] [--format text|csv|json|chrome|svg]",
+       "build, validate and print a pipeline schedule with its BUBBLE instructions",
+       ScheduleFlags(), ScheduleCommand},
+      {"simulate",
+       "freeride simulate --kind 1f1b --stages 4 --microbatches 8 [...] [--format text|json]",
+       "simulate a schedule: step time, bubble fraction, per-stage bubbles by kind",
+       SimulateFlags(), SimulateCommand},
+  };
+  return commands;
+}
+
+void PrintHelp(std::ostream& out) {
+  out << "freeride: a GPT trainer with pipeline parallelism whose bubbles run side tasks\n\n"
+         "usage: freeride COMMAND [options]\n\ncommands:\n";
+  for (const Command& command : Commands()) {
+    out << absl::StrFormat("  %-14s %s\n", command.name, command.summary);
+  }
+  out << "\n`freeride help COMMAND` or `freeride COMMAND --help` shows a command's options.\n";
+}
+
+void PrintCommandHelp(const Command& command, std::ostream& out) {
+  out << "usage: " << command.usage << "\n\n" << command.summary << "\n";
+  if (!command.flags.empty()) out << "\noptions:\n" << FlagsHelp(command.flags);
+}
+
+// The longest command name that prefixes `args` ("config check" before "config").
+const Command* FindCommand(const std::vector<std::string>& args, size_t* consumed) {
+  const Command* best = nullptr;
+  for (const Command& command : Commands()) {
+    std::vector<std::string> words = absl::StrSplit(command.name, ' ');
+    if (words.size() > args.size()) continue;
+    if (!std::equal(words.begin(), words.end(), args.begin())) continue;
+    if (best == nullptr || words.size() > *consumed) {
+      best = &command;
+      *consumed = words.size();
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+int EmitOutput(const ParsedFlags& flags, const std::string& text) {
+  if (!flags.Has("out")) {
+    std::cout << text;
+    return kExitOk;
+  }
+  if (absl::Status s = WriteFileAtomically(flags.Get("out"), text); !s.ok()) {
+    std::cerr << "error: " << s.message() << "\n";
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+int RunCli(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" ||
+      (args[0] == "help" && args.size() == 1)) {
+    PrintHelp(std::cout);
+    return args.empty() ? kExitUsage : kExitOk;
+  }
+  const bool help = args[0] == "help";
+  std::vector<std::string> rest(args.begin() + (help ? 1 : 0), args.end());
+  size_t consumed = 0;
+  const Command* command = FindCommand(rest, &consumed);
+  if (command == nullptr) {
+    std::cerr << "error: unknown command '" << absl::StrJoin(rest, " ") << "'\n\n";
+    PrintHelp(std::cerr);
+    return kExitUsage;
+  }
+  rest.erase(rest.begin(), rest.begin() + consumed);
+  if (help || std::find(rest.begin(), rest.end(), "--help") != rest.end()) {
+    PrintCommandHelp(*command, std::cout);
+    return kExitOk;
+  }
+  absl::StatusOr<ParsedFlags> flags = ParseFlags(rest, command->flags);
+  if (!flags.ok()) {
+    std::cerr << "error: " << flags.status().message() << "\n\n";
+    PrintCommandHelp(*command, std::cerr);
+    return kExitUsage;
+  }
+  return command->run(*flags);
+}
+
+}  // namespace freeride

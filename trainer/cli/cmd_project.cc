@@ -1,0 +1,220 @@
+#include "trainer/cli/cmd_project.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "core/status.h"
+#include "freeride/executor.h"
+#include "trainer/cli/cli.h"
+#include "trainer/config/config.h"
+#include "trainer/emulation.h"
+#include "trainer/projection.h"
+#include "trainer/config/side_task_check.h"
+#include "trainer/trainer.h"
+
+namespace freeride {
+namespace {
+
+absl::StatusOr<std::vector<int64_t>> GpuCounts(const std::string& list) {
+  std::vector<int64_t> gpus;
+  for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(part, &n) || n < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--gpus: expected GPU counts >= 1 separated by commas, found '", part, "'"));
+    }
+    gpus.push_back(n);
+  }
+  if (gpus.empty()) return absl::InvalidArgumentError("--gpus: no GPU count given");
+  return gpus;
+}
+
+absl::StatusOr<std::vector<pipeline::ScheduleKind>> Kinds(const std::string& list) {
+  if (list == "all") {
+    return std::vector<pipeline::ScheduleKind>{
+        pipeline::ScheduleKind::kGPipe,       pipeline::ScheduleKind::k1F1B,
+        pipeline::ScheduleKind::kInterleaved, pipeline::ScheduleKind::kZBH1,
+        pipeline::ScheduleKind::kZBH2,        pipeline::ScheduleKind::kZBV,
+        pipeline::ScheduleKind::kDualPipeV};
+  }
+  std::vector<pipeline::ScheduleKind> kinds;
+  for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+    absl::StatusOr<pipeline::ScheduleKind> kind = pipeline::ParseScheduleKind(part);
+    if (!kind.ok() || *kind == pipeline::ScheduleKind::kCustom) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--kinds: expected \"all\" or generated kinds (gpipe, 1f1b, interleaved, zbh1, zbh2, "
+          "zbv, dualpipev) separated by commas, found '",
+          part, "'"));
+    }
+    kinds.push_back(*kind);
+  }
+  return kinds;
+}
+
+// "embedding=0.5,block=2,head=4" (ms per micro-batch, F + B + W).
+absl::StatusOr<PartCosts> GivenCosts(const std::string& spec) {
+  PartCosts costs;
+  bool block = false;
+  for (absl::string_view part : absl::StrSplit(spec, ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(part, absl::MaxSplits('=', 1));
+    double v = 0;
+    if (!absl::SimpleAtod(kv.second, &v) || v < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--costs: '", part, "': expected NAME=ms >= 0"));
+    }
+    if (kv.first == "embedding") {
+      costs.embedding = v;
+    } else if (kv.first == "block") {
+      costs.block = v, block = true;
+    } else if (kv.first == "head") {
+      costs.head = v;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--costs: unknown part '", kv.first, "' (expected embedding, block, head)"));
+    }
+  }
+  if (!block || costs.block <= 0) {
+    return absl::InvalidArgumentError("--costs: give block=ms > 0 (and embedding=, head=)");
+  }
+  return costs;
+}
+
+// Each configured side task's step time alone: the executor's own calibration, on this machine.
+absl::StatusOr<std::vector<ProjectedTask>> MeasureTasks(const Config& config) {
+  std::vector<ProjectedTask> tasks;
+  if (!config.freeride.enabled || config.side_tasks.empty()) return tasks;
+  std::vector<SideTaskSpec> specs;
+  for (const SideTaskConfig& task : config.side_tasks) specs.push_back(SpecOf(task));
+  ExecutorOptions options;
+  options.calibration_steps = static_cast<int>(config.freeride.calibration_steps);
+  options.step_timeout_s = config.freeride.step_timeout_s;
+  options.results_dir =
+      (std::filesystem::temp_directory_path() / absl::StrCat("freeride_project_", getpid()))
+          .string();
+  absl::StatusOr<std::unique_ptr<SideTaskExecutor>> executor =
+      SideTaskExecutor::Create(specs, options);
+  if (executor.ok()) {
+    (*executor)->Finish();
+    // In the order the executor offers bubbles (priority first).
+    for (const TaskReport& t : (*executor)->Report().tasks) {
+      if (t.state == "FAILED") {
+        return absl::InternalError(absl::StrCat("side task '", t.name, "': ", t.reason));
+      }
+      tasks.push_back({t.name, 1e3 * t.standalone_step_s, t.isolation == "process"});
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(options.results_dir, ec);
+  if (!executor.ok()) return executor.status();
+  return tasks;
+}
+
+absl::StatusOr<std::string> RunProjection(const ParsedFlags& flags) {
+  if (!flags.Has("config") || !flags.Has("gpus")) {
+    return absl::InvalidArgumentError("project needs --config FILE and --gpus N[,N...]");
+  }
+  FR_ASSIGN_OR_RETURN(Config config, LoadConfigFile(flags.Get("config"), flags.GetAll("set")));
+  FR_ASSIGN_OR_RETURN(GPT2Config model, ResolveModelConfig(config));
+  ProjectionOptions options;
+  FR_ASSIGN_OR_RETURN(options.gpus, GpuCounts(flags.Get("gpus")));
+  FR_ASSIGN_OR_RETURN(
+      options.micro_batch,
+      PositiveIntFlag(flags, "micro_batch", config.train.batch_size / config.train.microbatches));
+  FR_ASSIGN_OR_RETURN(
+      options.global_batch,
+      PositiveIntFlag(flags, "global_batch", config.train.batch_size * config.parallel.dp));
+  options.seq_len = config.train.seq_len;
+  FR_ASSIGN_OR_RETURN(options.kinds, Kinds(flags.Get("kinds", config.parallel.schedule == "file"
+                                                                  ? "1f1b"
+                                                                  : config.parallel.schedule)));
+  FR_ASSIGN_OR_RETURN(
+      int64_t chunks,
+      PositiveIntFlag(flags, "chunks", std::max<int64_t>(2, config.parallel.chunks)));
+  options.chunks = static_cast<int>(chunks);
+  FR_ASSIGN_OR_RETURN(options.link.bandwidth_gbs, PositiveNumberFlag(flags, "link_gbs", 50));
+  FR_ASSIGN_OR_RETURN(options.link.latency_us, PositiveNumberFlag(flags, "link_latency_us", 5));
+  FR_ASSIGN_OR_RETURN(options.network.bandwidth_gbs, PositiveNumberFlag(flags, "net_gbs", 25));
+  FR_ASSIGN_OR_RETURN(options.network.latency_us, PositiveNumberFlag(flags, "net_latency_us", 10));
+  FR_ASSIGN_OR_RETURN(options.algorithm,
+                      pipeline::ParseAllReduceAlgorithm(flags.Get("allreduce", "ring")));
+  options.margin = config.freeride.margin;
+  const std::string costs = flags.Get("costs", "measure");
+  if (costs == "measure") {
+    const BackendOptions backend{config.runtime.device, config.runtime.precision, 0};
+    FR_ASSIGN_OR_RETURN(options.costs, MeasurePartCosts(backend, model, options.micro_batch,
+                                                        options.seq_len, config.run.seed));
+    if (!flags.Has("optimizer_ns")) {
+      FR_ASSIGN_OR_RETURN(options.optimizer_ms_per_param,
+                          MeasureOptimizerMsPerParam(backend, model, options.micro_batch,
+                                                     options.seq_len, config.run.seed));
+    }
+  } else if (costs == "flops") {
+    if (!flags.Has("tflops")) {
+      return absl::InvalidArgumentError("--costs flops needs --tflops X (sustained TFLOP/s)");
+    }
+    FR_ASSIGN_OR_RETURN(double tflops, PositiveNumberFlag(flags, "tflops", 1));
+    // FlopPartCosts counts FLOPs per token: times the tokens of a micro-batch, over the rate.
+    const PartCosts flops = FlopPartCosts(model, options.seq_len);
+    const double ms_per_flop =
+        static_cast<double>(options.micro_batch * options.seq_len) / (tflops * 1e12) * 1e3;
+    options.costs = {flops.embedding * ms_per_flop, flops.block * ms_per_flop,
+                     flops.head * ms_per_flop};
+  } else {
+    FR_ASSIGN_OR_RETURN(options.costs, GivenCosts(costs));
+  }
+  if (flags.Has("optimizer_ns")) {
+    FR_ASSIGN_OR_RETURN(double ns, PositiveNumberFlag(flags, "optimizer_ns", 0));
+    options.optimizer_ms_per_param = ns * 1e-6;
+  }
+  FR_ASSIGN_OR_RETURN(options.tasks, MeasureTasks(config));
+  FR_ASSIGN_OR_RETURN(Projection projection, Project(model, options));
+  const std::string format = flags.Get("format", "md");
+  if (format == "md") return ProjectionMarkdown(model, projection, options);
+  if (format == "csv") return ProjectionCsv(projection);
+  if (format == "json") return ProjectionJson(projection);
+  if (format == "svg") return ProjectionSvg(projection);
+  return absl::InvalidArgumentError(
+      absl::StrCat("--format: expected md, csv, json or svg, found '", format, "'"));
+}
+
+}  // namespace
+
+std::vector<FlagSpec> ProjectFlags() {
+  return {{"config", "FILE", "the training config: model, batch, schedule, side tasks"},
+          {"set", "SECTION.KEY=VALUE", "override one config key", true},
+          {"gpus", "N[,N...]", "GPU counts to project, e.g. 1024,4096,8192"},
+          {"global_batch", "B", "sequences per step (default train.batch_size × parallel.dp)"},
+          {"micro_batch", "B", "sequences per micro-batch (default batch_size / microbatches)"},
+          {"kinds", "LIST", "schedule kinds, or all (default parallel.schedule)"},
+          {"chunks", "V", "model chunks per stage for interleaved (default 2)"},
+          {"costs", "HOW",
+           "measure (on runtime.device, default), flops (with --tflops), or "
+           "embedding=ms,block=ms,head=ms per micro-batch"},
+          {"tflops", "X", "sustained TFLOP/s per GPU for --costs flops"},
+          {"optimizer_ns", "X",
+           "AdamW update, ns per parameter (default: measured with "
+           "--costs measure, else left out)"},
+          {"link_gbs", "X", "pipeline link bandwidth, GB/s (default 50)"},
+          {"link_latency_us", "X", "pipeline link latency, µs (default 5)"},
+          {"net_gbs", "X", "data-parallel all-reduce bus bandwidth per GPU, GB/s (default 25)"},
+          {"net_latency_us", "X", "all-reduce latency per step, µs (default 10)"},
+          {"allreduce", "ALG", "ring or tree (default ring)"},
+          {"format", "FORMAT", "md, csv, json or svg (a plot against GPU count; default md)"},
+          {"out", "FILE", "write to FILE instead of standard output"}};
+}
+
+int ProjectCommand(const ParsedFlags& flags) {
+  absl::StatusOr<std::string> text = RunProjection(flags);
+  if (!text.ok()) {
+    std::cerr << "error: " << text.status().message() << "\n";
+    return absl::IsInvalidArgument(text.status()) ? kExitUsage : kExitFailure;
+  }
+  return EmitOutput(flags, *text);
+}
+
+}  // namespace freeride

@@ -1,0 +1,253 @@
+#include "trainer/cli/cmd_schedule.h"
+
+#include <toml++/toml.h>
+
+#include <iostream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/files.h"
+#include "core/status.h"
+#include "pipeline/generators.h"
+#include "pipeline/passes.h"
+#include "pipeline/render.h"
+#include "pipeline/schedule_file.h"
+#include "pipeline/validator.h"
+#include "trainer/cli/cli.h"
+#include "trainer/config/config.h"
+#include "trainer/pipeline_plan.h"
+#include "trainer/trainer.h"
+
+namespace freeride {
+namespace {
+
+using pipeline::CostModel;
+using pipeline::Schedule;
+
+std::vector<FlagSpec> CommonFlags() {
+  return {
+      {"kind", "KIND", "gpipe, 1f1b, interleaved, zbh1, zbh2, zbv or dualpipev (default 1f1b)"},
+      {"stages", "P", "pipeline stages (default 4)"},
+      {"microbatches", "M", "micro-batches per step (default 8)"},
+      {"chunks", "V", "model chunks per stage (default 1; interleaved needs >= 2; zbv, dualpipev: 2)"},
+      {"cost", "SPEC", "per-op milliseconds, e.g. f=1,b=2,w=1,comm=0.1 (also reduce=, opt=)"},
+      {"cost-file", "FILE", "TOML cost model: f, b, w (a number or one per stage), comm, ..."},
+      {"dp", "", "data-parallel: add REDUCE_GRADS before the optimizer"},
+      {"input", "FILE", "load a schedule (text, CSV or torch CSV form) instead of generating one"},
+      {"config", "FILE", "a training config's schedule and model split (FLOP-model costs)"},
+      {"out", "FILE", "write to FILE instead of standard output"},
+  };
+}
+
+absl::StatusOr<double> CostValue(const toml::node& node, const std::string& where) {
+  std::optional<double> v = node.value<double>();
+  if (!v || *v < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": expected a number >= 0"));
+  }
+  return *v;
+}
+
+// The cost file: f, b, w as a number or a per-stage array; comm, reduce, opt numbers;
+// memory_total, memory_static, memory_per_buffer integers (bytes).
+absl::StatusOr<CostModel> LoadCostFile(const std::string& path, int stages) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ":", e.source().begin.line, ": ",
+                                                   std::string(e.description())));
+  }
+  CostModel model = CostModel::Uniform();
+  for (auto&& [key_view, node] : root) {
+    const std::string key(key_view.str());
+    const std::string where = absl::StrCat(path, ":", node.source().begin.line, ": ", key);
+    if (key == "f" || key == "b" || key == "w") {
+      std::vector<double> values;
+      if (const toml::array* array = node.as_array()) {
+        for (const toml::node& element : *array) {
+          FR_ASSIGN_OR_RETURN(double v, CostValue(element, where));
+          values.push_back(v);
+        }
+        if (static_cast<int>(values.size()) != stages) {
+          return absl::InvalidArgumentError(absl::StrCat(where, ": expected ", stages,
+                                                         " values (one per stage), found ",
+                                                         values.size()));
+        }
+      } else {
+        FR_ASSIGN_OR_RETURN(double v, CostValue(node, where));
+        values.assign(stages, v);
+      }
+      if (model.stages.size() == 1) model.stages.assign(stages, model.stages[0]);
+      for (int s = 0; s < stages; ++s) {
+        (key == "f" ? model.stages[s].f : key == "b" ? model.stages[s].b : model.stages[s].w) =
+            values[s];
+      }
+    } else if (key == "comm" || key == "reduce" || key == "opt") {
+      FR_ASSIGN_OR_RETURN(double v, CostValue(node, where));
+      (key == "comm" ? model.comm : key == "reduce" ? model.reduce : model.optimizer) = v;
+    } else if (key == "tied") {
+      FR_ASSIGN_OR_RETURN(model.tied, CostValue(node, where));
+    } else if (key == "memory_total" || key == "memory_static" || key == "memory_per_buffer") {
+      std::optional<int64_t> v = node.value<int64_t>();
+      if (!v || *v < 0) return absl::InvalidArgumentError(absl::StrCat(where, ": expected bytes >= 0"));
+      (key == "memory_total" ? model.memory_total
+       : key == "memory_static" ? model.memory_static : model.memory_per_buffer) = *v;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": unknown key; expected f, b, w, comm, reduce, tied, opt, memory_total, "
+                 "memory_static or memory_per_buffer"));
+    }
+  }
+  return model;
+}
+
+// --cost-file (sized for `stages`) or --cost; without either the uniform model.
+absl::StatusOr<CostModel> CostFromFlags(const ParsedFlags& flags, int stages) {
+  if (flags.Has("cost-file")) return LoadCostFile(flags.Get("cost-file"), stages);
+  return pipeline::ParseCostSpec(flags.Get("cost", ""));
+}
+
+struct Built {
+  Schedule schedule;
+  CostModel cost;
+  std::string split;  // --config: how the model was split over the stages
+};
+
+// A training config's schedule, with each chunk's cost from the FLOP model of its blocks,
+// embedding and head (CostModelFromParts, in units of one block's F + B + W).
+absl::StatusOr<Built> BuildFromConfig(const ParsedFlags& flags) {
+  for (const char* other : {"kind", "stages", "microbatches", "chunks", "input", "dp"}) {
+    if (flags.Has(other)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", other, " comes from the training config with --config"));
+    }
+  }
+  FR_ASSIGN_OR_RETURN(Config config, LoadConfigFile(flags.Get("config")));
+  FR_ASSIGN_OR_RETURN(GPT2Config model, ResolveModelConfig(config));
+  FR_ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(config, model));
+  // In units of one block's F + B + W.
+  const PartCosts flops = FlopPartCosts(model, config.train.seq_len);
+  const PartCosts parts{flops.embedding / flops.block, 1.0, flops.head / flops.block};
+  const int pp = static_cast<int>(config.parallel.pp);
+  Built built;
+  built.cost = CostModelFromParts(plan.specs, parts, plan.placement, pp);
+  if (flags.Has("cost") || flags.Has("cost-file")) {
+    FR_ASSIGN_OR_RETURN(built.cost, CostFromFlags(flags, pp));
+  }
+  FR_ASSIGN_OR_RETURN(built.schedule, TrainingSchedule(config, plan, built.cost));
+  FR_RETURN_IF_ERROR(pipeline::Validate(built.schedule));
+  built.split = absl::StrCat("split ", plan.partition, ": ", DescribePartition(plan, pp));
+  return built;
+}
+
+// Generates or loads the schedule, validates it, and places its bubbles.
+absl::StatusOr<Built> BuildFromFlags(const ParsedFlags& flags) {
+  if (flags.Has("cost") && flags.Has("cost-file")) {
+    return absl::InvalidArgumentError("give --cost or --cost-file, not both");
+  }
+  if (flags.Has("config")) return BuildFromConfig(flags);
+  Built built;
+  pipeline::ScheduleOptions options;
+  if (flags.Has("input")) {
+    for (const char* generated : {"kind", "stages", "microbatches", "chunks"}) {
+      if (flags.Has(generated)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", generated, " describes a generated schedule; --input gives its own"));
+      }
+    }
+    // Bubbles are placed below, once the cost model (sized by the file's stages) is read.
+    FR_ASSIGN_OR_RETURN(built.schedule,
+                        pipeline::LoadScheduleFile(flags.Get("input"),
+                                                   CostModel::Uniform(), flags.Has("dp")));
+  } else {
+    FR_ASSIGN_OR_RETURN(options.kind, pipeline::ParseScheduleKind(flags.Get("kind", "1f1b")));
+    FR_ASSIGN_OR_RETURN(const int64_t stages, PositiveIntFlag(flags, "stages", 4));
+    FR_ASSIGN_OR_RETURN(const int64_t microbatches, PositiveIntFlag(flags, "microbatches", 8));
+    FR_ASSIGN_OR_RETURN(const int64_t chunks, PositiveIntFlag(flags, "chunks", 1));
+    options.stages = static_cast<int>(stages);
+    options.microbatches = static_cast<int>(microbatches);
+    options.chunks = static_cast<int>(chunks);
+    options.data_parallel = flags.Has("dp");
+  }
+  FR_ASSIGN_OR_RETURN(built.cost, CostFromFlags(flags, flags.Has("input")
+                                                            ? built.schedule.stages
+                                                            : options.stages));
+  if (!flags.Has("input")) {
+    options.cost = built.cost;
+    FR_ASSIGN_OR_RETURN(built.schedule, pipeline::BuildSchedule(options));  // bubbles placed
+    FR_RETURN_IF_ERROR(pipeline::Validate(built.schedule));
+    return built;
+  }
+  // A loaded schedule's bubbles (if any) came from another cost model: place them anew.
+  FR_RETURN_IF_ERROR(pipeline::InsertBubbles(&built.schedule, built.cost));
+  return built;
+}
+
+int Fail(const absl::Status& status) {
+  std::cerr << "error: " << status.message() << (absl::EndsWith(status.message(), "\n") ? "" : "\n");
+  return kExitFailure;
+}
+
+}  // namespace
+
+const std::vector<FlagSpec>& ScheduleFlags() {
+  static const std::vector<FlagSpec> flags = [] {
+    std::vector<FlagSpec> f = CommonFlags();
+    f.push_back({"format", "FORMAT", "text, csv, torch, json, chrome or svg (default text)"});
+    return f;
+  }();
+  return flags;
+}
+
+const std::vector<FlagSpec>& SimulateFlags() {
+  static const std::vector<FlagSpec> flags = [] {
+    std::vector<FlagSpec> f = CommonFlags();
+    f.push_back({"format", "FORMAT", "text or json (default text)"});
+    return f;
+  }();
+  return flags;
+}
+
+int ScheduleCommand(const ParsedFlags& flags) {
+  const std::string format = flags.Get("format", "text");
+  if (format != "text" && format != "csv" && format != "torch" && format != "json" &&
+      format != "chrome" && format != "svg") {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--format: expected text, csv, torch, json, chrome or svg, found '", format, "'")));
+  }
+  absl::StatusOr<Built> built = BuildFromFlags(flags);
+  if (!built.ok()) return Fail(built.status());
+  if (!built->split.empty() && format != "text") std::cerr << built->split << "\n";
+  if (format == "text") {
+    const std::string split = built->split.empty() ? "" : absl::StrCat("# ", built->split, "\n");
+    return EmitOutput(flags, split + pipeline::ScheduleToText(built->schedule));
+  }
+  if (format == "csv") return EmitOutput(flags, pipeline::ScheduleToCsv(built->schedule));
+  if (format == "torch") return EmitOutput(flags, pipeline::ScheduleToTorchCsv(built->schedule));
+  absl::StatusOr<pipeline::SimResult> sim = pipeline::Simulate(built->schedule, built->cost);
+  if (!sim.ok()) return Fail(sim.status());
+  if (format == "json") return EmitOutput(flags, pipeline::SummaryJson(built->schedule, *sim));
+  if (format == "chrome") return EmitOutput(flags, pipeline::ChromeTrace(built->schedule, *sim));
+  return EmitOutput(flags, pipeline::GanttSvg(built->schedule, *sim));
+}
+
+int SimulateCommand(const ParsedFlags& flags) {
+  const std::string format = flags.Get("format", "text");
+  if (format != "text" && format != "json") {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--format: expected text or json, found '", format, "'")));
+  }
+  absl::StatusOr<Built> built = BuildFromFlags(flags);
+  if (!built.ok()) return Fail(built.status());
+  absl::StatusOr<pipeline::SimResult> sim = pipeline::Simulate(built->schedule, built->cost);
+  if (!sim.ok()) return Fail(sim.status());
+  if (format == "json") {
+    if (!built->split.empty()) std::cerr << built->split << "\n";
+    return EmitOutput(flags, pipeline::SummaryJson(built->schedule, *sim));
+  }
+  const std::string split = built->split.empty() ? "" : built->split + "\n";
+  return EmitOutput(flags, split + pipeline::SummaryText(built->schedule, *sim));
+}
+
+}  // namespace freeride

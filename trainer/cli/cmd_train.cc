@@ -1,0 +1,354 @@
+#include "trainer/cli/cmd_train.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <optional>
+#include <random>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include <mpi.h>
+
+#include "core/json_string.h"
+#include "core/logging.h"
+#include "core/run_lock.h"
+#include "core/stop_request.h"
+#include "models/gpt2.h"
+#include "models/gpt2_decoder.h"
+#include "pipeline/comm/transport.h"
+#include "models/llmc_checkpoint.h"
+#include "trainer/cli/cli.h"
+#include "trainer/config/default_config.h"
+#include "trainer/run_dir.h"
+#include "models/tokenizer.h"
+#include "trainer/study.h"
+#include "trainer/train_state.h"
+#include "trainer/trainer.h"
+
+namespace freeride {
+namespace {
+
+int Fail(const absl::Status& status) {
+  for (absl::string_view line : absl::StrSplit(status.message(), '\n')) {
+    std::cerr << "error: " << line << "\n";
+  }
+  return kExitFailure;
+}
+
+template <typename N>
+bool ParseNumber(const ParsedFlags& flags, const std::string& name, N* value) {
+  if (!flags.Has(name)) return true;
+  bool ok;
+  if constexpr (std::is_floating_point_v<N>) {
+    ok = absl::SimpleAtod(flags.Get(name), value);
+  } else {
+    ok = absl::SimpleAtoi(flags.Get(name), value);
+  }
+  if (!ok) std::cerr << "error: --" << name << " expects a number, found '" << flags.Get(name) << "'\n";
+  return ok;
+}
+
+absl::StatusOr<std::unique_ptr<GPT2Stage<float>>> LoadModel(const std::string& checkpoint,
+                                                           int64_t B, int64_t T) {
+  absl::StatusOr<LlmcModel> weights = ReadLlmcModel(ModelFileOf(checkpoint));
+  if (!weights.ok()) return weights.status();
+  if (T > weights->config.max_seq_len) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "sequence length %d exceeds the model's max_seq_len %d", T, weights->config.max_seq_len));
+  }
+  auto model = std::make_unique<GPT2Stage<float>>(weights->config, WholeModel(weights->config),
+                                                  B, T, 1);
+  std::memcpy(model->params(), weights->params.data(), weights->params.size() * sizeof(float));
+  return model;
+}
+
+}  // namespace
+
+std::vector<FlagSpec> TrainFlags() {
+  return {{"config", "FILE", "the run's TOML config (default: the embedded tiny CPU run)"},
+          {"set", "SECTION.KEY=VALUE", "override one config key", true}};
+}
+
+// True when an MPI launcher (mpirun, srun with PMI/PMIx) started this process.
+bool LaunchedByMpi() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"}) {
+    if (std::getenv(var) != nullptr) return true;
+  }
+  return false;
+}
+
+// A run stopped by a signal ends with kExitStopped and its message on standard error (not
+// as an error: the stop was asked for and the checkpoint is written).
+int Stopped(const absl::Status& status) {
+  std::cerr << status.message() << "\n";
+  return kExitStopped;
+}
+
+// Loads the config, and runs `work` on a Trainer: alone, or as one rank of an MPI job (a
+// failure on any rank then ends the whole job: the others would wait for it until their
+// timeouts). SIGTERM, SIGINT and SIGUSR1 ask the run to stop at the next step boundary.
+int WithTrainer(const ParsedFlags& flags, const std::function<void(Config&)>& adjust,
+                const std::function<absl::Status(Trainer&, const Config&)>& work) {
+  const std::vector<std::string> overrides = flags.GetAll("set");
+  absl::StatusOr<Config> config =
+      flags.Has("config") ? LoadConfigFile(flags.Get("config"), overrides)
+                          : ParseConfig(DefaultConfigToml(), kDefaultConfigName, overrides);
+  if (!config.ok()) return Fail(config.status());
+  adjust(*config);
+  InstallStopHandlers();
+  if (!LaunchedByMpi()) {
+    absl::StatusOr<DirectoryLock> lock = PrepareRunDir(*config);
+    if (!lock.ok()) return Fail(lock.status());
+    absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*config);
+    if (!trainer.ok()) return Fail(trainer.status());
+    absl::Status s = work(**trainer, *config);
+    (*trainer)->RecordEnd(s);
+    if (absl::IsCancelled(s)) return Stopped(s);
+    return s.ok() ? kExitOk : Fail(s);
+  }
+  int provided = 0;
+  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  SetLogRank(rank);
+  auto fail = [&](const absl::Status& status) {
+    const bool named = absl::StartsWith(status.message(), "rank ");
+    Fail(named ? status
+               : absl::Status(status.code(), absl::StrFormat("rank %d: %s", rank, status.message())));
+    MPI_Abort(MPI_COMM_WORLD, kExitFailure);
+    return kExitFailure;
+  };
+  std::optional<DirectoryLock> lock;
+  if (rank == 0) {
+    absl::StatusOr<DirectoryLock> locked = PrepareRunDir(*config);
+    if (!locked.ok()) return fail(locked.status());
+    lock = *std::move(locked);
+  }
+  bool stopped = false;
+  {
+    std::unique_ptr<pipeline::Transport> transport = pipeline::MakeMpiTransport();
+    absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*config, transport.get());
+    if (!trainer.ok()) return fail(trainer.status());
+    absl::Status s = work(**trainer, *config);
+    (*trainer)->RecordEnd(s);
+    // Every rank agreed on the stop inside the step's sums, so all of them get here.
+    if (absl::IsCancelled(s)) {
+      stopped = true;
+      if (rank == 0) Stopped(s);
+    } else if (!s.ok()) {
+      return fail(s);
+    }
+  }
+  MPI_Finalize();
+  return stopped ? kExitStopped : kExitOk;
+}
+
+int TrainCommand(const ParsedFlags& flags) {
+  return WithTrainer(flags, [](Config&) {},
+                     [](Trainer& trainer, const Config&) { return trainer.Run(); });
+}
+
+std::vector<FlagSpec> StudyFlags() {
+  return {{"config", "FILE", "the run's TOML config, with freeride.enabled and [[side_tasks]]"},
+          {"set", "SECTION.KEY=VALUE", "override one config key", true},
+          {"rounds", "R", "how many times each arm's block comes at least (default 3)"},
+          {"block_steps", "N", "training steps per block (default 4)"},
+          {"target_ci", "PCT",
+           "add rounds until every arm's overhead interval is within ±PCT percent (e.g. 2)"},
+          {"max_rounds", "R", "with --target_ci: at most this many rounds (default 20)"}};
+}
+
+int StudyCommand(const ParsedFlags& flags) {
+  StudyOptions options;
+  int64_t rounds = options.rounds, block = options.block_steps, max_rounds = options.max_rounds;
+  double target_pct = 0;
+  if (!ParseNumber(flags, "rounds", &rounds) || !ParseNumber(flags, "block_steps", &block) ||
+      !ParseNumber(flags, "max_rounds", &max_rounds) ||
+      !ParseNumber(flags, "target_ci", &target_pct)) {
+    return kExitUsage;
+  }
+  if (rounds < 1 || block < 1 || max_rounds < 1) {
+    std::cerr << "error: --rounds, --block_steps and --max_rounds take integers >= 1\n";
+    return kExitUsage;
+  }
+  if (flags.Has("target_ci") && !(target_pct > 0 && target_pct < 100)) {
+    std::cerr << "error: --target_ci takes a percentage above 0 and below 100, found '"
+              << flags.Get("target_ci") << "'\n";
+    return kExitUsage;
+  }
+  if (flags.Has("max_rounds") && !flags.Has("target_ci")) {
+    std::cerr << "error: --max_rounds bounds the rounds --target_ci adds; give --target_ci\n";
+    return kExitUsage;
+  }
+  if (flags.Has("target_ci") && max_rounds < rounds) {
+    std::cerr << "error: --max_rounds " << max_rounds << " is below --rounds " << rounds << "\n";
+    return kExitUsage;
+  }
+  options.rounds = static_cast<int>(rounds);
+  options.block_steps = static_cast<int>(block);
+  options.max_rounds = static_cast<int>(max_rounds);
+  options.target_ci = target_pct / 100;
+  return WithTrainer(
+      flags,
+      // The study decides when side tasks run and how many steps there may be.
+      [&](Config& config) { PrepareStudyConfig(config, options); },
+      [&](Trainer& trainer, const Config& config) -> absl::Status {
+        absl::StatusOr<std::string> table = RunStudy(trainer, config, options);
+        if (!table.ok()) return table.status();
+        if (trainer.side_tasks() != nullptr) trainer.side_tasks()->Finish();
+        if (absl::Status s = trainer.WriteTimelines(); !s.ok()) return s;
+        std::cout << *table << std::flush;
+        return absl::OkStatus();
+      });
+}
+
+std::vector<FlagSpec> SampleFlags() {
+  return {{"checkpoint", "PATH", "a checkpoint directory or an llm.c model file"},
+          {"prompt", "TEXT", "text to continue (default: start of a document)"},
+          {"tokens", "N", "tokens to generate (default 64)"},
+          {"temperature", "X", "softmax temperature; 0 picks the most likely token (default 1)"},
+          {"top_k", "K", "sample among the K most likely tokens; 0: all (default 40)"},
+          {"seed", "N", "random seed (default 1337)"},
+          {"format", "text|jsonl",
+           "text: the prompt and its continuation as it is sampled (default); jsonl: one record "
+           "with the prompt's and the generated token ids and the decoded text"},
+          {"tokenizer", "FILE", "GPT-2 BPE ranks (default data/r50k_base.tiktoken)"}};
+}
+
+int SampleCommand(const ParsedFlags& flags) {
+  if (!flags.Has("checkpoint")) {
+    std::cerr << "error: sample needs --checkpoint PATH\n";
+    return kExitUsage;
+  }
+  int64_t tokens = 64, top_k = 40, seed = 1337;
+  double temperature = 1.0;
+  if (!ParseNumber(flags, "tokens", &tokens) || !ParseNumber(flags, "top_k", &top_k) ||
+      !ParseNumber(flags, "seed", &seed) || !ParseNumber(flags, "temperature", &temperature) ||
+      tokens < 1 || top_k < 0 || temperature < 0) {
+    std::cerr << "error: --tokens must be >= 1, --top_k and --temperature >= 0\n";
+    return kExitUsage;
+  }
+  auto tokenizer = Tokenizer::Load(flags.Get("tokenizer", kDefaultTokenizerPath));
+  if (!tokenizer.ok()) return Fail(tokenizer.status());
+  std::vector<int32_t> context{kEndOfText};
+  if (flags.Has("prompt")) {
+    absl::StatusOr<std::vector<int32_t>> ids = (*tokenizer)->Encode(flags.Get("prompt"));
+    if (!ids.ok()) return Fail(ids.status());
+    context.insert(context.end(), ids->begin(), ids->end());
+  }
+  absl::StatusOr<LlmcModel> weights = ReadLlmcModel(ModelFileOf(flags.Get("checkpoint")));
+  if (!weights.ok()) return Fail(weights.status());
+  const GPT2Config& config = weights->config;
+  const int64_t room = config.max_seq_len - static_cast<int64_t>(context.size());
+  if (room < 1) {
+    return Fail(absl::InvalidArgumentError(absl::StrFormat(
+        "the prompt has %d tokens; the model's context holds %d", context.size() - 1,
+        config.max_seq_len)));
+  }
+  if (tokens > room) {
+    std::cerr << absl::StrFormat("note: generating %d tokens, what the model's context of %d "
+                                 "leaves after the prompt\n", room, config.max_seq_len);
+    tokens = room;
+  }
+  // The prompt goes through the key/value cache once; each new token then costs one position.
+  GPT2Decoder decoder(config, weights->params.data(), 1, context.size() + tokens);
+  const float* logits = nullptr;
+  for (int32_t token : context) logits = decoder.Step(&token);
+  const int64_t V = config.vocab_size;
+  std::mt19937_64 rng(static_cast<uint64_t>(seed));
+  std::vector<std::pair<float, int32_t>> candidates(V);
+  const std::string format = flags.Get("format", "text");
+  if (format != "text" && format != "jsonl") {
+    std::cerr << "error: --format takes text or jsonl, found '" << format << "'\n";
+    return kExitUsage;
+  }
+  const bool stream = format == "text";
+  if (stream) std::cout << flags.Get("prompt") << std::flush;
+  std::vector<int32_t> generated;
+  for (int64_t n = 0; n < tokens; ++n) {
+    int32_t next = 0;
+    for (int32_t v = 0; v < V; ++v) candidates[v] = {logits[v], v};
+    if (temperature == 0) {
+      next = std::max_element(candidates.begin(), candidates.end())->second;
+    } else {
+      const int64_t k = top_k == 0 ? V : std::min<int64_t>(top_k, V);
+      std::partial_sort(candidates.begin(), candidates.begin() + k, candidates.end(),
+                        [](const auto& a, const auto& b) { return a.first > b.first; });
+      std::vector<double> w(k);
+      for (int64_t i = 0; i < k; ++i) {
+        w[i] = std::exp((candidates[i].first - candidates[0].first) / temperature);
+      }
+      next = candidates[std::discrete_distribution<int64_t>(w.begin(), w.end())(rng)].second;
+    }
+    generated.push_back(next);
+    if (stream) {
+      absl::StatusOr<std::string> text = (*tokenizer)->Decode({next});
+      if (text.ok()) std::cout << *text << std::flush;
+    }
+    if (n + 1 < tokens) logits = decoder.Step(&next);
+  }
+  if (stream) {
+    std::cout << "\n";
+    return kExitOk;
+  }
+  // One record: the prompt's and the generated token ids beside the decoded text.
+  absl::StatusOr<std::string> text = (*tokenizer)->Decode(generated);
+  if (!text.ok()) return Fail(text.status());
+  std::cout << absl::StrFormat(
+      "{\"prompt\": %s, \"prompt_tokens\": [%s], \"tokens\": [%s], \"text\": %s}\n",
+      JsonString(flags.Get("prompt")), absl::StrJoin(context.begin() + 1, context.end(), ", "),
+      absl::StrJoin(generated, ", "), JsonString(*text));
+  return kExitOk;
+}
+
+std::vector<FlagSpec> EvalFlags() {
+  return {{"checkpoint", "PATH", "a checkpoint directory or an llm.c model file"},
+          {"data", "GLOB", "token shards to evaluate on (llm.c format)"},
+          {"batch_size", "B", "sequences per batch (default 4)"},
+          {"seq_len", "T", "tokens per sequence (default 64)"},
+          {"batches", "N", "batches to average; 0: one pass over the data (default 0)"}};
+}
+
+int EvalCommand(const ParsedFlags& flags) {
+  if (!flags.Has("checkpoint") || !flags.Has("data")) {
+    std::cerr << "error: eval needs --checkpoint PATH and --data GLOB\n";
+    return kExitUsage;
+  }
+  int64_t B = 4, T = 64, batches = 0;
+  if (!ParseNumber(flags, "batch_size", &B) || !ParseNumber(flags, "seq_len", &T) ||
+      !ParseNumber(flags, "batches", &batches) || B < 1 || T < 1 || batches < 0) {
+    std::cerr << "error: --batch_size and --seq_len must be >= 1, --batches >= 0\n";
+    return kExitUsage;
+  }
+  auto model = LoadModel(flags.Get("checkpoint"), B, T);
+  if (!model.ok()) return Fail(model.status());
+  absl::StatusOr<TokenLoader> loader = TokenLoader::Open(flags.Get("data"), B, T, false, 0);
+  if (!loader.ok()) return Fail(loader.status());
+  if (batches == 0) batches = loader->batches_per_epoch();
+  double loss = 0;
+  std::vector<int32_t> inputs(B * T), targets(B * T);
+  for (int64_t b = 0; b < batches; ++b) {
+    loader->Next(inputs.data(), targets.data());
+    for (int64_t i = 0; i < B * T; ++i) {
+      if (inputs[i] >= (*model)->config().vocab_size) {
+        return Fail(absl::InvalidArgumentError(absl::StrFormat(
+            "the data holds token %d, outside the model's vocabulary of %d", inputs[i],
+            (*model)->config().vocab_size)));
+      }
+    }
+    std::memcpy((*model)->tokens(0), inputs.data(), B * T * sizeof(int32_t));
+    std::memcpy((*model)->targets(0), targets.data(), B * T * sizeof(int32_t));
+    loss += (*model)->Forward(0);
+  }
+  std::cout << absl::StrFormat("eval: %d batches of %d x %d tokens: mean loss %.6f\n", batches,
+                               B, T, loss / static_cast<double>(batches));
+  return kExitOk;
+}
+
+}  // namespace freeride

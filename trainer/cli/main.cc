@@ -1,0 +1,10 @@
+#include "core/blas_setup.h"
+#include "core/stop_request.h"
+#include "trainer/cli/cli.h"
+
+int main(int argc, char** argv) {
+  freeride::UseBestBlasKernels(argv);
+  // Before anything slow: a stop asked for during start-up is kept for the first step boundary.
+  freeride::InstallStopHandlers();
+  return freeride::RunCli(std::vector<std::string>(argv + 1, argv + argc));
+}

@@ -1,0 +1,162 @@
+// The run configuration: one TOML file (sections as in docs/config.md), validated against a
+// typed schema (trainer/config/config_schema.cc) that owns every key's type, range, default and
+// documentation. Defaults are the member initialisers below; the schema reads them from a
+// default-constructed Config, so there is one source of truth.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "freeride/task_args.h"
+
+namespace freeride {
+
+struct RunConfig {
+  std::string dir = "runs/default";
+  int64_t seed = 1337;
+  int64_t log_every = 1;
+};
+
+struct ModelConfig {
+  std::string init_from;
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t n_embd = 128;
+  int64_t max_seq_len = 256;
+  int64_t vocab_size = 50257;
+};
+
+struct DataConfig {
+  std::string train;
+  std::string val;
+  bool shuffle = false;
+};
+
+struct TrainConfig {
+  int64_t batch_size = 8;
+  int64_t seq_len = 64;
+  int64_t microbatches = 1;
+  int64_t steps = 100;
+};
+
+struct OptimConfig {
+  double lr = 6e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;
+  int64_t warmup_steps = 0;
+  std::string schedule = "cosine";
+  double min_lr_ratio = 0.1;
+  std::string on_nonfinite = "stop";
+  int64_t max_nonfinite_skips = 5;
+};
+
+struct EvalConfig {
+  int64_t every = 0;
+  int64_t batches = 8;
+};
+
+struct CheckpointConfig {
+  int64_t every = 0;
+  std::string dir;
+  std::string resume;
+};
+
+struct ParallelConfig {
+  int64_t pp = 1;
+  int64_t dp = 1;
+  std::string schedule = "1f1b";
+  std::string schedule_file;  // parallel.schedule = "file"
+  int64_t chunks = 1;
+  std::string partition = "balanced";
+  std::vector<int64_t> layers_per_stage;
+};
+
+struct RuntimeConfig {
+  std::string device = "cpu";
+  std::string precision = "fp32";
+  double comm_timeout_s = 300.0;
+  bool emulate_peers = false;
+  int64_t emulated_stage = 0;
+  double link_bandwidth_gbs = 25.0;
+  int64_t threads = 0;
+};
+
+struct FreerideConfig {
+  bool enabled = false;
+  int64_t alternate_every = 0;
+  int64_t calibration_steps = 3;
+  double margin = 0.1;
+  double step_timeout_s = 60;
+  int64_t demote_after = 3;
+};
+
+
+struct SideTaskConfig {
+  std::string type;
+  std::string name;                 // defaults to type
+  std::string plugin;               // shared object providing `type`; empty: built-in
+  std::vector<int64_t> stages;      // empty means every stage
+  int64_t priority = 0;             // higher runs first
+  int64_t memory_limit_bytes = 0;   // 0: no cap beyond what the stage has free
+  std::string isolation;            // "process" | "inprocess"; empty: the type's default
+  std::optional<bool> repeat;       // restart on fresh input once done; unset: false, but true
+                                    // in a study (every arm keeps its task busy)
+  TaskArgs args;
+  // Where each key came from ("file:line:column"; "" is the [[side_tasks]] table itself,
+  // "args.NAME" an argument), for errors found after parsing (`config check`, `train`).
+  std::map<std::string, std::string> origins;
+};
+
+// "process" for plugins and `command`, "inprocess" for the other built-in tasks.
+std::string DefaultIsolation(const SideTaskConfig& task);
+
+struct Config {
+  RunConfig run;
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  OptimConfig optim;
+  EvalConfig eval;
+  CheckpointConfig checkpoint;
+  ParallelConfig parallel;
+  RuntimeConfig runtime;
+  FreerideConfig freeride;
+  std::vector<SideTaskConfig> side_tasks;
+  // "section.key" of every key the file or an override set (the rest kept their defaults):
+  // lets a checkpoint's architecture rule where the config is silent.
+  std::set<std::string> explicit_keys;
+};
+
+// Parses TOML `text` (named `source` in messages, usually its path), applies `overrides`
+// ("section.key=value" or "side_tasks.N.key=value", values in TOML syntax; a bare word is
+// taken as a string where a string is expected) and validates the result. On failure the
+// status message holds one line per problem, each naming source:line:column, the key, what
+// was expected and what was found.
+absl::StatusOr<Config> ParseConfig(absl::string_view text, absl::string_view source,
+                                   const std::vector<std::string>& overrides = {});
+
+// Reads and parses a config file.
+absl::StatusOr<Config> LoadConfigFile(const std::string& path,
+                                      const std::vector<std::string>& overrides = {});
+
+// The effective config as TOML, every key spelled out; parses back to an equal Config.
+std::string ConfigToToml(const Config& config);
+
+// docs/config.md, generated from the schema (a test keeps the committed file equal to it).
+std::string ConfigReferenceMarkdown();
+
+// Parses "512MiB", "2 GiB", "100MB", "4096" into bytes.
+absl::StatusOr<int64_t> ParseByteSize(absl::string_view text);
+std::string FormatByteSize(int64_t bytes);
+
+}  // namespace freeride

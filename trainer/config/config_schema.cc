@@ -1,0 +1,315 @@
+#include "trainer/config/config_schema.h"
+
+#include <algorithm>
+#include <charconv>
+#include <type_traits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+
+namespace freeride::config_internal {
+namespace {
+
+template <typename T>
+constexpr KeyType TypeOf() {
+  if constexpr (std::is_same_v<T, int64_t>) return KeyType::kInt;
+  if constexpr (std::is_same_v<T, double>) return KeyType::kFloat;
+  if constexpr (std::is_same_v<T, bool>) return KeyType::kBool;
+  if constexpr (std::is_same_v<T, std::string>) return KeyType::kString;
+  if constexpr (std::is_same_v<T, std::vector<int64_t>>) return KeyType::kIntList;
+}
+
+KeySpec MakeKey(const char* section, const char* key, KeyType type,
+                std::function<void*(Config&)> field) {
+  KeySpec spec;
+  spec.section = section;
+  spec.key = key;
+  spec.type = type;
+  spec.field = std::move(field);
+  return spec;
+}
+
+// FR_KEY(train, batch_size) binds "train.batch_size" to Config::train.batch_size, its type
+// taken from the member.
+#define FR_KEY(sec, name)                                                             \
+  MakeKey(#sec, #name,                                                                \
+          TypeOf<std::remove_cvref_t<decltype(std::declval<Config&>().sec.name)>>(), \
+          [](Config& c) -> void* { return &c.sec.name; })
+
+std::vector<KeySpec> BuildSchema() {
+  return {
+      FR_KEY(run, dir).Doc("Directory for this run's outputs: effective config, metrics.jsonl, "
+                           "traces, checkpoints (unless checkpoint.dir is set)."),
+      FR_KEY(run, seed).Min(0).Doc("Seed for initialisation, data shuffling and sampling."),
+      FR_KEY(run, log_every).Min(1).Doc("Print a progress line every this many steps."),
+
+      FR_KEY(model, init_from).Doc("llm.c checkpoint to start from; empty for GPT-2's random "
+                                   "initialisation. The checkpoint's architecture rules: model "
+                                   "keys set here must agree with it."),
+      FR_KEY(model, n_layer).Min(1).Max(1024).Doc("Transformer blocks."),
+      FR_KEY(model, n_head).Min(1).Max(1024).Doc("Attention heads; must divide n_embd."),
+      FR_KEY(model, n_embd).Min(1).Max(65536).Doc("Embedding width."),
+      FR_KEY(model, max_seq_len).Min(1).Max(1 << 20).Doc("Positions in the position embedding."),
+      FR_KEY(model, vocab_size).Min(1).Max(1 << 24).Doc(
+          "Vocabulary size (50257 for GPT-2); padded to a multiple of 128 in memory."),
+
+      FR_KEY(data, train).Required().Doc("Training token shards (llm.c format); a path or a glob."),
+      FR_KEY(data, val).Doc("Validation token shards; a path or a glob. Empty: no validation."),
+      FR_KEY(data, shuffle).Doc("Visit training windows in a seeded random order."),
+
+      FR_KEY(train, batch_size).Min(1).Doc(
+          "Sequences per optimizer step per data-parallel replica."),
+      FR_KEY(train, seq_len).Min(1).Doc("Tokens per sequence; at most model.max_seq_len."),
+      FR_KEY(train, microbatches).Min(1).Doc(
+          "Micro-batches per step (m); each holds batch_size / m sequences."),
+      FR_KEY(train, steps).Min(0).Doc("Optimizer steps to run."),
+
+      FR_KEY(optim, lr).Min(0, true).Doc("Peak learning rate."),
+      FR_KEY(optim, beta1).Min(0).Max(1, true).Doc("AdamW first-moment decay."),
+      FR_KEY(optim, beta2).Min(0).Max(1, true).Doc("AdamW second-moment decay."),
+      FR_KEY(optim, eps).Min(0, true).Doc("AdamW epsilon."),
+      FR_KEY(optim, weight_decay).Min(0).Doc("Decoupled weight decay on matrices (not on "
+                                             "biases, LayerNorm or position embeddings)."),
+      FR_KEY(optim, grad_clip).Min(0).Doc("Clip the global gradient norm to this; 0 turns "
+                                          "clipping off."),
+      FR_KEY(optim, warmup_steps).Min(0).Doc("Linear warm-up steps from 0 to lr."),
+      FR_KEY(optim, schedule).Choices({"cosine", "constant"}).Doc(
+          "Learning-rate schedule after warm-up."),
+      FR_KEY(optim, min_lr_ratio).Min(0).Max(1).Doc(
+          "Cosine schedule's final learning rate as a fraction of lr."),
+      FR_KEY(optim, on_nonfinite).Choices({"stop", "skip"}).Doc(
+          "A step whose loss or gradient norm is NaN or infinite is never applied; then "
+          "\"stop\" ends the run with an error, \"skip\" goes on with the next batch."),
+      FR_KEY(optim, max_nonfinite_skips).Min(1).Doc(
+          "With on_nonfinite = \"skip\": this many non-finite steps in a row end the run."),
+
+      FR_KEY(eval, every).Min(0).Doc("Validation loss every this many steps; 0 turns it off."),
+      FR_KEY(eval, batches).Min(1).Doc("Validation batches per evaluation."),
+
+      FR_KEY(checkpoint, every).Min(0).Doc("Write a checkpoint every this many steps; the final "
+                                           "step always writes one."),
+      FR_KEY(checkpoint, dir).Doc("Checkpoint directory; empty means run.dir/checkpoints."),
+      FR_KEY(checkpoint, resume).Doc("Resume training from a checkpoint directory (one written by "
+                                     "this project), or \"latest\" for the newest one in "
+                                     "checkpoint.dir; empty starts afresh."),
+
+      FR_KEY(parallel, pp).Min(1).Max(4096).Doc("Pipeline stages."),
+      FR_KEY(parallel, dp).Min(1).Max(4096).Doc("Data-parallel replicas; world size is pp × dp."),
+      FR_KEY(parallel, schedule)
+          .Choices({"gpipe", "1f1b", "interleaved", "zbh1", "zbh2", "zbv", "dualpipev", "file"})
+          .Doc("Pipeline schedule; \"file\" trains parallel.schedule_file as it is."),
+      FR_KEY(parallel, schedule_file).Doc(
+          "A schedule in freeride's text or CSV form or torch.distributed.pipelining's CSV "
+          "(for parallel.schedule = \"file\"); validated, completed and trained as is."),
+      FR_KEY(parallel, chunks).Min(1).Max(64).Doc(
+          "Model chunks per stage (v); ≥ 2 for interleaved; zbv and dualpipev run 2 (in a V); "
+          "1 otherwise."),
+      FR_KEY(parallel, partition).Choices({"balanced", "even"}).Doc(
+          "How blocks are split over the model chunks: \"balanced\" minimises the costliest "
+          "chunk, counting the embedding and the LM head by the FLOP model; \"even\" gives "
+          "each the same number of blocks. parallel.layers_per_stage overrides both."),
+      FR_KEY(parallel, layers_per_stage).Doc(
+          "Blocks in each of the pp × chunks model chunks, in pipeline order; must sum to "
+          "model.n_layer. Empty: split by parallel.partition."),
+
+      FR_KEY(runtime, device).Choices({"cpu", "cuda"}).Doc("Backend that runs the model."),
+      FR_KEY(runtime, precision).Choices({"fp32", "bf16"}).Doc(
+          "Weights and activations; bf16 keeps fp32 master weights (CUDA only)."),
+      FR_KEY(runtime, comm_timeout_s).Min(0, true).Doc(
+          "Seconds a blocking communication may wait before the job stops with a report of "
+          "what each rank was waiting for."),
+      FR_KEY(runtime, emulate_peers).Doc(
+          "Run one stage (runtime.emulated_stage) for real in this one process and emulate the "
+          "other stages' timing from their measured costs (docs/emulation.md)."),
+      FR_KEY(runtime, emulated_stage).Min(0).Doc(
+          "With runtime.emulate_peers: the stage that runs for real."),
+      FR_KEY(runtime, link_bandwidth_gbs).Min(0, true).Doc(
+          "With runtime.emulate_peers: bandwidth (GB/s) of the link between stages, for the "
+          "emulated transfer time of an activation or gradient."),
+      FR_KEY(runtime, threads).Min(0).Doc("CPU threads per rank; 0: the cores available."),
+
+      FR_KEY(freeride, enabled).Doc("Run the configured side tasks inside pipeline bubbles."),
+      FR_KEY(freeride, alternate_every).Min(0).Doc(
+          "Measure overhead in one run: harvest in blocks of this many steps, alternating with "
+          "blocks without; 0 harvests every step."),
+      FR_KEY(freeride, calibration_steps).Min(1).Doc(
+          "Steps of each task run alone before training, to measure its standalone step time."),
+      FR_KEY(freeride, margin).Min(0).Max(1).Doc(
+          "Fraction of a bubble's predicted time kept free: a task step starts only if it fits "
+          "in the rest."),
+      FR_KEY(freeride, step_timeout_s).Min(0.001).Doc(
+          "A process-isolated task whose step (or create, or load) has run this long without "
+          "finishing is hung: its worker is killed and the task FAILED."),
+      FR_KEY(freeride, demote_after).Min(1).Doc(
+          "In-process steps that overrun their bubble (over twice their predicted time, past the "
+          "bubble's end) before the task is demoted; twice as many fail it."),
+  };
+}
+
+}  // namespace
+
+const std::vector<KeySpec>& Schema() {
+  static const std::vector<KeySpec> schema = BuildSchema();
+  return schema;
+}
+
+const std::vector<std::string>& SectionNames() {
+  static const std::vector<std::string> names = {
+      "run",        "model",    "data",    "train",    "optim",     "eval",
+      "checkpoint", "parallel", "runtime", "freeride", "side_tasks"};
+  return names;
+}
+
+std::string SectionDoc(absl::string_view section) {
+  if (section == "run") return "Where outputs go and how the run is seeded.";
+  if (section == "model") return "GPT-2 architecture.";
+  if (section == "data") return "Token shards to train and validate on.";
+  if (section == "train") return "Batch shape and length of training.";
+  if (section == "optim") return "AdamW, learning-rate schedule and gradient clipping.";
+  if (section == "eval") return "Validation during training.";
+  if (section == "checkpoint") return "Training-state checkpoints.";
+  if (section == "parallel") return "Pipeline and data parallelism.";
+  if (section == "runtime") return "Device, precision and communication.";
+  if (section == "freeride") return "Side-task harvesting of pipeline bubbles.";
+  if (section == "side_tasks") {
+    return "Side tasks to run in bubbles: an array of tables, one `[[side_tasks]]` each.";
+  }
+  return "";
+}
+
+const std::vector<SideTaskKeyDoc>& SideTaskKeys() {
+  static const std::vector<SideTaskKeyDoc> keys = {
+      {"type", "string", "(required)", "Registered task type, e.g. `pagerank`, `image`."},
+      {"name", "string", "the type", "Name in logs and reports; unique among side tasks."},
+      {"stages", "list of integers or \"all\"", "\"all\"",
+       "Pipeline stages whose bubbles run this task; each below parallel.pp."},
+      {"priority", "integer", "0", "Higher-priority tasks are offered bubbles first."},
+      {"memory_limit", "integer bytes or size string", "0",
+       "Cap on the task's device memory, e.g. \"512MiB\"; 0: no cap beyond what is free."},
+      {"plugin", "string (path)", "\"\"",
+       "Shared object providing `type` (an out-of-tree task); empty for built-in tasks."},
+      {"isolation", "\"process\" or \"inprocess\"", "process for plugins and `command`",
+       "Where the task runs: its own worker process (paused at bubble ends; a crash, hang or "
+       "memory overrun fails it alone) or the rank's process (the cheapest switch)."},
+      {"repeat", "boolean", "false; true in `freeride study`",
+       "Once the task is done, restart it on fresh input (a new seed, the next images) instead "
+       "of finishing, so its bubbles stay used."},
+      {"args", "table", "{}", "The task's own arguments, checked by the task at start."},
+  };
+  return keys;
+}
+
+std::string KeySpec::Expected() const {
+  switch (type) {
+    case KeyType::kBool:
+      return "a boolean";
+    case KeyType::kIntList:
+      return "a list of integers";
+    case KeyType::kString:
+      if (choices.empty()) return "a string";
+      return absl::StrCat("one of ", absl::StrJoin(choices, ", ", [](std::string* out,
+                                                                    const std::string& c) {
+                            absl::StrAppend(out, "\"", c, "\"");
+                          }));
+    case KeyType::kInt:
+    case KeyType::kFloat: {
+      std::string text = type == KeyType::kInt ? "an integer" : "a number";
+      auto bound = [&](double v) {
+        return type == KeyType::kInt ? absl::StrCat(static_cast<int64_t>(v)) : TomlFloat(v);
+      };
+      if (min && max) {
+        absl::StrAppend(&text, " in ", min_exclusive ? "(" : "[", bound(*min), ", ", bound(*max),
+                        max_exclusive ? ")" : "]");
+      } else if (min) {
+        absl::StrAppend(&text, min_exclusive ? " > " : " >= ", bound(*min));
+      } else if (max) {
+        absl::StrAppend(&text, max_exclusive ? " < " : " <= ", bound(*max));
+      }
+      return text;
+    }
+  }
+  return "";
+}
+
+std::string TomlString(absl::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          snprintf(buf, sizeof(buf), "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string TomlFloat(double value) {
+  // Shortest text that reads back to the same double, always recognisable as a float.
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), value);
+  std::string text(buf, end);
+  if (text.find_first_of(".en") == std::string::npos) text += ".0";
+  return text;
+}
+
+std::string FieldToToml(const KeySpec& spec, Config& config) {
+  void* field = spec.field(config);
+  switch (spec.type) {
+    case KeyType::kInt:
+      return absl::StrCat(*static_cast<int64_t*>(field));
+    case KeyType::kFloat:
+      return TomlFloat(*static_cast<double*>(field));
+    case KeyType::kBool:
+      return *static_cast<bool*>(field) ? "true" : "false";
+    case KeyType::kString:
+      return TomlString(*static_cast<std::string*>(field));
+    case KeyType::kIntList:
+      return absl::StrCat("[", absl::StrJoin(*static_cast<std::vector<int64_t>*>(field), ", "),
+                          "]");
+  }
+  return "";
+}
+
+std::string Suggest(absl::string_view word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_distance = 3;
+  for (const std::string& candidate : candidates) {
+    // Levenshtein distance with one rolling row.
+    std::vector<size_t> row(candidate.size() + 1);
+    for (size_t j = 0; j <= candidate.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= word.size(); ++i) {
+      size_t diagonal = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= candidate.size(); ++j) {
+        size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1,
+                           diagonal + (word[i - 1] == candidate[j - 1] ? 0 : 1)});
+        diagonal = up;
+      }
+    }
+    // A shortened or lengthened name ("optimizer" for "optim") counts as a near miss.
+    const bool prefix = std::min(word.size(), candidate.size()) >= 3 &&
+                        (absl::StartsWith(word, candidate) || absl::StartsWith(candidate, word));
+    if (prefix && best_distance > 1) {
+      best_distance = 1;
+      best = candidate;
+    } else if (row.back() < best_distance) {
+      best_distance = row.back();
+      best = candidate;
+    }
+  }
+  return best;
+}
+
+}  // namespace freeride::config_internal

@@ -1,0 +1,43 @@
+#include "trainer/config/memory_report.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "models/device_memory_plan.h"
+#include "pipeline/generators.h"
+#include "trainer/pipeline_plan.h"
+#include "trainer/trainer.h"
+
+namespace freeride {
+
+absl::StatusOr<std::string> DeviceMemoryReport(const Config& config) {
+  absl::StatusOr<GPT2Config> model = ResolveModelConfig(config);
+  if (!model.ok()) return model.status();
+  absl::StatusOr<PipelinePlan> pipeline_plan = PlanPipeline(config, *model);
+  if (!pipeline_plan.ok()) return pipeline_plan.status();
+  absl::StatusOr<pipeline::Schedule> schedule =
+      TrainingSchedule(config, *pipeline_plan, pipeline::CostModel::Uniform());
+  if (!schedule.ok()) return schedule.status();
+  const int pp = schedule->stages, chunks = schedule->chunks;
+  const std::vector<StageSpec>& specs = pipeline_plan->specs;
+  const int64_t micro_batch = config.train.batch_size / config.train.microbatches;
+  const int bytes = config.runtime.precision == "bf16" ? 2 : 4;
+  std::string out = absl::StrFormat(
+      "device memory per rank on the CUDA backend: %s, micro-batch %d × %d, %s schedule, "
+      "%d stage(s) × %d chunk(s)\n",
+      config.runtime.precision, micro_batch, config.train.seq_len, config.parallel.schedule, pp,
+      chunks);
+  for (int s = 0; s < pp; ++s) {
+    const int slots = std::max(1, schedule->buffers_per_stage[s]);
+    MemoryPlan plan;
+    for (int c = 0; c < chunks; ++c) {
+      const StageSpec& spec = specs[pipeline::VirtualStageOf(pipeline_plan->placement, pp, s, c)];
+      PlanStageMemory(*model, spec, micro_batch, config.train.seq_len, slots, bytes, &plan);
+    }
+    out += absl::StrFormat("stage %d: layers %s; %d activation slot(s): %s\n", s,
+                           DescribeStageChunks(*pipeline_plan, pp, s), slots, plan.Report());
+  }
+  return out;
+}
+
+}  // namespace freeride

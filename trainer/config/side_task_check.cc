@@ -1,0 +1,117 @@
+#include "trainer/config/side_task_check.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace freeride {
+namespace {
+
+// Where a problem with `task` points: the argument, key or table the message is about.
+std::string WhereOf(const SideTaskConfig& task, const std::string& message) {
+  auto origin = [&](const std::string& key) -> std::string {
+    auto it = task.origins.find(key);
+    return it != task.origins.end() ? it->second : "";
+  };
+  for (const auto& [key, where] : task.origins) {
+    if (key.rfind("args.", 0) == 0 && message.find(key + ":") != std::string::npos) return where;
+  }
+  if (message.find("plugin") != std::string::npos && !origin("plugin").empty()) {
+    return origin("plugin");
+  }
+  if (message.find("unknown side task type") != std::string::npos && !origin("type").empty()) {
+    return origin("type");
+  }
+  return origin("");
+}
+
+std::string Problem(const SideTaskConfig& task, size_t index, const std::string& where,
+                    absl::string_view message) {
+  return absl::StrFormat("%s%sside_tasks[%d] ('%s', %s): %s", where, where.empty() ? "" : ": ",
+                         index, task.name.empty() ? task.type : task.name, task.type, message);
+}
+
+int64_t FreeHostBytes() {
+  return static_cast<int64_t>(sysconf(_SC_AVPHYS_PAGES)) *
+         static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace
+
+SideTaskSpec SpecOf(const SideTaskConfig& task) {
+  SideTaskSpec spec;
+  spec.type = task.type;
+  spec.name = task.name.empty() ? task.type : task.name;
+  spec.plugin = task.plugin;
+  spec.priority = task.priority;
+  spec.memory_limit_bytes = task.memory_limit_bytes;
+  spec.args = task.args;
+  spec.isolation = task.isolation.empty() ? DefaultIsolation(task) : task.isolation;
+  spec.repeat = task.repeat.value_or(false);
+  return spec;
+}
+
+absl::Status CheckSideTaskPlacement(const Config& config) {
+  std::vector<std::string> problems;
+  const int64_t available = FreeHostBytes();
+  for (size_t i = 0; i < config.side_tasks.size(); ++i) {
+    const SideTaskConfig& task = config.side_tasks[i];
+    for (int64_t stage : task.stages) {
+      if (stage >= config.parallel.pp) {
+        problems.push_back(absl::StrFormat(
+            "side_tasks[%d].stages: stage %d, but parallel.pp = %d (stages 0..%d)", i, stage,
+            config.parallel.pp, config.parallel.pp - 1));
+        break;
+      }
+    }
+    if (task.memory_limit_bytes > available) {
+      auto it = task.origins.find("memory_limit");
+      const std::string where = it != task.origins.end() ? it->second + ": " : "";
+      problems.push_back(absl::StrFormat(
+          "%sside_tasks[%d].memory_limit = %s is more than this stage has free (%s)", where, i,
+          FormatByteSize(task.memory_limit_bytes), FormatByteSize(available)));
+    }
+  }
+  if (problems.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrJoin(problems, "\n"));
+}
+
+absl::Status ValidateSideTasks(const Config& config, std::vector<std::string>* warnings) {
+  if (absl::Status s = CheckSideTaskPlacement(config); !s.ok()) return s;
+  std::string scratch = (std::filesystem::temp_directory_path() / "freeride-check-XXXXXX").string();
+  if (mkdtemp(scratch.data()) == nullptr) {
+    return absl::InternalError("config check: cannot make a scratch directory for side tasks");
+  }
+  std::vector<std::string> problems;
+  for (size_t i = 0; i < config.side_tasks.size(); ++i) {
+    const SideTaskConfig& task = config.side_tasks[i];
+    HostOptions options;
+    options.results_dir = (std::filesystem::path(scratch) / absl::StrCat(i)).string();
+    options.step_timeout_s = config.freeride.step_timeout_s;
+    std::error_code ec;
+    std::filesystem::create_directories(options.results_dir, ec);
+    absl::StatusOr<std::unique_ptr<TaskHost>> host = MakeTaskHost(SpecOf(task), options);
+    absl::Status s = host.ok() ? (*host)->Create() : host.status();
+    if (host.ok()) (*host)->Release();
+    if (s.ok()) continue;
+    const std::string message(s.message());
+    if (absl::IsUnavailable(s)) {
+      warnings->push_back(Problem(task, i, WhereOf(task, message),
+                                  absl::StrCat("create: ", message,
+                                               " (training would mark it FAILED and go on)")));
+    } else {
+      problems.push_back(Problem(task, i, WhereOf(task, message), message));
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(scratch, ec);
+  if (problems.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrJoin(problems, "\n"));
+}
+
+}  // namespace freeride

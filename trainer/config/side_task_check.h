@@ -1,0 +1,28 @@
+// Side-task validation that `config check` and `train` share: stages within the pipeline,
+// memory limits within what the machine has free, and each task built as `train` builds it
+// (type or plugin found with the right ABI, arguments accepted by its Create), in a worker
+// process where its isolation says so. Errors name the config file and line.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "freeride/task_host.h"
+#include "trainer/config/config.h"
+
+namespace freeride {
+
+// The executor's spec of side_tasks[index].
+SideTaskSpec SpecOf(const SideTaskConfig& task);
+
+// Stages and memory limits of every task (cheap: no task is built). One line per problem.
+absl::Status CheckSideTaskPlacement(const Config& config);
+
+// CheckSideTaskPlacement, then every task created (and released) as training would create it.
+// Errors: one line per problem, each "file:line:column: side_tasks[i] ('name', type): ...".
+// A task that crashes or hangs while being created is not an error of the config (training
+// would mark it FAILED and go on): it is returned in `warnings`.
+absl::Status ValidateSideTasks(const Config& config, std::vector<std::string>* warnings);
+
+}  // namespace freeride

@@ -1,0 +1,306 @@
+#include "trainer/report/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/build_info.h"
+#include "trainer/config/config.h"
+#include "trainer/report/svg_plot.h"
+
+namespace freeride {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kStyle = R"(
+body { font: 14px/1.45 system-ui, sans-serif; margin: 24px auto; max-width: 1100px; color: #222; }
+h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 17px; margin-top: 28px; }
+.state { display: inline-block; padding: 2px 10px; border-radius: 10px; color: white; }
+.finished { background: #2ca02c; } .failed { background: #d62728; }
+.stopped { background: #ff7f0e; } .running { background: #1f77b4; } .study { background: #9467bd; }
+.plots { display: flex; flex-wrap: wrap; gap: 12px; }
+table { border-collapse: collapse; margin: 8px 0; } td, th { border: 1px solid #ccc;
+  padding: 3px 8px; text-align: right; } th { background: #f3f3f3; }
+td.text, th.text { text-align: left; } pre { background: #f7f7f7; padding: 10px; overflow: auto; }
+.note { color: #666; } .reason { color: #b00; white-space: pre-wrap; }
+svg .title { font-size: 13px; font-weight: 600; } svg .tick, svg .legend { font-size: 11px; }
+svg .axis { font-size: 12px; } svg .frame { fill: none; stroke: #999; }
+svg .grid { stroke: #eee; } svg .diag { stroke: #999; stroke-dasharray: 4 3; }
+svg .bar-total { fill: #f6c98e; } svg .bar-part { fill: #3a7dc9; }
+.timeline svg { max-width: 100%; height: auto; }
+)";
+
+double Num(const json& r, const char* key) {
+  return r.contains(key) && r[key].is_number() ? r[key].get<double>() : std::nan("");
+}
+
+std::string Fmt(double v) { return std::isfinite(v) ? absl::StrFormat("%.4g", v) : "—"; }
+
+std::string Fixed(double v, int decimals) {
+  return std::isfinite(v) ? absl::StrFormat("%.*f", decimals, v) : "—";
+}
+
+std::string Percent(double v) {
+  return std::isfinite(v) ? absl::StrFormat("%.1f%%", 100 * v) : "—";
+}
+
+std::string Interval(const json& v) {
+  if (!v.is_array() || v.size() != 2) return "";
+  return absl::StrFormat(" [%.1f, %.1f]", 100 * v[0].get<double>(), 100 * v[1].get<double>());
+}
+
+// The run's state from its last record: the end record, else in progress (or killed).
+std::string StateBadge(const RunFiles& run) {
+  if (const json* end = run.Last("end")) {
+    const std::string status = end->value("status", "finished");
+    std::string out =
+        absl::StrFormat("<span class=\"state %s\">%s at step %d</span>", HtmlEscape(status),
+                        HtmlEscape(status), end->value("step", 0));
+    const std::string reason = end->value("reason", "");
+    if (!reason.empty()) absl::StrAppend(&out, "<p class=\"reason\">", HtmlEscape(reason), "</p>");
+    return out;
+  }
+  if (run.study && run.metrics.empty()) return "<span class=\"state study\">study</span>";
+  const json* last = run.Last("train");
+  return absl::StrFormat(
+      "<span class=\"state running\">in progress, or stopped without a word (killed)</span> "
+      "<span class=\"note\">last step recorded: %d</span>",
+      last ? last->value("step", 0) : 0);
+}
+
+std::vector<std::pair<double, double>> Series(const std::vector<const json*>& records,
+                                              const char* key, double x_scale = 1,
+                                              double y_scale = 1) {
+  std::vector<std::pair<double, double>> points;
+  for (const json* r : records) {
+    points.push_back({Num(*r, "step") * x_scale, Num(*r, key) * y_scale});
+  }
+  return points;
+}
+
+std::string Training(const RunFiles& run, const Config* config) {
+  const std::vector<const json*> train = run.Records("train"), val = run.Records("val");
+  if (train.empty() && val.empty()) return "";
+  std::string html = "<h2>Training</h2>\n";
+  const double tokens_per_step =
+      config ? static_cast<double>(config->train.batch_size * config->train.seq_len *
+                                   config->parallel.dp)
+             : std::nan("");
+  if (!train.empty()) {
+    const json& last = *train.back();
+    double tokens_s = 0, step_s = 0;
+    int timed = 0;
+    for (const json* r : train) {
+      if (r->value("step", 0) > 1)
+        tokens_s += Num(*r, "tokens_per_s"), step_s += Num(*r, "step_s"), ++timed;
+    }
+    absl::StrAppendFormat(
+        &html,
+        "<table><tr><th>steps</th><th>last loss</th><th>last val loss</th><th>mean tokens/s</th>"
+        "<th>mean step ms</th><th>tokens per step</th></tr><tr><td>%d%s</td><td>%s</td>"
+        "<td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr></table>\n"
+        "<p class=\"note\">Means leave out step 1 (it warms up).</p>\n",
+        last.value("step", 0), config ? absl::StrCat(" of ", config->train.steps) : "",
+        Fmt(Num(last, "loss")), val.empty() ? "—" : Fmt(Num(*val.back(), "loss")),
+        Fixed(timed ? tokens_s / timed : std::nan(""), 0),
+        Fixed(timed ? 1e3 * step_s / timed : std::nan(""), 1), Fixed(tokens_per_step, 0));
+  }
+  html += "<div class=\"plots\">\n";
+  std::vector<PlotSeries> loss = {{"train", Series(train, "loss")}};
+  if (!val.empty()) loss.push_back({"val", Series(val, "loss"), true});
+  html += LinePlot({"Loss", "step", "loss"}, loss);
+  if (std::isfinite(tokens_per_step)) {
+    std::vector<PlotSeries> by_tokens = {{"train", Series(train, "loss", tokens_per_step / 1e6)}};
+    if (!val.empty())
+      by_tokens.push_back({"val", Series(val, "loss", tokens_per_step / 1e6), true});
+    html += LinePlot({"Loss against tokens", "tokens (millions)", "loss"}, by_tokens);
+  }
+  if (!train.empty()) {
+    html +=
+        LinePlot({"Throughput", "step", "tokens/s"}, {{"tokens/s", Series(train, "tokens_per_s")}});
+    html += LinePlot({"Step time", "step", "ms"}, {{"step", Series(train, "step_s", 1, 1e3)}});
+    html += LinePlot({"Learning rate", "step", "lr"}, {{"lr", Series(train, "lr")}});
+    html += LinePlot({"Gradient norm (before clipping)", "step", "norm"},
+                     {{"norm", Series(train, "grad_norm")}});
+  }
+  return html + "</div>\n";
+}
+
+std::string Bubbles(const RunFiles& run) {
+  const std::vector<const json*> train = run.Records("train");
+  const std::vector<const json*> harvest = run.Records("harvest");
+  const std::vector<const json*> bubbles = run.Records("bubble");
+  std::vector<PlotSeries> waits;
+  for (const json* r : train) {
+    const json list = r->value("bubble_s", json::array());
+    for (size_t s = 0; s < list.size(); ++s) {
+      if (waits.size() <= s) waits.push_back({absl::StrFormat("stage %d", s), {}});
+      waits[s].points.push_back({Num(*r, "step"), 100 * list[s].get<double>() / Num(*r, "step_s")});
+    }
+  }
+  if (waits.size() < 2 && harvest.empty() && bubbles.empty()) return "";  // one stage: no bubbles
+  std::string html =
+      "<h2>Bubbles</h2>\n<p class=\"note\">Waiting: time a stage's rank waited for its peers "
+      "in a step (receives and the arrival part of sums). Bubble and harvested: from each "
+      "BUBBLE instruction to the end of the wait it precedes, and the side-task steps in it, "
+      "over the steps with harvesting on.</p>\n<div class=\"plots\">\n";
+  if (waits.size() > 1) html += LinePlot({"Waiting, % of step time", "step", "%"}, waits);
+  std::vector<BarRow> rows;
+  for (const json* h : harvest) {
+    const int stage = h->value("stage", 0);
+    const json by_kind = h->value("by_kind", json::object());
+    for (const auto& [kind, k] : by_kind.items()) {
+      rows.push_back(
+          {absl::StrFormat("stage %d %s", stage, kind), Num(k, "bubble_s"), Num(k, "harvested_s")});
+    }
+  }
+  if (!rows.empty()) {
+    html +=
+        BarPlot("Bubble and harvested time by stage and kind", "s", "bubble", "harvested", rows);
+  }
+  std::vector<PlotSeries> scatter;
+  std::map<int, size_t> by_stage;
+  for (const json* b : bubbles) {
+    const double predicted = Num(*b, "predicted_s");
+    if (!std::isfinite(predicted)) continue;
+    const int stage = b->value("stage", 0);
+    if (!by_stage.count(stage)) {
+      by_stage[stage] = scatter.size();
+      scatter.push_back({absl::StrFormat("stage %d", stage), {}, true});
+    }
+    scatter[by_stage[stage]].points.push_back({1e3 * predicted, 1e3 * Num(*b, "measured_s")});
+  }
+  if (!scatter.empty()) {
+    PlotSpec spec{"Bubbles: predicted against measured", "predicted ms", "measured ms"};
+    spec.diagonal = true;
+    html += LinePlot(spec, scatter);
+  }
+  return html + "</div>\n";
+}
+
+std::string SideTasks(const RunFiles& run) {
+  std::string html;
+  if (const json* s = run.Last("harvest_summary")) {
+    absl::StrAppendFormat(
+        &html,
+        "<h2>Overhead and reclaimed work</h2>\n<table><tr><th>overhead</th><th>reclaimed</th>"
+        "<th>side work, s</th><th>training device time, s</th></tr><tr><td>%s</td><td>%s</td>"
+        "<td>%s</td><td>%s</td></tr></table>\n<p class=\"note\">Overhead: mean step time with "
+        "harvesting over mean step time without, minus 1, from blocks that alternate in this "
+        "run (freeride.alternate_every; none: not measured). Reclaimed: the side work done in "
+        "bubbles, in the seconds the same tasks need alone, over the training's device-seconds "
+        "of all ranks. <code>freeride study</code> gives both with 95%% intervals.</p>\n",
+        s->contains("overhead") && (*s)["overhead"].is_number() ? Percent(Num(*s, "overhead"))
+                                                                : "not measured",
+        Percent(Num(*s, "reclaimed")), Fmt(Num(*s, "side_work_s")), Fmt(Num(*s, "device_s")));
+  }
+  if (run.side_tasks.empty()) return html;
+  html +=
+      "<h2>Side tasks</h2>\n<table><tr><th>rank</th><th class=\"text\">task</th>"
+      "<th class=\"text\">type</th><th class=\"text\">isolation</th><th class=\"text\">state</th>"
+      "<th>steps</th><th>work done</th><th>harvested s</th><th>overruns</th><th>overrun s</th>"
+      "<th>restarts</th><th class=\"text\">summary or failure</th></tr>\n";
+  for (const json& t : run.side_tasks) {
+    const std::string reason = t.value("reason", "");
+    absl::StrAppendFormat(
+        &html,
+        "<tr><td>%d</td><td class=\"text\">%s</td><td class=\"text\">%s</td>"
+        "<td class=\"text\">%s</td><td class=\"text\">%s</td><td>%d</td><td>%s %s</td>"
+        "<td>%s</td><td>%d</td><td>%s</td><td>%d</td><td class=\"text%s\">%s</td></tr>\n",
+        t.value("rank", 0), HtmlEscape(t.value("name", "")), HtmlEscape(t.value("type", "")),
+        HtmlEscape(t.value("isolation", "")), HtmlEscape(t.value("state", "")), t.value("steps", 0),
+        Fmt(Num(t, "units")), HtmlEscape(t.value("unit", "")), Fmt(Num(t, "harvested_s")),
+        t.value("overruns", 0), Fmt(Num(t, "overrun_s")), t.value("restarts", 0),
+        reason.empty() ? "" : " reason",
+        HtmlEscape(reason.empty() ? t.value("summary", "") : reason));
+  }
+  return html + "</table>\n";
+}
+
+std::string Study(const RunFiles& run) {
+  if (!run.study || !run.study->contains("arms")) return "";
+  const json& study = *run.study;
+  std::string html = absl::StrFormat(
+      "<h2>Study</h2>\n<p>Rounds: %d, of blocks of %d steps; A/A noise floor: %s.</p>\n"
+      "<table><tr><th class=\"text\">arm</th><th>steps</th><th>step s</th>"
+      "<th>overhead [95%%]</th><th>utilisation [95%%]</th><th>reclaimed [95%%]</th>"
+      "<th class=\"text\">refused</th></tr>\n",
+      study.value("rounds", 0), study.value("block_steps", 0),
+      study.contains("noise_floor") && study["noise_floor"].is_number()
+          ? absl::StrFormat("±%.2f%%", 100 * study["noise_floor"].get<double>())
+          : "not measured");
+  std::vector<BarRow> rows;
+  for (const json& arm : study["arms"]) {
+    const std::string name = arm.value("arm", "");
+    absl::StrAppendFormat(
+        &html,
+        "<tr><td class=\"text\">%s</td><td>%d</td><td>%s</td><td>%s%s</td><td>%s%s</td>"
+        "<td>%s%s</td><td class=\"text\">%s</td></tr>\n",
+        HtmlEscape(name), arm.value("steps", 0), Fmt(Num(arm, "step_s")),
+        Percent(Num(arm, "overhead")), Interval(arm.value("overhead_ci", json())),
+        Percent(Num(arm, "utilisation")), Interval(arm.value("utilisation_ci", json())),
+        Percent(Num(arm, "reclaimed")), Interval(arm.value("reclaimed_ci", json())),
+        arm.contains("refused") && arm["refused"].is_string()
+            ? HtmlEscape(arm["refused"].get<std::string>())
+            : "");
+    rows.push_back({name, Num(arm, "bubble_s"), Num(arm, "harvested_s")});
+  }
+  html += "</table>\n<div class=\"plots\">\n";
+  html += BarPlot("Bubble and harvested time per arm", "s", "bubble", "harvested", rows);
+  return html + "</div>\n";
+}
+
+}  // namespace
+
+std::string RenderReport(const RunFiles& run) {
+  absl::StatusOr<Config> config = ParseConfig(run.config_toml, "config.toml");
+  const Config* cfg = !run.config_toml.empty() && config.ok() ? &*config : nullptr;
+  std::string html = absl::StrFormat(
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
+      "<title>freeride report: %s</title>\n<style>%s</style></head><body>\n"
+      "<h1>freeride report: %s</h1>\n%s\n",
+      HtmlEscape(run.dir), kStyle, HtmlEscape(run.dir), StateBadge(run));
+  if (cfg) {
+    absl::StrAppendFormat(
+        &html,
+        "<p>GPT-2 %d layers × %d wide, vocabulary %d; %s on %s, pp %d × dp %d, %d "
+        "micro-batches of %d × %d tokens per step; side tasks %s.</p>\n",
+        cfg->model.n_layer, cfg->model.n_embd, cfg->model.vocab_size,
+        HtmlEscape(cfg->parallel.schedule), HtmlEscape(cfg->runtime.device), cfg->parallel.pp,
+        cfg->parallel.dp, cfg->train.microbatches, cfg->train.batch_size / cfg->train.microbatches,
+        cfg->train.seq_len, cfg->freeride.enabled ? "on" : "off");
+  }
+  html += Training(run, cfg);
+  html += Bubbles(run);
+  html += SideTasks(run);
+  html += Study(run);
+  if (!run.timeline_svg.empty()) {
+    absl::StrAppend(&html,
+                    "<h2>Timeline of a measured step</h2>\n<p class=\"note\">Every rank's "
+                    "recorded steps, side-task steps on their own tracks: trace.json beside "
+                    "this page (open it in ui.perfetto.dev).</p>\n<div class=\"timeline\">",
+                    run.timeline_svg, "</div>\n");
+  }
+  if (!run.config_toml.empty()) {
+    absl::StrAppend(&html, "<h2>Config</h2>\n<pre>", HtmlEscape(run.config_toml), "</pre>\n");
+  }
+  if (!run.notes.empty()) {
+    absl::StrAppend(
+        &html, "<h2>Left out</h2>\n<ul><li>",
+        absl::StrJoin(run.notes, "</li><li>",
+                      [](std::string* out, const std::string& n) { out->append(HtmlEscape(n)); }),
+        "</li></ul>\n");
+  }
+  std::string made_by = "made by freeride report";
+  for (const auto& [name, value] : BuildInfo()) {
+    if (name == "version" || name == "commit") absl::StrAppend(&made_by, ", ", name, " ", value);
+  }
+  absl::StrAppend(&html, "<p class=\"note\">", HtmlEscape(made_by), "</p>\n</body></html>\n");
+  return html;
+}
+
+}  // namespace freeride

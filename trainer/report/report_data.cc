@@ -1,0 +1,157 @@
+#include "trainer/report/report_data.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "core/files.h"
+
+namespace freeride {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// The records of a JSON-lines file; a line that does not parse is noted and left out (the
+// last one, while a run writes it, often does).
+std::vector<json> ReadJsonLines(const std::string& path, std::vector<std::string>* notes) {
+  std::vector<json> records;
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return records;
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    ++line_number;
+    if (line.empty()) continue;
+    json record = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (record.is_discarded() || !record.is_object()) {
+      notes->push_back(
+          absl::StrFormat("%s line %d is not a JSON object (cut short while the "
+                          "run writes it?): left out",
+                          fs::path(path).filename().string(), line_number));
+      continue;
+    }
+    records.push_back(std::move(record));
+  }
+  return records;
+}
+
+// Files in `dir` named PREFIX + digits + SUFFIX, by their number.
+std::vector<std::string> RankFiles(const std::string& dir, const std::string& prefix,
+                                   const std::string& suffix) {
+  std::vector<std::string> paths;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() > prefix.size() + suffix.size() && name.rfind(prefix, 0) == 0 &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      const std::string digits =
+          name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+      if (std::all_of(digits.begin(), digits.end(), ::isdigit)) paths.push_back(e.path());
+    }
+  }
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+}  // namespace
+
+std::vector<const json*> RunFiles::Records(const std::string& kind) const {
+  std::vector<const json*> out;
+  for (const json& r : metrics) {
+    if (r.value("kind", "") == kind) out.push_back(&r);
+  }
+  return out;
+}
+
+const json* RunFiles::Last(const std::string& kind) const {
+  for (auto it = metrics.rbegin(); it != metrics.rend(); ++it) {
+    if (it->value("kind", "") == kind) return &*it;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<RunFiles> LoadRunFiles(const std::string& dir) {
+  RunFiles run;
+  run.dir = dir;
+  const fs::path root(dir);
+  std::error_code ec;
+  const bool any = fs::exists(root / "metrics.jsonl", ec) || fs::exists(root / "study.json", ec) ||
+                   fs::exists(root / "config.toml", ec);
+  if (!fs::is_directory(root, ec) || !any) {
+    return absl::NotFoundError(absl::StrFormat(
+        "%s is not a run directory: expected metrics.jsonl, study.json or config.toml there "
+        "(the run.dir of `freeride train` or `freeride study`)",
+        dir));
+  }
+  run.metrics = ReadJsonLines((root / "metrics.jsonl").string(), &run.notes);
+  std::map<std::pair<int, std::string>, json> tasks;
+  for (const std::string& path : RankFiles(dir, "side_tasks_rank", ".jsonl")) {
+    for (json& r : ReadJsonLines(path, &run.notes)) {
+      const std::pair<int, std::string> key{r.value("rank", 0), r.value("name", "")};
+      tasks[key] = std::move(r);
+    }
+  }
+  for (auto& [key, record] : tasks) run.side_tasks.push_back(std::move(record));
+  if (absl::StatusOr<std::string> text = ReadFile((root / "study.json").string()); text.ok()) {
+    json study = json::parse(*text, nullptr, false);
+    if (study.is_discarded()) {
+      run.notes.push_back("study.json does not parse as JSON: its arms are left out");
+    } else {
+      run.study = std::move(study);
+    }
+  }
+  for (const std::string& path : RankFiles(dir, "timeline_rank", ".json")) {
+    absl::StatusOr<std::string> text = ReadFile(path);
+    json trace = text.ok() ? json::parse(*text, nullptr, false) : json();
+    if (!trace.is_object() || !trace.contains("traceEvents")) {
+      run.notes.push_back(absl::StrCat(fs::path(path).filename().string(),
+                                       " is not a Chrome trace: left out of trace.json"));
+      continue;
+    }
+    run.timelines.push_back(std::move(trace));
+  }
+  if (absl::StatusOr<std::string> t = ReadFile((root / "config.toml").string()); t.ok()) {
+    run.config_toml = *t;
+  }
+  if (absl::StatusOr<std::string> t = ReadFile((root / "timeline.svg").string()); t.ok()) {
+    run.timeline_svg = *t;
+  }
+  return run;
+}
+
+std::string MergedTrace(const RunFiles& run) {
+  json events = json::array();
+  for (const json& trace : run.timelines) {
+    const json other = trace.value("otherData", json::object());
+    const int rank = other.value("rank", 0), stage = other.value("stage", 0);
+    std::map<int, bool> tids;
+    for (const json& e : trace["traceEvents"]) {
+      if (e.contains("tid") && e["tid"].is_number_integer()) tids[e["tid"].get<int>()] = true;
+      events.push_back(e);
+    }
+    events.push_back({{"name", "process_name"},
+                      {"ph", "M"},
+                      {"pid", rank},
+                      {"args", {{"name", absl::StrFormat("rank %d (stage %d)", rank, stage)}}}});
+    events.push_back({{"name", "process_sort_index"},
+                      {"ph", "M"},
+                      {"pid", rank},
+                      {"args", {{"sort_index", rank}}}});
+    for (const auto& [tid, unused] : tids) {
+      const std::string name = tid >= 1000 ? absl::StrFormat("stage %d side tasks", tid - 1000)
+                                           : absl::StrFormat("stage %d", tid);
+      events.push_back({{"name", "thread_name"},
+                        {"ph", "M"},
+                        {"pid", rank},
+                        {"tid", tid},
+                        {"args", {{"name", name}}}});
+    }
+  }
+  json out = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
+  return out.dump() + "\n";
+}
+
+}  // namespace freeride
