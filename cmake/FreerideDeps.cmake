@@ -9,6 +9,10 @@ add_compile_definitions(OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
 find_package(absl REQUIRED CONFIG)
 find_package(tomlplusplus REQUIRED CONFIG)
 find_package(nlohmann_json 3 REQUIRED CONFIG)
+# cpp-httplib (the serve side task's HTTP server): Debian ships it compiled, with a pkg-config
+# file whose flags (TLS, compression) must match the library's.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 
 # OpenBLAS: Debian's OpenBLASConfig.cmake hard-codes /usr, so look for the files instead.

@@ -60,6 +60,14 @@ absl::StatusOr<std::string> ArgReader::String(const std::string& name,
   return *s;
 }
 
+absl::StatusOr<bool> ArgReader::Bool(const std::string& name, bool fallback) const {
+  auto it = args_.find(name);
+  if (it == args_.end()) return fallback;
+  const bool* b = std::get_if<bool>(&it->second);
+  if (b == nullptr) return Error(name, "true or false");
+  return *b;
+}
+
 absl::StatusOr<std::string> ArgReader::Choice(const std::string& name,
                                               const std::string& fallback,
                                               const std::vector<std::string>& choices) const {

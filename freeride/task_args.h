@@ -28,6 +28,7 @@ class ArgReader {
   absl::StatusOr<double> Number(const std::string& name, double fallback, double min,
                                 double max) const;
   absl::StatusOr<std::string> String(const std::string& name, const std::string& fallback) const;
+  absl::StatusOr<bool> Bool(const std::string& name, bool fallback) const;
   absl::StatusOr<std::vector<std::string>> Strings(const std::string& name) const;
   // A string that must be one of `choices`.
   absl::StatusOr<std::string> Choice(const std::string& name, const std::string& fallback,

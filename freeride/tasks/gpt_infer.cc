@@ -14,7 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
-#include <random>
+#include <optional>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -24,6 +24,7 @@
 #include "freeride/tasks/task_model.h"
 #include "models/gpt2_decoder.h"
 #include "models/llmc_checkpoint.h"
+#include "models/sampling.h"
 #include "models/tokenizer.h"
 
 namespace freeride {
@@ -129,8 +130,8 @@ class GptInferTask : public SideTask {
     if (!config.ok()) return config.status();
     path_ = *path, config_ = *config, batch_ = *batch, requests_ = *requests;
     max_tokens_ = std::min<int64_t>(*tokens, config_.max_seq_len - 1);
-    temperature_ = *temperature, top_k_ = *top_k;
-    rng_.seed(static_cast<uint64_t>(*seed + ctx.restarts));  // a restart samples anew
+    // A restart samples anew.
+    sampler_.emplace(*temperature, *top_k, static_cast<uint64_t>(*seed + ctx.restarts));
     // Text beside the ids: a tokenizer named must load; the default only where it exists
     // (ids alone otherwise, and the summary says so).
     const std::string ranks = tokenizer->empty() ? kDefaultTokenizerPath : *tokenizer;
@@ -176,7 +177,7 @@ class GptInferTask : public SideTask {
     if (!logits.ok()) return logits.status();
     const int64_t V = config_.vocab_size, Vp = config_.padded_vocab_size;
     for (int64_t b = 0; b < batch_; ++b) {
-      current_[b] = Sample(*logits + b * Vp, V);
+      current_[b] = sampler_->Next(*logits + b * Vp, V);
       generated_[b].push_back(current_[b]);
     }
     if (engine_->position() >= max_tokens_) {
@@ -218,23 +219,10 @@ class GptInferTask : public SideTask {
     current_.assign(batch_, start);
     generated_.assign(batch_, {});
   }
-  int32_t Sample(const float* logits, int64_t V) {
-    if (temperature_ == 0) return static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
-    std::vector<std::pair<float, int32_t>> c(V);
-    for (int32_t v = 0; v < V; ++v) c[v] = {logits[v], v};
-    const int64_t k = top_k_ == 0 ? V : std::min<int64_t>(top_k_, V);
-    std::partial_sort(c.begin(), c.begin() + k, c.end(),
-                      [](const auto& a, const auto& b) { return a.first > b.first; });
-    std::vector<double> w(k);
-    for (int64_t i = 0; i < k; ++i) w[i] = std::exp((c[i].first - c[0].first) / temperature_);
-    return c[std::discrete_distribution<int64_t>(w.begin(), w.end())(rng_)].second;
-  }
-
   std::string path_;
   GPT2Config config_;
-  int64_t batch_ = 4, max_tokens_ = 64, requests_ = 0, top_k_ = 40, sequences_ = 0, tokens_ = 0;
-  double temperature_ = 1;
-  std::mt19937_64 rng_;
+  int64_t batch_ = 4, max_tokens_ = 64, requests_ = 0, sequences_ = 0, tokens_ = 0;
+  std::optional<TokenSampler> sampler_;
   BackendOptions backend_;
   bool recompute_ = false;
   std::unique_ptr<TokenEngine> engine_;

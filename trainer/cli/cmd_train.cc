@@ -26,6 +26,7 @@
 #include "trainer/cli/cli.h"
 #include "trainer/config/default_config.h"
 #include "trainer/run_dir.h"
+#include "models/sampling.h"
 #include "models/tokenizer.h"
 #include "trainer/study.h"
 #include "trainer/train_state.h"
@@ -260,9 +261,7 @@ int SampleCommand(const ParsedFlags& flags) {
   GPT2Decoder decoder(config, weights->params.data(), 1, context.size() + tokens);
   const float* logits = nullptr;
   for (int32_t token : context) logits = decoder.Step(&token);
-  const int64_t V = config.vocab_size;
-  std::mt19937_64 rng(static_cast<uint64_t>(seed));
-  std::vector<std::pair<float, int32_t>> candidates(V);
+  TokenSampler sampler(temperature, top_k, static_cast<uint64_t>(seed));
   const std::string format = flags.Get("format", "text");
   if (format != "text" && format != "jsonl") {
     std::cerr << "error: --format takes text or jsonl, found '" << format << "'\n";
@@ -272,20 +271,7 @@ int SampleCommand(const ParsedFlags& flags) {
   if (stream) std::cout << flags.Get("prompt") << std::flush;
   std::vector<int32_t> generated;
   for (int64_t n = 0; n < tokens; ++n) {
-    int32_t next = 0;
-    for (int32_t v = 0; v < V; ++v) candidates[v] = {logits[v], v};
-    if (temperature == 0) {
-      next = std::max_element(candidates.begin(), candidates.end())->second;
-    } else {
-      const int64_t k = top_k == 0 ? V : std::min<int64_t>(top_k, V);
-      std::partial_sort(candidates.begin(), candidates.begin() + k, candidates.end(),
-                        [](const auto& a, const auto& b) { return a.first > b.first; });
-      std::vector<double> w(k);
-      for (int64_t i = 0; i < k; ++i) {
-        w[i] = std::exp((candidates[i].first - candidates[0].first) / temperature);
-      }
-      next = candidates[std::discrete_distribution<int64_t>(w.begin(), w.end())(rng)].second;
-    }
+    const int32_t next = sampler.Next(logits, config.vocab_size);
     generated.push_back(next);
     if (stream) {
       absl::StatusOr<std::string> text = (*tokenizer)->Decode({next});

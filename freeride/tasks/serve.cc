@@ -1,0 +1,273 @@
+// `serve`: LLM completions over HTTP, computed in the training's bubbles. The network side
+// (serve_http.cc) only queues requests; each bubble step admits waiting requests into up to
+// args.max_batch decoding slots (the CPU decoder with a key/value cache, one per slot, in the
+// task's arena) and advances every slot by one position, prefill or decode, round after round
+// while the measured round time still fits before the bubble's deadline. Tokens are drawn as
+// `freeride sample` draws them (models/sampling.h), so a request's text equals sample's for the
+// same checkpoint, prompt and seed. Unloaded and loaded again (preemption), a slot replays its
+// prompt and the tokens it had made, without drawing: the text does not change.
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "absl/strings/str_format.h"
+#include "core/status.h"
+#include "core/timer.h"
+#include "freeride/side_task.h"
+#include "freeride/tasks/serve_http.h"
+#include "freeride/tasks/serve_queue.h"
+#include "models/gpt2_decoder.h"
+#include "models/llmc_checkpoint.h"
+#include "models/sampling.h"
+#include "models/tokenizer.h"
+
+namespace freeride {
+namespace {
+
+using serve::Completion;
+
+struct Slot {
+  std::unique_ptr<GPT2Decoder> decoder;
+  std::shared_ptr<Completion> request;  // null: free
+  std::optional<TokenSampler> sampler;
+  size_t fed = 0;                  // positions of context + generated fed to the decoder
+  const float* logits = nullptr;   // after the last position fed
+};
+
+class ServeTask : public SideTask {
+ public:
+  ~ServeTask() override {
+    if (queue_) queue_->Close("the serve task stopped (training ended or the task failed)",
+                              MonotonicSeconds());
+    for (Slot& s : slots_) {
+      if (s.request && queue_) queue_->Finish(s.request, MonotonicSeconds(), "the serve task stopped");
+    }
+    if (front_) front_->Stop();
+  }
+
+  absl::Status Create(SideTaskContext& ctx) override {
+    ArgReader args(ctx.name, *ctx.args);
+    FR_RETURN_IF_ERROR(args.OnlyKnown({"checkpoint", "tokenizer", "host", "port", "allow_remote",
+                                       "max_batch", "max_queue", "max_tokens",
+                                       "request_timeout_s", "threads"}));
+    auto path = args.String("checkpoint", "");
+    auto tokenizer = args.String("tokenizer", kDefaultTokenizerPath);
+    auto host = args.String("host", "127.0.0.1");
+    auto port = args.Int("port", 8090, 0, 65535);
+    auto remote = args.Bool("allow_remote", false);
+    auto batch = args.Int("max_batch", 4, 1, 256);
+    auto queue = args.Int("max_queue", 32, 1, 1 << 20);
+    auto limit = args.Int("max_tokens", 256, 1, 1 << 20);
+    auto timeout = args.Number("request_timeout_s", 120, 0.1, 86400);
+    auto threads = args.Int("threads", 16, 2, 1024);
+    for (const absl::Status& s :
+         {path.status(), tokenizer.status(), host.status(), port.status(), remote.status(),
+          batch.status(), queue.status(), limit.status(), timeout.status(), threads.status()}) {
+      FR_RETURN_IF_ERROR(s);
+    }
+    if (path->empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "side task '%s': args.checkpoint is required (an llm.c model file)", ctx.name));
+    }
+    if (!serve::IsLoopback(*host) && !*remote) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "side task '%s': args.host = \"%s\" is reachable from other machines; set "
+          "args.allow_remote = true to serve there, or keep the default 127.0.0.1",
+          ctx.name, *host));
+    }
+    FR_ASSIGN_OR_RETURN(config_, ReadLlmcModelConfig(*path));
+    absl::StatusOr<std::unique_ptr<Tokenizer>> loaded = Tokenizer::Load(*tokenizer);
+    if (!loaded.ok()) {
+      return absl::InvalidArgumentError(absl::StrFormat("side task '%s': args.tokenizer = \"%s\": %s",
+                                                        ctx.name, *tokenizer,
+                                                        loaded.status().message()));
+    }
+    tokenizer_ = *std::move(loaded);
+    path_ = *path, max_batch_ = *batch, max_queue_ = *queue;
+    http_.host = *host, http_.port = static_cast<int>(*port), http_.max_tokens_limit = *limit;
+    http_.request_timeout_s = *timeout, http_.threads = static_cast<int>(*threads);
+    http_.vocab_size = config_.vocab_size, http_.max_seq_len = config_.max_seq_len;
+    http_.model_name = std::filesystem::path(*path).filename().string();
+    return absl::OkStatus();
+  }
+
+  absl::Status Load(SideTaskContext& ctx) override {
+    FR_ASSIGN_OR_RETURN(LlmcModel model, ReadLlmcModel(path_));
+    FR_ASSIGN_OR_RETURN(float* weights, ctx.arena->AllocateArray<float>(
+                                            static_cast<int64_t>(model.params.size()),
+                                            "serve weights"));
+    std::copy(model.params.begin(), model.params.end(), weights);
+    const int64_t len = config_.max_seq_len;
+    slots_.resize(static_cast<size_t>(max_batch_));
+    for (Slot& slot : slots_) {
+      FR_ASSIGN_OR_RETURN(float* workspace,
+                          ctx.arena->AllocateArray<float>(GPT2Decoder::WorkspaceFloats(config_, 1, len),
+                                                          "serve KV cache"));
+      slot.decoder = std::make_unique<GPT2Decoder>(config_, weights, 1, len, workspace);
+      slot.fed = 0;  // a request in the slot replays what it had
+    }
+    if (!front_) FR_RETURN_IF_ERROR(StartServer(ctx));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<double> Step(SideTaskContext& ctx) override {
+    const double start = MonotonicSeconds();
+    Admit(start);
+    if (Active() == 0) {
+      queue_->WaitForWork(std::clamp(ctx.deadline_s - start, 0.0, 0.002));
+      return 0.0;
+    }
+    double units = 0;
+    do {
+      const double round_start = MonotonicSeconds();
+      for (Slot& slot : slots_) units += Advance(slot);
+      const double round = MonotonicSeconds() - round_start;
+      round_s_ = round_s_ == 0 ? round : 0.8 * round_s_ + 0.2 * round;
+      Admit(MonotonicSeconds());
+    } while (Active() > 0 && MonotonicSeconds() + round_s_ < ctx.deadline_s);
+    busy_s_.store(busy_s_.load() + MonotonicSeconds() - start);
+    return units;
+  }
+
+  absl::Status Unload(SideTaskContext&) override {
+    for (Slot& slot : slots_) slot.decoder.reset(), slot.logits = nullptr;
+    return absl::OkStatus();
+  }
+
+  std::string UnitName() const override { return "tokens"; }
+  std::string Summary() const override {
+    const serve::Queue::Stats s = queue_ ? queue_->stats() : serve::Queue::Stats{};
+    return absl::StrFormat(
+        "%s: %d requests served (%d rejected, %d cancelled), %d tokens; latency ms p50/p95/p99 "
+        "%.0f/%.0f/%.0f, first token %.0f/%.0f/%.0f; %.1f tokens/s in bubbles, %.1f alone "
+        "(one sequence)",
+        address_, s.served, s.rejected, s.cancelled, s.tokens, s.latency_ms.p50,
+        s.latency_ms.p95, s.latency_ms.p99, s.first_token_ms.p50, s.first_token_ms.p95,
+        s.first_token_ms.p99,
+        busy_s_.load() > 0 ? static_cast<double>(generated_.load()) / busy_s_.load() : 0.0,
+        alone_tokens_per_s_.load());
+  }
+
+ private:
+  absl::Status StartServer(SideTaskContext& ctx) {
+    queue_ = std::make_unique<serve::Queue>(max_queue_);
+    front_ = std::make_unique<serve::HttpFront>(http_, queue_.get(), tokenizer_.get(),
+                                                [this] { return MetricsJson(); });
+    absl::StatusOr<int> port = front_->Start();
+    if (!port.ok()) {
+      return absl::UnavailableError(
+          absl::StrFormat("side task '%s': %s", ctx.name, port.status().message()));
+    }
+    address_ = absl::StrFormat("http://%s:%d", http_.host, *port);
+    std::ofstream(ctx.results_dir + "/address") << address_ << "\n";
+    // The engine alone, for the report: one sequence decoding 16 positions.
+    GPT2Decoder& d = *slots_[0].decoder;
+    const int32_t token = static_cast<int32_t>(std::min<int64_t>(kEndOfText, config_.vocab_size - 1));
+    const double t0 = MonotonicSeconds();
+    for (int i = 0; i < 16; ++i) d.Step(&token);
+    alone_tokens_per_s_ = 16 / std::max(1e-9, MonotonicSeconds() - t0);
+    d.Reset();
+    return absl::OkStatus();
+  }
+
+  int Active() const {
+    return static_cast<int>(std::count_if(slots_.begin(), slots_.end(),
+                                          [](const Slot& s) { return s.request != nullptr; }));
+  }
+
+  void Admit(double now_s) {
+    const int free = max_batch_ - Active();
+    if (free <= 0) return;
+    std::vector<std::shared_ptr<Completion>> fresh = queue_->Take(static_cast<size_t>(free));
+    for (Slot& slot : slots_) {
+      if (slot.request || fresh.empty()) continue;
+      slot.request = std::move(fresh.back());
+      fresh.pop_back();
+      slot.request->admitted_s = now_s;
+      slot.sampler.emplace(slot.request->temperature, slot.request->top_k, slot.request->seed);
+      slot.decoder->Reset();
+      slot.fed = 0;
+    }
+  }
+
+  // One position of one slot; the tokens it drew (0 or 1).
+  double Advance(Slot& slot) {
+    if (!slot.request) return 0;
+    Completion& c = *slot.request;
+    if (c.cancelled) {
+      queue_->CountCancelled();
+      queue_->Finish(slot.request, MonotonicSeconds(), "cancelled: the client went away");
+      slot.request.reset();
+      return 0;
+    }
+    const size_t known = c.context.size() + c.generated.size();
+    if (slot.fed == 0) slot.decoder->Reset();
+    if (slot.fed < known) {  // prefill, or replay after a reload
+      const int32_t token =
+          slot.fed < c.context.size() ? c.context[slot.fed] : c.generated[slot.fed - c.context.size()];
+      slot.logits = slot.decoder->Step(&token);
+      ++slot.fed;
+      return 0;
+    }
+    const int32_t next = slot.sampler->Next(slot.logits, config_.vocab_size);
+    c.generated.push_back(next);
+    ++generated_;
+    if (c.generated.size() == 1) c.first_token_s = MonotonicSeconds();
+    if (static_cast<int64_t>(c.generated.size()) < c.max_tokens) {
+      slot.logits = slot.decoder->Step(&next);
+      ++slot.fed;
+      return 1;
+    }
+    absl::StatusOr<std::string> text = tokenizer_->Decode(c.generated);
+    c.text = text.ok() ? *text : "";
+    queue_->Finish(slot.request, MonotonicSeconds(),
+                   text.ok() ? "" : std::string(text.status().message()));
+    slot.request.reset();
+    return 1;
+  }
+
+  std::string MetricsJson() const {
+    const serve::Queue::Stats s = queue_->stats();
+    auto p = [](const serve::Percentiles& x) {
+      return nlohmann::json{{"p50", x.p50}, {"p95", x.p95}, {"p99", x.p99}};
+    };
+    return nlohmann::json{{"queue", queue_->waiting()},
+                          {"requests_served", s.served},
+                          {"requests_rejected", s.rejected},
+                          {"requests_cancelled", s.cancelled},
+                          {"tokens_generated", s.tokens},
+                          {"tokens_per_s_in_bubbles", busy_s_.load() > 0
+                                                          ? static_cast<double>(generated_.load()) /
+                                                                busy_s_.load()
+                                                          : 0.0},
+                          {"tokens_per_s_alone", alone_tokens_per_s_.load()},
+                          {"latency_ms", p(s.latency_ms)},
+                          {"first_token_ms", p(s.first_token_ms)}}
+               .dump() +
+           "\n";
+  }
+
+  std::string path_, address_;
+  GPT2Config config_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  int max_batch_ = 4;
+  int64_t max_queue_ = 32;
+  serve::HttpOptions http_;
+  std::unique_ptr<serve::Queue> queue_;
+  std::unique_ptr<serve::HttpFront> front_;
+  std::vector<Slot> slots_;
+  double round_s_ = 0;
+  // Read by the HTTP threads for /metrics: approximate figures are fine there.
+  std::atomic<double> busy_s_{0}, alone_tokens_per_s_{0};
+  std::atomic<int64_t> generated_{0};
+};
+
+}  // namespace
+
+FREERIDE_REGISTER_SIDE_TASK(ServeTask, "serve");
+
+}  // namespace freeride

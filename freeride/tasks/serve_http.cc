@@ -1,0 +1,193 @@
+#include "freeride/tasks/serve_http.h"
+
+#include <httplib.h>
+
+#include <ctime>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/timer.h"
+
+namespace freeride::serve {
+namespace {
+
+using nlohmann::json;
+
+void Error(httplib::Response& res, int status, const std::string& message,
+           const std::string& type = "invalid_request_error") {
+  res.status = status;
+  res.set_content(json{{"error", {{"message", message}, {"type", type}}}}.dump() + "\n",
+                  "application/json");
+}
+
+// Reads an integer field in [lo, hi], or says why not.
+bool IntField(const json& body, const char* key, int64_t lo, int64_t hi, int64_t* out,
+              std::string* why) {
+  if (!body.contains(key)) return true;
+  const json& v = body[key];
+  if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi) {
+    *why = absl::StrCat("'", key, "' must be an integer in [", lo, ", ", hi, "], found ", v.dump());
+    return false;
+  }
+  *out = v.get<int64_t>();
+  return true;
+}
+
+}  // namespace
+
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+HttpFront::HttpFront(HttpOptions options, Queue* queue, Tokenizer* tokenizer,
+                     std::function<std::string()> metrics_json)
+    : options_(std::move(options)),
+      queue_(queue),
+      tokenizer_(tokenizer),
+      metrics_json_(std::move(metrics_json)),
+      server_(std::make_unique<httplib::Server>()) {}
+
+HttpFront::~HttpFront() { Stop(); }
+
+absl::StatusOr<int> HttpFront::Start() {
+  httplib::Server& s = *server_;
+  const int threads = options_.threads;
+  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  s.set_payload_max_length(1 << 20);
+  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    Completions(req, res);
+  });
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    const bool open = !queue_->closed();
+    res.status = open ? 200 : 503;
+    res.set_content(json{{"status", open ? "ok" : "stopped"}}.dump() + "\n", "application/json");
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_json_(), "application/json");
+  });
+  int port = options_.port;
+  if (port == 0) {
+    port = s.bind_to_any_port(options_.host);
+    if (port < 0) return absl::UnavailableError("could not bind any port on " + options_.host);
+  } else if (!s.bind_to_port(options_.host, port)) {
+    return absl::UnavailableError(absl::StrCat("could not bind ", options_.host, ":", port,
+                                               " (in use, or not an address of this machine)"));
+  }
+  listener_ = std::thread([this] { server_->listen_after_bind(); });
+  return port;
+}
+
+void HttpFront::Stop() {
+  if (server_) server_->stop();
+  if (listener_.joinable()) listener_.join();
+}
+
+void HttpFront::Completions(const httplib::Request& req, httplib::Response& res) {
+  const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded() || !body.is_object()) {
+    return Error(res, 400, "the body is not a JSON object");
+  }
+  static const std::vector<std::string> kKnown = {"prompt", "max_tokens", "temperature",
+                                                  "top_k",  "seed",       "model"};
+  std::vector<std::string> unknown;
+  for (const auto& [key, value] : body.items()) {
+    if (std::find(kKnown.begin(), kKnown.end(), key) == kKnown.end()) unknown.push_back(key);
+  }
+  if (!unknown.empty()) {
+    return Error(res, 400, absl::StrCat("unknown fields: ", absl::StrJoin(unknown, ", "),
+                                        "; expected ", absl::StrJoin(kKnown, ", ")));
+  }
+  if (!body.contains("prompt") || !body["prompt"].is_string()) {
+    return Error(res, 400, "'prompt' (a string) is required");
+  }
+  auto c = std::make_shared<Completion>();
+  c->prompt = body["prompt"].get<std::string>();
+  std::string why;
+  int64_t seed = static_cast<int64_t>(c->seed);
+  if (!IntField(body, "max_tokens", 1, options_.max_tokens_limit, &c->max_tokens, &why) ||
+      !IntField(body, "top_k", 0, int64_t{1} << 24, &c->top_k, &why) ||
+      !IntField(body, "seed", 0, int64_t{1} << 62, &seed, &why)) {
+    return Error(res, 400, why);
+  }
+  c->seed = static_cast<uint64_t>(seed);
+  if (body.contains("temperature")) {
+    const json& t = body["temperature"];
+    if (!t.is_number() || t.get<double>() < 0 || t.get<double>() > 100) {
+      return Error(res, 400, "'temperature' must be a number in [0, 100], found " + t.dump());
+    }
+    c->temperature = t.get<double>();
+  }
+  absl::StatusOr<std::vector<int32_t>> ids;
+  {
+    std::lock_guard<std::mutex> lock(encode_mu_);
+    ids = tokenizer_->Encode(c->prompt);
+  }
+  if (!ids.ok()) return Error(res, 400, std::string(ids.status().message()));
+  for (int32_t id : *ids) {
+    if (id >= options_.vocab_size) {
+      return Error(res, 400, absl::StrCat("the prompt has token ", id, ", outside this model's ",
+                                          options_.vocab_size, "-token vocabulary"));
+    }
+  }
+  c->context.push_back(kEndOfText < options_.vocab_size ? kEndOfText : 0);
+  c->context.insert(c->context.end(), ids->begin(), ids->end());
+  if (static_cast<int64_t>(c->context.size()) + c->max_tokens > options_.max_seq_len) {
+    return Error(res, 400, absl::StrCat("the prompt's ", ids->size(), " tokens and max_tokens ",
+                                        c->max_tokens, " exceed the model's context of ",
+                                        options_.max_seq_len));
+  }
+  c->id = next_id_++;
+  c->arrived_s = MonotonicSeconds();
+  if (!queue_->Push(c)) {
+    queue_->CountRejected();
+    res.set_header("Retry-After", "1");
+    if (queue_->closed()) return Error(res, 503, "the server is stopping", "unavailable");
+    return Error(res, 429, "the queue is full; retry later", "rate_limit_exceeded");
+  }
+  const double timeout_s = options_.request_timeout_s;
+  const std::string model = options_.model_name;
+  res.set_chunked_content_provider(
+      "application/json", [this, c, timeout_s, model](size_t, httplib::DataSink& sink) {
+        const double give_up = MonotonicSeconds() + timeout_s;
+        while (!queue_->WaitDone(c, 0.2)) {
+          // A space keeps the body valid JSON; failing to send it means the client left.
+          if (!sink.write(" ", 1) || MonotonicSeconds() > give_up) {
+            c->cancelled = true;
+            if (MonotonicSeconds() <= give_up) return false;
+            const std::string late =
+                json{{"error", {{"message", "not done within the request timeout"},
+                                {"type", "timeout"}}}}.dump() + "\n";
+            sink.write(late.data(), late.size());
+            sink.done();
+            return true;
+          }
+        }
+        json out;
+        if (!c->error.empty()) {
+          out = {{"error", {{"message", c->error}, {"type", "unavailable"}}}};
+        } else {
+          const int64_t prompt_tokens = static_cast<int64_t>(c->context.size()) - 1;
+          const int64_t completion = static_cast<int64_t>(c->generated.size());
+          out = {{"id", absl::StrCat("cmpl-", c->id)},
+                 {"object", "text_completion"},
+                 {"created", static_cast<int64_t>(std::time(nullptr))},
+                 {"model", model},
+                 {"choices", {{{"index", 0}, {"text", c->text}, {"finish_reason", "length"},
+                               {"tokens", c->generated}}}},
+                 {"usage", {{"prompt_tokens", prompt_tokens},
+                            {"completion_tokens", completion},
+                            {"total_tokens", prompt_tokens + completion}}},
+                 {"timings", {{"queue_ms", 1e3 * (c->admitted_s - c->arrived_s)},
+                              {"first_token_ms", 1e3 * (c->first_token_s - c->arrived_s)},
+                              {"total_ms", 1e3 * (c->done_s - c->arrived_s)}}}};
+        }
+        const std::string text = out.dump() + "\n";
+        sink.write(text.data(), text.size());
+        sink.done();
+        return true;
+      });
+}
+
+}  // namespace freeride::serve

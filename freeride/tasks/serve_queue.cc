@@ -1,0 +1,118 @@
+#include "freeride/tasks/serve_queue.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace freeride::serve {
+namespace {
+
+constexpr size_t kWindow = 10000;
+
+Percentiles Of(std::deque<double> values) {
+  Percentiles p;
+  if (values.empty()) return p;
+  std::sort(values.begin(), values.end());
+  auto at = [&](double q) {
+    return values[std::min(values.size() - 1, static_cast<size_t>(q * values.size()))];
+  };
+  p.p50 = at(0.50), p.p95 = at(0.95), p.p99 = at(0.99);
+  return p;
+}
+
+std::chrono::duration<double> Seconds(double s) { return std::chrono::duration<double>(s); }
+
+}  // namespace
+
+bool Queue::Push(std::shared_ptr<Completion> c) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_ || static_cast<int64_t>(waiting_.size()) >= capacity_) return false;
+    waiting_.push_back(std::move(c));
+  }
+  arrived_.notify_one();
+  return true;
+}
+
+bool Queue::closed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return closed_;
+}
+
+std::vector<std::shared_ptr<Completion>> Queue::Take(size_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::shared_ptr<Completion>> out;
+  while (!waiting_.empty() && out.size() < n) {
+    std::shared_ptr<Completion> c = std::move(waiting_.front());
+    waiting_.pop_front();
+    if (c->cancelled) {
+      ++cancelled_;
+      continue;
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+void Queue::WaitForWork(double timeout_s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  arrived_.wait_for(lock, Seconds(timeout_s), [&] { return !waiting_.empty() || closed_; });
+}
+
+void Queue::Finish(const std::shared_ptr<Completion>& c, double now_s, const std::string& error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    c->done = true;
+    c->done_s = now_s;
+    c->error = error;
+    if (error.empty()) {
+      ++served_;
+      tokens_ += static_cast<int64_t>(c->generated.size());
+      latency_ms_.push_back(1e3 * (c->done_s - c->arrived_s));
+      first_token_ms_.push_back(1e3 * (c->first_token_s - c->arrived_s));
+      if (latency_ms_.size() > kWindow) latency_ms_.pop_front(), first_token_ms_.pop_front();
+    }
+  }
+  finished_.notify_all();
+}
+
+bool Queue::WaitDone(const std::shared_ptr<Completion>& c, double timeout_s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return finished_.wait_for(lock, Seconds(timeout_s), [&] { return c->done; });
+}
+
+void Queue::Close(const std::string& reason, double now_s) {
+  std::deque<std::shared_ptr<Completion>> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    left.swap(waiting_);
+  }
+  for (const auto& c : left) Finish(c, now_s, reason);
+  arrived_.notify_all();
+}
+
+size_t Queue::waiting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return waiting_.size();
+}
+
+Queue::Stats Queue::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stats s;
+  s.served = served_, s.rejected = rejected_, s.cancelled = cancelled_, s.tokens = tokens_;
+  s.latency_ms = Of(latency_ms_);
+  s.first_token_ms = Of(first_token_ms_);
+  return s;
+}
+
+void Queue::CountRejected() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++rejected_;
+}
+
+void Queue::CountCancelled() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++cancelled_;
+}
+
+}  // namespace freeride::serve
