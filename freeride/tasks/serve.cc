@@ -34,26 +34,28 @@ struct Slot {
   std::unique_ptr<GPT2Decoder> decoder;
   std::shared_ptr<Completion> request;  // null: free
   std::optional<TokenSampler> sampler;
-  size_t fed = 0;                  // positions of context + generated fed to the decoder
-  const float* logits = nullptr;   // after the last position fed
+  size_t fed = 0;                 // positions of context + generated fed to the decoder
+  const float* logits = nullptr;  // after the last position fed
 };
 
 class ServeTask : public SideTask {
  public:
   ~ServeTask() override {
-    if (queue_) queue_->Close("the serve task stopped (training ended or the task failed)",
-                              MonotonicSeconds());
+    if (queue_)
+      queue_->Close("the serve task stopped (training ended or the task failed)",
+                    MonotonicSeconds());
     for (Slot& s : slots_) {
-      if (s.request && queue_) queue_->Finish(s.request, MonotonicSeconds(), "the serve task stopped");
+      if (s.request && queue_)
+        queue_->Finish(s.request, MonotonicSeconds(), "the serve task stopped");
     }
     if (front_) front_->Stop();
   }
 
   absl::Status Create(SideTaskContext& ctx) override {
     ArgReader args(ctx.name, *ctx.args);
-    FR_RETURN_IF_ERROR(args.OnlyKnown({"checkpoint", "tokenizer", "host", "port", "allow_remote",
-                                       "max_batch", "max_queue", "max_tokens",
-                                       "request_timeout_s", "threads"}));
+    FR_RETURN_IF_ERROR(
+        args.OnlyKnown({"checkpoint", "tokenizer", "host", "port", "allow_remote", "max_batch",
+                        "max_queue", "max_tokens", "request_timeout_s", "threads"}));
     auto path = args.String("checkpoint", "");
     auto tokenizer = args.String("tokenizer", kDefaultTokenizerPath);
     auto host = args.String("host", "127.0.0.1");
@@ -82,9 +84,9 @@ class ServeTask : public SideTask {
     FR_ASSIGN_OR_RETURN(config_, ReadLlmcModelConfig(*path));
     absl::StatusOr<std::unique_ptr<Tokenizer>> loaded = Tokenizer::Load(*tokenizer);
     if (!loaded.ok()) {
-      return absl::InvalidArgumentError(absl::StrFormat("side task '%s': args.tokenizer = \"%s\": %s",
-                                                        ctx.name, *tokenizer,
-                                                        loaded.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("side task '%s': args.tokenizer = \"%s\": %s", ctx.name, *tokenizer,
+                          loaded.status().message()));
     }
     tokenizer_ = *std::move(loaded);
     path_ = *path, max_batch_ = *batch, max_queue_ = *queue;
@@ -97,16 +99,16 @@ class ServeTask : public SideTask {
 
   absl::Status Load(SideTaskContext& ctx) override {
     FR_ASSIGN_OR_RETURN(LlmcModel model, ReadLlmcModel(path_));
-    FR_ASSIGN_OR_RETURN(float* weights, ctx.arena->AllocateArray<float>(
-                                            static_cast<int64_t>(model.params.size()),
-                                            "serve weights"));
+    FR_ASSIGN_OR_RETURN(float* weights,
+                        ctx.arena->AllocateArray<float>(static_cast<int64_t>(model.params.size()),
+                                                        "serve weights"));
     std::copy(model.params.begin(), model.params.end(), weights);
     const int64_t len = config_.max_seq_len;
     slots_.resize(static_cast<size_t>(max_batch_));
     for (Slot& slot : slots_) {
       FR_ASSIGN_OR_RETURN(float* workspace,
-                          ctx.arena->AllocateArray<float>(GPT2Decoder::WorkspaceFloats(config_, 1, len),
-                                                          "serve KV cache"));
+                          ctx.arena->AllocateArray<float>(
+                              GPT2Decoder::WorkspaceFloats(config_, 1, len), "serve KV cache"));
       slot.decoder = std::make_unique<GPT2Decoder>(config_, weights, 1, len, workspace);
       slot.fed = 0;  // a request in the slot replays what it had
     }
@@ -145,9 +147,8 @@ class ServeTask : public SideTask {
         "%s: %d requests served (%d rejected, %d cancelled), %d tokens; latency ms p50/p95/p99 "
         "%.0f/%.0f/%.0f, first token %.0f/%.0f/%.0f; %.1f tokens/s in bubbles, %.1f alone "
         "(one sequence)",
-        address_, s.served, s.rejected, s.cancelled, s.tokens, s.latency_ms.p50,
-        s.latency_ms.p95, s.latency_ms.p99, s.first_token_ms.p50, s.first_token_ms.p95,
-        s.first_token_ms.p99,
+        address_, s.served, s.rejected, s.cancelled, s.tokens, s.latency_ms.p50, s.latency_ms.p95,
+        s.latency_ms.p99, s.first_token_ms.p50, s.first_token_ms.p95, s.first_token_ms.p99,
         busy_s_.load() > 0 ? static_cast<double>(generated_.load()) / busy_s_.load() : 0.0,
         alone_tokens_per_s_.load());
   }
@@ -166,7 +167,8 @@ class ServeTask : public SideTask {
     std::ofstream(ctx.results_dir + "/address") << address_ << "\n";
     // The engine alone, for the report: one sequence decoding 16 positions.
     GPT2Decoder& d = *slots_[0].decoder;
-    const int32_t token = static_cast<int32_t>(std::min<int64_t>(kEndOfText, config_.vocab_size - 1));
+    const int32_t token =
+        static_cast<int32_t>(std::min<int64_t>(kEndOfText, config_.vocab_size - 1));
     const double t0 = MonotonicSeconds();
     for (int i = 0; i < 16; ++i) d.Step(&token);
     alone_tokens_per_s_ = 16 / std::max(1e-9, MonotonicSeconds() - t0);
@@ -207,8 +209,8 @@ class ServeTask : public SideTask {
     const size_t known = c.context.size() + c.generated.size();
     if (slot.fed == 0) slot.decoder->Reset();
     if (slot.fed < known) {  // prefill, or replay after a reload
-      const int32_t token =
-          slot.fed < c.context.size() ? c.context[slot.fed] : c.generated[slot.fed - c.context.size()];
+      const int32_t token = slot.fed < c.context.size() ? c.context[slot.fed]
+                                                        : c.generated[slot.fed - c.context.size()];
       slot.logits = slot.decoder->Step(&token);
       ++slot.fed;
       return 0;
@@ -235,18 +237,17 @@ class ServeTask : public SideTask {
     auto p = [](const serve::Percentiles& x) {
       return nlohmann::json{{"p50", x.p50}, {"p95", x.p95}, {"p99", x.p99}};
     };
-    return nlohmann::json{{"queue", queue_->waiting()},
-                          {"requests_served", s.served},
-                          {"requests_rejected", s.rejected},
-                          {"requests_cancelled", s.cancelled},
-                          {"tokens_generated", s.tokens},
-                          {"tokens_per_s_in_bubbles", busy_s_.load() > 0
-                                                          ? static_cast<double>(generated_.load()) /
-                                                                busy_s_.load()
-                                                          : 0.0},
-                          {"tokens_per_s_alone", alone_tokens_per_s_.load()},
-                          {"latency_ms", p(s.latency_ms)},
-                          {"first_token_ms", p(s.first_token_ms)}}
+    return nlohmann::json{
+               {"queue", queue_->waiting()},
+               {"requests_served", s.served},
+               {"requests_rejected", s.rejected},
+               {"requests_cancelled", s.cancelled},
+               {"tokens_generated", s.tokens},
+               {"tokens_per_s_in_bubbles",
+                busy_s_.load() > 0 ? static_cast<double>(generated_.load()) / busy_s_.load() : 0.0},
+               {"tokens_per_s_alone", alone_tokens_per_s_.load()},
+               {"latency_ms", p(s.latency_ms)},
+               {"first_token_ms", p(s.first_token_ms)}}
                .dump() +
            "\n";
   }

@@ -56,9 +56,8 @@ absl::StatusOr<int> HttpFront::Start() {
   const int threads = options_.threads;
   s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   s.set_payload_max_length(1 << 20);
-  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    Completions(req, res);
-  });
+  s.Post("/v1/completions",
+         [this](const httplib::Request& req, httplib::Response& res) { Completions(req, res); });
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     const bool open = !queue_->closed();
     res.status = open ? 200 : 503;
@@ -96,8 +95,9 @@ void HttpFront::Completions(const httplib::Request& req, httplib::Response& res)
     if (std::find(kKnown.begin(), kKnown.end(), key) == kKnown.end()) unknown.push_back(key);
   }
   if (!unknown.empty()) {
-    return Error(res, 400, absl::StrCat("unknown fields: ", absl::StrJoin(unknown, ", "),
-                                        "; expected ", absl::StrJoin(kKnown, ", ")));
+    return Error(res, 400,
+                 absl::StrCat("unknown fields: ", absl::StrJoin(unknown, ", "), "; expected ",
+                              absl::StrJoin(kKnown, ", ")));
   }
   if (!body.contains("prompt") || !body["prompt"].is_string()) {
     return Error(res, 400, "'prompt' (a string) is required");
@@ -127,16 +127,18 @@ void HttpFront::Completions(const httplib::Request& req, httplib::Response& res)
   if (!ids.ok()) return Error(res, 400, std::string(ids.status().message()));
   for (int32_t id : *ids) {
     if (id >= options_.vocab_size) {
-      return Error(res, 400, absl::StrCat("the prompt has token ", id, ", outside this model's ",
-                                          options_.vocab_size, "-token vocabulary"));
+      return Error(res, 400,
+                   absl::StrCat("the prompt has token ", id, ", outside this model's ",
+                                options_.vocab_size, "-token vocabulary"));
     }
   }
   c->context.push_back(kEndOfText < options_.vocab_size ? kEndOfText : 0);
   c->context.insert(c->context.end(), ids->begin(), ids->end());
   if (static_cast<int64_t>(c->context.size()) + c->max_tokens > options_.max_seq_len) {
-    return Error(res, 400, absl::StrCat("the prompt's ", ids->size(), " tokens and max_tokens ",
-                                        c->max_tokens, " exceed the model's context of ",
-                                        options_.max_seq_len));
+    return Error(
+        res, 400,
+        absl::StrCat("the prompt's ", ids->size(), " tokens and max_tokens ", c->max_tokens,
+                     " exceed the model's context of ", options_.max_seq_len));
   }
   c->id = next_id_++;
   c->arrived_s = MonotonicSeconds();
@@ -157,8 +159,10 @@ void HttpFront::Completions(const httplib::Request& req, httplib::Response& res)
             c->cancelled = true;
             if (MonotonicSeconds() <= give_up) return false;
             const std::string late =
-                json{{"error", {{"message", "not done within the request timeout"},
-                                {"type", "timeout"}}}}.dump() + "\n";
+                json{{"error",
+                      {{"message", "not done within the request timeout"}, {"type", "timeout"}}}}
+                    .dump() +
+                "\n";
             sink.write(late.data(), late.size());
             sink.done();
             return true;
@@ -174,14 +178,19 @@ void HttpFront::Completions(const httplib::Request& req, httplib::Response& res)
                  {"object", "text_completion"},
                  {"created", static_cast<int64_t>(std::time(nullptr))},
                  {"model", model},
-                 {"choices", {{{"index", 0}, {"text", c->text}, {"finish_reason", "length"},
-                               {"tokens", c->generated}}}},
-                 {"usage", {{"prompt_tokens", prompt_tokens},
-                            {"completion_tokens", completion},
-                            {"total_tokens", prompt_tokens + completion}}},
-                 {"timings", {{"queue_ms", 1e3 * (c->admitted_s - c->arrived_s)},
-                              {"first_token_ms", 1e3 * (c->first_token_s - c->arrived_s)},
-                              {"total_ms", 1e3 * (c->done_s - c->arrived_s)}}}};
+                 {"choices",
+                  {{{"index", 0},
+                    {"text", c->text},
+                    {"finish_reason", "length"},
+                    {"tokens", c->generated}}}},
+                 {"usage",
+                  {{"prompt_tokens", prompt_tokens},
+                   {"completion_tokens", completion},
+                   {"total_tokens", prompt_tokens + completion}}},
+                 {"timings",
+                  {{"queue_ms", 1e3 * (c->admitted_s - c->arrived_s)},
+                   {"first_token_ms", 1e3 * (c->first_token_s - c->arrived_s)},
+                   {"total_ms", 1e3 * (c->done_s - c->arrived_s)}}}};
         }
         const std::string text = out.dump() + "\n";
         sink.write(text.data(), text.size());

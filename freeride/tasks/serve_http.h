@@ -28,12 +28,12 @@ namespace freeride::serve {
 
 struct HttpOptions {
   std::string host = "127.0.0.1";
-  int port = 8090;                   // 0: any free port
-  int64_t max_tokens_limit = 256;    // the most a request may ask for
-  int64_t vocab_size = 0;            // the model's: prompt tokens must be below it
-  int64_t max_seq_len = 0;           // prompt + completion must fit
-  double request_timeout_s = 120;    // a request not done by then is answered with an error
-  int threads = 16;                  // connections served at once
+  int port = 8090;                 // 0: any free port
+  int64_t max_tokens_limit = 256;  // the most a request may ask for
+  int64_t vocab_size = 0;          // the model's: prompt tokens must be below it
+  int64_t max_seq_len = 0;         // prompt + completion must fit
+  double request_timeout_s = 120;  // a request not done by then is answered with an error
+  int threads = 16;                // connections served at once
   std::string model_name;
 };
 

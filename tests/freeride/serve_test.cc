@@ -1,0 +1,88 @@
+// The serve task's parts below HTTP: the queue between the network threads and the bubbles
+// (capacity, cancelled requests dropped, failure on close, latency percentiles), which hosts
+// count as loopback, and the arguments Create refuses. tests/scripts/serve_pipeline.sh serves
+// real requests during a pipeline run.
+#include "freeride/side_task.h"
+#include "freeride/tasks/serve_http.h"
+#include "freeride/tasks/serve_queue.h"
+#include "gtest/gtest.h"
+
+namespace freeride {
+namespace {
+
+using serve::Completion;
+using serve::Queue;
+
+TEST(ServeQueueTest, HoldsAtMostItsCapacityAndDropsCancelledRequests) {
+  Queue queue(2);
+  auto a = std::make_shared<Completion>(), b = std::make_shared<Completion>(),
+       c = std::make_shared<Completion>();
+  EXPECT_TRUE(queue.Push(a));
+  EXPECT_TRUE(queue.Push(b));
+  EXPECT_FALSE(queue.Push(c));  // full: the handler answers 429
+  a->cancelled = true;
+  std::vector<std::shared_ptr<Completion>> taken = queue.Take(4);
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0], b);
+  EXPECT_EQ(queue.stats().cancelled, 1);
+}
+
+TEST(ServeQueueTest, FinishWakesTheWaiterAndCountsLatency) {
+  Queue queue(4);
+  for (int i = 1; i <= 100; ++i) {
+    auto c = std::make_shared<Completion>();
+    c->arrived_s = 0;
+    c->first_token_s = 0.001 * i;
+    c->generated = {1, 2};
+    queue.Finish(c, 0.01 * i);
+    EXPECT_TRUE(queue.WaitDone(c, 0));
+  }
+  const Queue::Stats s = queue.stats();
+  EXPECT_EQ(s.served, 100);
+  EXPECT_EQ(s.tokens, 200);
+  EXPECT_NEAR(s.latency_ms.p50, 510, 1e-9);  // the 51st of 10, 20, ..., 1000 ms
+  EXPECT_NEAR(s.latency_ms.p99, 1000, 1e-9);
+  EXPECT_NEAR(s.first_token_ms.p95, 96, 1e-9);
+}
+
+TEST(ServeQueueTest, CloseFailsWhatWaitsAndRefusesMore) {
+  Queue queue(4);
+  auto c = std::make_shared<Completion>();
+  ASSERT_TRUE(queue.Push(c));
+  queue.Close("stopping", 1.0);
+  EXPECT_TRUE(c->done);
+  EXPECT_EQ(c->error, "stopping");
+  EXPECT_TRUE(queue.closed());
+  EXPECT_FALSE(queue.Push(std::make_shared<Completion>()));
+  EXPECT_EQ(queue.stats().served, 0);
+}
+
+TEST(ServeTaskTest, LoopbackUnlessAskedAndArgumentsChecked) {
+  EXPECT_TRUE(serve::IsLoopback("127.0.0.1"));
+  EXPECT_TRUE(serve::IsLoopback("localhost"));
+  EXPECT_TRUE(serve::IsLoopback("::1"));
+  EXPECT_FALSE(serve::IsLoopback("0.0.0.0"));
+  EXPECT_FALSE(serve::IsLoopback("10.1.2.3"));
+  auto create = [](TaskArgs args) {
+    absl::StatusOr<std::unique_ptr<SideTask>> task = CreateSideTask("serve", "");
+    EXPECT_TRUE(task.ok());
+    CappedArena arena(1 << 20);
+    SideTaskContext ctx{"srv", 0, 0, &args, &arena, ::testing::TempDir(), 0, [] { return false; }};
+    return (*task)->Create(ctx);
+  };
+  const std::string model = "tests/data/gpt2_golden/model.bin";
+  EXPECT_TRUE(create({{"checkpoint", model}}).ok());  // Create binds nothing: Load does
+  absl::Status remote = create({{"checkpoint", model}, {"host", std::string("0.0.0.0")}});
+  EXPECT_NE(remote.message().find("allow_remote = true"), std::string::npos) << remote;
+  EXPECT_TRUE(
+      create({{"checkpoint", model}, {"host", std::string("0.0.0.0")}, {"allow_remote", true}})
+          .ok());
+  EXPECT_NE(create({}).message().find("args.checkpoint is required"), std::string::npos);
+  EXPECT_NE(create({{"checkpoint", model}, {"prot", int64_t{1}}}).message().find("prot"),
+            std::string::npos);
+  EXPECT_NE(create({{"checkpoint", model}, {"port", int64_t{70000}}}).message().find("port"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace freeride
