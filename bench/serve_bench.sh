@@ -120,7 +120,8 @@ for rate in $rates; do
       overheads+=$(python3 -c '
 import json, sys
 s = [json.loads(l) for l in open(sys.argv[1]) if "harvest_summary" in l][-1]
-print(f"| {sys.argv[2]} | {100 * s[\"overhead\"]:+.2f}% | {100 * s[\"reclaimed\"]:.1f}% |")' \
+overhead = 100 * s["overhead"]
+print(f"| {sys.argv[2]} | {overhead:+.2f}% |")' \
         "$dir/metrics.jsonl" "$rate")$'\n'
     fi
   done
@@ -128,8 +129,8 @@ done
 echo
 echo "$table"
 echo
-echo "| req/s | training overhead (alternating blocks of 4) | reclaimed |"
-echo "|---|---|---|"
+echo "| req/s | training overhead (alternating blocks of 4) |"
+echo "|---|---|"
 echo -n "$overheads"
 echo
 echo "losses of every served run equal the run without side tasks: $plain"
