@@ -30,9 +30,8 @@ mkdir -p "$shots"
 freeride=$build/freeride
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-cat "$root"/docs/*.md "$root"/README.md > "$work/corpus.txt"
-"$freeride" prepare --input "$work/corpus.txt" --out "$work/data" --val_tokens 2048 \
-  --tokenizer "$root/data/r50k_base.tiktoken" > /dev/null
+source "$root/tests/scripts/common.sh"
+prepare_corpus "$freeride" "$root" "$work/data"
 data=(--set "data.train=$work/data/train_*.bin" --set "data.val=$work/data/val_*.bin")
 config=$root/configs/tiny_cpu_pp2_freeride.toml
 

@@ -23,9 +23,8 @@ freeride=$build/freeride
 fail() { echo "FAIL: $*" >&2; tail -20 "$work/serve.log" >&2 || true; exit 1; }
 cd "$root"
 
-cat docs/*.md README.md > "$work/corpus.txt"
-"$freeride" prepare --input "$work/corpus.txt" --out "$work/data" --val_tokens 2048 \
-  --tokenizer data/r50k_base.tiktoken > /dev/null
+source "$root/tests/scripts/common.sh"
+prepare_corpus "$freeride" "$root" "$work/data"
 data=(--set "data.train=$work/data/train_*.bin" --set "data.val=$work/data/val_*.bin")
 "$freeride" train "${data[@]}" --set train.steps=10 --set eval.every=0 \
   --set run.dir="$work/model" > "$work/model.log" 2>&1 || fail "training the served model failed"
@@ -124,7 +123,8 @@ s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: applicatio
           b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
 s.close()
 
-# Overload: 2 slots and a queue of 2; ten at once, some are turned away with Retry-After.
+# Overload: 2 slots and a queue of 2, filled only between bubbles; ten at once, most are
+# turned away with Retry-After.
 with concurrent.futures.ThreadPoolExecutor(10) as pool:
     results = list(pool.map(post, [{"prompt": "And", "max_tokens": 48, "seed": i} for i in range(10)]))
 codes = sorted(r[0] for r in results)
@@ -140,7 +140,9 @@ while True:
         break
     time.sleep(0.5)
 assert metrics["requests_cancelled"] >= 1, metrics
-assert metrics["requests_rejected"] >= 1 and metrics["requests_served"] >= 4, metrics
+# Served: the two above and at least one of the burst (the queue holds 2; the departed
+# client's request may hold one of those places until its heartbeat fails).
+assert metrics["requests_rejected"] >= 1 and metrics["requests_served"] >= 3, metrics
 assert metrics["latency_ms"]["p99"] >= metrics["latency_ms"]["p50"] > 0, metrics
 with urllib.request.urlopen(address + "/health", timeout=10) as r:
     assert json.loads(r.read())["status"] == "ok"
@@ -151,9 +153,6 @@ grep -q '"name": "serve".*requests served' "$work/serve/side_tasks_rank000.jsonl
   fail "no serve summary in side_tasks_rank000.jsonl"
 launch/run.sh -n 2 "$work/serve.toml" --set run.dir="$work/plain" --set freeride.enabled=false \
   > "$work/plain.log" 2>&1 || fail "the run without side tasks failed"
-losses() { python3 -c '
-import json, sys
-print([r["loss"] for r in map(json.loads, open(sys.argv[1])) if r["kind"] == "train"])' "$1"; }
-[[ $(losses "$work/serve/metrics.jsonl") == "$(losses "$work/plain/metrics.jsonl")" ]] ||
+[[ $(train_losses "$work/serve") == "$(train_losses "$work/plain")" ]] ||
   fail "losses with the server differ from the run without side tasks"
 echo "PASS: served from bubbles during $steps steps; losses equal the run without side tasks"

@@ -24,9 +24,8 @@ trap 'pkill -KILL -f "$work" 2>/dev/null || true; rm -rf "$work"' EXIT
 freeride=$build/freeride
 fail() { echo "FAIL: $*" >&2; tail -40 "$work/log.txt" >&2 || true; exit 1; }
 
-cat "$root"/docs/*.md "$root"/README.md > "$work/corpus.txt"
-"$freeride" prepare --input "$work/corpus.txt" --out "$work/data" --val_tokens 512 \
-  --tokenizer "$root/data/r50k_base.tiktoken" > /dev/null
+source "$root/tests/scripts/common.sh"
+prepare_corpus "$freeride" "$root" "$work/data" 512
 cat > "$work/run.toml" <<TOML
 [run]
 seed = 11

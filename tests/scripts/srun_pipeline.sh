@@ -26,9 +26,8 @@ trap '"$root/launch/slurm_local.sh" stop "$work/slurm"; rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; tail -30 "$work/srun.log" >&2 || true; exit 1; }
 
 eval "$("$root/launch/slurm_local.sh" start "$work/slurm")"
-cat "$root"/docs/*.md "$root"/README.md > "$work/corpus.txt"
-"$build/freeride" prepare --input "$work/corpus.txt" --out "$work/data" --val_tokens 2048 \
-  --tokenizer "$root/data/r50k_base.tiktoken" > /dev/null
+source "$root/tests/scripts/common.sh"
+prepare_corpus "$build/freeride" "$root" "$work/data"
 args=(configs/tiny_cpu_pp2_freeride.toml --set "data.train=$work/data/train_*.bin"
       --set "data.val=$work/data/val_*.bin" --set "train.steps=$steps" --set eval.every=0)
 cd "$root"
@@ -41,11 +40,8 @@ grep -q "mask_cpu,one_thread, 0x1,0x2" "$work/slurm/slurmd.log" ||
 grep -q " r1 " "$work/srun.log" || fail "rank 1 did not log: not one 2-rank MPI world"
 launch/run.sh -n 2 "${args[@]}" --set "run.dir=$work/mpirun" > "$work/mpirun.log" 2>&1 ||
   fail "the same run under mpirun failed"
-losses() { python3 -c '
-import json, sys
-print([r["loss"] for r in map(json.loads, open(sys.argv[1])) if r["kind"] == "train"])' "$1"; }
-srun_losses=$(losses "$work/srun/metrics.jsonl")
-mpirun_losses=$(losses "$work/mpirun/metrics.jsonl")
+srun_losses=$(train_losses "$work/srun")
+mpirun_losses=$(train_losses "$work/mpirun")
 [[ $srun_losses == "$mpirun_losses" ]] ||
   fail "losses differ: srun $srun_losses, mpirun $mpirun_losses"
 echo "PASS: $steps steps of a 2-rank pipeline under srun (PMIx) equal mpirun's: $srun_losses"

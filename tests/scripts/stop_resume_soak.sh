@@ -23,9 +23,8 @@ trap 'pkill -KILL -f "$work" 2>/dev/null || true; rm -rf "$work"' EXIT
 freeride=$build/freeride
 
 # Data: the project's own docs, tokenized.
-cat "$root"/docs/*.md "$root"/README.md > "$work/corpus.txt"
-"$freeride" prepare --input "$work/corpus.txt" --out "$work/data" --val_tokens 512 \
-  --tokenizer "$root/data/r50k_base.tiktoken" > /dev/null
+source "$root/tests/scripts/common.sh"
+prepare_corpus "$freeride" "$root" "$work/data" 512
 cat > "$work/soak.toml" <<TOML
 [run]
 seed = 7
