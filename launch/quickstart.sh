@@ -2,8 +2,8 @@
 # The README's first command: installs what is missing, builds, prepares the default corpus
 # (the King James Bible, tokenized with GPT-2's BPE), trains the embedded default run (a small
 # GPT on the CPU, about a minute on 2 cores), prints a sample from it, trains it again as a
-# 2-stage pipeline with side tasks in its bubbles and prints the harvest report, and shows the
-# pipeline schedules with every bubble placed and classified.
+# 2-stage pipeline with side tasks in its bubbles, prints the harvest report and writes the
+# run's HTML report, and shows the pipeline schedules with every bubble placed and classified.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
@@ -26,6 +26,8 @@ echo "== the same model as a 2-stage pipeline (2 MPI ranks) with PageRank and an
 echo "   running in its bubbles; the harvest report comes at the end"
 "$root/launch/run.sh" -n 2 configs/tiny_cpu_pp2_freeride.toml --set train.steps=40 \
   --set eval.every=0 2>&1 | grep -v "\] step "
+echo "== that run as one page to open in a browser (docs/report.md)"
+"$fr" report runs/tiny_cpu_pp2_freeride
 echo "== a 4-stage 1F1B schedule, 8 micro-batches: every idle slot is a BUBBLE instruction"
 "$fr" schedule --kind 1f1b --stages 4 --microbatches 8
 echo "== how much of a step each schedule leaves idle (uniform costs, f=b=w=1 ms)"
