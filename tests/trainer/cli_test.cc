@@ -278,5 +278,33 @@ TEST(CliProjectTest, ProjectsEveryFittingLayoutAndRefusesBadFlags) {
   EXPECT_THAT(flops.err, HasSubstr("--costs flops needs --tflops"));
 }
 
+TEST(CliProjectTest, ASideTaskThatCannotRunHereIsGivenItsStepTime) {
+  const std::string config = WriteTemp(
+      "project_tasks.toml",
+      "[model]\nn_layer = 4\nn_head = 2\nn_embd = 32\nmax_seq_len = 64\nvocab_size = 64\n"
+      "[data]\ntrain = \"unused_*.bin\"\n[train]\nbatch_size = 8\nseq_len = 16\nmicrobatches = 8\n"
+      "[freeride]\nenabled = true\n"
+      "[[side_tasks]]\ntype = \"train\"\nname = \"gpu_train\"\n[side_tasks.args]\n"
+      "device = \"cuda\"\n[[side_tasks]]\ntype = \"spin\"\npriority = 1\n"
+      "[side_tasks.args]\nstep_ms = 1.0\n");
+  const std::vector<std::string> base = {"project", "--config", config, "--gpus", "2",
+                                         "--costs", "block=2"};
+  CliResult measured = RunCommand(base);
+  if (measured.status != kExitOk) {  // no GPU here: the error says what to do
+    EXPECT_THAT(measured.err, HasSubstr("--task_ms NAME=MS"));
+  }
+  std::vector<std::string> given = base;
+  given.insert(given.end(), {"--task_ms", "gpu_train=4"});
+  CliResult md = RunCommand(given);
+  ASSERT_EQ(md.status, kExitOk) << md.err;
+  // The executor's order: spin (priority 1) before the given task.
+  EXPECT_THAT(md.out, HasSubstr("side tasks: spin ("));
+  EXPECT_THAT(md.out, HasSubstr("gpu_train (4 ms steps)"));
+  given.back() = "gpu_trian=4";
+  CliResult typo = RunCommand(given);
+  EXPECT_EQ(typo.status, kExitUsage);
+  EXPECT_THAT(typo.err, HasSubstr("no side task named 'gpu_trian'; the config has: gpu_train, spin"));
+}
+
 }  // namespace
 }  // namespace freeride

@@ -2,11 +2,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
+#include <map>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/status.h"
 #include "freeride/executor.h"
@@ -84,33 +87,81 @@ absl::StatusOr<PartCosts> GivenCosts(const std::string& spec) {
   return costs;
 }
 
-// Each configured side task's step time alone: the executor's own calibration, on this machine.
-absl::StatusOr<std::vector<ProjectedTask>> MeasureTasks(const Config& config) {
+// --task_ms NAME=MS[,NAME=MS...]: side tasks whose step time is given rather than measured.
+absl::StatusOr<std::map<std::string, double>> GivenTaskTimes(const ParsedFlags& flags,
+                                                             const Config& config) {
+  std::map<std::string, double> given;
+  if (!flags.Has("task_ms")) return given;
+  for (absl::string_view item : absl::StrSplit(flags.Get("task_ms"), ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    double ms = 0;
+    if (!absl::SimpleAtod(kv.second, &ms) || !(ms > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--task_ms '", item, "': expected NAME=milliseconds with a number > 0"));
+    }
+    const bool known = std::any_of(config.side_tasks.begin(), config.side_tasks.end(),
+                                   [&](const SideTaskConfig& t) { return t.name == kv.first; });
+    if (!known) {
+      std::vector<std::string> names;
+      for (const SideTaskConfig& t : config.side_tasks) names.push_back(t.name);
+      return absl::InvalidArgumentError(absl::StrCat("--task_ms: no side task named '", kv.first,
+                                                     "'; the config has: ",
+                                                     absl::StrJoin(names, ", ")));
+    }
+    given[kv.first] = ms;
+  }
+  return given;
+}
+
+// Each configured side task's step time alone: as given (--task_ms), else the executor's own
+// calibration on this machine; in the order the executor offers bubbles (priority first).
+absl::StatusOr<std::vector<ProjectedTask>> MeasureTasks(const Config& config,
+                                                        const std::map<std::string, double>& given) {
   std::vector<ProjectedTask> tasks;
   if (!config.freeride.enabled || config.side_tasks.empty()) return tasks;
   std::vector<SideTaskSpec> specs;
-  for (const SideTaskConfig& task : config.side_tasks) specs.push_back(SpecOf(task));
-  ExecutorOptions options;
-  options.calibration_steps = static_cast<int>(config.freeride.calibration_steps);
-  options.step_timeout_s = config.freeride.step_timeout_s;
-  options.results_dir =
-      (std::filesystem::temp_directory_path() / absl::StrCat("freeride_project_", getpid()))
-          .string();
-  absl::StatusOr<std::unique_ptr<SideTaskExecutor>> executor =
-      SideTaskExecutor::Create(specs, options);
-  if (executor.ok()) {
+  for (const SideTaskConfig& task : config.side_tasks) {
+    if (!given.count(task.name)) specs.push_back(SpecOf(task));
+  }
+  std::map<std::string, ProjectedTask> by_name;
+  if (!specs.empty()) {
+    ExecutorOptions options;
+    options.calibration_steps = static_cast<int>(config.freeride.calibration_steps);
+    options.step_timeout_s = config.freeride.step_timeout_s;
+    options.results_dir =
+        (std::filesystem::temp_directory_path() / absl::StrCat("freeride_project_", getpid()))
+            .string();
+    absl::StatusOr<std::unique_ptr<SideTaskExecutor>> executor =
+        SideTaskExecutor::Create(specs, options);
+    std::error_code ec;
+    if (!executor.ok()) {
+      std::filesystem::remove_all(options.results_dir, ec);
+      return absl::Status(executor.status().code(),
+                          absl::StrCat(executor.status().message(),
+                                       "; a task that cannot run here can be given as --task_ms "
+                                       "NAME=MS (its step time alone where it would run)"));
+    }
     (*executor)->Finish();
-    // In the order the executor offers bubbles (priority first).
     for (const TaskReport& t : (*executor)->Report().tasks) {
       if (t.state == "FAILED") {
+        std::filesystem::remove_all(options.results_dir, ec);
         return absl::InternalError(absl::StrCat("side task '", t.name, "': ", t.reason));
       }
-      tasks.push_back({t.name, 1e3 * t.standalone_step_s, t.isolation == "process"});
+      by_name[t.name] = {t.name, 1e3 * t.standalone_step_s, t.isolation == "process"};
     }
+    std::filesystem::remove_all(options.results_dir, ec);
   }
-  std::error_code ec;
-  std::filesystem::remove_all(options.results_dir, ec);
-  if (!executor.ok()) return executor.status();
+  std::vector<const SideTaskConfig*> order;
+  for (const SideTaskConfig& task : config.side_tasks) order.push_back(&task);
+  std::stable_sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
+    return a->priority > b->priority;  // the executor's order: higher priority first
+  });
+  for (const SideTaskConfig* task : order) {
+    auto g = given.find(task->name);
+    tasks.push_back(g != given.end()
+                        ? ProjectedTask{task->name, g->second, task->isolation == "process"}
+                        : by_name[task->name]);
+  }
   return tasks;
 }
 
@@ -171,7 +222,8 @@ absl::StatusOr<std::string> RunProjection(const ParsedFlags& flags) {
     FR_ASSIGN_OR_RETURN(double ns, PositiveNumberFlag(flags, "optimizer_ns", 0));
     options.optimizer_ms_per_param = ns * 1e-6;
   }
-  FR_ASSIGN_OR_RETURN(options.tasks, MeasureTasks(config));
+  FR_ASSIGN_OR_RETURN(const auto given, GivenTaskTimes(flags, config));
+  FR_ASSIGN_OR_RETURN(options.tasks, MeasureTasks(config, given));
   FR_ASSIGN_OR_RETURN(Projection projection, Project(model, options));
   const std::string format = flags.Get("format", "md");
   if (format == "md") return ProjectionMarkdown(model, projection, options);
@@ -199,6 +251,9 @@ std::vector<FlagSpec> ProjectFlags() {
           {"optimizer_ns", "X",
            "AdamW update, ns per parameter (default: measured with "
            "--costs measure, else left out)"},
+          {"task_ms", "NAME=MS,...",
+           "side tasks' step times alone, given instead of measured (e.g. a GPU task on a CPU "
+           "build)"},
           {"link_gbs", "X", "pipeline link bandwidth, GB/s (default 50)"},
           {"link_latency_us", "X", "pipeline link latency, µs (default 5)"},
           {"net_gbs", "X", "data-parallel all-reduce bus bandwidth per GPU, GB/s (default 25)"},
