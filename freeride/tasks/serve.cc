@@ -185,10 +185,10 @@ class ServeTask : public SideTask {
     const int free = max_batch_ - Active();
     if (free <= 0) return;
     std::vector<std::shared_ptr<Completion>> fresh = queue_->Take(static_cast<size_t>(free));
+    size_t next = 0;  // oldest first
     for (Slot& slot : slots_) {
-      if (slot.request || fresh.empty()) continue;
-      slot.request = std::move(fresh.back());
-      fresh.pop_back();
+      if (slot.request || next == fresh.size()) continue;
+      slot.request = std::move(fresh[next++]);
       slot.request->admitted_s = now_s;
       slot.sampler.emplace(slot.request->temperature, slot.request->top_k, slot.request->seed);
       slot.decoder->Reset();
