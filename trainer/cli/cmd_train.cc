@@ -6,7 +6,6 @@
 #include <functional>
 #include <iostream>
 #include <optional>
-#include <random>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
