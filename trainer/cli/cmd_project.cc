@@ -134,18 +134,19 @@ absl::StatusOr<std::vector<ProjectedTask>> MeasureTasks(const Config& config,
     absl::StatusOr<std::unique_ptr<SideTaskExecutor>> executor =
         SideTaskExecutor::Create(specs, options);
     std::error_code ec;
+    constexpr const char* kHint =
+        "; a task that cannot run here can be given as --task_ms NAME=MS (its step time alone "
+        "where it would run)";
     if (!executor.ok()) {
       std::filesystem::remove_all(options.results_dir, ec);
       return absl::Status(executor.status().code(),
-                          absl::StrCat(executor.status().message(),
-                                       "; a task that cannot run here can be given as --task_ms "
-                                       "NAME=MS (its step time alone where it would run)"));
+                          absl::StrCat(executor.status().message(), kHint));
     }
     (*executor)->Finish();
     for (const TaskReport& t : (*executor)->Report().tasks) {
-      if (t.state == "FAILED") {
+      if (t.state == "FAILED") {  // e.g. a CUDA build on a machine without a GPU: at load
         std::filesystem::remove_all(options.results_dir, ec);
-        return absl::InternalError(absl::StrCat("side task '", t.name, "': ", t.reason));
+        return absl::InternalError(absl::StrCat("side task '", t.name, "': ", t.reason, kHint));
       }
       by_name[t.name] = {t.name, 1e3 * t.standalone_step_s, t.isolation == "process"};
     }
