@@ -206,9 +206,7 @@ class ServeTask : public SideTask {
       slot.request.reset();
       return 0;
     }
-    const size_t known = c.context.size() + c.generated.size();
-    if (slot.fed == 0) slot.decoder->Reset();
-    if (slot.fed < known) {  // prefill, or replay after a reload
+    if (slot.fed < c.context.size() + c.generated.size()) {  // prefill, or replay after a reload
       const int32_t token = slot.fed < c.context.size() ? c.context[slot.fed]
                                                         : c.generated[slot.fed - c.context.size()];
       slot.logits = slot.decoder->Step(&token);

@@ -37,5 +37,24 @@ TEST(FlagsTest, RejectsUnknownMissingAndDuplicated) {
             "option --verbose takes no value");
 }
 
+TEST(FlagsTest, NamedNumbersInOrderOrTheItemThatIsNot) {
+  absl::StatusOr<ParsedFlags> flags = ParseFlags({"--kind", "block=2,head=0.5,,embedding=0"}, kSpecs);
+  ASSERT_TRUE(flags.ok());
+  absl::StatusOr<std::vector<std::pair<std::string, double>>> items =
+      NamedNumbersFlag(*flags, "kind");
+  ASSERT_TRUE(items.ok()) << items.status();
+  EXPECT_THAT(*items, ElementsAre(std::pair<std::string, double>{"block", 2},
+                                  std::pair<std::string, double>{"head", 0.5},
+                                  std::pair<std::string, double>{"embedding", 0}));
+  for (const char* bad : {"block", "block=x", "=2", "block=-1"}) {
+    flags = ParseFlags({"--kind", bad}, kSpecs);
+    ASSERT_TRUE(flags.ok());
+    EXPECT_EQ(NamedNumbersFlag(*flags, "kind").status().message(),
+              std::string("--kind: '") + bad + "': expected NAME=number with a number >= 0");
+  }
+  flags = ParseFlags({}, kSpecs);
+  EXPECT_TRUE(NamedNumbersFlag(*flags, "kind")->empty());  // absent: nothing given
+}
+
 }  // namespace
 }  // namespace freeride

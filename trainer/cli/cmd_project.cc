@@ -15,9 +15,9 @@
 #include "freeride/executor.h"
 #include "trainer/cli/cli.h"
 #include "trainer/config/config.h"
+#include "trainer/config/side_task_check.h"
 #include "trainer/emulation.h"
 #include "trainer/projection.h"
-#include "trainer/config/side_task_check.h"
 #include "trainer/trainer.h"
 
 namespace freeride {
@@ -59,29 +59,23 @@ absl::StatusOr<std::vector<pipeline::ScheduleKind>> Kinds(const std::string& lis
   return kinds;
 }
 
-// "embedding=0.5,block=2,head=4" (ms per micro-batch, F + B + W).
-absl::StatusOr<PartCosts> GivenCosts(const std::string& spec) {
+// --costs embedding=0.5,block=2,head=4 (ms per micro-batch, F + B + W).
+absl::StatusOr<PartCosts> GivenCosts(const ParsedFlags& flags) {
+  FR_ASSIGN_OR_RETURN(const auto parts, NamedNumbersFlag(flags, "costs"));
   PartCosts costs;
-  bool block = false;
-  for (absl::string_view part : absl::StrSplit(spec, ',', absl::SkipEmpty())) {
-    std::pair<std::string, std::string> kv = absl::StrSplit(part, absl::MaxSplits('=', 1));
-    double v = 0;
-    if (!absl::SimpleAtod(kv.second, &v) || v < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--costs: '", part, "': expected NAME=ms >= 0"));
-    }
-    if (kv.first == "embedding") {
-      costs.embedding = v;
-    } else if (kv.first == "block") {
-      costs.block = v, block = true;
-    } else if (kv.first == "head") {
-      costs.head = v;
+  for (const auto& [part, ms] : parts) {
+    if (part == "embedding") {
+      costs.embedding = ms;
+    } else if (part == "block") {
+      costs.block = ms;
+    } else if (part == "head") {
+      costs.head = ms;
     } else {
       return absl::InvalidArgumentError(
-          absl::StrCat("--costs: unknown part '", kv.first, "' (expected embedding, block, head)"));
+          absl::StrCat("--costs: unknown part '", part, "' (expected embedding, block, head)"));
     }
   }
-  if (!block || costs.block <= 0) {
+  if (costs.block <= 0) {
     return absl::InvalidArgumentError("--costs: give block=ms > 0 (and embedding=, head=)");
   }
   return costs;
@@ -90,33 +84,63 @@ absl::StatusOr<PartCosts> GivenCosts(const std::string& spec) {
 // --task_ms NAME=MS[,NAME=MS...]: side tasks whose step time is given rather than measured.
 absl::StatusOr<std::map<std::string, double>> GivenTaskTimes(const ParsedFlags& flags,
                                                              const Config& config) {
+  FR_ASSIGN_OR_RETURN(const auto items, NamedNumbersFlag(flags, "task_ms"));
   std::map<std::string, double> given;
-  if (!flags.Has("task_ms")) return given;
-  for (absl::string_view item : absl::StrSplit(flags.Get("task_ms"), ',', absl::SkipEmpty())) {
-    std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
-    double ms = 0;
-    if (!absl::SimpleAtod(kv.second, &ms) || !(ms > 0)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--task_ms '", item, "': expected NAME=milliseconds with a number > 0"));
-    }
+  for (const auto& [task, ms] : items) {
+    if (!(ms > 0)) return absl::InvalidArgumentError("--task_ms: step times must be > 0");
     const bool known = std::any_of(config.side_tasks.begin(), config.side_tasks.end(),
-                                   [&](const SideTaskConfig& t) { return t.name == kv.first; });
+                                   [&](const SideTaskConfig& t) { return t.name == task; });
     if (!known) {
       std::vector<std::string> names;
       for (const SideTaskConfig& t : config.side_tasks) names.push_back(t.name);
-      return absl::InvalidArgumentError(absl::StrCat("--task_ms: no side task named '", kv.first,
-                                                     "'; the config has: ",
-                                                     absl::StrJoin(names, ", ")));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--task_ms: no side task named '", task,
+                       "'; the config has: ", absl::StrJoin(names, ", ")));
     }
-    given[kv.first] = ms;
+    given[task] = ms;
   }
   return given;
 }
 
-// Each configured side task's step time alone: as given (--task_ms), else the executor's own
-// calibration on this machine; in the order the executor offers bubbles (priority first).
-absl::StatusOr<std::vector<ProjectedTask>> MeasureTasks(const Config& config,
-                                                        const std::map<std::string, double>& given) {
+// The step time alone of each task in `specs`, by name, as the executor calibrates it here.
+absl::StatusOr<std::map<std::string, ProjectedTask>> CalibrateTasks(
+    const std::vector<SideTaskSpec>& specs, const Config& config) {
+  ExecutorOptions options;
+  options.calibration_steps = static_cast<int>(config.freeride.calibration_steps);
+  options.step_timeout_s = config.freeride.step_timeout_s;
+  options.results_dir =
+      (std::filesystem::temp_directory_path() / absl::StrCat("freeride_project_", getpid()))
+          .string();
+  constexpr const char* kHint =
+      "; a task that cannot run here can be given as --task_ms NAME=MS (its step time alone "
+      "where it would run)";
+  absl::StatusOr<std::map<std::string, ProjectedTask>> result =
+      [&]() -> absl::StatusOr<std::map<std::string, ProjectedTask>> {
+    absl::StatusOr<std::unique_ptr<SideTaskExecutor>> executor =
+        SideTaskExecutor::Create(specs, options);
+    if (!executor.ok()) {
+      return absl::Status(executor.status().code(),
+                          absl::StrCat(executor.status().message(), kHint));
+    }
+    (*executor)->Finish();
+    std::map<std::string, ProjectedTask> by_name;
+    for (const TaskReport& t : (*executor)->Report().tasks) {
+      if (t.state == "FAILED") {  // e.g. a CUDA build on a machine without a GPU: at load
+        return absl::InternalError(absl::StrCat("side task '", t.name, "': ", t.reason, kHint));
+      }
+      by_name[t.name] = {t.name, 1e3 * t.standalone_step_s, t.isolation == "process"};
+    }
+    return by_name;
+  }();
+  std::error_code ec;
+  std::filesystem::remove_all(options.results_dir, ec);
+  return result;
+}
+
+// Each configured side task's step time alone: as given (--task_ms), else calibrated here; in
+// the order the executor offers bubbles (higher priority first, then the config's order).
+absl::StatusOr<std::vector<ProjectedTask>> MeasureTasks(
+    const Config& config, const std::map<std::string, double>& given) {
   std::vector<ProjectedTask> tasks;
   if (!config.freeride.enabled || config.side_tasks.empty()) return tasks;
   std::vector<SideTaskSpec> specs;
@@ -125,38 +149,12 @@ absl::StatusOr<std::vector<ProjectedTask>> MeasureTasks(const Config& config,
   }
   std::map<std::string, ProjectedTask> by_name;
   if (!specs.empty()) {
-    ExecutorOptions options;
-    options.calibration_steps = static_cast<int>(config.freeride.calibration_steps);
-    options.step_timeout_s = config.freeride.step_timeout_s;
-    options.results_dir =
-        (std::filesystem::temp_directory_path() / absl::StrCat("freeride_project_", getpid()))
-            .string();
-    absl::StatusOr<std::unique_ptr<SideTaskExecutor>> executor =
-        SideTaskExecutor::Create(specs, options);
-    std::error_code ec;
-    constexpr const char* kHint =
-        "; a task that cannot run here can be given as --task_ms NAME=MS (its step time alone "
-        "where it would run)";
-    if (!executor.ok()) {
-      std::filesystem::remove_all(options.results_dir, ec);
-      return absl::Status(executor.status().code(),
-                          absl::StrCat(executor.status().message(), kHint));
-    }
-    (*executor)->Finish();
-    for (const TaskReport& t : (*executor)->Report().tasks) {
-      if (t.state == "FAILED") {  // e.g. a CUDA build on a machine without a GPU: at load
-        std::filesystem::remove_all(options.results_dir, ec);
-        return absl::InternalError(absl::StrCat("side task '", t.name, "': ", t.reason, kHint));
-      }
-      by_name[t.name] = {t.name, 1e3 * t.standalone_step_s, t.isolation == "process"};
-    }
-    std::filesystem::remove_all(options.results_dir, ec);
+    FR_ASSIGN_OR_RETURN(by_name, CalibrateTasks(specs, config));
   }
   std::vector<const SideTaskConfig*> order;
   for (const SideTaskConfig& task : config.side_tasks) order.push_back(&task);
-  std::stable_sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
-    return a->priority > b->priority;  // the executor's order: higher priority first
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto* a, const auto* b) { return a->priority > b->priority; });
   for (const SideTaskConfig* task : order) {
     auto g = given.find(task->name);
     tasks.push_back(g != given.end()
@@ -217,7 +215,7 @@ absl::StatusOr<std::string> RunProjection(const ParsedFlags& flags) {
     options.costs = {flops.embedding * ms_per_flop, flops.block * ms_per_flop,
                      flops.head * ms_per_flop};
   } else {
-    FR_ASSIGN_OR_RETURN(options.costs, GivenCosts(costs));
+    FR_ASSIGN_OR_RETURN(options.costs, GivenCosts(flags));
   }
   if (flags.Has("optimizer_ns")) {
     FR_ASSIGN_OR_RETURN(double ns, PositiveNumberFlag(flags, "optimizer_ns", 0));

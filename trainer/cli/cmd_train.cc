@@ -234,6 +234,11 @@ int SampleCommand(const ParsedFlags& flags) {
     std::cerr << "error: --tokens must be >= 1, --top_k and --temperature >= 0\n";
     return kExitUsage;
   }
+  const std::string format = flags.Get("format", "text");
+  if (format != "text" && format != "jsonl") {
+    std::cerr << "error: --format takes text or jsonl, found '" << format << "'\n";
+    return kExitUsage;
+  }
   auto tokenizer = Tokenizer::Load(flags.Get("tokenizer", kDefaultTokenizerPath));
   if (!tokenizer.ok()) return Fail(tokenizer.status());
   std::vector<int32_t> context{kEndOfText};
@@ -261,11 +266,6 @@ int SampleCommand(const ParsedFlags& flags) {
   const float* logits = nullptr;
   for (int32_t token : context) logits = decoder.Step(&token);
   TokenSampler sampler(temperature, top_k, static_cast<uint64_t>(seed));
-  const std::string format = flags.Get("format", "text");
-  if (format != "text" && format != "jsonl") {
-    std::cerr << "error: --format takes text or jsonl, found '" << format << "'\n";
-    return kExitUsage;
-  }
   const bool stream = format == "text";
   if (stream) std::cout << flags.Get("prompt") << std::flush;
   std::vector<int32_t> generated;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_format.h"
 
 namespace freeride {
@@ -38,6 +39,21 @@ absl::StatusOr<double> PositiveNumberFlag(const ParsedFlags& flags, const std::s
                                                    flags.Get(name), "'"));
   }
   return value;
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, double>>> NamedNumbersFlag(
+    const ParsedFlags& flags, const std::string& name) {
+  std::vector<std::pair<std::string, double>> out;
+  for (absl::string_view item : absl::StrSplit(flags.Get(name), ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    double value = 0;
+    if (kv.first.empty() || !absl::SimpleAtod(kv.second, &value) || !(value >= 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", name, ": '", item, "': expected NAME=number with a number >= 0"));
+    }
+    out.emplace_back(kv.first, value);
+  }
+  return out;
 }
 
 absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args,

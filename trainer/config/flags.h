@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -44,6 +45,11 @@ absl::StatusOr<int64_t> PositiveIntFlag(const ParsedFlags& flags, const std::str
 // The same for a number > 0.
 absl::StatusOr<double> PositiveNumberFlag(const ParsedFlags& flags, const std::string& name,
                                           double fallback);
+
+// `--name NAME=X,NAME=X,...` as (name, number >= 0) pairs in the order given, or an error naming
+// the option and the item that is not NAME=number.
+absl::StatusOr<std::vector<std::pair<std::string, double>>> NamedNumbersFlag(
+    const ParsedFlags& flags, const std::string& name);
 
 // "  --name VALUE   help" lines for a command's usage text.
 std::string FlagsHelp(const std::vector<FlagSpec>& specs);

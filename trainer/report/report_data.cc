@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -127,9 +128,9 @@ std::string MergedTrace(const RunFiles& run) {
   for (const json& trace : run.timelines) {
     const json other = trace.value("otherData", json::object());
     const int rank = other.value("rank", 0), stage = other.value("stage", 0);
-    std::map<int, bool> tids;
+    std::set<int> tids;
     for (const json& e : trace["traceEvents"]) {
-      if (e.contains("tid") && e["tid"].is_number_integer()) tids[e["tid"].get<int>()] = true;
+      if (e.contains("tid") && e["tid"].is_number_integer()) tids.insert(e["tid"].get<int>());
       events.push_back(e);
     }
     events.push_back({{"name", "process_name"},
@@ -140,7 +141,7 @@ std::string MergedTrace(const RunFiles& run) {
                       {"ph", "M"},
                       {"pid", rank},
                       {"args", {{"sort_index", rank}}}});
-    for (const auto& [tid, unused] : tids) {
+    for (int tid : tids) {
       const std::string name = tid >= 1000 ? absl::StrFormat("stage %d side tasks", tid - 1000)
                                            : absl::StrFormat("stage %d", tid);
       events.push_back({{"name", "thread_name"},
