@@ -1,5 +1,22 @@
-# Shared by the scripts in tests/scripts (sourced, not run): a corpus of the project's own
-# docs as token shards, and a run's training losses in step order.
+# Shared by the scripts in tests/scripts (sourced, not run): the --build/--steps options, a
+# corpus of the project's own docs as token shards, and a run's training losses in step order.
+
+# Sets `build` (--build DIR, default $BUILD_DIR or ROOT/build) and `steps` (--steps N, default
+# DEFAULT_STEPS); any other argument is a usage error.
+#   build_and_steps ROOT DEFAULT_STEPS "$@"
+build_and_steps() {
+  local root=$1
+  steps=$2
+  build=${BUILD_DIR:-$root/build}
+  shift 2
+  while (($#)); do
+    case $1 in
+      --build) build=$2; shift 2 ;;
+      --steps) steps=$2; shift 2 ;;
+      *) echo "usage: $0 --build DIR [--steps N]" >&2; exit 2 ;;
+    esac
+  done
+}
 
 # Tokenizes docs/*.md and README.md into DIR (train and val shards) with `freeride prepare`.
 #   prepare_corpus FREERIDE ROOT DIR [VAL_TOKENS=2048]

@@ -7,14 +7,8 @@
 #   tests/scripts/serve_pipeline.sh --build DIR [--steps N]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-build=${BUILD_DIR:-$root/build} steps=90
-while (($#)); do
-  case $1 in
-    --build) build=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    *) echo "usage: $0 --build DIR [--steps N]" >&2; exit 2 ;;
-  esac
-done
+source "$root/tests/scripts/common.sh"
+build_and_steps "$root" 90 "$@"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 export BUILD_DIR=$build
 work=$(mktemp -d /tmp/freeride_serve.XXXXXX)
@@ -23,7 +17,6 @@ freeride=$build/freeride
 fail() { echo "FAIL: $*" >&2; tail -20 "$work/serve.log" >&2 || true; exit 1; }
 cd "$root"
 
-source "$root/tests/scripts/common.sh"
 prepare_corpus "$freeride" "$root" "$work/data"
 data=(--set "data.train=$work/data/train_*.bin" --set "data.val=$work/data/val_*.bin")
 "$freeride" train "${data[@]}" --set train.steps=10 --set eval.every=0 \

@@ -7,14 +7,8 @@
 #   tests/scripts/srun_pipeline.sh --build DIR [--steps N]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-build=${BUILD_DIR:-$root/build} steps=8
-while (($#)); do
-  case $1 in
-    --build) build=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    *) echo "usage: $0 --build DIR [--steps N]" >&2; exit 2 ;;
-  esac
-done
+source "$root/tests/scripts/common.sh"
+build_and_steps "$root" 8 "$@"
 for tool in slurmctld slurmd munged salloc srun; do
   command -v "$tool" >/dev/null ||
     { echo "SKIPPED: $tool not found (Debian: apt-get install slurm-wlm munge)"; exit 77; }
@@ -26,7 +20,6 @@ trap '"$root/launch/slurm_local.sh" stop "$work/slurm"; rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; tail -30 "$work/srun.log" >&2 || true; exit 1; }
 
 eval "$("$root/launch/slurm_local.sh" start "$work/slurm")"
-source "$root/tests/scripts/common.sh"
 prepare_corpus "$build/freeride" "$root" "$work/data"
 args=(configs/tiny_cpu_pp2_freeride.toml --set "data.train=$work/data/train_*.bin"
       --set "data.val=$work/data/val_*.bin" --set "train.steps=$steps" --set eval.every=0)
