@@ -193,6 +193,7 @@ class ServeTask : public SideTask {
       slot.sampler.emplace(slot.request->temperature, slot.request->top_k, slot.request->seed);
       slot.decoder->Reset();
       slot.fed = 0;
+      ++active_;
     }
   }
 
@@ -201,9 +202,10 @@ class ServeTask : public SideTask {
     if (!slot.request) return 0;
     Completion& c = *slot.request;
     if (c.cancelled) {
+      const std::shared_ptr<Completion> gone = std::move(slot.request);
+      --active_;  // before Finish: a client may read /metrics as soon as it is answered
       queue_->CountCancelled();
-      queue_->Finish(slot.request, MonotonicSeconds(), "cancelled: the client went away");
-      slot.request.reset();
+      queue_->Finish(gone, MonotonicSeconds(), "cancelled: the client went away");
       return 0;
     }
     if (slot.fed < c.context.size() + c.generated.size()) {  // prefill, or replay after a reload
@@ -224,9 +226,9 @@ class ServeTask : public SideTask {
     }
     absl::StatusOr<std::string> text = tokenizer_->Decode(c.generated);
     c.text = text.ok() ? *text : "";
-    queue_->Finish(slot.request, MonotonicSeconds(),
-                   text.ok() ? "" : std::string(text.status().message()));
-    slot.request.reset();
+    const std::shared_ptr<Completion> done = std::move(slot.request);
+    --active_;
+    queue_->Finish(done, MonotonicSeconds(), text.ok() ? "" : std::string(text.status().message()));
     return 1;
   }
 
@@ -237,6 +239,7 @@ class ServeTask : public SideTask {
     };
     return nlohmann::json{
                {"queue", queue_->waiting()},
+               {"active", active_.load()},
                {"requests_served", s.served},
                {"requests_rejected", s.rejected},
                {"requests_cancelled", s.cancelled},
@@ -263,6 +266,7 @@ class ServeTask : public SideTask {
   // Read by the HTTP threads for /metrics: approximate figures are fine there.
   std::atomic<double> busy_s_{0}, alone_tokens_per_s_{0};
   std::atomic<int64_t> generated_{0};
+  std::atomic<int> active_{0};  // slots holding a request
 };
 
 }  // namespace

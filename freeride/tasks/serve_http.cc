@@ -153,8 +153,10 @@ void HttpFront::Completions(const httplib::Request& req, httplib::Response& res)
   res.set_chunked_content_provider(
       "application/json", [this, c, timeout_s, model](size_t, httplib::DataSink& sink) {
         const double give_up = MonotonicSeconds() + timeout_s;
-        while (!queue_->WaitDone(c, 0.2)) {
-          // A space keeps the body valid JSON; failing to send it means the client left.
+        // Every 50 ms a space (valid JSON whitespace): failing to send it means the client left.
+        // The second write after the peer closes fails, so a departure is seen within about
+        // 0.1 s, before a short request queued behind full slots would be admitted.
+        while (!queue_->WaitDone(c, 0.05)) {
           if (!sink.write(" ", 1) || MonotonicSeconds() > give_up) {
             c->cancelled = true;
             if (MonotonicSeconds() <= give_up) return false;

@@ -3,12 +3,14 @@
 # bubbles equal `freeride sample` for the same checkpoint, prompt and seed (text and token ids);
 # bad requests get a 400 naming what is wrong; a full queue answers 429 with Retry-After; a
 # client that goes away is counted cancelled; /health and /metrics answer; and the run's losses
-# equal the same run without side tasks, bit for bit.
+# equal the same run without side tasks, bit for bit. The served run trains until the client's
+# checks are done (at most --steps steps) and is then stopped by SIGUSR1 at a step boundary, so
+# no check races the end of training; the plain run then trains as many steps.
 #   tests/scripts/serve_pipeline.sh --build DIR [--steps N]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 source "$root/tests/scripts/common.sh"
-build_and_steps "$root" 90 "$@"
+build_and_steps "$root" 100000 "$@"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 export BUILD_DIR=$build
 work=$(mktemp -d /tmp/freeride_serve.XXXXXX)
@@ -40,6 +42,8 @@ batch_size = 8
 seq_len = 64
 microbatches = 4
 steps = $steps
+[optim]
+schedule = "constant"
 [eval]
 every = 0
 [parallel]
@@ -55,7 +59,7 @@ checkpoint = "$model"
 port = 0
 max_batch = 2
 max_queue = 2
-max_tokens = 48
+max_tokens = 200
 TOML
 launch/run.sh -n 2 "$work/serve.toml" --set run.dir="$work/serve" > "$work/serve.log" 2>&1 &
 run=$!
@@ -102,19 +106,40 @@ print("equal to freeride sample:", [answers[s][2]["choices"][0]["text"] for s in
 for body, raw, words in [(None, b"{not json", "not a JSON object"),
                          ({"max_tokens": 4}, None, "'prompt'"),
                          ({"prompt": "a", "stream": True}, None, "unknown fields: stream"),
-                         ({"prompt": "a", "max_tokens": 49}, None, "'max_tokens'"),
+                         ({"prompt": "a", "max_tokens": 201}, None, "'max_tokens'"),
                          ({"prompt": "a", "temperature": -1}, None, "'temperature'"),
                          ({"prompt": "word " * 300}, None, "exceed the model's context")]:
     status, _, reply = post(body, raw)
     assert status == 400 and words in reply["error"]["message"], (status, reply, words)
 print("bad requests: 400 with the reason")
 
-# A client that leaves mid-request: its request is cancelled and its slot freed.
-s = socket.create_connection((address.split("//")[1].split(":")[0], int(address.rsplit(":", 1)[1])))
-payload = json.dumps({"prompt": "And", "max_tokens": 48}).encode()
-s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-          b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
-s.close()
+def metrics():
+    with urllib.request.urlopen(address + "/metrics", timeout=10) as r:
+        return json.loads(r.read())
+
+def wait_for(what, ok, seconds=60):
+    deadline = time.time() + seconds
+    while not ok(m := metrics()):
+        assert time.time() < deadline, (what, m)
+        time.sleep(0.05)
+    return m
+
+# A client that leaves while its request waits behind two long ones: it is cancelled (counted)
+# and never takes a slot; the long ones are still answered.
+long = {"prompt": "And", "max_tokens": 200}
+with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    busy = [pool.submit(post, dict(long, seed=s)) for s in (1, 2)]
+    wait_for("both slots taken", lambda m: m["active"] == 2)
+    host, port = address.split("//")[1].rsplit(":", 1)
+    s = socket.create_connection((host, int(port)))
+    payload = json.dumps({"prompt": "And", "max_tokens": 8}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+    wait_for("the request queued", lambda m: m["queue"] >= 1 or m["requests_cancelled"] >= 1)
+    s.close()
+    wait_for("the departed client counted", lambda m: m["requests_cancelled"] >= 1)
+    assert [f.result()[0] for f in busy] == [200, 200], [f.result() for f in busy]
+print("departed client: cancelled; the long requests answered")
 
 # Overload: 2 slots and a queue of 2, filled only between bubbles; ten at once, most are
 # turned away with Retry-After.
@@ -125,27 +150,32 @@ assert 429 in codes and 200 in codes, codes
 assert all(r[1].get("Retry-After") == "1" for r in results if r[0] == 429)
 print("overload:", codes)
 
-deadline = time.time() + 30
-while True:
-    with urllib.request.urlopen(address + "/metrics", timeout=10) as r:
-        metrics = json.loads(r.read())
-    if metrics["requests_cancelled"] >= 1 or time.time() > deadline:
-        break
-    time.sleep(0.5)
-assert metrics["requests_cancelled"] >= 1, metrics
-# Served: the two above and at least one of the burst (the queue holds 2; the departed
-# client's request may hold one of those places until its heartbeat fails).
-assert metrics["requests_rejected"] >= 1 and metrics["requests_served"] >= 3, metrics
-assert metrics["latency_ms"]["p99"] >= metrics["latency_ms"]["p50"] > 0, metrics
+m = metrics()
+# Served: the two above, the two long ones and at least one of the burst.
+assert m["requests_cancelled"] == 1 and m["requests_served"] >= 5, m
+assert m["requests_rejected"] >= 1 and m["active"] == 0 and m["queue"] == 0, m
+assert m["latency_ms"]["p99"] >= m["latency_ms"]["p50"] > 0, m
 with urllib.request.urlopen(address + "/health", timeout=10) as r:
     assert json.loads(r.read())["status"] == "ok"
-print("metrics:", json.dumps(metrics))
+print("metrics:", json.dumps(m))
 EOF
-wait $run || fail "the run with the server failed"
+# Stop the served run at a step boundary once it has trained 20 steps or more (mpirun forwards
+# SIGUSR1 to the ranks; exit 3).
+for _ in $(seq 600); do
+  (($(grep -c '"kind": "train"' "$work/serve/metrics.jsonl" || true) >= 20)) && break
+  kill -0 $run 2>/dev/null || fail "the run with the server ended before it was stopped"
+  sleep 0.1
+done
+mpirun_pid=$(pgrep -P $run -x mpirun || true)
+kill -USR1 "${mpirun_pid:-$run}"
+status=0
+wait $run || status=$?
+((status == 3)) || fail "the run with the server ended with status $status, not 3 (stopped)"
 grep -q '"name": "serve".*requests served' "$work/serve/side_tasks_rank000.jsonl" ||
   fail "no serve summary in side_tasks_rank000.jsonl"
+done_steps=$(grep -c '"kind": "train"' "$work/serve/metrics.jsonl")
 launch/run.sh -n 2 "$work/serve.toml" --set run.dir="$work/plain" --set freeride.enabled=false \
-  > "$work/plain.log" 2>&1 || fail "the run without side tasks failed"
+  --set train.steps="$done_steps" > "$work/plain.log" 2>&1 || fail "the run without side tasks failed"
 [[ $(train_losses "$work/serve") == "$(train_losses "$work/plain")" ]] ||
   fail "losses with the server differ from the run without side tasks"
-echo "PASS: served from bubbles during $steps steps; losses equal the run without side tasks"
+echo "PASS: served from bubbles during $done_steps steps; losses equal the run without side tasks"

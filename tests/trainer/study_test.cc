@@ -28,19 +28,21 @@ std::string ArmField(const std::string& json, const std::string& arm, const std:
   if (at == std::string::npos) return "<no arm " + arm + ">";
   const size_t k = json.find("\"" + key + "\": ", at);
   const size_t start = k + key.size() + 4;
-  return json.substr(start, json.find_first_of(",}", json[start] == '[' ? json.find(']', start)
-                                                                          : start) -
-                                 start);
+  return json.substr(
+      start, json.find_first_of(",}", json[start] == '[' ? json.find(']', start) : start) - start);
 }
 
 TEST(StudyTest, ComparesEveryArmWithIntervalsInOneRun) {
   Config config = testing::EmulatedHarvestConfig("study_run");
   SideTaskConfig image;
   image.type = "image";
-  image.args["width"] = int64_t{32};
-  image.args["height"] = int64_t{32};
-  image.args["out_width"] = int64_t{16};
-  image.args["out_height"] = int64_t{16};
+  // Tiny images: a step must fit stage 0's sub-millisecond bubbles even on a loaded machine
+  // (32×32 measured 0.76 ms alone under ctest -j2 in CI and was refused).
+  image.args["width"] = int64_t{8};
+  image.args["height"] = int64_t{8};
+  image.args["out_width"] = int64_t{4};
+  image.args["out_height"] = int64_t{4};
+  image.args["blur_radius"] = int64_t{1};
   // Runs out of work after 3 spins: the study's default repeat keeps it going.
   config.side_tasks = {Spin("spin", 0.1, 3), image};
   StudyOptions options;
@@ -62,7 +64,8 @@ TEST(StudyTest, ComparesEveryArmWithIntervalsInOneRun) {
   EXPECT_NE(table->find("| + spin | 4 |"), std::string::npos) << *table;
   EXPECT_NE(table->find("| + all | 4 |"), std::string::npos) << *table;
   EXPECT_NE(table->find("Noise floor (A/A: training alone measured as an arm): ±"),
-            std::string::npos) << *table;
+            std::string::npos)
+      << *table;
   EXPECT_NE(table->find("Machine: "), std::string::npos) << *table;
   EXPECT_NE(table->find("load average"), std::string::npos) << *table;
   EXPECT_EQ(table->find("refused"), std::string::npos) << *table;
