@@ -6,7 +6,10 @@
 #     above). Then REPEATS rounds of one run (RUN_STEPS steps, harvesting in alternate blocks
 #     of 4) and one projection (part costs measured anew); from each run's metrics.jsonl the
 #     mean step time and waits of the plain steps, and the BUBBLEs and the side work in them of
-#     the harvesting steps (the first step left out: it warms up).
+#     the harvesting steps (the first step left out: it warms up; so is the executor's first
+#     sighting of each BUBBLE, which it measures rather than fills).
+#     A second projection is given the tasks' step times measured inside the run's bubbles
+#     (--task_ms), which separates the packing rule from the standalone calibration.
 #   emulated: the same model as a 2- and a 4-stage pipeline with one real stage and emulated
 #     peers (runtime.emulate_peers, side tasks off), step time against the projection's.
 # Prints every figure and a summary: mean and range of each, and the difference of the means.
@@ -50,7 +53,10 @@ records = [json.loads(line) for line in open(sys.argv[1])]
 train = {r["step"]: r for r in records if r["kind"] == "train" and r["step"] > 1}
 harvesting = lambda step: (step - 1) // 4 % 2 == 0  # alternate_every = 4
 plain = [r for step, r in train.items() if not harvesting(step)]
-on = [s for s in train if harvesting(s)]
+# The executor measures each BUBBLE once before it fills it (its first harvesting step); the
+# projection is the steady state, so harvesting steps count from the first one predicted whole.
+unpredicted = {r["step"] for r in records if r["kind"] == "bubble" and r["predicted_s"] is None}
+on = [s for s in train if harvesting(s) and s not in unpredicted]
 bubbles = [r for r in records if r["kind"] == "bubble" and r["step"] in on]
 time = 2 * sum(train[s]["step_s"] for s in on)
 print("real step_ms measured", 1e3 * sum(r["step_s"] for r in plain) / len(plain))
@@ -61,6 +67,20 @@ EOF
   read -r step bubble side < <(project_row 2)
   printf 'real step_ms projected %s\nreal bubble projected %s\nreal side_work projected %s\n' \
     "$step" "$bubble" "$side" | tee -a "$figures"
+  # The packing rule apart from the calibration: the same projection given each task's mean
+  # step time inside this run's bubbles (harvested_s / steps over both ranks) as --task_ms.
+  in_bubble=$(python3 -c '
+import collections, glob, json, sys
+seconds, steps = collections.Counter(), collections.Counter()
+for path in glob.glob(sys.argv[1] + "/side_tasks_rank*.jsonl"):
+    for r in map(json.loads, open(path)):
+        seconds[r["name"]] += r["harvested_s"]
+        steps[r["name"]] += r["steps"]
+print(",".join(f"{n}={1e3 * seconds[n] / steps[n]:.4f}" for n in steps if steps[n]))' "$dir/run")
+  echo "-- round $i: the same with --task_ms $in_bubble (steps timed inside the run's bubbles)"
+  read -r _ _ side < <(project_row 2 --task_ms "$in_bubble")
+  grep "real side_work measured" "$figures" | tail -1 | sed 's/side_work/side_work_in_bubble_steps/' >> "$figures"
+  echo "real side_work_in_bubble_steps projected $side" | tee -a "$figures"
 done
 
 for pp in 2 4; do
