@@ -80,10 +80,11 @@ void SideTaskExecutor::CountInProcessOverrun(Task& task, double took, double pre
   task.report.overruns += 1;
   const int64_t n = task.report.overruns;
   if (n >= 2 * options_.demote_after) {
-    Fail(task, absl::StrFormat(
-        "its in-process steps overran their bubbles %d times (the last took %.1f ms against "
-        "%.1f ms predicted); in-process steps cannot be paused: isolation = \"process\" can",
-        n, took * 1e3, predicted_before * 1e3));
+    Fail(task,
+         absl::StrFormat(
+             "its in-process steps overran their bubbles %d times (the last took %.1f ms against "
+             "%.1f ms predicted); in-process steps cannot be paused: isolation = \"process\" can",
+             n, took * 1e3, predicted_before * 1e3));
   } else if (n >= options_.demote_after && !task.demoted) {
     task.demoted = true;
     FR_LOG(WARN) << absl::StrFormat(
@@ -193,7 +194,8 @@ absl::Status SideTaskExecutor::AddTask(const SideTaskSpec& spec) {
   host.rank = options_.rank;
   host.stage = options_.stage;
   host.results_dir = (std::filesystem::path(options_.results_dir) /
-                      absl::StrFormat("%s_r%d", spec.name, options_.rank)).string();
+                      absl::StrFormat("%s_r%d", spec.name, options_.rank))
+                         .string();
   host.step_timeout_s = options_.step_timeout_s;
   host.worker_path = options_.worker_path;
   if (absl::Status s = MakeDirectories(host.results_dir); !s.ok()) return s;
@@ -267,9 +269,8 @@ SideTaskExecutor::Task* SideTaskExecutor::Pick(double remaining, bool pollable) 
             (!active_.empty() && !active_[index])) {
           continue;
         }
-        const bool fits = t.runs_until_deadline()
-                              ? pollable || remaining > kMinSliceS
-                              : StepNeeds(t) <= remaining;
+        const bool fits = t.runs_until_deadline() ? pollable || remaining > kMinSliceS
+                                                  : StepNeeds(t) <= remaining;
         if (fits) {
           round_robin_ = (round_robin_ + k + 1) % n;
           return &t;
@@ -283,14 +284,18 @@ SideTaskExecutor::Task* SideTaskExecutor::Pick(double remaining, bool pollable) 
 
 void SideTaskExecutor::OnBubble(const pipeline::Instr& bubble, int index, double start_s,
                                 const std::function<bool()>& input_ready) {
-  if (static_cast<int>(predicted_.size()) <= index) predicted_.resize(index + 1, -1.0);
+  for (std::vector<double>& p : predicted_) {
+    if (static_cast<int>(p.size()) <= index) p.resize(index + 1, -1.0);
+  }
   open_ = Open{};
   open_.index = index;
   open_.kind = bubble.bubble;
   open_.start = open_.harvest_end = open_.predicted_end = start_s;
   open_.pollable = static_cast<bool>(input_ready);
   open_.harvesting = harvesting_;
-  const double predicted = predicted_[index];
+  // This state's prediction; until it has one, the other state's.
+  const double own = predicted_[harvesting_][index];
+  const double predicted = own > 0 ? own : predicted_[!harvesting_][index];
   open_.predicted = predicted;
   if (!harvesting_ || predicted <= 0 || tasks_.empty()) return;  // measure first
   const std::function<bool()>& ready = open_.pollable ? input_ready : kNever;
@@ -350,9 +355,9 @@ void SideTaskExecutor::OnBubbleEnd(int index, double end_s) {
                       open_.predicted > 0 ? open_.predicted : -1.0, measured, open_.harvested});
   // Only a bubble whose end side work did not hide tells its duration; a paused worker hides it
   // by at most `late`.
-  double& p = predicted_[index];
+  double& p = predicted_[open_.harvesting][index];
   if (p <= 0) {
-    p = measured;
+    p = measured - overrun;
   } else if (overrun == 0 || open_.late_known) {
     p = (1 - kBubbleAlpha) * p + kBubbleAlpha * (measured - overrun);
   } else {

@@ -27,31 +27,31 @@ namespace freeride {
 struct ExecutorOptions {
   int rank = 0;
   int stage = 0;
-  double margin = 0.1;        // fraction of a bubble's predicted time left unharvested
-  int calibration_steps = 3;  // standalone steps per task at start
-  std::string results_dir;    // tasks write under results_dir/<name>_r<rank>/
-  double step_timeout_s = 60; // a worker's step (or create, load) running longer: hung, FAILED
-  int demote_after = 3;       // in-process overruns before demotion; twice as many: FAILED
-  std::string worker_path;    // empty: SideWorkerPath()
+  double margin = 0.1;         // fraction of a bubble's predicted time left unharvested
+  int calibration_steps = 3;   // standalone steps per task at start
+  std::string results_dir;     // tasks write under results_dir/<name>_r<rank>/
+  double step_timeout_s = 60;  // a worker's step (or create, load) running longer: hung, FAILED
+  int demote_after = 3;        // in-process overruns before demotion; twice as many: FAILED
+  std::string worker_path;     // empty: SideWorkerPath()
 };
 
 struct TaskReport {
   std::string name, type, state, reason, unit, summary, isolation;
-  int64_t steps = 0;           // steps run inside bubbles (finished ones)
-  double units = 0;            // units of work done inside bubbles
-  double harvested_s = 0;      // time of those steps
+  int64_t steps = 0;              // steps run inside bubbles (finished ones)
+  double units = 0;               // units of work done inside bubbles
+  double harvested_s = 0;         // time of those steps
   double standalone_step_s = 0;   // mean step time alone (calibration)
   double standalone_unit_s = 0;   // seconds per unit of work alone
-  double overrun_s = 0;        // bound on the delay its side work caused training
-  int64_t overruns = 0;        // in-process steps that ran well past their bubble
-  int64_t pauses = 0;          // worker steps paused at a bubble's end
-  int64_t restarts = 0;        // times it was done and began again on fresh input (repeat)
+  double overrun_s = 0;           // bound on the delay its side work caused training
+  int64_t overruns = 0;           // in-process steps that ran well past their bubble
+  int64_t pauses = 0;             // worker steps paused at a bubble's end
+  int64_t restarts = 0;           // times it was done and began again on fresh input (repeat)
   int64_t memory_peak_bytes = 0;  // its arena's peak, or its worker's peak resident set
 };
 
 struct SideStepEvent {
   int task = 0;
-  int bubble = 0;  // index of the BUBBLE instruction
+  int bubble = 0;                 // index of the BUBBLE instruction
   double start_s = 0, end_s = 0;  // MonotonicSeconds()
 };
 
@@ -105,10 +105,10 @@ class SideTaskExecutor : public pipeline::BubbleHook {
     int index = -1;
     pipeline::BubbleKind kind = pipeline::BubbleKind::kNone;
     double start = 0, harvest_end = 0, predicted_end = 0, harvested = 0;
-    double predicted = -1;    // the prediction the bubble began with
-    bool pollable = false;    // the awaited input can be polled
-    bool overran = false;     // the input was found ready right after an in-process step
-    double late = 0;          // a worker paused at the ready input ran at most this past it
+    double predicted = -1;  // the prediction the bubble began with
+    bool pollable = false;  // the awaited input can be polled
+    bool overran = false;   // the input was found ready right after an in-process step
+    double late = 0;        // a worker paused at the ready input ran at most this past it
     bool late_known = false;
     int last_task = -1;       // the task that ran last in this bubble
     bool harvesting = false;  // counted in the report (blocks with harvesting off are not)
@@ -127,8 +127,11 @@ class SideTaskExecutor : public pipeline::BubbleHook {
 
   ExecutorOptions options_;
   std::vector<std::unique_ptr<Task>> tasks_;
-  std::vector<double> predicted_;  // per BUBBLE index; < 0 until measured
-  std::vector<bool> active_;        // per task (in tasks_ order)
+  // Per harvesting state (off, on), per BUBBLE index; < 0 until measured. Kept apart because a
+  // bubble can last longer while the peers harvest too (a late peer's cold caches), and
+  // blocks that alternate would otherwise predict each from the other.
+  std::vector<double> predicted_[2];
+  std::vector<bool> active_;  // per task (in tasks_ order)
   bool harvesting_ = true;
   Open open_;
   size_t round_robin_ = 0;

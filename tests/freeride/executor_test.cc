@@ -80,9 +80,8 @@ void Bubble(SideTaskExecutor& ex, int index, double length_s, double ready_after
   bubble.op = Op::kBubble;
   bubble.bubble = BubbleKind::kSteady;
   const double start = MonotonicSeconds();
-  ex.OnBubble(bubble, index, start, [&] {
-    return ready_after_s >= 0 && MonotonicSeconds() >= start + ready_after_s;
-  });
+  ex.OnBubble(bubble, index, start,
+              [&] { return ready_after_s >= 0 && MonotonicSeconds() >= start + ready_after_s; });
   while (MonotonicSeconds() < start + length_s) std::this_thread::yield();
   ex.OnBubbleEnd(index, std::max(MonotonicSeconds(), start + length_s));
 }
@@ -172,6 +171,32 @@ TEST(SideTaskExecutorTest, HarvestingOffMeasuresButRunsNothing) {
   ex->set_harvesting(true);
   Bubble(*ex, 0, 0.010);
   EXPECT_FALSE(ex->events().empty());  // the prediction was learnt while off
+}
+
+// Alternating blocks: a bubble that lasts 12 ms while harvesting and 4 ms otherwise (as a
+// last stage's does when its peer harvests too) is predicted from its own state's history, not
+// from an average of both; the first harvesting sighting borrows the plain prediction.
+TEST(SideTaskExecutorTest, PredictsEachHarvestingStateFromItsOwnBubbles) {
+  auto ex = MakeExecutor({Spin("spin", 0.5)});
+  ASSERT_NE(ex, nullptr);
+  std::vector<BubbleRecord> on, off;
+  for (int block = 0; block < 4; ++block) {
+    const bool harvesting = block % 2 == 1;
+    ex->set_harvesting(harvesting);
+    for (int i = 0; i < 4; ++i) {
+      Bubble(*ex, 0, harvesting ? 0.012 : 0.004);
+      for (const BubbleRecord& r : ex->TakeBubbleRecords()) (harvesting ? on : off).push_back(r);
+    }
+  }
+  ASSERT_EQ(on.size(), 8u);
+  EXPECT_NEAR(on[0].predicted_s, 0.004, 0.002);  // borrowed from the plain blocks
+  for (size_t i = 1; i < on.size(); ++i) EXPECT_NEAR(on[i].predicted_s, 0.012, 0.002) << i;
+  // The second harvesting block starts from what the first one learnt, not from the plain.
+  EXPECT_NEAR(on[4].predicted_s, 0.012, 0.002);
+  // Nor do the harvesting blocks move the plain predictions.
+  ASSERT_EQ(off.size(), 8u);
+  EXPECT_LT(off[0].predicted_s, 0);  // first sight: measured
+  for (size_t i = 1; i < off.size(); ++i) EXPECT_NEAR(off[i].predicted_s, 0.004, 0.002) << i;
 }
 
 }  // namespace
