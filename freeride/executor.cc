@@ -158,6 +158,7 @@ void SideTaskExecutor::Calibrate(Task& task) {
   const double declared = task.host->declared_step_s();
   double took = 0, units = 0;
   int steps = 0;
+  std::vector<double> step_times;
   if (!task.host->fills_bubble()) {
     for (; steps < options_.calibration_steps && !task.host->done(); ++steps) {
       const HostStep out =
@@ -168,11 +169,21 @@ void SideTaskExecutor::Calibrate(Task& task) {
       }
       took += out.ran_s;
       units += out.units;
+      step_times.push_back(out.ran_s);
     }
   }
   task.report.standalone_step_s = steps > 0 ? took / steps : declared;
   task.report.standalone_unit_s = units > 0 ? took / units : 0;
-  task.predicted_step_s = declared > 0 ? declared : task.report.standalone_step_s;
+  // The prediction starts from the median: one step descheduled on a busy machine would
+  // otherwise make the task look too slow for every bubble, and it would never run to learn
+  // better. (The mean stays the standalone figure that `reclaimed` is priced at.)
+  double median = task.report.standalone_step_s;
+  if (!step_times.empty()) {
+    std::nth_element(step_times.begin(), step_times.begin() + step_times.size() / 2,
+                     step_times.end());
+    median = step_times[step_times.size() / 2];
+  }
+  task.predicted_step_s = declared > 0 ? declared : median;
   task.worst_step_s = task.predicted_step_s;
   FR_LOG(INFO) << absl::StrFormat(
       "side task '%s' (%s, %s) LOADED on stage %d: %.3f ms per step alone", task.spec.name,
@@ -354,10 +365,17 @@ void SideTaskExecutor::OnBubbleEnd(int index, double end_s) {
   records_.push_back({options_.stage, index, open_.kind,
                       open_.predicted > 0 ? open_.predicted : -1.0, measured, open_.harvested});
   // Only a bubble whose end side work did not hide tells its duration; a paused worker hides it
-  // by at most `late`.
+  // by at most `late`. Where the input cannot be polled (a sum), side work that ran to the
+  // deadline hides when the peers arrived: a wait after it shorter than half the margin says
+  // they were waiting already, by an unknown time, so the prediction drops below what was
+  // measured rather than averaging toward it (which let side work come late to every sum).
+  const bool end_hidden = !open_.pollable && open_.harvested > 0 &&
+                          end_s - open_.harvest_end < 0.5 * options_.margin * open_.predicted;
   double& p = predicted_[open_.harvesting][index];
   if (p <= 0) {
     p = measured - overrun;
+  } else if (end_hidden) {
+    p = std::min(p, measured) * (1 - options_.margin);
   } else if (overrun == 0 || open_.late_known) {
     p = (1 - kBubbleAlpha) * p + kBubbleAlpha * (measured - overrun);
   } else {

@@ -31,7 +31,7 @@ struct RankLayout {
 // `start_s` on MonotonicSeconds()'s clock) and returns when the hook hands the rank back;
 // `input_ready` polls the input the bubble waits for; it is empty where that cannot be polled
 // (the sums), and the hook must then keep to its own prediction of the bubble's end.
-// OnBubbleEnd says when the instruction the bubble waited at stopped waiting.
+// OnBubbleEnd says when the instruction the bubble waited at stopped its first wait.
 class BubbleHook {
  public:
   virtual ~BubbleHook() = default;
@@ -41,16 +41,16 @@ class BubbleHook {
 };
 
 struct InstrTiming {
-  int index = 0;  // into the stage's instruction list
+  int index = 0;                  // into the stage's instruction list
   double start_s = 0, end_s = 0;  // since the step started
-  double wait_end_s = 0;  // a waiting instruction: start + its time spent waiting (else 0)
+  double wait_end_s = 0;          // a waiting instruction: start + its time spent waiting (else 0)
 };
 
 struct StepOutcome {
-  double loss = 0;       // mean over the step's micro-batches and replicas, on every rank
+  double loss = 0;  // mean over the step's micro-batches and replicas, on every rank
   double step_s = 0;
-  double bubble_s = 0;   // time this rank waited for peers (receives and sums)
-  double start_s = 0;    // MonotonicSeconds() when the step began (timeline origin)
+  double bubble_s = 0;  // time this rank waited for peers (receives and sums)
+  double start_s = 0;   // MonotonicSeconds() when the step began (timeline origin)
   std::vector<InstrTiming> timeline;
 };
 
@@ -101,6 +101,11 @@ class StageExecutor {
   absl::Status Execute(const Instr& in, const MicrobatchData& data, float loss_scale,
                        double* head_loss, double* waited);
   absl::Status Arrive(const std::vector<int>& group, double* waited);
+  // Adds a wait to the instruction's total; the first of an instruction is kept apart.
+  void CountWait(double seconds, double* waited) {
+    *waited += seconds;
+    if (first_wait_s_ < 0) first_wait_s_ = seconds;
+  }
   absl::Status ReduceTied(double* waited);
   absl::Status ReduceDataParallel(double* waited);
   // Polls the receive the BUBBLE at `bubble_index` waits for (always false if none).
@@ -118,6 +123,7 @@ class StageExecutor {
   std::vector<StageModel*> chunks_;
   Transport* transport_;
   double timeout_s_;
+  double first_wait_s_ = -1;  // the current instruction's first wait; < 0 before it waits
   OptimizerHooks optimizer_;
   BubbleHook* hook_ = nullptr;
   std::vector<int> slot_of_;  // [chunk · m + microbatch] → activation slot

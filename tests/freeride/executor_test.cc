@@ -86,6 +86,21 @@ void Bubble(SideTaskExecutor& ex, int index, double length_s, double ready_after
   ex.OnBubbleEnd(index, std::max(MonotonicSeconds(), start + length_s));
 }
 
+// One synthetic bubble that ends at a sum (nothing to poll): the peers arrive `peers_s` after
+// its start, the sum then takes `sum_s`; side work that runs past the peers' arrival delays it.
+// Returns how late the sum ended against the peers' arrival plus `sum_s`.
+double SumBubble(SideTaskExecutor& ex, int index, double peers_s, double sum_s) {
+  Instr bubble;
+  bubble.op = Op::kBubble;
+  bubble.bubble = BubbleKind::kCooldown;
+  const double start = MonotonicSeconds();
+  ex.OnBubble(bubble, index, start, nullptr);
+  const double done = std::max(MonotonicSeconds(), start + peers_s) + sum_s;
+  while (MonotonicSeconds() < done) std::this_thread::yield();
+  ex.OnBubbleEnd(index, done);
+  return done - (start + peers_s + sum_s);
+}
+
 TEST(SideTaskExecutorTest, MeasuresFirstThenFillsWithinTheBubble) {
   auto ex = MakeExecutor({Spin("spin", 1.0)});
   ASSERT_NE(ex, nullptr);
@@ -197,6 +212,27 @@ TEST(SideTaskExecutorTest, PredictsEachHarvestingStateFromItsOwnBubbles) {
   ASSERT_EQ(off.size(), 8u);
   EXPECT_LT(off[0].predicted_s, 0);  // first sight: measured
   for (size_t i = 1; i < off.size(); ++i) EXPECT_NEAR(off[i].predicted_s, 0.004, 0.002) << i;
+}
+
+// A sum's bubble first seen long (20 ms, a slow first step), then 5 ms: side work that runs to
+// the deadline cannot see the peers arrive, so the prediction must come down by itself and side
+// work stop delaying the sum, while still filling most of the bubble.
+TEST(SideTaskExecutorTest, ASumsBubbleIsLearntDownWhenSideWorkHidItsEnd) {
+  auto ex = MakeExecutor({Spin("spin", 0.2)});
+  ASSERT_NE(ex, nullptr);
+  SumBubble(*ex, 0, 0.020, 0.0001);
+  std::vector<double> late;
+  for (int i = 0; i < 16; ++i) late.push_back(SumBubble(*ex, 0, 0.005, 0.0001));
+  const std::vector<BubbleRecord> records = ex->TakeBubbleRecords();
+  ASSERT_EQ(records.size(), 17u);
+  EXPECT_NEAR(records.back().predicted_s, 0.005, 0.0015);
+  for (size_t i = 12; i < late.size(); ++i) EXPECT_LT(late[i], 0.0008) << i;  // ≤ ~a step
+  double harvested = 0, measured = 0;
+  for (size_t i = 12; i < records.size(); ++i) {
+    harvested += records[i].harvested_s;
+    measured += records[i].measured_s;
+  }
+  EXPECT_GT(harvested / measured, 0.6);
 }
 
 }  // namespace

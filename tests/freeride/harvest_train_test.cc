@@ -6,7 +6,6 @@
 #include <thread>
 
 #include "absl/strings/str_format.h"
-
 #include "tests/pipeline/train_parity.h"
 
 namespace freeride {
@@ -80,7 +79,9 @@ TEST(HarvestTrainTest, SideStepsLieInsideBubbleWindows) {
   Config config = testing::ParityConfig(testing::ParityShard(), "1f1b", 2, 1, 4);
   config.train.steps = 8;
   config.freeride.enabled = true;
-  config.freeride.calibration_steps = 1;
+  // Three calibration steps (the default): their median survives one descheduled step under
+  // ctest -j2, which with one step made the spin task too slow for every bubble (CI, once).
+  config.freeride.calibration_steps = 3;
   config.run.dir = (std::filesystem::path(::testing::TempDir()) / "windows_run").string();
   SideTaskConfig spin;
   spin.type = "spin";
@@ -124,8 +125,8 @@ TEST(HarvestTrainTest, SideStepsLieInsideBubbleWindows) {
             inside = inside || (e.start_s >= from && e.start_s <= to && e.end_s <= to + step_s);
           }
           if (!inside) {
-            problems[r] += absl::StrFormat("step at %.6f..%.6f outside every bubble; ", e.start_s,
-                                           e.end_s);
+            problems[r] +=
+                absl::StrFormat("step at %.6f..%.6f outside every bubble; ", e.start_s, e.end_s);
           }
           ++checked[r];
         }
@@ -134,7 +135,9 @@ TEST(HarvestTrainTest, SideStepsLieInsideBubbleWindows) {
   }
   for (auto& th : threads) th.join();
   for (int r = 0; r < 2; ++r) EXPECT_EQ(problems[r], "") << "rank " << r;
-  EXPECT_GT(checked[0], 0) << "stage 0 never harvested";
+  // Which stage has bubbles depends on the costs measured in step 1 (a loaded machine can make
+  // either stage look slower), so the test only needs some side step to have been checked.
+  EXPECT_GT(checked[0] + checked[1], 0) << "no stage harvested";
 }
 
 }  // namespace

@@ -4,8 +4,8 @@
 #include <charconv>
 #include <type_traits>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace freeride::config_internal {
@@ -32,9 +32,8 @@ KeySpec MakeKey(const char* section, const char* key, KeyType type,
 
 // FR_KEY(train, batch_size) binds "train.batch_size" to Config::train.batch_size, its type
 // taken from the member.
-#define FR_KEY(sec, name)                                                             \
-  MakeKey(#sec, #name,                                                                \
-          TypeOf<std::remove_cvref_t<decltype(std::declval<Config&>().sec.name)>>(), \
+#define FR_KEY(sec, name)                                                                         \
+  MakeKey(#sec, #name, TypeOf<std::remove_cvref_t<decltype(std::declval<Config&>().sec.name)>>(), \
           [](Config& c) -> void* { return &c.sec.name; })
 
 std::vector<KeySpec> BuildSchema() {
@@ -44,106 +43,141 @@ std::vector<KeySpec> BuildSchema() {
       FR_KEY(run, seed).Min(0).Doc("Seed for initialisation, data shuffling and sampling."),
       FR_KEY(run, log_every).Min(1).Doc("Print a progress line every this many steps."),
 
-      FR_KEY(model, init_from).Doc("llm.c checkpoint to start from; empty for GPT-2's random "
-                                   "initialisation. The checkpoint's architecture rules: model "
-                                   "keys set here must agree with it."),
+      FR_KEY(model, init_from)
+          .Doc("llm.c checkpoint to start from; empty for GPT-2's random "
+               "initialisation. The checkpoint's architecture rules: model "
+               "keys set here must agree with it."),
       FR_KEY(model, n_layer).Min(1).Max(1024).Doc("Transformer blocks."),
       FR_KEY(model, n_head).Min(1).Max(1024).Doc("Attention heads; must divide n_embd."),
       FR_KEY(model, n_embd).Min(1).Max(65536).Doc("Embedding width."),
       FR_KEY(model, max_seq_len).Min(1).Max(1 << 20).Doc("Positions in the position embedding."),
-      FR_KEY(model, vocab_size).Min(1).Max(1 << 24).Doc(
-          "Vocabulary size (50257 for GPT-2); padded to a multiple of 128 in memory."),
+      FR_KEY(model, vocab_size)
+          .Min(1)
+          .Max(1 << 24)
+          .Doc("Vocabulary size (50257 for GPT-2); padded to a multiple of 128 in memory."),
 
       FR_KEY(data, train).Required().Doc("Training token shards (llm.c format); a path or a glob."),
       FR_KEY(data, val).Doc("Validation token shards; a path or a glob. Empty: no validation."),
       FR_KEY(data, shuffle).Doc("Visit training windows in a seeded random order."),
 
-      FR_KEY(train, batch_size).Min(1).Doc(
-          "Sequences per optimizer step per data-parallel replica."),
+      FR_KEY(train, batch_size)
+          .Min(1)
+          .Doc("Sequences per optimizer step per data-parallel replica."),
       FR_KEY(train, seq_len).Min(1).Doc("Tokens per sequence; at most model.max_seq_len."),
-      FR_KEY(train, microbatches).Min(1).Doc(
-          "Micro-batches per step (m); each holds batch_size / m sequences."),
+      FR_KEY(train, microbatches)
+          .Min(1)
+          .Doc("Micro-batches per step (m); each holds batch_size / m sequences."),
       FR_KEY(train, steps).Min(0).Doc("Optimizer steps to run."),
 
       FR_KEY(optim, lr).Min(0, true).Doc("Peak learning rate."),
       FR_KEY(optim, beta1).Min(0).Max(1, true).Doc("AdamW first-moment decay."),
       FR_KEY(optim, beta2).Min(0).Max(1, true).Doc("AdamW second-moment decay."),
       FR_KEY(optim, eps).Min(0, true).Doc("AdamW epsilon."),
-      FR_KEY(optim, weight_decay).Min(0).Doc("Decoupled weight decay on matrices (not on "
-                                             "biases, LayerNorm or position embeddings)."),
-      FR_KEY(optim, grad_clip).Min(0).Doc("Clip the global gradient norm to this; 0 turns "
-                                          "clipping off."),
+      FR_KEY(optim, weight_decay)
+          .Min(0)
+          .Doc("Decoupled weight decay on matrices (not on "
+               "biases, LayerNorm or position embeddings)."),
+      FR_KEY(optim, grad_clip)
+          .Min(0)
+          .Doc("Clip the global gradient norm to this; 0 turns "
+               "clipping off."),
       FR_KEY(optim, warmup_steps).Min(0).Doc("Linear warm-up steps from 0 to lr."),
-      FR_KEY(optim, schedule).Choices({"cosine", "constant"}).Doc(
-          "Learning-rate schedule after warm-up."),
-      FR_KEY(optim, min_lr_ratio).Min(0).Max(1).Doc(
-          "Cosine schedule's final learning rate as a fraction of lr."),
-      FR_KEY(optim, on_nonfinite).Choices({"stop", "skip"}).Doc(
-          "A step whose loss or gradient norm is NaN or infinite is never applied; then "
-          "\"stop\" ends the run with an error, \"skip\" goes on with the next batch."),
-      FR_KEY(optim, max_nonfinite_skips).Min(1).Doc(
-          "With on_nonfinite = \"skip\": this many non-finite steps in a row end the run."),
+      FR_KEY(optim, schedule)
+          .Choices({"cosine", "constant"})
+          .Doc("Learning-rate schedule after warm-up."),
+      FR_KEY(optim, min_lr_ratio)
+          .Min(0)
+          .Max(1)
+          .Doc("Cosine schedule's final learning rate as a fraction of lr."),
+      FR_KEY(optim, on_nonfinite)
+          .Choices({"stop", "skip"})
+          .Doc("A step whose loss or gradient norm is NaN or infinite is never applied; then "
+               "\"stop\" ends the run with an error, \"skip\" goes on with the next batch."),
+      FR_KEY(optim, max_nonfinite_skips)
+          .Min(1)
+          .Doc("With on_nonfinite = \"skip\": this many non-finite steps in a row end the run."),
 
       FR_KEY(eval, every).Min(0).Doc("Validation loss every this many steps; 0 turns it off."),
       FR_KEY(eval, batches).Min(1).Doc("Validation batches per evaluation."),
 
-      FR_KEY(checkpoint, every).Min(0).Doc("Write a checkpoint every this many steps; the final "
-                                           "step always writes one."),
+      FR_KEY(checkpoint, every)
+          .Min(0)
+          .Doc("Write a checkpoint every this many steps; the final "
+               "step always writes one."),
       FR_KEY(checkpoint, dir).Doc("Checkpoint directory; empty means run.dir/checkpoints."),
-      FR_KEY(checkpoint, resume).Doc("Resume training from a checkpoint directory (one written by "
-                                     "this project), or \"latest\" for the newest one in "
-                                     "checkpoint.dir; empty starts afresh."),
+      FR_KEY(checkpoint, resume)
+          .Doc("Resume training from a checkpoint directory (one written by "
+               "this project), or \"latest\" for the newest one in "
+               "checkpoint.dir; empty starts afresh."),
 
       FR_KEY(parallel, pp).Min(1).Max(4096).Doc("Pipeline stages."),
       FR_KEY(parallel, dp).Min(1).Max(4096).Doc("Data-parallel replicas; world size is pp × dp."),
       FR_KEY(parallel, schedule)
           .Choices({"gpipe", "1f1b", "interleaved", "zbh1", "zbh2", "zbv", "dualpipev", "file"})
           .Doc("Pipeline schedule; \"file\" trains parallel.schedule_file as it is."),
-      FR_KEY(parallel, schedule_file).Doc(
-          "A schedule in freeride's text or CSV form or torch.distributed.pipelining's CSV "
-          "(for parallel.schedule = \"file\"); validated, completed and trained as is."),
-      FR_KEY(parallel, chunks).Min(1).Max(64).Doc(
-          "Model chunks per stage (v); ≥ 2 for interleaved; zbv and dualpipev run 2 (in a V); "
-          "1 otherwise."),
-      FR_KEY(parallel, partition).Choices({"balanced", "even"}).Doc(
-          "How blocks are split over the model chunks: \"balanced\" minimises the costliest "
-          "chunk, counting the embedding and the LM head by the FLOP model; \"even\" gives "
-          "each the same number of blocks. parallel.layers_per_stage overrides both."),
-      FR_KEY(parallel, layers_per_stage).Doc(
-          "Blocks in each of the pp × chunks model chunks, in pipeline order; must sum to "
-          "model.n_layer. Empty: split by parallel.partition."),
+      FR_KEY(parallel, schedule_file)
+          .Doc("A schedule in freeride's text or CSV form or torch.distributed.pipelining's CSV "
+               "(for parallel.schedule = \"file\"); validated, completed and trained as is."),
+      FR_KEY(parallel, chunks)
+          .Min(1)
+          .Max(64)
+          .Doc("Model chunks per stage (v); ≥ 2 for interleaved; zbv and dualpipev run 2 (in a V); "
+               "1 otherwise."),
+      FR_KEY(parallel, partition)
+          .Choices({"balanced", "even"})
+          .Doc("How blocks are split over the model chunks: \"balanced\" minimises the costliest "
+               "chunk, counting the embedding and the LM head by the FLOP model; \"even\" gives "
+               "each the same number of blocks. parallel.layers_per_stage overrides both."),
+      FR_KEY(parallel, layers_per_stage)
+          .Doc("Blocks in each of the pp × chunks model chunks, in pipeline order; must sum to "
+               "model.n_layer. Empty: split by parallel.partition."),
 
       FR_KEY(runtime, device).Choices({"cpu", "cuda"}).Doc("Backend that runs the model."),
-      FR_KEY(runtime, precision).Choices({"fp32", "bf16"}).Doc(
-          "Weights and activations; bf16 keeps fp32 master weights (CUDA only)."),
-      FR_KEY(runtime, comm_timeout_s).Min(0, true).Doc(
-          "Seconds a blocking communication may wait before the job stops with a report of "
-          "what each rank was waiting for."),
-      FR_KEY(runtime, emulate_peers).Doc(
-          "Run one stage (runtime.emulated_stage) for real in this one process and emulate the "
-          "other stages' timing from their measured costs (docs/emulation.md)."),
-      FR_KEY(runtime, emulated_stage).Min(0).Doc(
-          "With runtime.emulate_peers: the stage that runs for real."),
-      FR_KEY(runtime, link_bandwidth_gbs).Min(0, true).Doc(
-          "With runtime.emulate_peers: bandwidth (GB/s) of the link between stages, for the "
-          "emulated transfer time of an activation or gradient."),
+      FR_KEY(runtime, precision)
+          .Choices({"fp32", "bf16"})
+          .Doc("Weights and activations; bf16 keeps fp32 master weights (CUDA only)."),
+      FR_KEY(runtime, comm_timeout_s)
+          .Min(0, true)
+          .Doc("Seconds a blocking communication may wait before the job stops with a report of "
+               "what each rank was waiting for."),
+      FR_KEY(runtime, emulate_peers)
+          .Doc(
+              "Run one stage (runtime.emulated_stage) for real in this one process and emulate the "
+              "other stages' timing from their measured costs (docs/emulation.md)."),
+      FR_KEY(runtime, emulated_stage)
+          .Min(0)
+          .Doc("With runtime.emulate_peers: the stage that runs for real."),
+      FR_KEY(runtime, link_bandwidth_gbs)
+          .Min(0, true)
+          .Doc("With runtime.emulate_peers: bandwidth (GB/s) of the link between stages, for the "
+               "emulated transfer time of an activation or gradient."),
       FR_KEY(runtime, threads).Min(0).Doc("CPU threads per rank; 0: the cores available."),
 
       FR_KEY(freeride, enabled).Doc("Run the configured side tasks inside pipeline bubbles."),
-      FR_KEY(freeride, alternate_every).Min(0).Doc(
-          "Measure overhead in one run: harvest in blocks of this many steps, alternating with "
-          "blocks without; 0 harvests every step."),
-      FR_KEY(freeride, calibration_steps).Min(1).Doc(
-          "Steps of each task run alone before training, to measure its standalone step time."),
-      FR_KEY(freeride, margin).Min(0).Max(1).Doc(
-          "Fraction of a bubble's predicted time kept free: a task step starts only if it fits "
-          "in the rest."),
-      FR_KEY(freeride, step_timeout_s).Min(0.001).Doc(
-          "A process-isolated task whose step (or create, or load) has run this long without "
-          "finishing is hung: its worker is killed and the task FAILED."),
-      FR_KEY(freeride, demote_after).Min(1).Doc(
-          "In-process steps that overrun their bubble (over twice their predicted time, past the "
-          "bubble's end) before the task is demoted; twice as many fail it."),
+      FR_KEY(freeride, alternate_every)
+          .Min(0)
+          .Doc(
+              "Measure overhead in one run: harvest in blocks of this many steps, alternating with "
+              "blocks without; 0 harvests every step."),
+      FR_KEY(freeride, calibration_steps)
+          .Min(1)
+          .Doc("Steps of each task run alone before training: their median starts the step-time "
+               "prediction, their mean prices `reclaimed`."),
+      FR_KEY(freeride, margin)
+          .Min(0)
+          .Max(1)
+          .Doc(
+              "Fraction of a bubble's predicted time kept free: a task step starts only if it fits "
+              "in the rest."),
+      FR_KEY(freeride, step_timeout_s)
+          .Min(0.001)
+          .Doc("A process-isolated task whose step (or create, or load) has run this long without "
+               "finishing is hung: its worker is killed and the task FAILED."),
+      FR_KEY(freeride, demote_after)
+          .Min(1)
+          .Doc("In-process steps that overrun their bubble (over twice their predicted time, past "
+               "the "
+               "bubble's end) before the task is demoted; twice as many fail it."),
   };
 }
 
@@ -155,9 +189,9 @@ const std::vector<KeySpec>& Schema() {
 }
 
 const std::vector<std::string>& SectionNames() {
-  static const std::vector<std::string> names = {
-      "run",        "model",    "data",    "train",    "optim",     "eval",
-      "checkpoint", "parallel", "runtime", "freeride", "side_tasks"};
+  static const std::vector<std::string> names = {"run",     "model",    "data",       "train",
+                                                 "optim",   "eval",     "checkpoint", "parallel",
+                                                 "runtime", "freeride", "side_tasks"};
   return names;
 }
 
@@ -208,8 +242,8 @@ std::string KeySpec::Expected() const {
       return "a list of integers";
     case KeyType::kString:
       if (choices.empty()) return "a string";
-      return absl::StrCat("one of ", absl::StrJoin(choices, ", ", [](std::string* out,
-                                                                    const std::string& c) {
+      return absl::StrCat("one of ",
+                          absl::StrJoin(choices, ", ", [](std::string* out, const std::string& c) {
                             absl::StrAppend(out, "\"", c, "\"");
                           }));
     case KeyType::kInt:
@@ -236,11 +270,21 @@ std::string TomlString(absl::string_view text) {
   std::string out = "\"";
   for (char c : text) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -293,8 +337,8 @@ std::string Suggest(absl::string_view word, const std::vector<std::string>& cand
       row[0] = i;
       for (size_t j = 1; j <= candidate.size(); ++j) {
         size_t up = row[j];
-        row[j] = std::min({row[j] + 1, row[j - 1] + 1,
-                           diagonal + (word[i - 1] == candidate[j - 1] ? 0 : 1)});
+        row[j] = std::min(
+            {row[j] + 1, row[j - 1] + 1, diagonal + (word[i - 1] == candidate[j - 1] ? 0 : 1)});
         diagonal = up;
       }
     }
