@@ -71,7 +71,7 @@ namespace freeride {
 namespace {
 
 // Every side-task step starts inside a bubble window of its rank (from the BUBBLE instruction
-// to the end of the wait it precedes) and ends no later than one step past that window's end
+// to the end of the first wait it precedes) and ends no later than one step past that window's end
 // (the bounded overrun the report counts).
 TEST(HarvestTrainTest, SideStepsLieInsideBubbleWindows) {
   openblas_set_num_threads(1);

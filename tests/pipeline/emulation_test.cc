@@ -16,7 +16,7 @@ namespace {
 using pipeline::Op;
 
 // Per step, over 7 steps after a warm-up: the real stage's time in BUBBLE windows (from the
-// BUBBLE to the end of the wait it precedes), its time waiting in total, and the simulator's
+// BUBBLE to the end of the first wait it precedes), its time waiting in total, and the simulator's
 // bubble for that step's measured costs.
 struct Bubbles {
   std::vector<double> windows, waits, simulated;

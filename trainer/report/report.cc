@@ -146,8 +146,8 @@ std::string Bubbles(const RunFiles& run) {
   std::string html =
       "<h2>Bubbles</h2>\n<p class=\"note\">Waiting: time a stage's rank waited for its peers "
       "in a step (receives and the arrival part of sums). Bubble and harvested: from each "
-      "BUBBLE instruction to the end of the wait it precedes, and the side-task steps in it, "
-      "over the steps with harvesting on.</p>\n<div class=\"plots\">\n";
+      "BUBBLE instruction to the end of the first wait it precedes, and the side-task steps in "
+      "it, over the steps with harvesting on.</p>\n<div class=\"plots\">\n";
   if (waits.size() > 1) html += LinePlot({"Waiting, % of step time", "step", "%"}, waits);
   std::vector<BarRow> rows;
   for (const json* h : harvest) {
