@@ -1,8 +1,11 @@
 #include "core/blas_setup.h"
+#include "core/float_env.h"
 #include "core/stop_request.h"
 #include "trainer/cli/cli.h"
 
 int main(int argc, char** argv) {
+  // Before any thread exists, so that OpenMP's and OpenBLAS's threads inherit it.
+  freeride::FlushSubnormalsToZero();
   freeride::UseBestBlasKernels(argv);
   // Before anything slow: a stop asked for during start-up is kept for the first step boundary.
   freeride::InstallStopHandlers();
