@@ -73,8 +73,10 @@ absl::Status CudaStage<T>::Init() {
   blas_.stream = stream_;
   blas_.algorithms = algorithms_.get();
   // cuBLAS gets the same fixed workspace: no allocation inside a step, the same algorithms.
-  CUBLAS_CHECK(cublasSetWorkspace(blas_.blas, blas_.workspace, blas_.workspace_bytes));
+  // The stream first: cublasSetStream puts the handle back on cuBLAS's own workspace pool, so
+  // it is set once, here, and never per call.
   CUBLAS_CHECK(cublasSetStream(blas_.blas, stream_));
+  CUBLAS_CHECK(cublasSetWorkspace(blas_.blas, blas_.workspace, blas_.workspace_bytes));
   for (MemoryPhase phase : {MemoryPhase::kGradients, MemoryPhase::kOptimizer}) {
     if (plan_.PhaseBytes(phase) == 0) continue;  // inference only
     CUDA_CHECK(cudaMemsetAsync(base_[static_cast<int>(phase)], 0, plan_.PhaseBytes(phase),

@@ -153,7 +153,15 @@ absl::Status BatchedGemm(const BlasContext& ctx, bool trans_a, bool trans_b, int
                          int64_t stride_a, const T* B, int64_t ldb, int64_t stride_b, float beta,
                          T* C, int64_t ldc, int64_t stride_c, int64_t batch) {
   const ColumnMajorGemm g = RowMajor(trans_a, trans_b, M, N, K, lda, ldb, ldc);
-  CUBLAS_CHECK(cublasSetStream(ctx.blas, ctx.stream));
+  // The handle's stream was set once where it was made (setting it here would also drop the
+  // fixed workspace for cuBLAS's own, allocating pool).
+  cudaStream_t stream = nullptr;
+  CUBLAS_CHECK(cublasGetStream(ctx.blas, &stream));
+  if (stream != ctx.stream) {
+    return absl::InternalError(
+        "BatchedGemm: the cuBLAS handle runs on another stream than its context's (set the "
+        "handle's stream once, before its workspace)");
+  }
   // The call's A is the caller's B (RowMajor swaps the operands).
   CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       ctx.blas, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g.m,
