@@ -2,12 +2,14 @@
 
 #include <cstring>
 
+#include "core/status.h"
 #include "models/cpu/optimizer.h"
+#include "models/token_ids.h"
 
 namespace freeride {
 
-CpuStageModel::CpuStageModel(const GPT2Config& config, const StageSpec& stage,
-                             int64_t micro_batch, int64_t seq_len, int slots)
+CpuStageModel::CpuStageModel(const GPT2Config& config, const StageSpec& stage, int64_t micro_batch,
+                             int64_t seq_len, int slots)
     : model_(config, stage, micro_batch, seq_len, slots),
       m_(model_.num_params(), 0.0f),
       v_(model_.num_params(), 0.0f) {}
@@ -17,10 +19,14 @@ int64_t CpuStageModel::ActivationFloats() const {
 }
 
 absl::Status CpuStageModel::SetTokens(int slot, const int32_t* tokens) {
+  FR_RETURN_IF_ERROR(
+      CheckTokenIds(tokens, micro_batch() * seq_len(), model_.config().vocab_size, "tokens"));
   std::memcpy(model_.tokens(slot), tokens, micro_batch() * seq_len() * sizeof(int32_t));
   return absl::OkStatus();
 }
 absl::Status CpuStageModel::SetTargets(int slot, const int32_t* targets) {
+  FR_RETURN_IF_ERROR(
+      CheckTokenIds(targets, micro_batch() * seq_len(), model_.config().vocab_size, "targets"));
   std::memcpy(model_.targets(slot), targets, micro_batch() * seq_len() * sizeof(int32_t));
   return absl::OkStatus();
 }
@@ -44,8 +50,7 @@ absl::Status CpuStageModel::GetInputGrad(int slot, float* dx) {
 absl::Status CpuStageModel::GetLogitsAt(int slot, int64_t position, float* logits) {
   const int64_t Vp = model_.config().padded_vocab_size, T = model_.seq_len();
   for (int64_t b = 0; b < model_.micro_batch(); ++b) {
-    std::memcpy(logits + b * Vp, model_.logits(slot) + (b * T + position) * Vp,
-                Vp * sizeof(float));
+    std::memcpy(logits + b * Vp, model_.logits(slot) + (b * T + position) * Vp, Vp * sizeof(float));
   }
   return absl::OkStatus();
 }

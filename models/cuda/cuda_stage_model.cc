@@ -6,9 +6,11 @@
 #include "absl/strings/str_format.h"
 #include "core/cuda_check.h"
 #include "core/logging.h"
+#include "core/status.h"
 #include "models/cuda/cuda_stage.h"
 #include "models/gpt2.h"
 #include "models/token_buckets.h"
+#include "models/token_ids.h"
 
 namespace freeride {
 namespace cuda {
@@ -64,8 +66,7 @@ absl::Status CudaStage<T>::Init() {
   int least_priority = 0, greatest_priority = 0;
   CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
   CUDA_CHECK(cudaStreamCreateWithPriority(
-      &stream_, cudaStreamNonBlocking,
-      options_.low_priority ? least_priority : greatest_priority));
+      &stream_, cudaStreamNonBlocking, options_.low_priority ? least_priority : greatest_priority));
   CUBLAS_CHECK(cublasLtCreate(&blas_.lt));
   CUBLAS_CHECK(cublasCreate(&blas_.blas));
   blas_.workspace = Ptr<char>(ids_.cublaslt_workspace);
@@ -79,8 +80,8 @@ absl::Status CudaStage<T>::Init() {
   CUBLAS_CHECK(cublasSetWorkspace(blas_.blas, blas_.workspace, blas_.workspace_bytes));
   for (MemoryPhase phase : {MemoryPhase::kGradients, MemoryPhase::kOptimizer}) {
     if (plan_.PhaseBytes(phase) == 0) continue;  // inference only
-    CUDA_CHECK(cudaMemsetAsync(base_[static_cast<int>(phase)], 0, plan_.PhaseBytes(phase),
-                               stream_));
+    CUDA_CHECK(
+        cudaMemsetAsync(base_[static_cast<int>(phase)], 0, plan_.PhaseBytes(phase), stream_));
   }
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
@@ -150,12 +151,13 @@ template <typename T>
 absl::Status CudaStage<T>::SetTokens(int slot, const int32_t* tokens) {
   const Slot& s = ids_.slots[slot];
   const int64_t BT = B_ * T_;
+  FR_RETURN_IF_ERROR(CheckTokenIds(tokens, BT, layout_.config.vocab_size, "tokens"));
   const TokenBuckets buckets = GroupPositionsByToken(tokens, BT, layout_.config.vocab_size);
   distinct_tokens_[slot] = static_cast<int64_t>(buckets.tokens.size());
-  CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(s.tokens), tokens, BT * 4, cudaMemcpyHostToDevice,
-                             stream_));
-  CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(s.bucket_positions), buckets.positions.data(),
-                             BT * 4, cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(
+      cudaMemcpyAsync(Ptr<int32_t>(s.tokens), tokens, BT * 4, cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(s.bucket_positions), buckets.positions.data(), BT * 4,
+                             cudaMemcpyHostToDevice, stream_));
   CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(s.bucket_tokens), buckets.tokens.data(),
                              buckets.tokens.size() * 4, cudaMemcpyHostToDevice, stream_));
   CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(s.bucket_starts), buckets.starts.data(),
@@ -165,6 +167,7 @@ absl::Status CudaStage<T>::SetTokens(int slot, const int32_t* tokens) {
 
 template <typename T>
 absl::Status CudaStage<T>::SetTargets(int slot, const int32_t* targets) {
+  FR_RETURN_IF_ERROR(CheckTokenIds(targets, B_ * T_, layout_.config.vocab_size, "targets"));
   CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(ids_.slots[slot].targets), targets, B_ * T_ * 4,
                              cudaMemcpyHostToDevice, stream_));
   return Sync();
@@ -201,9 +204,8 @@ absl::Status CudaStage<T>::GetLogitsAt(int slot, int64_t position, float* logits
   const int64_t Vp = layout_.config.padded_vocab_size;
   std::vector<T> rows(B_ * Vp);
   CUDA_CHECK(cudaMemcpy2DAsync(rows.data(), Vp * sizeof(T),
-                               Ptr<T>(ids_.slots[slot].logits) + position * Vp,
-                               T_ * Vp * sizeof(T), Vp * sizeof(T), B_, cudaMemcpyDeviceToHost,
-                               stream_));
+                               Ptr<T>(ids_.slots[slot].logits) + position * Vp, T_ * Vp * sizeof(T),
+                               Vp * sizeof(T), B_, cudaMemcpyDeviceToHost, stream_));
   FR_RETURN_IF_ERROR(Sync());
   for (int64_t i = 0; i < B_ * Vp; ++i) logits[i] = static_cast<float>(rows[i]);
   return absl::OkStatus();
@@ -281,8 +283,8 @@ absl::StatusOr<std::vector<double>> CudaStage<T>::GradSquaresByUnit() {
     ++u;
   }
   std::vector<double> out(u);
-  CUDA_CHECK(cudaMemcpyAsync(out.data(), units, u * sizeof(double), cudaMemcpyDeviceToHost,
-                             stream_));
+  CUDA_CHECK(
+      cudaMemcpyAsync(out.data(), units, u * sizeof(double), cudaMemcpyDeviceToHost, stream_));
   if (absl::Status s = Sync(); !s.ok()) return s;
   return out;
 }
@@ -330,20 +332,20 @@ absl::Status CudaStage<T>::SetParams(const float* src) {
 template <typename T>
 absl::Status CudaStage<T>::GetOptimizerState(float* m, float* v) {
   FR_RETURN_IF_ERROR(RequireTraining("GetOptimizerState"));
-  CUDA_CHECK(cudaMemcpyAsync(m, Ptr<float>(ids_.adam_m), layout_.total * 4,
-                             cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaMemcpyAsync(v, Ptr<float>(ids_.adam_v), layout_.total * 4,
-                             cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(m, Ptr<float>(ids_.adam_m), layout_.total * 4, cudaMemcpyDeviceToHost,
+                             stream_));
+  CUDA_CHECK(cudaMemcpyAsync(v, Ptr<float>(ids_.adam_v), layout_.total * 4, cudaMemcpyDeviceToHost,
+                             stream_));
   return Sync();
 }
 
 template <typename T>
 absl::Status CudaStage<T>::SetOptimizerState(const float* m, const float* v) {
   FR_RETURN_IF_ERROR(RequireTraining("SetOptimizerState"));
-  CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.adam_m), m, layout_.total * 4,
-                             cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.adam_v), v, layout_.total * 4,
-                             cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.adam_m), m, layout_.total * 4, cudaMemcpyHostToDevice,
+                             stream_));
+  CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.adam_v), v, layout_.total * 4, cudaMemcpyHostToDevice,
+                             stream_));
   return Sync();
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "models/cpu_stage_model.h"
 #include "models/gpt2_decoder.h"
 #include "models/llmc_checkpoint.h"
 #include "tests/models/grad_check.h"
@@ -194,6 +195,22 @@ TEST(GPT2DecoderTest, MatchesTheFullForwardPass) {
       }
     }
   }
+}
+
+// Ids outside the vocabulary are refused at the model's door with the first bad position,
+// whichever way they come in; ids at both ends of the range are taken.
+TEST(CpuStageModelTest, TokenIdsOutsideTheVocabularyAreRefused) {
+  const GPT2Config cfg = Tiny();  // vocabulary 11
+  CpuStageModel m(cfg, WholeModel(cfg), /*micro_batch=*/1, /*seq_len=*/4, /*slots=*/1);
+  const int32_t good[4] = {0, 10, 3, 4};
+  EXPECT_TRUE(m.SetTokens(0, good).ok());
+  EXPECT_TRUE(m.SetTargets(0, good).ok());
+  const int32_t too_big[4] = {1, 2, 11, 3}, negative[4] = {1, -1, 2, 3};
+  absl::Status s = m.SetTokens(0, too_big);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "tokens[2] = 11: outside the model's vocabulary [0, 11)");
+  s = m.SetTargets(0, negative);
+  EXPECT_EQ(s.message(), "targets[1] = -1: outside the model's vocabulary [0, 11)");
 }
 
 }  // namespace
