@@ -202,10 +202,8 @@ class ServeTask : public SideTask {
     if (!slot.request) return 0;
     Completion& c = *slot.request;
     if (c.cancelled) {
-      const std::shared_ptr<Completion> gone = std::move(slot.request);
-      --active_;  // before Finish: a client may read /metrics as soon as it is answered
       queue_->CountCancelled();
-      queue_->Finish(gone, MonotonicSeconds(), "cancelled: the client went away");
+      Release(slot, "cancelled: the client went away");
       return 0;
     }
     if (slot.fed < c.context.size() + c.generated.size()) {  // prefill, or replay after a reload
@@ -226,10 +224,16 @@ class ServeTask : public SideTask {
     }
     absl::StatusOr<std::string> text = tokenizer_->Decode(c.generated);
     c.text = text.ok() ? *text : "";
-    const std::shared_ptr<Completion> done = std::move(slot.request);
-    --active_;
-    queue_->Finish(done, MonotonicSeconds(), text.ok() ? "" : std::string(text.status().message()));
+    Release(slot, text.ok() ? "" : std::string(text.status().message()));
     return 1;
+  }
+
+  // Frees the slot and answers its request (`error` empty: done). The count drops first: a
+  // client may read /metrics as soon as it is answered.
+  void Release(Slot& slot, const std::string& error) {
+    const std::shared_ptr<Completion> request = std::move(slot.request);
+    --active_;
+    queue_->Finish(request, MonotonicSeconds(), error);
   }
 
   std::string MetricsJson() const {
