@@ -7,7 +7,6 @@
 #include "absl/strings/str_format.h"
 #include "core/files.h"
 #include "core/logging.h"
-#include "core/timer.h"
 
 namespace freeride {
 namespace {
@@ -98,7 +97,7 @@ bool SideTaskExecutor::RunStep(int which, double deadline,
                                const std::function<bool()>& input_ready) {
   Task& task = *tasks_[which];
   const double predicted_before = task.predicted_step_s;
-  const double start = MonotonicSeconds();
+  const double start = clock().Now();
   // A task that stops itself at the ready input (an imperative one, in process) is watched: its
   // last poll that found nothing bounds how long it ran past the input.
   double last_not_ready = start;
@@ -106,13 +105,13 @@ bool SideTaskExecutor::RunStep(int which, double deadline,
   const bool watch = !task.host->pausable() && task.host->fills_bubble();
   const std::function<bool()> watched = [&] {
     if (input_ready()) return saw_ready = true;
-    last_not_ready = MonotonicSeconds();
+    last_not_ready = clock().Now();
     return false;
   };
   const HostStep out = task.host->Step(deadline, watch ? watched : input_ready);
   const double end = start + out.ran_s;
   if (saw_ready) {
-    open_.late = std::max(0.0, MonotonicSeconds() - last_not_ready);
+    open_.late = std::max(0.0, clock().Now() - last_not_ready);
     open_.late_known = true;
   }
   task.report.harvested_s += out.ran_s;
@@ -162,7 +161,7 @@ void SideTaskExecutor::Calibrate(Task& task) {
   if (!task.host->fills_bubble()) {
     for (; steps < options_.calibration_steps && !task.host->done(); ++steps) {
       const HostStep out =
-          task.host->Step(MonotonicSeconds() + 2 * options_.step_timeout_s, kNever);
+          task.host->Step(clock().Now() + 2 * options_.step_timeout_s, kNever);
       if (out.kind != HostStep::Kind::kDone) {
         Fail(task, "calibration step: " + (out.reason.empty() ? "did not finish" : out.reason));
         return;
@@ -209,6 +208,7 @@ absl::Status SideTaskExecutor::AddTask(const SideTaskSpec& spec) {
                          .string();
   host.step_timeout_s = options_.step_timeout_s;
   host.worker_path = options_.worker_path;
+  host.clock = options_.clock;
   if (absl::Status s = MakeDirectories(host.results_dir); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<TaskHost>> made = MakeTaskHost(spec, host);
   if (!made.ok()) {
@@ -316,7 +316,7 @@ void SideTaskExecutor::OnBubble(const pipeline::Instr& bubble, int index, double
   const double stop_at = start_s + predicted * (1.0 - options_.margin);
   bool ran_since_poll = false;
   while (true) {
-    const double now = MonotonicSeconds();
+    const double now = clock().Now();
     if (open_.pollable && ready()) {
       open_.overran = ran_since_poll;
       break;
@@ -335,7 +335,7 @@ void SideTaskExecutor::OnBubble(const pipeline::Instr& bubble, int index, double
     if (!go_on && task->state != TaskState::kFailed) break;  // paused: the bubble is over
     ran_since_poll = go_on;
   }
-  open_.harvest_end = MonotonicSeconds();
+  open_.harvest_end = clock().Now();
 }
 
 void SideTaskExecutor::OnBubbleEnd(int index, double end_s) {

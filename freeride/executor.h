@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/clock.h"
 #include "freeride/side_task.h"
 #include "freeride/task_host.h"
 #include "pipeline/stage_executor.h"
@@ -33,6 +34,9 @@ struct ExecutorOptions {
   double step_timeout_s = 60;  // a worker's step (or create, load) running longer: hung, FAILED
   int demote_after = 3;        // in-process overruns before demotion; twice as many: FAILED
   std::string worker_path;     // empty: SideWorkerPath()
+  // What bubbles, steps and deadlines are timed on (not owned); null: the system clock. The
+  // bubbles handed to OnBubble and OnBubbleEnd must be on the same clock.
+  Clock* clock = nullptr;
 };
 
 struct TaskReport {
@@ -52,7 +56,7 @@ struct TaskReport {
 struct SideStepEvent {
   int task = 0;
   int bubble = 0;                 // index of the BUBBLE instruction
-  double start_s = 0, end_s = 0;  // MonotonicSeconds()
+  double start_s = 0, end_s = 0;  // on the executor's clock
 };
 
 // One BUBBLE as it happened: the duration predicted when it began (< 0: none yet, the first
@@ -124,6 +128,7 @@ class SideTaskExecutor : public pipeline::BubbleHook {
   bool RunStep(int which, double deadline, const std::function<bool()>& input_ready);
   void CountInProcessOverrun(Task& task, double took, double predicted_before, double end);
   void Fail(Task& task, const std::string& reason);
+  Clock& clock() const { return ClockOr(options_.clock); }
 
   ExecutorOptions options_;
   std::vector<std::unique_ptr<Task>> tasks_;

@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/arena.h"
+#include "core/clock.h"
 #include "freeride/task_args.h"
 
 namespace freeride {
@@ -39,11 +40,14 @@ struct SideTaskContext {
   const TaskArgs* args = nullptr;
   CappedArena* arena = nullptr;      // every allocation of the task's working memory
   std::string results_dir;           // the task's own directory for outputs
-  double deadline_s = 0;             // MonotonicSeconds() by which the current Step must end
+  double deadline_s = 0;             // on `clock`, by which the current Step must end
   std::function<bool()> input_ready; // true once training's awaited input has landed
   // How many times the task has been restarted (repeat = true); a task derives fresh input
   // from it (a seed + restarts, the next images), so a repeat is not the same work again.
   int64_t restarts = 0;
+  // The time deadline_s is on (never null): steps that wait or spin for a while do it on this
+  // clock, so a test on simulated time sees them take the time they say.
+  Clock* clock = nullptr;
 };
 
 class SideTask {
@@ -89,7 +93,7 @@ absl::StatusOr<std::unique_ptr<SideTask>> CreateSideTask(const std::string& type
                                                          const std::string& plugin);
 
 // Bumped whenever SideTask or SideTaskContext changes layout.
-inline constexpr int kSideTaskAbiVersion = 2;
+inline constexpr int kSideTaskAbiVersion = 3;
 
 }  // namespace freeride
 

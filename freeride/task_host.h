@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/clock.h"
 #include "freeride/task_args.h"
 
 namespace freeride {
@@ -30,6 +31,7 @@ struct HostOptions {
   std::string results_dir;       // the task's own output directory
   double step_timeout_s = 60;    // a worker's request (create, load, one step) running longer hangs
   std::string worker_path;       // empty: SideWorkerPath()
+  Clock* clock = nullptr;        // steps and deadlines are timed on it; null: the system clock
 };
 
 struct HostStep {
@@ -53,7 +55,7 @@ class TaskHost {
   // Working memory (capped). An error fails the task, not the run.
   virtual absl::Status Load() = 0;
   // Runs one step (or resumes the paused one) until it ends, until `deadline_s`
-  // (MonotonicSeconds), or until input_ready(): a pausable host pauses the task there; an
+  // (on the host's clock), or until input_ready(): a pausable host pauses the task there; an
   // in-process step runs to its end whatever the time. A done task with spec.repeat is
   // restarted first, within the same call (a worker's restart is paused like a step).
   virtual HostStep Step(double deadline_s, const std::function<bool()>& input_ready) = 0;

@@ -124,10 +124,11 @@ class WorkerHost : public TaskHost {
 
   HostStep Step(double deadline_s, const std::function<bool()>& input_ready) override {
     HostStep out;
-    const double start = MonotonicSeconds();
+    Clock& clock = ClockOr(options_.clock);
+    const double start = clock.Now();
     if (!child_.running()) return Failed(out, start, "the worker is gone");
     if (!in_flight_) {
-      if (!SendMessage(fd_, {"step", absl::StrFormat("%.9f", deadline_s)}).ok()) {
+      if (!SendMessage(fd_, {"step", absl::StrFormat("%.9f", deadline_s - start)}).ok()) {
         return Died(out, start);
       }
       in_flight_ = true;
@@ -137,14 +138,13 @@ class WorkerHost : public TaskHost {
     }
     double last_poll = start;
     while (true) {
-      pollfd p{fd_, POLLIN, 0};
       // Wakes at the deadline itself when it comes before the next poll.
-      const double nap = std::clamp(deadline_s - MonotonicSeconds(), 0.0, kPollS);
-      const timespec wait{0, static_cast<long>(nap * 1e9)};
-      const int r = ppoll(&p, 1, &wait, nullptr);
-      const double now = MonotonicSeconds();
+      const double nap = std::clamp(deadline_s - clock.Now(), 0.0, kPollS);
+      short revents = 0;
+      const int r = clock.WaitReadable(fd_, nap, &revents);
+      const double now = clock.Now();
       if (r > 0) {
-        if ((p.revents & POLLIN) == 0) return Died(out, start);
+        if ((revents & POLLIN) == 0) return Died(out, start);
         absl::StatusOr<Message> reply = ReceiveMessage(fd_);
         if (!reply.ok()) return Died(out, start);
         in_flight_ = false;
@@ -167,7 +167,7 @@ class WorkerHost : public TaskHost {
       const bool ready = input_ready();
       if (ready || now >= deadline_s) {
         if (!child_.Stop()) return Died(out, start);
-        const double stopped = MonotonicSeconds();
+        const double stopped = clock.Now();
         out.kind = HostStep::Kind::kPaused;
         out.ran_s = stopped - start;
         out.late_s = ready ? stopped - last_poll : 0;
@@ -222,7 +222,9 @@ class WorkerHost : public TaskHost {
     return absl::UnavailableError(absl::StrFormat("the worker's answer to %s is malformed", what));
   }
 
-  // Waits up to `timeout_s` for one message; a dead or silent worker is Unavailable.
+  // Waits up to `timeout_s` for one message; a dead or silent worker is Unavailable. On real
+  // time whatever the host's clock: a request outside a bubble (create, load, finish) has no
+  // deadline but this safety net, and a simulated clock would spend it in no time.
   absl::StatusOr<Message> Wait(double timeout_s) {
     const double give_up = MonotonicSeconds() + timeout_s;
     while (true) {
@@ -269,7 +271,7 @@ class WorkerHost : public TaskHost {
     in_flight_ = false;
     out.kind = HostStep::Kind::kFailed;
     out.reason = reason;
-    out.ran_s = MonotonicSeconds() - start;
+    out.ran_s = ClockOr(options_.clock).Now() - start;
     return out;
   }
 

@@ -15,6 +15,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "core/clock.h"
 #include "core/arena.h"
 #include "core/files.h"
 #include "core/float_env.h"
@@ -67,6 +68,7 @@ class Worker {
     ctx_.arena = &arena_;
     ctx_.results_dir = spec_.results_dir;
     ctx_.input_ready = [] { return false; };  // the rank pauses this process instead
+    ctx_.clock = &SystemClock();
   }
 
   // One request in, one answer out; false once the rank asked to finish.
@@ -112,8 +114,11 @@ class Worker {
   }
 
   // Answers "ok", units, done, restarted, restart seconds.
-  Message Step(const std::string& deadline) {
-    (void)absl::SimpleAtod(deadline, &ctx_.deadline_s);
+  // The deadline comes as the seconds left to it: the rank's clock may not be this one.
+  Message Step(const std::string& seconds_left) {
+    double left = 0;
+    (void)absl::SimpleAtod(seconds_left, &left);
+    ctx_.deadline_s = ctx_.clock->Now() + left;
     return Catching([&]() -> Message {
       const auto start = std::chrono::steady_clock::now();
       bool restarted = false;

@@ -72,19 +72,7 @@ class Simulation {
     std::map<std::pair<int, int>, size_t> last_use;
   };
 
-  double Duration(const Instr& in) const {
-    const bool own = !cost_.chunks.empty();  // the chunk's own cost, else 1/v of the stage's
-    const StageCost& c = own ? cost_.chunks[VirtualStage(s_, in)] : cost_.Stage(in.stage);
-    const double v = own ? 1.0 : s_.chunks;
-    switch (in.op) {
-      case Op::kForward: return c.f / v;
-      case Op::kBackward: return (c.b + c.w) / v;
-      case Op::kBackwardInput: return c.b / v;
-      case Op::kBackwardWeight: return c.w / v;
-      case Op::kOptimizer: return cost_.optimizer;
-      default: return 0;
-    }
-  }
+  double Duration(const Instr& in) const { return ComputeMs(s_, cost_, in); }
 
   // Index of the message an instruction sends or receives, or -1 when out of range.
   long MessageIndex(const Instr& in) const {
@@ -247,6 +235,20 @@ class Simulation {
 };
 
 }  // namespace
+
+double ComputeMs(const Schedule& schedule, const CostModel& cost, const Instr& in) {
+  const bool own = !cost.chunks.empty();  // the chunk's own cost, else 1/v of the stage's
+  const StageCost& c = own ? cost.chunks[VirtualStage(schedule, in)] : cost.Stage(in.stage);
+  const double v = own ? 1.0 : schedule.chunks;
+  switch (in.op) {
+    case Op::kForward: return c.f / v;
+    case Op::kBackward: return (c.b + c.w) / v;
+    case Op::kBackwardInput: return c.b / v;
+    case Op::kBackwardWeight: return c.w / v;
+    case Op::kOptimizer: return cost.optimizer;
+    default: return 0;
+  }
+}
 
 absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& cost) {
   if (static_cast<int>(schedule.per_stage.size()) != schedule.stages) {

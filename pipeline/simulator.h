@@ -53,4 +53,8 @@ struct SimResult {
 // Fails, naming each stage's blocked instruction, when the schedule deadlocks.
 absl::StatusOr<SimResult> Simulate(const Schedule& schedule, const CostModel& cost);
 
+// How long `in` computes by `cost` (ms; 0 for what only waits or moves data), as Simulate times
+// it.
+double ComputeMs(const Schedule& schedule, const CostModel& cost, const Instr& in);
+
 }  // namespace freeride::pipeline

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-#include "core/timer.h"
+#include "pipeline/simulator.h"
 
 namespace freeride::pipeline {
 
@@ -69,9 +69,9 @@ std::string StageExecutor::Describe(const Instr& in) const {
 absl::Status StageExecutor::Arrive(const std::vector<int>& group, double* waited) {
   if (group.size() <= 1) return absl::OkStatus();
   double token[1] = {0};
-  const double start = MonotonicSeconds();
+  const double start = clock().Now();
   absl::Status s = transport_->AllReduceSum(token, 1, group, timeout_s_);
-  CountWait(MonotonicSeconds() - start, waited);
+  CountWait(clock().Now() - start, waited);
   return s;
 }
 
@@ -145,9 +145,9 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
     case Op::kRecvAct:
     case Op::kRecvGrad: {
       const bool grad = in.op == Op::kRecvGrad;
-      const double start = MonotonicSeconds();
+      const double start = clock().Now();
       absl::Status s = transport_->Wait((grad ? recv_grad_req_ : recv_act_req_)[cell], timeout_s_);
-      CountWait(MonotonicSeconds() - start, waited);
+      CountWait(clock().Now() - start, waited);
       if (!s.ok()) return s;
       const float* src = (grad ? recv_grad_ : recv_act_)[cell].data();
       return grad ? chunk->SetOutputGrad(slot, src) : chunk->SetInputActivations(slot, src);
@@ -204,14 +204,14 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
         if (!units.ok()) return units.status();
         // One value more: how many heads saw a non-finite loss (only the head's rank adds).
         units->push_back(std::isfinite(*head_loss) ? 0.0 : 1.0);
-        const double start = MonotonicSeconds();
+        const double start = clock().Now();
         s = transport_->AllReduceSum(units->data(), static_cast<int64_t>(units->size()),
                                      layout_.PipelineGroup(), timeout_s_);
         if (s.ok() && layout_.dp > 1) {
           // Replicas hold the same gradients but their own losses: they agree on the flag.
           s = transport_->AllReduceSum(&units->back(), 1, layout_.DataParallelGroup(), timeout_s_);
         }
-        CountWait(MonotonicSeconds() - start, waited);
+        CountWait(clock().Now() - start, waited);
         const bool loss_finite = units->back() == 0.0;
         units->pop_back();
         if (s.ok()) s = optimizer_.apply(*units, loss_finite);
@@ -238,7 +238,7 @@ std::function<bool()> StageExecutor::InputReady(size_t bubble_index) const {
 }
 
 absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, float loss_scale) {
-  const double t0 = MonotonicSeconds();
+  const double t0 = clock().Now();
   transport_->OnStepStart(t0);
   const int m = schedule_.microbatches;
   const int64_t bytes = ActivationFloats() * static_cast<int64_t>(sizeof(float));
@@ -266,7 +266,7 @@ absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, f
   const std::vector<Instr>& instrs = instructions();
   int open_bubble = -1;  // the BUBBLE whose awaited instruction comes next
   for (size_t i = 0; i < instrs.size(); ++i) {
-    const double start = MonotonicSeconds();
+    const double start = clock().Now();
     if (instrs[i].op == Op::kBubble && hook_ != nullptr) {
       open_bubble = static_cast<int>(i);
       hook_->OnBubble(instrs[i], open_bubble, start, InputReady(i));
@@ -274,6 +274,9 @@ absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, f
     const double waited_before = out.bubble_s;
     first_wait_s_ = -1;
     absl::Status s = Execute(instrs[i], data, loss_scale, &head_loss, &out.bubble_s);
+    if (compute_ && clock().simulated()) {
+      clock().Busy(ComputeMs(schedule_, *compute_, instrs[i]) * 1e-3);
+    }
     // How long this instruction waited (receives, sums), and its first wait: the one the bubble
     // before it stands for. OPTIMIZER waits twice, for the tied sum's other end and, after
     // computing its norm units, for the units' sum; only the first is the bubble's. Counting
@@ -283,7 +286,7 @@ absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, f
     const double waited = out.bubble_s - waited_before;
     if (open_bubble >= 0 && instrs[i].op != Op::kBubble) {
       hook_->OnBubbleEnd(open_bubble,
-                         first_wait_s_ >= 0 ? start + first_wait_s_ : MonotonicSeconds());
+                         first_wait_s_ >= 0 ? start + first_wait_s_ : clock().Now());
       open_bubble = -1;
     }
     if (!s.ok()) {
@@ -292,7 +295,7 @@ absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, f
           absl::StrFormat("rank %d (stage %d, replica %d) blocked on %s: %s", layout_.rank(),
                           layout_.stage, layout_.replica, Describe(instrs[i]), s.message()));
     }
-    out.timeline.push_back({static_cast<int>(i), start - t0, MonotonicSeconds() - t0,
+    out.timeline.push_back({static_cast<int>(i), start - t0, clock().Now() - t0,
                             waited > 0 ? start + waited - t0 : 0});
   }
   for (Transport::Request r : sends_) {
@@ -311,7 +314,7 @@ absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, f
   if (s.ok()) s = transport_->AllReduceSum(loss, 1, layout_.DataParallelGroup(), timeout_s_);
   if (!s.ok()) return s;
   out.loss = loss[0] / layout_.dp;
-  out.step_s = MonotonicSeconds() - t0;
+  out.step_s = clock().Now() - t0;
   return out;
 }
 

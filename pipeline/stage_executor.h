@@ -6,11 +6,14 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/clock.h"
 #include "models/stage_model.h"
 #include "pipeline/comm/transport.h"
+#include "pipeline/cost_model.h"
 #include "pipeline/schedule.h"
 
 namespace freeride::pipeline {
@@ -28,7 +31,7 @@ struct RankLayout {
 
 // The side-task executor plugs in here. OnBubble is called at each BUBBLE instruction
 // (`index`: its place in the stage's list, the bubble's identity from step to step;
-// `start_s` on MonotonicSeconds()'s clock) and returns when the hook hands the rank back;
+// `start_s` on the executor's clock) and returns when the hook hands the rank back;
 // `input_ready` polls the input the bubble waits for; it is empty where that cannot be polled
 // (the sums), and the hook must then keep to its own prediction of the bubble's end.
 // OnBubbleEnd says when the instruction the bubble waited at stopped its first wait.
@@ -50,7 +53,7 @@ struct StepOutcome {
   double loss = 0;  // mean over the step's micro-batches and replicas, on every rank
   double step_s = 0;
   double bubble_s = 0;  // time this rank waited for peers (receives and sums)
-  double start_s = 0;   // MonotonicSeconds() when the step began (timeline origin)
+  double start_s = 0;   // on the executor's clock, when the step began (timeline origin)
   std::vector<InstrTiming> timeline;
 };
 
@@ -80,6 +83,13 @@ class StageExecutor {
                 Transport* transport, double timeout_s, OptimizerHooks optimizer);
 
   void set_bubble_hook(BubbleHook* hook) { hook_ = hook; }
+  // What the step is timed on (not owned; null: the system clock). On a simulated clock the
+  // model's compute takes no time unless `compute` is given: each compute instruction then
+  // takes its time by that cost model, as the simulator times it.
+  void set_clock(Clock* clock, std::optional<CostModel> compute = std::nullopt) {
+    clock_ = clock;
+    compute_ = std::move(compute);
+  }
   // Swaps in the same schedule with its BUBBLE instructions placed anew (same compute and
   // communication order; e.g. from measured costs). Between steps only.
   void set_schedule(Schedule schedule) { schedule_ = std::move(schedule); }
@@ -117,6 +127,7 @@ class StageExecutor {
   int Tag(bool gradient, int sender_virtual_stage, int microbatch) const;
   int64_t ActivationFloats() const;
   std::string Describe(const Instr& in) const;
+  Clock& clock() const { return ClockOr(clock_); }
 
   Schedule schedule_;
   RankLayout layout_;
@@ -126,6 +137,8 @@ class StageExecutor {
   double first_wait_s_ = -1;  // the current instruction's first wait; < 0 before it waits
   OptimizerHooks optimizer_;
   BubbleHook* hook_ = nullptr;
+  Clock* clock_ = nullptr;
+  std::optional<CostModel> compute_;
   std::vector<int> slot_of_;  // [chunk · m + microbatch] → activation slot
   // Staging buffers for messages, [chunk · m + microbatch].
   std::vector<std::vector<float>> recv_act_, recv_grad_, send_act_, send_grad_;

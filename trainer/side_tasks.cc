@@ -36,6 +36,7 @@ absl::Status Trainer::CreateSideTasks() {
   options.step_timeout_s = config_.freeride.step_timeout_s;
   options.demote_after = static_cast<int>(config_.freeride.demote_after);
   options.results_dir = (std::filesystem::path(config_.run.dir) / "side_tasks").string();
+  options.clock = clock_;
   absl::StatusOr<std::unique_ptr<SideTaskExecutor>> side = SideTaskExecutor::Create(specs, options);
   if (!side.ok()) return side.status();
   side_ = *std::move(side);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <iostream>
 
 #include "absl/strings/str_format.h"
@@ -122,12 +123,15 @@ absl::Status CheckWorldSize(const Config& config, int world_size) {
 Trainer::~Trainer() = default;
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
-                                                         pipeline::Transport* transport) {
+                                                         pipeline::Transport* transport,
+                                                         Clock* clock) {
   if (config.runtime.threads > 0) {
     omp_set_num_threads(static_cast<int>(config.runtime.threads));
     openblas_set_num_threads(static_cast<int>(config.runtime.threads));
   }
   std::unique_ptr<Trainer> t(new Trainer(config));
+  t->clock_ = clock;
+  const bool simulated = ClockOr(clock).simulated();
   const bool emulate = config.runtime.emulate_peers;
   if (emulate) {
     if (transport != nullptr) {
@@ -166,7 +170,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   const int64_t micro_batch = tc.batch_size / tc.microbatches;
   const BackendOptions backend{config.runtime.device, config.runtime.precision, NodeLocalRank()};
   std::optional<PartCosts> part_costs;
-  if (NeedsPartCosts(config)) {
+  if (NeedsPartCosts(config) && simulated) {
+    part_costs = SimulatedPartCosts(*model, micro_batch, tc.seq_len);
+  } else if (NeedsPartCosts(config)) {
     absl::StatusOr<PartCosts> measured =
         MeasurePartCosts(backend, *model, micro_batch, tc.seq_len, config.run.seed);
     if (!measured.ok()) return measured.status();
@@ -192,12 +198,22 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
                  << DescribePartition(*plan, L.pp);
   }
   pipeline::CostModel cost = pipeline::CostModel::Uniform();
+  // On simulated time, what every compute instruction takes.
+  std::optional<pipeline::CostModel> compute;
+  if (simulated) {
+    compute = CostModelFromParts(specs, SimulatedPartCosts(*model, micro_batch, tc.seq_len),
+                                 plan->placement, L.pp);
+    compute->comm = static_cast<double>(micro_batch * tc.seq_len * model->n_embd) *
+                    sizeof(float) / (config.runtime.link_bandwidth_gbs * 1e9) * 1e3;
+  }
   if (emulate) {
     // The other stages' costs, measured by running their layers here; the schedule's bubbles
     // are placed with them from the start.
     absl::StatusOr<pipeline::CostModel> measured =
-        CalibrateStageCosts(backend, *model, specs, L.pp, plan->placement, micro_batch,
-                            tc.seq_len, config.runtime.link_bandwidth_gbs, config.run.seed);
+        simulated ? absl::StatusOr<pipeline::CostModel>(*compute)
+                  : CalibrateStageCosts(backend, *model, specs, L.pp, plan->placement,
+                                        micro_batch, tc.seq_len,
+                                        config.runtime.link_bandwidth_gbs, config.run.seed);
     if (!measured.ok()) return measured.status();
     cost = *measured;
     t->emulation_cost_ = cost;
@@ -209,7 +225,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   if (emulate) {
     absl::StatusOr<std::unique_ptr<pipeline::Transport>> emulated =
         pipeline::MakeEmulatedPeersTransport(*schedule, cost, L.stage,
-                                             micro_batch * tc.seq_len * model->n_embd);
+                                             micro_batch * tc.seq_len * model->n_embd, clock);
     if (!emulated.ok()) return emulated.status();
     t->own_transport_ = *std::move(emulated);
     transport = t->own_transport_.get();
@@ -266,6 +282,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
                                [self](const std::vector<double>& units, bool loss_finite) {
                                  return self->OptimizerStep(units, loss_finite);
                                }});
+  t->executor_->set_clock(clock, compute);
   t->IndexBubbles();
 
   // The global batch: dp replicas × batch_size sequences, replica r taking its own rows.
@@ -283,6 +300,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
     t->eval_executor_ = std::make_unique<pipeline::StageExecutor>(
         ForwardOnlySchedule(*schedule), L, raw, transport, config.runtime.comm_timeout_s,
         pipeline::OptimizerHooks{});
+    t->eval_executor_->set_clock(clock, compute);
   }
   t->inputs_.resize(tc.batch_size * L.dp * tc.seq_len);
   t->targets_.resize(tc.batch_size * L.dp * tc.seq_len);

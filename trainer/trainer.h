@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/clock.h"
 #include "freeride/executor.h"
 #include "models/gpt2.h"
 #include "pipeline/comm/transport.h"
@@ -51,8 +52,14 @@ class Trainer {
  public:
   // Builds this rank's model chunks, schedule, data loaders and optimizer, and resumes when
   // checkpoint.resume is set. `transport` connects the ranks (not owned; null: one process).
+  // `clock` times the steps, bubbles and side tasks (not owned; null: the system clock). On a
+  // simulated one the model's compute takes the time its FLOPs would at
+  // kSimulatedFlopsPerSecond, and the costs that a run on real time measures (the balanced
+  // split's, the emulated peers') come from that FLOP model: a run whose every figure is
+  // exact, for tests.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const Config& config,
-                                                         pipeline::Transport* transport = nullptr);
+                                                         pipeline::Transport* transport = nullptr,
+                                                         Clock* clock = nullptr);
   ~Trainer();
 
   // Runs the remaining steps with logging (rank 0), evaluation and checkpoints. A stop
@@ -125,6 +132,7 @@ class Trainer {
   GPT2Config model_config_;
   pipeline::RankLayout layout_;
   std::unique_ptr<pipeline::Transport> own_transport_;
+  Clock* clock_ = nullptr;
   pipeline::Transport* transport_ = nullptr;
   std::vector<std::unique_ptr<StageModel>> chunks_;
   std::unique_ptr<pipeline::StageExecutor> executor_, eval_executor_;

@@ -5,13 +5,12 @@
 // stops it again. The child's exit ends the task: status 0 FINISHED, anything else FAILED with
 // the status or signal; at the end of training its group is killed (STOPPED).
 
-#include <chrono>
-#include <thread>
+#include <algorithm>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/child_process.h"
-#include "core/timer.h"
+#include "core/clock.h"
 #include "freeride/side_task.h"
 
 namespace freeride {
@@ -49,13 +48,14 @@ class CommandTask : public SideTask {
   }
 
   absl::StatusOr<double> Step(SideTaskContext& ctx) override {
-    const double start = MonotonicSeconds();
+    Clock& clock = *ctx.clock;
+    const double start = clock.Now();
     child_.Continue();
-    while (MonotonicSeconds() < ctx.deadline_s && !ctx.input_ready() && !child_.Ended()) {
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    while (clock.Now() < ctx.deadline_s && !ctx.input_ready() && !child_.Ended()) {
+      clock.Sleep(std::min(100e-6, ctx.deadline_s - clock.Now()));
     }
     child_.Stop();
-    const double ran = MonotonicSeconds() - start;
+    const double ran = clock.Now() - start;
     seconds_ += ran;
     if (child_.Ended()) {
       if (absl::Status s = Exited(); !s.ok()) return s;

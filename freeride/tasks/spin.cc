@@ -2,6 +2,7 @@
 // args.step_ms; args.steps > 0 ends the task after that many; args.memory bytes are taken from
 // the task's arena at Load (to exercise memory limits).
 #include "absl/strings/str_format.h"
+#include "core/clock.h"
 #include "core/timer.h"
 #include "freeride/side_task.h"
 
@@ -28,13 +29,17 @@ class SpinTask : public SideTask {
     if (memory_ == 0) return absl::OkStatus();
     return ctx.arena->Allocate(memory_, "spin working memory").status();
   }
-  absl::StatusOr<double> Step(SideTaskContext&) override {
+  absl::StatusOr<double> Step(SideTaskContext& ctx) override {
+    ++done_;
+    if (ctx.clock->simulated()) {
+      ctx.clock->Busy(step_s_);
+      return 1.0;
+    }
     const double until = MonotonicSeconds() + step_s_;
     volatile double sink = 0;
     while (MonotonicSeconds() < until) {
       for (int i = 0; i < 64; ++i) sink = sink + 1e-9 * i;
     }
-    ++done_;
     return 1.0;
   }
   bool Done() const override { return limit_ > 0 && done_ >= limit_; }

@@ -1,11 +1,8 @@
 // Emulated pipeline peers: the real stage's messages and sums are timed by the simulator.
-#include <chrono>
 #include <map>
 #include <random>
-#include <thread>
 
 #include "absl/strings/str_format.h"
-#include "core/timer.h"
 #include "pipeline/comm/transport.h"
 #include "pipeline/simulator.h"
 #include "pipeline/stage_executor.h"
@@ -13,20 +10,18 @@
 namespace freeride::pipeline {
 namespace {
 
-// Waits until `when` (MonotonicSeconds) by polling the clock, as Open MPI's progress engine and
-// a CUDA stream synchronisation wait by default. Sleeping instead would be wrong twice: a
-// sleep overshoots by ~0.1 ms or more on a VM, and only the blocks where the rank idles pay it
-// (a side task keeps the rank busy until the input is ready), so training alone would look
-// slower than training with side tasks (a -3% "overhead" in the emulated study).
-void WaitUntil(double when) {
-  while (MonotonicSeconds() < when) std::this_thread::yield();
-}
+// Waits until `when` busily (Clock::Busy), as Open MPI's progress engine and a CUDA stream
+// synchronisation wait by default. Sleeping instead would be wrong twice: a sleep overshoots by
+// ~0.1 ms or more on a VM, and only the blocks where the rank idles pay it (a side task keeps
+// the rank busy until the input is ready), so training alone would look slower than training
+// with side tasks (a -3% "overhead" in the emulated study).
+void WaitUntil(Clock& clock, double when) { clock.Busy(when - clock.Now()); }
 
 class EmulatedPeersTransport : public Transport {
  public:
   EmulatedPeersTransport(const Schedule& schedule, SimResult sim, int real, int64_t floats,
-                         double comm_ms)
-      : schedule_(schedule), sim_(std::move(sim)), real_(real), floats_(floats) {
+                         double comm_ms, Clock& clock)
+      : schedule_(schedule), sim_(std::move(sim)), real_(real), floats_(floats), clock_(clock) {
     const int p = schedule.stages, m = schedule.microbatches;
     // Simulated departure and arrival (ms after the step start) of every message, by tag,
     // and the simulated times of the real stage's own sends.
@@ -63,7 +58,7 @@ class EmulatedPeersTransport : public Transport {
   }
 
   absl::StatusOr<Request> Isend(const void*, int64_t, int, int tag) override {
-    actual_send_[tag] = (MonotonicSeconds() - t0_) * 1e3;
+    actual_send_[tag] = (clock_.Now() - t0_) * 1e3;
     pending_[next_] = {nullptr, 0, tag, false};
     return next_++;
   }
@@ -79,7 +74,7 @@ class EmulatedPeersTransport : public Transport {
 
   bool Test(Request request) override {
     auto it = pending_.find(request);
-    return it == pending_.end() || !it->second.recv || MonotonicSeconds() >= Arrival(it->second.tag);
+    return it == pending_.end() || !it->second.recv || clock_.Now() >= Arrival(it->second.tag);
   }
 
   absl::Status Wait(Request request, double timeout_s) override {
@@ -89,11 +84,11 @@ class EmulatedPeersTransport : public Transport {
     pending_.erase(it);
     if (!p.recv) return absl::OkStatus();
     const double when = Arrival(p.tag);
-    if (when - MonotonicSeconds() > timeout_s) {
+    if (when - clock_.Now() > timeout_s) {
       return absl::DeadlineExceededError(absl::StrFormat(
           "emulated message (tag %d) would arrive after the %.1f s timeout", p.tag, timeout_s));
     }
-    WaitUntil(when);
+    WaitUntil(clock_, when);
     // Synthetic contents: activations and gradients of a plausible scale, fixed per tag.
     std::mt19937 rng(static_cast<uint32_t>(p.tag) * 2654435761u);
     std::uniform_real_distribution<float> u(-0.5f, 0.5f);
@@ -157,7 +152,7 @@ class EmulatedPeersTransport : public Transport {
       auto it = actual_send_.find(own_tag);
       if (it != actual_send_.end()) lag = std::max(0.0, it->second - sim_time);
     }
-    WaitUntil(t0_ + (latest + lag) * 1e-3);
+    WaitUntil(clock_, t0_ + (latest + lag) * 1e-3);
     if (!tied) in_step_ = false;  // the optimizer's sum ends the step's timed part
     return absl::OkStatus();
   }
@@ -166,6 +161,7 @@ class EmulatedPeersTransport : public Transport {
   const SimResult sim_;
   const int real_;
   const int64_t floats_;
+  Clock& clock_;
   std::map<int, Times> messages_;
   std::vector<std::pair<double, int>> own_sends_;  // (simulated time, tag), by time
   std::map<int, double> tied_arrival_, barrier_arrival_;
@@ -179,10 +175,9 @@ class EmulatedPeersTransport : public Transport {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Transport>> MakeEmulatedPeersTransport(const Schedule& schedule,
-                                                                      const CostModel& cost,
-                                                                      int real_stage,
-                                                                      int64_t message_floats) {
+absl::StatusOr<std::unique_ptr<Transport>> MakeEmulatedPeersTransport(
+    const Schedule& schedule, const CostModel& cost, int real_stage, int64_t message_floats,
+    Clock* clock) {
   if (real_stage < 0 || real_stage >= schedule.stages) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "runtime.emulated_stage = %d, but the pipeline has stages 0..%d", real_stage,
@@ -191,7 +186,8 @@ absl::StatusOr<std::unique_ptr<Transport>> MakeEmulatedPeersTransport(const Sche
   absl::StatusOr<SimResult> sim = Simulate(schedule, cost);
   if (!sim.ok()) return sim.status();
   return std::unique_ptr<Transport>(
-      new EmulatedPeersTransport(schedule, *std::move(sim), real_stage, message_floats, cost.comm));
+      new EmulatedPeersTransport(schedule, *std::move(sim), real_stage, message_floats, cost.comm,
+                                 ClockOr(clock)));
 }
 
 }  // namespace freeride::pipeline

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/clock.h"
 
 namespace freeride::pipeline {
 
@@ -43,7 +44,8 @@ class Transport {
                                     double timeout_s) = 0;
   virtual absl::Status AllReduceSum(double* data, int64_t n, const std::vector<int>& group,
                                     double timeout_s) = 0;
-  // A training step begins (MonotonicSeconds()); transports that keep time per step use it.
+  // A training step begins (on the stage executor's clock); transports that keep time per
+  // step use it.
   virtual void OnStepStart(double /*now_s*/) {}
 };
 
@@ -61,11 +63,11 @@ struct CostModel;
 // `cost`, says they would, shifted by how late the real stage's own earlier sends were
 // against their simulated times (so a slow real stage sees its gradients come back late);
 // their contents are synthetic. Sums with emulated members complete when the last of them
-// would arrive and add nothing to the real stage's values. See docs/emulation.md.
-absl::StatusOr<std::unique_ptr<Transport>> MakeEmulatedPeersTransport(const Schedule& schedule,
-                                                                      const CostModel& cost,
-                                                                      int real_stage,
-                                                                      int64_t message_floats);
+// would arrive and add nothing to the real stage's values. Times are on `clock` (the stage
+// executor's; null: the system clock). See docs/emulation.md.
+absl::StatusOr<std::unique_ptr<Transport>> MakeEmulatedPeersTransport(
+    const Schedule& schedule, const CostModel& cost, int real_stage, int64_t message_floats,
+    Clock* clock = nullptr);
 
 // `size` ranks as threads of this process: MakeInProcessWorld returns one Transport per rank,
 // each to be used by one thread. Sums add contributions in rank order.

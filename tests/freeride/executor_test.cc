@@ -1,14 +1,14 @@
 // The side-task executor fed synthetic bubbles (no pipeline): it measures a bubble first, then
 // fills it with steps that fit, stops when the input is ready, follows priorities, and marks
-// failing tasks FAILED while the others go on.
+// failing tasks FAILED while the others go on. On simulated time: a spin step takes exactly
+// its step_ms, a bubble exactly its length, so every figure below is exact under any load.
 #include "freeride/executor.h"
 
-#include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <stdexcept>
-#include <thread>
 
-#include "core/timer.h"
+#include "core/clock.h"
 #include "gtest/gtest.h"
 
 namespace freeride {
@@ -22,7 +22,8 @@ using pipeline::Op;
 class ThrowingTask : public SideTask {
  public:
   absl::Status Create(SideTaskContext&) override { return absl::OkStatus(); }
-  absl::StatusOr<double> Step(SideTaskContext&) override {
+  absl::StatusOr<double> Step(SideTaskContext& ctx) override {
+    ctx.clock->Busy(1e-3);
     if (++calls_ > 3) throw std::runtime_error("boom");  // calibration (3 steps) passes
     return 1.0;
   }
@@ -33,7 +34,8 @@ FREERIDE_REGISTER_SIDE_TASK(ThrowingTask, "test_throwing");
 class ErroringTask : public SideTask {
  public:
   absl::Status Create(SideTaskContext&) override { return absl::OkStatus(); }
-  absl::StatusOr<double> Step(SideTaskContext&) override {
+  absl::StatusOr<double> Step(SideTaskContext& ctx) override {
+    ctx.clock->Busy(1e-3);
     if (++calls_ > 3) return absl::DataLossError("lost the data");
     return 1.0;
   }
@@ -46,6 +48,7 @@ class GrowingTask : public SideTask {
  public:
   absl::Status Create(SideTaskContext&) override { return absl::OkStatus(); }
   absl::StatusOr<double> Step(SideTaskContext& ctx) override {
+    ctx.clock->Busy(1e-3);
     absl::StatusOr<void*> p = ctx.arena->Allocate(1 << 20, "growing buffer");
     if (!p.ok()) return p.status();
     return 1.0;
@@ -57,10 +60,17 @@ std::string ResultsDir() {
   return (std::filesystem::path(::testing::TempDir()) / "side_results").string();
 }
 
+// The time every executor below runs on.
+SimulatedClock& Clock() {
+  static SimulatedClock clock;
+  return clock;
+}
+
 std::unique_ptr<SideTaskExecutor> MakeExecutor(const std::vector<SideTaskSpec>& specs) {
   ExecutorOptions options;
   options.results_dir = ResultsDir();
   options.margin = 0.1;
+  options.clock = &Clock();
   auto ex = SideTaskExecutor::Create(specs, options);
   EXPECT_TRUE(ex.ok()) << ex.status();
   return ex.ok() ? *std::move(ex) : nullptr;
@@ -75,15 +85,19 @@ SideTaskSpec Spin(const std::string& name, double step_ms, int64_t priority = 0,
 
 // One synthetic bubble of `length_s` at BUBBLE index `index`; the input is ready after
 // `ready_after_s` (never when negative).
-void Bubble(SideTaskExecutor& ex, int index, double length_s, double ready_after_s = -1) {
+// Returns how long the executor kept the rank.
+double Bubble(SideTaskExecutor& ex, int index, double length_s, double ready_after_s = -1) {
   Instr bubble;
   bubble.op = Op::kBubble;
   bubble.bubble = BubbleKind::kSteady;
-  const double start = MonotonicSeconds();
+  SimulatedClock& clock = Clock();
+  const double start = clock.Now();
   ex.OnBubble(bubble, index, start,
-              [&] { return ready_after_s >= 0 && MonotonicSeconds() >= start + ready_after_s; });
-  while (MonotonicSeconds() < start + length_s) std::this_thread::yield();
-  ex.OnBubbleEnd(index, std::max(MonotonicSeconds(), start + length_s));
+              [&] { return ready_after_s >= 0 && clock.Now() >= start + ready_after_s; });
+  const double held = clock.Now() - start;
+  clock.Advance(start + length_s - clock.Now());
+  ex.OnBubbleEnd(index, std::max(clock.Now(), start + length_s));
+  return held;
 }
 
 // One synthetic bubble that ends at a sum (nothing to poll): the peers arrive `peers_s` after
@@ -93,10 +107,11 @@ double SumBubble(SideTaskExecutor& ex, int index, double peers_s, double sum_s) 
   Instr bubble;
   bubble.op = Op::kBubble;
   bubble.bubble = BubbleKind::kCooldown;
-  const double start = MonotonicSeconds();
+  SimulatedClock& clock = Clock();
+  const double start = clock.Now();
   ex.OnBubble(bubble, index, start, nullptr);
-  const double done = std::max(MonotonicSeconds(), start + peers_s) + sum_s;
-  while (MonotonicSeconds() < done) std::this_thread::yield();
+  const double done = std::max(clock.Now(), start + peers_s) + sum_s;
+  clock.Advance(done - clock.Now());
   ex.OnBubbleEnd(index, done);
   return done - (start + peers_s + sum_s);
 }
@@ -104,19 +119,24 @@ double SumBubble(SideTaskExecutor& ex, int index, double peers_s, double sum_s) 
 TEST(SideTaskExecutorTest, MeasuresFirstThenFillsWithinTheBubble) {
   auto ex = MakeExecutor({Spin("spin", 1.0)});
   ASSERT_NE(ex, nullptr);
-  Bubble(*ex, 0, 0.030);  // first sight: measured, not harvested
+  EXPECT_EQ(Bubble(*ex, 0, 0.030), 0);  // first sight: measured, not harvested
   EXPECT_TRUE(ex->events().empty());
-  const double start = MonotonicSeconds();
-  for (int i = 0; i < 5; ++i) Bubble(*ex, 0, 0.030);
+  const double start = Clock().Now();
+  for (int i = 0; i < 5; ++i) {
+    // 1 ms steps up to the predicted end less the 10% margin: 27 of them, 3 ms left.
+    EXPECT_NEAR(Bubble(*ex, 0, 0.030), 0.027, 0.0011) << i;
+  }
   const HarvestReport r = ex->Report();
   EXPECT_EQ(r.bubbles, 6);
-  const double util = r.total_harvested_s() / r.total_bubble_s();
-  EXPECT_GT(util, 0.6) << "harvested " << r.total_harvested_s() << " of " << r.total_bubble_s();
-  EXPECT_LE(util, 1.0);
-  // Every step starts inside a bubble and ends before the bubble's predicted end (30 ms).
+  EXPECT_NEAR(r.total_bubble_s(), 6 * 0.030, 1e-9);
+  EXPECT_NEAR(r.total_harvested_s(), 5 * 0.027, 5 * 0.0011);
+  EXPECT_EQ(r.total_overrun_s(), 0);
+  // Every step starts inside a bubble, takes its 1 ms and ends before the bubble's predicted
+  // end less the margin.
   for (const SideStepEvent& e : ex->events()) {
     EXPECT_GE(e.start_s, start);
-    EXPECT_LT(e.end_s - e.start_s, 0.02);  // a 1 ms step, with room for a loaded machine
+    EXPECT_NEAR(e.end_s - e.start_s, 0.001, 1e-9);
+    EXPECT_LE(std::fmod(e.end_s - start + 1e-9, 0.030), 0.027 + 2e-9);
   }
   EXPECT_EQ(r.tasks[0].state, "LOADED");
 }
@@ -125,11 +145,12 @@ TEST(SideTaskExecutorTest, StopsWhenTheInputIsReady) {
   auto ex = MakeExecutor({Spin("spin", 1.0)});
   Bubble(*ex, 0, 0.040);
   const size_t before = ex->events().size();
-  const double start = MonotonicSeconds();
-  Bubble(*ex, 0, 0.040, /*ready_after_s=*/0.005);
-  ASSERT_GT(ex->events().size(), before);
-  // The last step started before the input was seen and ended within one step of it.
-  EXPECT_LT(ex->events().back().end_s - start, 0.005 + 0.015);
+  const double start = Clock().Now();
+  // The input lands 4.5 ms in: the fifth 1 ms step was running, it ends, and the rank is
+  // handed back at once.
+  EXPECT_NEAR(Bubble(*ex, 0, 0.040, /*ready_after_s=*/0.0045), 0.005, 1e-9);
+  ASSERT_EQ(ex->events().size(), before + 5);
+  EXPECT_NEAR(ex->events().back().end_s - start, 0.005, 1e-9);
 }
 
 TEST(SideTaskExecutorTest, HigherPriorityFirstThenTheRest) {
@@ -204,14 +225,14 @@ TEST(SideTaskExecutorTest, PredictsEachHarvestingStateFromItsOwnBubbles) {
     }
   }
   ASSERT_EQ(on.size(), 8u);
-  EXPECT_NEAR(on[0].predicted_s, 0.004, 0.002);  // borrowed from the plain blocks
-  for (size_t i = 1; i < on.size(); ++i) EXPECT_NEAR(on[i].predicted_s, 0.012, 0.002) << i;
-  // The second harvesting block starts from what the first one learnt, not from the plain.
-  EXPECT_NEAR(on[4].predicted_s, 0.012, 0.002);
+  EXPECT_NEAR(on[0].predicted_s, 0.004, 1e-9);  // borrowed from the plain blocks
+  // From then on its own measurement (side work ended before the bubble did: nothing hid it);
+  // the second harvesting block starts from what the first one learnt, not from the plain.
+  for (size_t i = 1; i < on.size(); ++i) EXPECT_NEAR(on[i].predicted_s, 0.012, 1e-9) << i;
   // Nor do the harvesting blocks move the plain predictions.
   ASSERT_EQ(off.size(), 8u);
   EXPECT_LT(off[0].predicted_s, 0);  // first sight: measured
-  for (size_t i = 1; i < off.size(); ++i) EXPECT_NEAR(off[i].predicted_s, 0.004, 0.002) << i;
+  for (size_t i = 1; i < off.size(); ++i) EXPECT_NEAR(off[i].predicted_s, 0.004, 1e-9) << i;
 }
 
 // A sum's bubble first seen long (20 ms, a slow first step), then 5 ms: side work that runs to

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "core/clock.h"
 #include "core/files.h"
 #include "tests/pipeline/train_parity.h"
 
@@ -23,8 +24,11 @@ Config RecordsConfig(const std::string& dir) {
   return config;
 }
 
+// On simulated time: which bubbles a step has, and what each one measured, do not depend on
+// the machine's load.
 TEST(BubbleRecordsTest, EachStepReportsItsBubblesAsTheTimelineShowsThem) {
-  auto trainer = Trainer::Create(RecordsConfig("bubble_records"));
+  SimulatedClock clock;
+  auto trainer = Trainer::Create(RecordsConfig("bubble_records"), nullptr, &clock);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   for (int step = 1; step <= 4; ++step) {
     SCOPED_TRACE(absl::StrCat("step ", step));
@@ -63,7 +67,8 @@ TEST(BubbleRecordsTest, EachStepReportsItsBubblesAsTheTimelineShowsThem) {
 TEST(BubbleRecordsTest, MetricsCarryTheRecordsAndThePredictionError) {
   Config config = RecordsConfig("bubble_metrics");
   config.train.steps = 4;
-  auto trainer = Trainer::Create(config);
+  SimulatedClock clock;
+  auto trainer = Trainer::Create(config, nullptr, &clock);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   ASSERT_TRUE((*trainer)->Run().ok());
   auto metrics = ReadFile(config.run.dir + "/metrics.jsonl");

@@ -38,13 +38,13 @@ class MisbehaveTask : public freeride::SideTask {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<double> Step(freeride::SideTaskContext&) override {
+  absl::StatusOr<double> Step(freeride::SideTaskContext& ctx) override {
     if (steps_++ >= after_) Misbehave();
     if (mode_ == "slow" && steps_ > after_) {
-      Busy(slow_s_);
+      Busy(ctx, slow_s_);
       slow_s_ *= growth_;
     } else {
-      Busy(step_s_);
+      Busy(ctx, step_s_);
     }
     return 1.0;
   }
@@ -52,6 +52,11 @@ class MisbehaveTask : public freeride::SideTask {
   std::string Summary() const override { return absl::StrFormat("%d steps", steps_); }
 
  private:
+  // On the host's clock: a test on simulated time sees the step take `seconds` of it.
+  static void Busy(freeride::SideTaskContext& ctx, double seconds) {
+    if (ctx.clock->simulated()) return ctx.clock->Busy(seconds);
+    Busy(seconds);
+  }
   static void Busy(double seconds) {
     const double until = freeride::MonotonicSeconds() + seconds;
     volatile double sink = 0;

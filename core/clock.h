@@ -1,0 +1,49 @@
+// The time that deadlines, pauses and bubble predictions are measured on, injectable. The
+// system clock is steady_clock (MonotonicSeconds); a SimulatedClock moves only when told to,
+// so code that decides by the time (the side-task executor, its hosts, emulated peers) is
+// tested on simulated time: deterministic, whatever else runs on the machine.
+#pragma once
+
+#include <atomic>
+
+namespace freeride {
+
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  // Seconds since an arbitrary fixed origin; never goes back.
+  virtual double Now() const = 0;
+  // Lets `seconds` pass doing nothing: the system clock sleeps, a simulated one advances.
+  virtual void Sleep(double seconds) = 0;
+  // Lets `seconds` pass as work would: the system clock keeps the CPU busy (a wait that
+  // polls, or a side task's compute); a simulated one advances.
+  virtual void Busy(double seconds) = 0;
+  // Waits until `fd` is readable or `seconds` have passed on this clock, whichever is first;
+  // returns ppoll's result (> 0 readable, with `revents`). A simulated clock looks at the fd
+  // for a moment of real time (the process behind it is real) and, if nothing came,
+  // advances by `seconds`.
+  virtual int WaitReadable(int fd, double seconds, short* revents) = 0;
+  virtual bool simulated() const { return false; }
+};
+
+// steady_clock; the process-wide default wherever no clock is given.
+Clock& SystemClock();
+
+class SimulatedClock : public Clock {
+ public:
+  explicit SimulatedClock(double start_s = 1000.0) : now_(start_s) {}
+  double Now() const override { return now_.load(); }
+  void Sleep(double seconds) override { Advance(seconds); }
+  void Busy(double seconds) override { Advance(seconds); }
+  int WaitReadable(int fd, double seconds, short* revents) override;
+  bool simulated() const override { return true; }
+  void Advance(double seconds);
+
+ private:
+  std::atomic<double> now_;
+};
+
+// `clock` when given, else the system clock.
+inline Clock& ClockOr(Clock* clock) { return clock != nullptr ? *clock : SystemClock(); }
+
+}  // namespace freeride
