@@ -28,9 +28,9 @@ class SteadyClock : public Clock {
   }
   // Polls rather than sleeps: a sleep overshoots by ~0.1 ms or more on a VM, and a rank that
   // waits for a peer spins in MPI's progress engine (or a stream synchronisation) the same way.
-  void Busy(double seconds) override {
-    const double until = MonotonicSeconds() + seconds;
-    while (MonotonicSeconds() < until) std::this_thread::yield();
+  void Busy(double seconds) override { SpinUntil(MonotonicSeconds() + seconds); }
+  void SpinUntil(double when) override {
+    while (MonotonicSeconds() < when) std::this_thread::yield();
   }
   int WaitReadable(int fd, double seconds, short* revents) override {
     return Poll(fd, seconds, revents);
@@ -51,11 +51,24 @@ void SimulatedClock::Advance(double seconds) {
   }
 }
 
+void SimulatedClock::Busy(double seconds) {
+  if (jitter_ <= 0) return Advance(seconds);
+  // SplitMix64: one draw per call, the same sequence for the same seed.
+  uint64_t z = state_.fetch_add(0x9e3779b97f4a7c15ULL) + 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  const double u = static_cast<double>(z >> 11) * 0x1.0p-53;  // [0, 1)
+  Advance(seconds * (1 + jitter_ * (2 * u - 1)));
+}
+
 int SimulatedClock::WaitReadable(int fd, double seconds, short* revents) {
-  // A millisecond of real time for the process on the other end to answer; no answer within it
-  // is, on this clock, no answer within `seconds`.
+  // The process on the other end is real: it has a millisecond of real time to answer, and
+  // the time it took passes on this clock too (a step that answers at once is not free). No
+  // answer within it is, on this clock, no answer within `seconds`.
+  const double start = MonotonicSeconds();
   const int r = Poll(fd, 1e-3, revents);
-  if (r == 0) Advance(seconds);
+  Advance(r == 0 ? seconds : std::min(seconds, MonotonicSeconds() - start));
   return r;
 }
 

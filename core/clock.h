@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 
 namespace freeride {
 
@@ -15,9 +16,12 @@ class Clock {
   virtual double Now() const = 0;
   // Lets `seconds` pass doing nothing: the system clock sleeps, a simulated one advances.
   virtual void Sleep(double seconds) = 0;
-  // Lets `seconds` pass as work would: the system clock keeps the CPU busy (a wait that
-  // polls, or a side task's compute); a simulated one advances.
+  // Lets `seconds` pass as work would: the system clock keeps the CPU busy; a simulated one
+  // advances (by `seconds` times its jitter, when it has one).
   virtual void Busy(double seconds) = 0;
+  // Waits until `when` polling, as a rank waits for a peer in MPI's progress engine or a stream
+  // synchronisation: the system clock keeps the CPU busy; a simulated one moves to `when`.
+  virtual void SpinUntil(double when) = 0;
   // Waits until `fd` is readable or `seconds` have passed on this clock, whichever is first;
   // returns ppoll's result (> 0 readable, with `revents`). A simulated clock looks at the fd
   // for a moment of real time (the process behind it is real) and, if nothing came,
@@ -29,18 +33,25 @@ class Clock {
 // steady_clock; the process-wide default wherever no clock is given.
 Clock& SystemClock();
 
+// With `jitter` > 0, each Busy takes its time times a factor drawn uniformly from
+// [1 - jitter, 1 + jitter] by a generator seeded with `seed`: measurements that vary as on a
+// real machine (a study's intervals have a width), and still the same in every run.
 class SimulatedClock : public Clock {
  public:
-  explicit SimulatedClock(double start_s = 1000.0) : now_(start_s) {}
+  explicit SimulatedClock(double start_s = 1000.0, double jitter = 0, uint64_t seed = 1)
+      : now_(start_s), jitter_(jitter), state_(seed) {}
   double Now() const override { return now_.load(); }
   void Sleep(double seconds) override { Advance(seconds); }
-  void Busy(double seconds) override { Advance(seconds); }
+  void Busy(double seconds) override;
+  void SpinUntil(double when) override { Advance(when - Now()); }
   int WaitReadable(int fd, double seconds, short* revents) override;
   bool simulated() const override { return true; }
   void Advance(double seconds);
 
  private:
   std::atomic<double> now_;
+  const double jitter_;
+  std::atomic<uint64_t> state_;
 };
 
 // `clock` when given, else the system clock.

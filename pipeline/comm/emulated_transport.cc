@@ -10,12 +10,12 @@
 namespace freeride::pipeline {
 namespace {
 
-// Waits until `when` busily (Clock::Busy), as Open MPI's progress engine and a CUDA stream
+// Waits until `when` busily (Clock::SpinUntil), as Open MPI's progress engine and a CUDA stream
 // synchronisation wait by default. Sleeping instead would be wrong twice: a sleep overshoots by
 // ~0.1 ms or more on a VM, and only the blocks where the rank idles pay it (a side task keeps
 // the rank busy until the input is ready), so training alone would look slower than training
 // with side tasks (a -3% "overhead" in the emulated study).
-void WaitUntil(Clock& clock, double when) { clock.Busy(when - clock.Now()); }
+void WaitUntil(Clock& clock, double when) { clock.SpinUntil(when); }
 
 class EmulatedPeersTransport : public Transport {
  public:

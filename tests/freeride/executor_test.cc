@@ -95,7 +95,7 @@ double Bubble(SideTaskExecutor& ex, int index, double length_s, double ready_aft
   ex.OnBubble(bubble, index, start,
               [&] { return ready_after_s >= 0 && clock.Now() >= start + ready_after_s; });
   const double held = clock.Now() - start;
-  clock.Advance(start + length_s - clock.Now());
+  clock.SpinUntil(start + length_s);
   ex.OnBubbleEnd(index, std::max(clock.Now(), start + length_s));
   return held;
 }
@@ -111,7 +111,7 @@ double SumBubble(SideTaskExecutor& ex, int index, double peers_s, double sum_s) 
   const double start = clock.Now();
   ex.OnBubble(bubble, index, start, nullptr);
   const double done = std::max(clock.Now(), start + peers_s) + sum_s;
-  clock.Advance(done - clock.Now());
+  clock.SpinUntil(done);
   ex.OnBubbleEnd(index, done);
   return done - (start + peers_s + sum_s);
 }

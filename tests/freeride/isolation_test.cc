@@ -75,7 +75,7 @@ double Bubble(SideTaskExecutor& ex, double length_s, double ready_after_s = -1,
   }
   ex.OnBubble(bubble, index, start, ready);
   const double held = clock.Now() - start;
-  clock.Busy(start + length_s - clock.Now());
+  clock.SpinUntil(start + length_s);
   ex.OnBubbleEnd(index, std::max(clock.Now(), start + length_s));
   return held;
 }

@@ -71,6 +71,9 @@ inline Config EmulatedHarvestConfig(const std::string& dir) {
   config.runtime.emulate_peers = true;
   config.freeride.enabled = true;
   config.freeride.calibration_steps = 1;
+  // One thread: the real compute behind each step (simulated time or not) does not wait at
+  // OpenMP barriers for a thread that a loaded machine has descheduled.
+  config.runtime.threads = 1;
   config.run.dir = (std::filesystem::path(::testing::TempDir()) / dir).string();
   return config;
 }

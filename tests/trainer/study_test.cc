@@ -1,11 +1,14 @@
 // The harvest study on one emulated stage: every arm runs its blocks (the A/A arm included),
 // side-task arms harvest and training alone does not, a task that runs out of work restarts
 // (repeat) or its arm is refused, a target adds rounds or says why it was not reached, and the
-// table and JSON carry the intervals and the machine's state.
+// table and JSON carry the intervals and the machine's state. On simulated time (compute takes
+// its FLOP model's time, a spin step its step_ms): which arms harvest, and whether a step fits
+// a bubble, do not depend on the machine's load.
 #include "trainer/study.h"
 
 #include <filesystem>
 
+#include "core/clock.h"
 #include "core/files.h"
 #include "gtest/gtest.h"
 #include "tests/pipeline/train_parity.h"
@@ -36,8 +39,8 @@ TEST(StudyTest, ComparesEveryArmWithIntervalsInOneRun) {
   Config config = testing::EmulatedHarvestConfig("study_run");
   SideTaskConfig image;
   image.type = "image";
-  // Tiny images: a step must fit stage 0's sub-millisecond bubbles even on a loaded machine
-  // (32×32 measured 0.76 ms alone under ctest -j2 in CI and was refused).
+  // Tiny images: an image step keeps no simulated time, so it takes its real time on the
+  // clock; 8×8 takes microseconds, far inside the bubbles even on a loaded machine.
   image.args["width"] = int64_t{8};
   image.args["height"] = int64_t{8};
   image.args["out_width"] = int64_t{4};
@@ -54,7 +57,8 @@ TEST(StudyTest, ComparesEveryArmWithIntervalsInOneRun) {
   EXPECT_EQ(config.train.steps, 2 + 3 * 2 + (1 + 2 * 4 * 2) * 2);
   ASSERT_TRUE(config.side_tasks[0].repeat.has_value());
   EXPECT_TRUE(*config.side_tasks[0].repeat);
-  auto trainer = Trainer::Create(config);
+  SimulatedClock clock;
+  auto trainer = Trainer::Create(config, nullptr, &clock);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   auto table = RunStudy(**trainer, config, options);
   ASSERT_TRUE(table.ok()) << table.status();
@@ -99,7 +103,8 @@ TEST(StudyTest, RefusesAnArmWhoseTaskRanOutOfWork) {
   options.block_steps = 1;
   PrepareStudyConfig(config, options);
   EXPECT_FALSE(*config.side_tasks[0].repeat);
-  auto trainer = Trainer::Create(config);
+  SimulatedClock clock;
+  auto trainer = Trainer::Create(config, nullptr, &clock);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   auto table = RunStudy(**trainer, config, options);
   ASSERT_TRUE(table.ok()) << table.status();
@@ -124,7 +129,9 @@ TEST(StudyTest, ATargetAddsRoundsOrSaysWhyItWasNotReached) {
   PrepareStudyConfig(config, options);
   // Arms: alone, A/A, spin. Warm-up 2 + 1 block, then 1 + 3 rounds × 2 arms × 2 blocks.
   EXPECT_EQ(config.train.steps, 2 + 1 + 1 + 3 * 2 * 2);
-  auto trainer = Trainer::Create(config);
+  // Compute 5% either way: blocks vary, so intervals have a width to shrink.
+  SimulatedClock clock(1000, 0.05);
+  auto trainer = Trainer::Create(config, nullptr, &clock);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   auto table = RunStudy(**trainer, config, options);
   ASSERT_TRUE(table.ok()) << table.status();
@@ -139,7 +146,8 @@ TEST(StudyTest, ATargetAddsRoundsOrSaysWhyItWasNotReached) {
   easy.side_tasks = {Spin("spin", 0.1)};
   options.target_ci = 10.0;  // ±1000%: met by the first evaluation
   PrepareStudyConfig(easy, options);
-  auto second = Trainer::Create(easy);
+  SimulatedClock second_clock(1000, 0.05);
+  auto second = Trainer::Create(easy, nullptr, &second_clock);
   ASSERT_TRUE(second.ok()) << second.status();
   table = RunStudy(**second, easy, options);
   ASSERT_TRUE(table.ok()) << table.status();
