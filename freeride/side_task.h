@@ -45,8 +45,8 @@ struct SideTaskContext {
   // How many times the task has been restarted (repeat = true); a task derives fresh input
   // from it (a seed + restarts, the next images), so a repeat is not the same work again.
   int64_t restarts = 0;
-  // The time deadline_s is on (never null): steps that wait or spin for a while do it on this
-  // clock, so a test on simulated time sees them take the time they say.
+  // The time deadline_s is on (null: the system clock; ClockOr): steps that wait or spin for a
+  // while do it on this clock, so a test on simulated time sees them take the time they say.
   Clock* clock = nullptr;
 };
 

@@ -48,7 +48,7 @@ class CommandTask : public SideTask {
   }
 
   absl::StatusOr<double> Step(SideTaskContext& ctx) override {
-    Clock& clock = *ctx.clock;
+    Clock& clock = ClockOr(ctx.clock);
     const double start = clock.Now();
     child_.Continue();
     while (clock.Now() < ctx.deadline_s && !ctx.input_ready() && !child_.Ended()) {

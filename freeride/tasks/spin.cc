@@ -31,8 +31,8 @@ class SpinTask : public SideTask {
   }
   absl::StatusOr<double> Step(SideTaskContext& ctx) override {
     ++done_;
-    if (ctx.clock->simulated()) {
-      ctx.clock->Busy(step_s_);
+    if (Clock& clock = ClockOr(ctx.clock); clock.simulated()) {
+      clock.Busy(step_s_);
       return 1.0;
     }
     const double until = MonotonicSeconds() + step_s_;

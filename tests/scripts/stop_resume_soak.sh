@@ -89,7 +89,7 @@ for ((c = 1; c <= cycles; ++c)); do
   job=$!
   # Signals go to a run that is training (its handlers installed): until rank 0 logs its model
   # line, a signal would only test the kernel's default action.
-  for ((w = 0; w < 300; ++w)); do
+  for ((w = 0; w < 1200; ++w)); do  # up to 120 s on a loaded machine
     (( $(grep -c "run_loop.cc.*model:" "$work/log.txt" || true) > started )) && break
     kill -0 "$job" 2>/dev/null || break
     sleep 0.1

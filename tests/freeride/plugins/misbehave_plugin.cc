@@ -54,7 +54,7 @@ class MisbehaveTask : public freeride::SideTask {
  private:
   // On the host's clock: a test on simulated time sees the step take `seconds` of it.
   static void Busy(freeride::SideTaskContext& ctx, double seconds) {
-    if (ctx.clock->simulated()) return ctx.clock->Busy(seconds);
+    if (ctx.clock != nullptr && ctx.clock->simulated()) return ctx.clock->Busy(seconds);
     Busy(seconds);
   }
   static void Busy(double seconds) {
