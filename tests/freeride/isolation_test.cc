@@ -154,6 +154,8 @@ TEST(IsolationTest, ARepeatingTaskRestartsInsteadOfFinishing) {
         EXPECT_EQ(t.state, "LOADED") << isolation;
         EXPECT_GE(t.restarts, 3) << isolation;
         EXPECT_GT(t.units, 3 * t.restarts - 2) << isolation;  // 3 spins per start, 2 calibrating
+        // The bubbles kept busy: at least a fifth of the first 8 × 30 ms. What counts is the
+        // time the rank gave the task, which a slow machine does not shorten.
         EXPECT_GT(ex->Report().total_harvested_s(), 0.05) << isolation;
       } else {
         EXPECT_EQ(t.state, "FINISHED") << isolation;
@@ -231,10 +233,10 @@ TEST(IsolationTest, AStepRunningAtTheBubblesEndIsPausedThenResumed) {
     const TaskReport t = ex->Report().tasks[0];
     return t.pauses > 10 && t.steps >= 3;
   }));
-  const TaskReport t = ex->Report().tasks[0];
-  EXPECT_EQ(t.state, "LOADED");
-  // Resumed, not restarted: each step's 25 ms of work is spread over several bubbles.
-  EXPECT_GE(t.pauses, 2 * t.steps - 2);
+  // No more than that: how many pauses a step takes depends on how the machine shares its
+  // cores between the rank and the worker (a loaded one held the rank off the CPU for whole
+  // steps: 18 steps, 11 pauses, once under flake_check.sh).
+  EXPECT_EQ(ex->Report().tasks[0].state, "LOADED");
 }
 
 TEST(IsolationTest, ABubbleThatCannotBePolledEndsAtItsDeadline) {
