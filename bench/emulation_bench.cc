@@ -58,8 +58,9 @@ chunks = %d
 [runtime]
 emulate_peers = true
 threads = 1
-)", dir, schedule, schedule == "interleaved" ? 4 : 2, dir, schedule,
-      schedule == "interleaved" ? 2 : 1);
+)",
+                                           dir, schedule, schedule == "interleaved" ? 4 : 2, dir,
+                                           schedule, schedule == "interleaved" ? 2 : 1);
   absl::StatusOr<Config> config = ParseConfig(toml, "emulation_bench");
   if (!config.ok()) {
     std::fprintf(stderr, "%s\n", std::string(config.status().message()).c_str());
@@ -94,20 +95,19 @@ void Measure(const std::string& dir, const std::string& schedule, int steps) {
       ++count[{in.chunk, in.op}];
       if (in.op == Op::kBubble && i + 1 < timeline.size()) {
         const pipeline::InstrTiming& next = timeline[i + 1];
-        window += ((next.wait_end_s > 0 ? next.wait_end_s : next.end_s) - timeline[i].start_s) * 1e3;
+        window +=
+            ((next.wait_end_s > 0 ? next.wait_end_s : next.end_s) - timeline[i].start_s) * 1e3;
       }
     }
-    auto mean = [&](int c, Op op) {
-      return count[{c, op}] ? sum[{c, op}] / count[{c, op}] : 0.0;
-    };
+    auto mean = [&](int c, Op op) { return count[{c, op}] ? sum[{c, op}] / count[{c, op}] : 0.0; };
     // The simulator, given the emulated stage's calibrated costs and the real stage's measured.
     pipeline::CostModel cost = t.emulation_cost();
     pipeline::StageCost own{0, 0, 0};
     for (int c = 0; c < t.num_chunks(); ++c) {
       const bool split = count[{c, Op::kBackwardInput}] > 0;
-      const pipeline::StageCost chunk{
-          mean(c, Op::kForward), split ? mean(c, Op::kBackwardInput) : mean(c, Op::kBackward),
-          split ? mean(c, Op::kBackwardWeight) : 0.0};
+      const pipeline::StageCost chunk{mean(c, Op::kForward),
+                                      split ? mean(c, Op::kBackwardInput) : mean(c, Op::kBackward),
+                                      split ? mean(c, Op::kBackwardWeight) : 0.0};
       own.f += chunk.f, own.b += chunk.b, own.w += chunk.w;
       if (!cost.chunks.empty()) cost.chunks[c * t.schedule().stages] = chunk;
     }
@@ -141,7 +141,8 @@ int main(int argc, char** argv) {
   std::vector<uint16_t> tokens(20000);
   for (auto& t : tokens) t = static_cast<uint16_t>(rng() % 64);
   if (!WriteTokenShard(dir + "/tokens.bin", tokens).ok()) return 1;
-  std::printf("| schedule | waiting, measured / simulated (median) | BUBBLE windows, same | steps |\n");
+  std::printf(
+      "| schedule | waiting, measured / simulated (median) | BUBBLE windows, same | steps |\n");
   std::printf("|---|---|---|---|\n");
   for (const std::string& schedule : schedules) Measure(dir, schedule, steps);
   return 0;

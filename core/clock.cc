@@ -45,10 +45,16 @@ Clock& SystemClock() {
 }
 
 void SimulatedClock::Advance(double seconds) {
-  if (seconds <= 0) return;
+  if (!(seconds > 0) || !std::isfinite(seconds)) return;  // never back, never to infinity
   double now = now_.load();
   while (!now_.compare_exchange_weak(now, now + seconds)) {
   }
+}
+
+void SimulatedClock::Sleep(double seconds) {
+  if (seconds <= 0) return;
+  std::this_thread::sleep_for(std::chrono::duration<double>(std::min(seconds, 1e-4)));
+  Advance(seconds);
 }
 
 void SimulatedClock::Busy(double seconds) {

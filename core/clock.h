@@ -14,7 +14,8 @@ class Clock {
   virtual ~Clock() = default;
   // Seconds since an arbitrary fixed origin; never goes back.
   virtual double Now() const = 0;
-  // Lets `seconds` pass doing nothing: the system clock sleeps, a simulated one advances.
+  // Lets `seconds` pass doing nothing: the system clock sleeps, a simulated one advances
+  // (after a moment of real sleep, up to 100 µs: what a sleeper waits for may be a real process).
   virtual void Sleep(double seconds) = 0;
   // Lets `seconds` pass as work would: the system clock keeps the CPU busy; a simulated one
   // advances (by `seconds` times its jitter, when it has one).
@@ -41,7 +42,7 @@ class SimulatedClock : public Clock {
   explicit SimulatedClock(double start_s = 1000.0, double jitter = 0, uint64_t seed = 1)
       : now_(start_s), jitter_(jitter), state_(seed) {}
   double Now() const override { return now_.load(); }
-  void Sleep(double seconds) override { Advance(seconds); }
+  void Sleep(double seconds) override;
   void Busy(double seconds) override;
   void SpinUntil(double when) override { Advance(when - Now()); }
   int WaitReadable(int fd, double seconds, short* revents) override;

@@ -128,7 +128,11 @@ class WorkerHost : public TaskHost {
     const double start = clock.Now();
     if (!child_.running()) return Failed(out, start, "the worker is gone");
     if (!in_flight_) {
-      if (!SendMessage(fd_, {"step", absl::StrFormat("%.9f", deadline_s - start)}).ok()) {
+      // On the system clock, which the worker shares (exact, whatever the message's latency);
+      // a simulated deadline is sent as the same time left on it.
+      const double wire_deadline =
+          clock.simulated() ? MonotonicSeconds() + (deadline_s - start) : deadline_s;
+      if (!SendMessage(fd_, {"step", absl::StrFormat("%.9f", wire_deadline)}).ok()) {
         return Died(out, start);
       }
       in_flight_ = true;

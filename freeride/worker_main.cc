@@ -114,11 +114,9 @@ class Worker {
   }
 
   // Answers "ok", units, done, restarted, restart seconds.
-  // The deadline comes as the seconds left to it: the rank's clock may not be this one.
-  Message Step(const std::string& seconds_left) {
-    double left = 0;
-    (void)absl::SimpleAtod(seconds_left, &left);
-    ctx_.deadline_s = ctx_.clock->Now() + left;
+  // The deadline is on the system clock (MonotonicSeconds), the same in both processes.
+  Message Step(const std::string& deadline) {
+    (void)absl::SimpleAtod(deadline, &ctx_.deadline_s);
     return Catching([&]() -> Message {
       const auto start = std::chrono::steady_clock::now();
       bool restarted = false;

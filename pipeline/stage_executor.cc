@@ -274,6 +274,8 @@ absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, f
     const double waited_before = out.bubble_s;
     first_wait_s_ = -1;
     absl::Status s = Execute(instrs[i], data, loss_scale, &head_loss, &out.bubble_s);
+    // After the instruction, its waits included: for OPTIMIZER that puts its compute after
+    // its sums, which the simulated runs' cost models make free (optimizer = 0).
     if (compute_ && clock().simulated()) {
       clock().Busy(ComputeMs(schedule_, *compute_, instrs[i]) * 1e-3);
     }

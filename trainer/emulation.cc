@@ -85,7 +85,8 @@ absl::StatusOr<PartCosts> MeasurePartCosts(const BackendOptions& backend,
 
 PartCosts SimulatedPartCosts(const GPT2Config& config, int64_t micro_batch, int64_t seq_len) {
   const PartCosts flops = FlopPartCosts(config, seq_len);
-  const double ms_per_flop = static_cast<double>(micro_batch * seq_len) / kSimulatedFlopsPerSecond * 1e3;
+  const double ms_per_flop =
+      static_cast<double>(micro_batch * seq_len) / kSimulatedFlopsPerSecond * 1e3;
   return PartCosts{flops.embedding * ms_per_flop, flops.block * ms_per_flop,
                    flops.head * ms_per_flop};
 }

@@ -32,15 +32,15 @@ absl::StatusOr<PartCosts> MeasurePartCosts(const BackendOptions& backend,
                                            const GPT2Config& config, int64_t micro_batch,
                                            int64_t seq_len, uint64_t seed);
 
-// Milliseconds per parameter of one optimizer step (the gradient norm's squares and the AdamW
-// update, gradient scaling included) on `backend`, the fastest of a few timed steps of one
-// transformer block and the head.
 // The parts' costs (ms, F + B + W of one micro-batch) on simulated time: the FLOP model
 // (FlopPartCosts) at kSimulatedFlopsPerSecond. Deterministic where the measured ones are not;
 // a run on a simulated clock takes these instead of timing its layers.
 inline constexpr double kSimulatedFlopsPerSecond = 1e10;
 PartCosts SimulatedPartCosts(const GPT2Config& config, int64_t micro_batch, int64_t seq_len);
 
+// Milliseconds per parameter of one optimizer step (the gradient norm's squares and the AdamW
+// update, gradient scaling included) on `backend`, the fastest of a few timed steps of one
+// transformer block and the head.
 absl::StatusOr<double> MeasureOptimizerMsPerParam(const BackendOptions& backend,
                                                   const GPT2Config& config, int64_t micro_batch,
                                                   int64_t seq_len, uint64_t seed);

@@ -92,7 +92,7 @@ class Trainer {
   // This rank's schedule and the measured timing of each of its instructions in the last step.
   const pipeline::Schedule& schedule() const { return executor_->schedule(); }
   const std::vector<pipeline::InstrTiming>& last_timeline() const { return last_timeline_; }
-  double last_step_start_s() const { return last_step_start_s_; }  // MonotonicSeconds()
+  double last_step_start_s() const { return last_step_start_s_; }  // on the trainer's clock
   pipeline::Transport& transport() { return *transport_; }
   // With runtime.emulate_peers: the measured per-stage costs the emulator times peers with.
   const pipeline::CostModel& emulation_cost() const { return emulation_cost_; }

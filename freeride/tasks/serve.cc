@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/status.h"
+#include "core/clock.h"
 #include "core/timer.h"
 #include "freeride/side_task.h"
 #include "freeride/tasks/serve_http.h"
@@ -117,21 +118,24 @@ class ServeTask : public SideTask {
   }
 
   absl::StatusOr<double> Step(SideTaskContext& ctx) override {
-    const double start = MonotonicSeconds();
-    Admit(start);
+    // The bubble's deadline is on the task's clock; requests are timed on real time, as their
+    // clients see it.
+    Clock& clock = ClockOr(ctx.clock);
+    const double start = clock.Now();
+    Admit(MonotonicSeconds());
     if (Active() == 0) {
       queue_->WaitForWork(std::clamp(ctx.deadline_s - start, 0.0, 0.002));
       return 0.0;
     }
     double units = 0;
     do {
-      const double round_start = MonotonicSeconds();
+      const double round_start = clock.Now();
       for (Slot& slot : slots_) units += Advance(slot);
-      const double round = MonotonicSeconds() - round_start;
+      const double round = clock.Now() - round_start;
       round_s_ = round_s_ == 0 ? round : 0.8 * round_s_ + 0.2 * round;
       Admit(MonotonicSeconds());
-    } while (Active() > 0 && MonotonicSeconds() + round_s_ < ctx.deadline_s);
-    busy_s_.store(busy_s_.load() + MonotonicSeconds() - start);
+    } while (Active() > 0 && clock.Now() + round_s_ < ctx.deadline_s);
+    busy_s_.store(busy_s_.load() + clock.Now() - start);
     return units;
   }
 

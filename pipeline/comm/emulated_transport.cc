@@ -10,18 +10,16 @@
 namespace freeride::pipeline {
 namespace {
 
-// Waits until `when` busily (Clock::SpinUntil), as Open MPI's progress engine and a CUDA stream
-// synchronisation wait by default. Sleeping instead would be wrong twice: a sleep overshoots by
-// ~0.1 ms or more on a VM, and only the blocks where the rank idles pay it (a side task keeps
-// the rank busy until the input is ready), so training alone would look slower than training
-// with side tasks (a -3% "overhead" in the emulated study).
-void WaitUntil(Clock& clock, double when) { clock.SpinUntil(when); }
 
 class EmulatedPeersTransport : public Transport {
  public:
   EmulatedPeersTransport(const Schedule& schedule, SimResult sim, int real, int64_t floats,
                          double comm_ms, Clock& clock)
-      : schedule_(schedule), sim_(std::move(sim)), real_(real), floats_(floats), clock_(clock) {
+      : schedule_(schedule),
+        sim_(std::move(sim)),
+        real_(real),
+        floats_(floats),
+        clock_(clock) {
     const int p = schedule.stages, m = schedule.microbatches;
     // Simulated departure and arrival (ms after the step start) of every message, by tag,
     // and the simulated times of the real stage's own sends.
@@ -88,7 +86,12 @@ class EmulatedPeersTransport : public Transport {
       return absl::DeadlineExceededError(absl::StrFormat(
           "emulated message (tag %d) would arrive after the %.1f s timeout", p.tag, timeout_s));
     }
-    WaitUntil(clock_, when);
+    // Busily (SpinUntil), as Open MPI's progress engine and a CUDA stream synchronisation wait
+    // by default. Sleeping instead would be wrong twice: a sleep overshoots by ~0.1 ms or more
+    // on a VM, and only the blocks where the rank idles pay it (a side task keeps the rank busy
+    // until the input is ready), so training alone would look slower than training with side
+    // tasks (a -3% "overhead" in the emulated study).
+    clock_.SpinUntil(when);
     // Synthetic contents: activations and gradients of a plausible scale, fixed per tag.
     std::mt19937 rng(static_cast<uint32_t>(p.tag) * 2654435761u);
     std::uniform_real_distribution<float> u(-0.5f, 0.5f);
@@ -152,7 +155,7 @@ class EmulatedPeersTransport : public Transport {
       auto it = actual_send_.find(own_tag);
       if (it != actual_send_.end()) lag = std::max(0.0, it->second - sim_time);
     }
-    WaitUntil(clock_, t0_ + (latest + lag) * 1e-3);
+    clock_.SpinUntil(t0_ + (latest + lag) * 1e-3);  // busily, as Wait
     if (!tied) in_step_ = false;  // the optimizer's sum ends the step's timed part
     return absl::OkStatus();
   }

@@ -61,7 +61,7 @@ std::string ResultsDir() {
 }
 
 // The time every executor below runs on.
-SimulatedClock& Clock() {
+SimulatedClock& TestClock() {
   static SimulatedClock clock;
   return clock;
 }
@@ -70,7 +70,7 @@ std::unique_ptr<SideTaskExecutor> MakeExecutor(const std::vector<SideTaskSpec>& 
   ExecutorOptions options;
   options.results_dir = ResultsDir();
   options.margin = 0.1;
-  options.clock = &Clock();
+  options.clock = &TestClock();
   auto ex = SideTaskExecutor::Create(specs, options);
   EXPECT_TRUE(ex.ok()) << ex.status();
   return ex.ok() ? *std::move(ex) : nullptr;
@@ -90,7 +90,7 @@ double Bubble(SideTaskExecutor& ex, int index, double length_s, double ready_aft
   Instr bubble;
   bubble.op = Op::kBubble;
   bubble.bubble = BubbleKind::kSteady;
-  SimulatedClock& clock = Clock();
+  SimulatedClock& clock = TestClock();
   const double start = clock.Now();
   ex.OnBubble(bubble, index, start,
               [&] { return ready_after_s >= 0 && clock.Now() >= start + ready_after_s; });
@@ -107,7 +107,7 @@ double SumBubble(SideTaskExecutor& ex, int index, double peers_s, double sum_s) 
   Instr bubble;
   bubble.op = Op::kBubble;
   bubble.bubble = BubbleKind::kCooldown;
-  SimulatedClock& clock = Clock();
+  SimulatedClock& clock = TestClock();
   const double start = clock.Now();
   ex.OnBubble(bubble, index, start, nullptr);
   const double done = std::max(clock.Now(), start + peers_s) + sum_s;
@@ -121,7 +121,7 @@ TEST(SideTaskExecutorTest, MeasuresFirstThenFillsWithinTheBubble) {
   ASSERT_NE(ex, nullptr);
   EXPECT_EQ(Bubble(*ex, 0, 0.030), 0);  // first sight: measured, not harvested
   EXPECT_TRUE(ex->events().empty());
-  const double start = Clock().Now();
+  const double start = TestClock().Now();
   for (int i = 0; i < 5; ++i) {
     // 1 ms steps up to the predicted end less the 10% margin: 27 of them, 3 ms left.
     EXPECT_NEAR(Bubble(*ex, 0, 0.030), 0.027, 0.0011) << i;
@@ -145,7 +145,7 @@ TEST(SideTaskExecutorTest, StopsWhenTheInputIsReady) {
   auto ex = MakeExecutor({Spin("spin", 1.0)});
   Bubble(*ex, 0, 0.040);
   const size_t before = ex->events().size();
-  const double start = Clock().Now();
+  const double start = TestClock().Now();
   // The input lands 4.5 ms in: the fifth 1 ms step was running, it ends, and the rank is
   // handed back at once.
   EXPECT_NEAR(Bubble(*ex, 0, 0.040, /*ready_after_s=*/0.0045), 0.005, 1e-9);

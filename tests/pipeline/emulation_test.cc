@@ -2,11 +2,10 @@
 // simulator. On simulated time (each compute instruction takes its FLOP model's time), the real
 // stage's measured bubbles must be the simulator's for the same costs (the real stage's own
 // taken from its measurement): exactly, whatever the machine's load. How close they come on
-// real time is measured by bench/emulation_check.sh.
+// real time is measured by build/bench/emulation_bench (bench/RESULTS.md).
 #include <cblas.h>
 #include <omp.h>
 
-#include <algorithm>
 #include <vector>
 
 #include "core/clock.h"
@@ -25,11 +24,10 @@ struct Bubbles {
   std::vector<double> windows, waits, simulated;
 };
 
-
 Bubbles Measure(const std::string& schedule, int real_stage) {
   Config config = testing::ParityConfig(testing::ParityShard(), schedule, 2, 1, 4);
-  // A head-heavy model: the last stage carries a 32768-token softmax (milliseconds per
-  // micro-batch, so the bubbles are long against timer and scheduling noise).
+  // A head-heavy model: the last stage carries a 32768-token softmax, so the real stage has
+  // long bubbles to wait in.
   config.model.vocab_size = 32768;
   config.model.n_layer = schedule == "interleaved" ? 4 : 2;  // 2 stages × 2 chunks need 4
   config.model.n_embd = 128;

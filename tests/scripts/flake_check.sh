@@ -21,7 +21,10 @@ while (($#)); do
     *) echo "usage: $0 [N] [--build DIR] [--load K] [-- CTEST ARGS...]" >&2; exit 2 ;;
   esac
 done
-[[ -f $build/CTestTestfile.cmake ]] || { echo "flake_check: no test tree in $build (run launch/build.sh)" >&2; exit 2; }
+if [[ ! -f $build/CTestTestfile.cmake ]]; then
+  echo "flake_check: no test tree in $build (run launch/build.sh)" >&2
+  exit 2
+fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 loaders=()
@@ -55,6 +58,10 @@ for ((run = 1; run <= runs; ++run)); do
     "$out/run$run.log" | grep -E '^\s+[0-9]+ - ' | sed -E 's/^\s+[0-9]+ - //')
   summary=$(grep -E 'tests passed, [0-9]+ tests failed' "$out/run$run.log" || echo "no summary")
   printf 'run %d: %d s, ctest exit %d, %s\n' "$run" "$took" "$status" "$summary"
+  # A ctest that failed without naming a test (it crashed, or found none) fails the run too.
+  if ((status != 0 && ${#failures[@]} == 0)); then
+    failures=("ctest itself (exit $status, no failed test named)")
+  fi
   for f in "${failures[@]}"; do
     failed_in[$f]+=" $run"
     echo "  failed: $f"

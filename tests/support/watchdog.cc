@@ -5,11 +5,16 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 
+#include "core/child_process.h"
 #include "gtest/gtest.h"
 
 namespace freeride::testing {
@@ -31,6 +36,23 @@ void PrintStacks() {
   if (child > 0) waitpid(child, nullptr, 0);
 }
 
+// Every child of this process, and the process groups that ChildProcess gave its own.
+void KillChildren() {
+  freeride::KillChildProcessGroups();
+  const std::string self = std::to_string(getpid());
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string pid = entry.path().filename();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // "pid (comm) state ppid ...": the parent's pid is the second field after the name.
+    std::istringstream rest(line.substr(line.rfind(')') + 1));
+    std::string state, ppid;
+    if (rest >> state >> ppid && ppid == self) kill(std::stoi(pid), SIGKILL);
+  }
+}
+
 }  // namespace
 
 void StartWatchdog(int argc, char** argv) {
@@ -45,13 +67,15 @@ void StartWatchdog(int argc, char** argv) {
   std::thread([seconds] {
     std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
     const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::fprintf(stderr,
-                 "\nwatchdog: %s.%s still running after %.0f s: hung (its ctest entry has a TIMEOUT "
-                 "a little over that). Every thread's stack:\n",
-                 test != nullptr ? test->test_suite_name() : "(no test)",
-                 test != nullptr ? test->name() : "(between tests)", seconds);
+    std::fprintf(
+        stderr,
+        "\nwatchdog: %s.%s still running after %.1f s: hung (its ctest entry has a TIMEOUT "
+        "a little over that). Every thread's stack:\n",
+        test != nullptr ? test->test_suite_name() : "(no test)",
+        test != nullptr ? test->name() : "(between tests)", seconds);
     std::fflush(stderr);
     PrintStacks();
+    KillChildren();
     std::abort();
   }).detach();
 }

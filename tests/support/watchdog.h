@@ -2,9 +2,9 @@
 // --freeride_watchdog_s a little under each entry's TIMEOUT; FREERIDE_TEST_WATCHDOG_S by hand),
 // a thread waits that long; if the process is still
 // running then, it prints the running test's name and every thread's stack (gdb, where
-// installed) and aborts, so the log shows what the test waited on instead of ctest's bare
-// "Timeout". Child processes the test started are in the stacks' arguments, not killed here:
-// the aborting process's own cleanup is what the test's guards are for.
+// installed), kills the processes the test started (abort runs no destructors, and a child left
+// holding ctest's output pipe would hang ctest itself), and aborts: the log shows what the test
+// waited on instead of ctest's bare "Timeout".
 #pragma once
 
 namespace freeride::testing {

@@ -39,8 +39,8 @@ TEST(StudyTest, ComparesEveryArmWithIntervalsInOneRun) {
   Config config = testing::EmulatedHarvestConfig("study_run");
   SideTaskConfig image;
   image.type = "image";
-  // Tiny images: an image step keeps no simulated time, so it takes its real time on the
-  // clock; 8×8 takes microseconds, far inside the bubbles even on a loaded machine.
+  // Tiny images: an image step keeps no simulated time, so it is taken to last 10 µs; the
+  // real work stays small (8×8).
   image.args["width"] = int64_t{8};
   image.args["height"] = int64_t{8};
   image.args["out_width"] = int64_t{4};
