@@ -8,7 +8,8 @@
 # as libcudnn.so.9). cuDNN is optional: nothing but its version and error text uses it yet.
 
 # The site-packages folders a pip wheel of NVIDIA's libraries may sit in: this python3's,
-# those under CMAKE_PREFIX_PATH, the system's and the user's.
+# those under CMAKE_PREFIX_PATH (the variable and the environment's), the system's and the
+# user's.
 function(freeride_wheel_roots package out)
   set(sites "")
   find_program(FREERIDE_PYTHON3 python3)
@@ -19,7 +20,9 @@ function(freeride_wheel_roots package out)
       OUTPUT_VARIABLE python_sites OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
     list(APPEND sites ${python_sites})
   endif()
-  foreach(prefix IN LISTS CMAKE_PREFIX_PATH)
+  set(env_prefixes "$ENV{CMAKE_PREFIX_PATH}")
+  string(REPLACE ":" ";" env_prefixes "${env_prefixes}")
+  foreach(prefix IN LISTS CMAKE_PREFIX_PATH env_prefixes)
     file(GLOB prefix_sites "${prefix}/lib/python3*/site-packages" "${prefix}/lib/python3*/dist-packages"
                            "${prefix}/site-packages")
     list(APPEND sites ${prefix_sites})
