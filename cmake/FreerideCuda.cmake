@@ -105,6 +105,13 @@ if(FREERIDE_WITH_CUDA)
   set(CMAKE_CUDA_STANDARD 17)  # CMake 3.25 knows no CUDA 20 flags for nvcc
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   enable_language(CUDA)
+  # Debian 12's CMake 3.25.1 marks CUDA::nvToolsExt deprecated without checking that the
+  # target exists, and CUDA 13 has no libnvToolsExt (NVTX 3 is header-only): configure fails in
+  # FindCUDAToolkit. An empty target of that name, linked by nothing, lets it finish (found by
+  # bench/gpu_rehearsal.sh; this machine's copy of the module had been patched by hand).
+  if(NOT TARGET CUDA::nvToolsExt)
+    add_library(CUDA::nvToolsExt INTERFACE IMPORTED)
+  endif()
   find_package(CUDAToolkit REQUIRED)
   # Versioned names last: a wheel ships no unversioned link.
   freeride_find_cuda_library(NCCL nccl.h nccl nccl libnccl.so.2)
