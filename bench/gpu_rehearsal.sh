@@ -3,8 +3,8 @@
 # holding only what the GPU image holds (g++, CMake, ninja, python3; this machine's
 # /usr/local/cuda bind-mounted read-only) plus the gpu-kit (../shared/gpu-kit: its packages
 # collected here with apt, unpacked there by unpack-debs.sh), and in it, from a fresh clone of
-# this checkout's HEAD, the GPU procedure's own steps: bench/gpu/preflight.sh, bench/gpu/build.sh
-# (the CUDA tree, sm_90) and the CPU test suite (ctest -LE gpu) of that build. It proves the kit
+# this checkout's HEAD, the GPU procedure's own steps: bench/gpu/build.sh (the CUDA tree,
+# sm_90), bench/gpu/preflight.sh (its loader check of every binary) and the CPU test suite (ctest -LE gpu) of that build. It proves the kit
 # is complete. Not part of CI (about an hour on 2 cores); run it before a GPU run and whenever a
 # dependency changes, and record its result in bench/RESULTS.md.
 # Needs root, apt, debootstrap and network access to a Debian mirror.
@@ -59,8 +59,9 @@ export PATH=/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 export HOME=/root GPU_STEP_BUDGET_S=14400
 cd /work/freeride
 rc=0
-bench/gpu/preflight.sh /out || rc=1
 bench/gpu/build.sh /out || exit 1
+# After the build, so that its loader check covers every binary against the kit alone.
+GPU_EXPECTED=0 bench/gpu/preflight.sh /out || rc=1
 eval "$(.gpu-kit/unpack-debs.sh .gpu-kit/debs /tmp/freeride-kit)"
 start=$SECONDS
 ctest --test-dir build-gpu $TESTS --timeout 900 --output-on-failure >/out/ctest.log 2>&1 || rc=1

@@ -4,6 +4,7 @@
 # NCCL libraries are (toolkit, loader cache, pip wheels), PyTorch, and the loader's check
 # (`ldd`) of every binary of the build when there is one.
 # Estimate: 1 minute (no build, no GPU work). Usage: bench/gpu/preflight.sh OUT_DIR [--dry-run]
+# (GPU_EXPECTED=0: a machine known to have no GPU, as bench/gpu_rehearsal.sh's root.)
 step=preflight
 estimate_s=60
 source "$(dirname "$0")/common.sh"
@@ -16,6 +17,8 @@ echo "cores $(nproc)"
 free -g | head -2
 if [[ $dry_run == 1 ]]; then
   say "dry run: nvidia-smi skipped"
+elif [[ ${GPU_EXPECTED:-1} == 0 ]]; then
+  say "GPU_EXPECTED=0 (the rehearsal's root): nvidia-smi skipped"
 else
   nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv || rc=1
   nvidia-smi || true
