@@ -4,9 +4,10 @@
 # /usr/local/cuda bind-mounted read-only) plus the gpu-kit (../shared/gpu-kit: its packages
 # collected here with apt, unpacked there by unpack-debs.sh), and in it, from a fresh clone of
 # this checkout's HEAD, the GPU procedure's own steps: bench/gpu/build.sh (the CUDA tree,
-# sm_90), bench/gpu/preflight.sh (its loader check of every binary) and the CPU test suite (ctest -LE gpu) of that build. It proves the kit
-# is complete. Not part of CI (about an hour on 2 cores); run it before a GPU run and whenever a
-# dependency changes, and record its result in bench/RESULTS.md.
+# sm_90), bench/gpu/preflight.sh (its loader check of every binary) and the CPU test suite
+# (ctest -LE gpu) of that build. It proves the kit is complete. Not part of CI (about an hour on
+# 2 cores); run it before a GPU run and whenever a dependency changes, and record its result in
+# bench/RESULTS.md.
 # Needs root, apt, debootstrap and network access to a Debian mirror.
 # Usage: bench/gpu_rehearsal.sh [OUT_DIR=bench/results] [ROOTFS=/var/tmp/freeride-rehearsal]
 #        (TESTS="ctest arguments" picks the tests, default -LE gpu)
