@@ -43,6 +43,7 @@ budget_s=${GPU_STEP_BUDGET_S:-480}
 started=$SECONDS
 log=$out/$step.log
 exec > >(tee -a "$log") 2>&1
+tee_pid=$!
 
 say() { echo "== [$step] $*"; }
 
@@ -128,6 +129,9 @@ finish() {
   printf 'step %s: estimate %ss, budget %ss, took %ss, exit %s%s\n' "$step" "$estimate_s" \
     "$budget_s" "$took" "$rc" "$([[ $dry_run == 1 ]] && echo ' (dry run)')" >"$out/$step.time"
   say "done in ${took}s (estimate ${estimate_s}s), exit $rc; log $log"
+  # The log is whole before the step returns.
+  exec >&- 2>&-
+  wait "$tee_pid"
   exit "$rc"
 }
 
