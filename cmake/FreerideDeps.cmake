@@ -60,6 +60,15 @@ else()
   freeride_report_dependency("cpp-httplib"
     "${HTTPLIB_LIBRARY} (no pkg-config; flags from ${HTTPLIB_PC}: ${httplib_defines})")
 endif()
+# Debian keeps per-architecture headers under include/<multiarch> (openssl/opensslconf.h, which
+# httplib.h reaches): the compiler looks there by itself only under /usr, not in a relocated
+# prefix such as the GPU kit's.
+find_path(HTTPLIB_HEADER_DIR httplib.h HINTS ${HTTPLIB_INCLUDE_DIRS} REQUIRED)
+if(CMAKE_LIBRARY_ARCHITECTURE AND NOT HTTPLIB_HEADER_DIR STREQUAL "/usr/include"
+   AND IS_DIRECTORY "${HTTPLIB_HEADER_DIR}/${CMAKE_LIBRARY_ARCHITECTURE}")
+  target_include_directories(freeride_httplib SYSTEM INTERFACE
+    "${HTTPLIB_HEADER_DIR}/${CMAKE_LIBRARY_ARCHITECTURE}")
+endif()
 
 # OpenBLAS: Debian's OpenBLASConfig.cmake hard-codes /usr, so look for the files instead.
 # The OpenMP build comes first: it shares one thread pool with our OpenMP kernels, where the
