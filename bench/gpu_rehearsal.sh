@@ -9,10 +9,16 @@
 # 2 cores); run it before a GPU run and whenever a dependency changes, and record its result in
 # bench/RESULTS.md.
 # Needs root, apt, debootstrap and network access to a Debian mirror.
-# Usage: bench/gpu_rehearsal.sh [OUT_DIR=bench/results] [ROOTFS=/var/tmp/freeride-rehearsal]
+# Usage: bench/gpu_rehearsal.sh [--incremental] [OUT_DIR=bench/results]
+#        [ROOTFS=/var/tmp/freeride-rehearsal]
 #        (TESTS="ctest arguments" picks the tests, default -LE gpu)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+incremental=0
+if [[ ${1:-} == --incremental ]]; then
+  incremental=1
+  shift
+fi
 out=${1:-$root/bench/results}
 rootfs=${2:-/var/tmp/freeride-rehearsal}
 kit=$root/../shared/gpu-kit
@@ -40,12 +46,20 @@ else
   say "reusing the root $rootfs"
 fi
 
-# 2. A fresh clone of HEAD and the kit beside it, as a GPU run carries them.
+# 2. A fresh clone of HEAD and the kit beside it, as a GPU run carries them. --incremental
+# moves the previous clone to HEAD instead, so that its build-gpu/ rebuilds only what changed.
 work=$rootfs/work/freeride
-rm -rf "$rootfs/work"
-mkdir -p "$rootfs/work" "$rootfs/usr/local/cuda" "$rootfs/out"
-git clone -q --no-local "$root" "$work"
-say "cloned $(git -C "$work" rev-parse --short HEAD) into the root"
+mkdir -p "$rootfs/usr/local/cuda" "$rootfs/out"
+if [[ $incremental == 1 && -d $work/.git ]]; then
+  git -C "$work" fetch -q "$root" HEAD && git -C "$work" reset -q --hard FETCH_HEAD
+  say "moved the previous clone to $(git -C "$work" rev-parse --short HEAD) (incremental)"
+else
+  rm -rf "$rootfs/work"
+  mkdir -p "$rootfs/work"
+  git clone -q --no-local "$root" "$work"
+  say "cloned $(git -C "$work" rev-parse --short HEAD) into the root"
+fi
+rm -rf "$work/.gpu-kit"
 say "collecting the kit (collect-debs.sh)"
 apt-get update -q >/dev/null
 "$kit/collect-debs.sh" "$work/.gpu-kit/debs"
@@ -58,6 +72,8 @@ inner=$(cat <<'INNER'
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root GPU_STEP_BUDGET_S=14400
+# As bench/gpu/common.sh does where there is no ssh (the root has none): OpenMPI's local launcher.
+command -v ssh >/dev/null || export OMPI_MCA_plm=isolated
 cd /work/freeride
 rc=0
 bench/gpu/build.sh /out || exit 1
@@ -78,6 +94,7 @@ unshare -m -- bash -c '
   mount --bind /usr/local/cuda "$rootfs/usr/local/cuda"
   mount -o remount,bind,ro "$rootfs/usr/local/cuda"
   mount -t proc proc "$rootfs/proc"
+  mount -t sysfs sys "$rootfs/sys"
   mount --rbind /dev "$rootfs/dev"
   mount -t tmpfs tmpfs "$rootfs/tmp"
   mkdir -p "$rootfs/dev/shm" && mount -t tmpfs shm "$rootfs/dev/shm"

@@ -122,6 +122,14 @@ load_kit() {
   say "kit loaded: $(ls .gpu-kit/debs | wc -l) packages in /tmp/freeride-kit"
 }
 
+# OpenMPI starts even a single process (MPI_Init in every freeride binary, gtest discovery at
+# build time) through its rsh launcher, which fails where no ssh or rsh is installed, as in a
+# bare image; its `isolated` launcher starts local processes without one.
+if ! command -v ssh >/dev/null && ! command -v rsh >/dev/null && [[ -z ${OMPI_MCA_plm:-} ]]; then
+  export OMPI_MCA_plm=isolated
+  say "no ssh or rsh here: OMPI_MCA_plm=isolated (OpenMPI launches local processes only)"
+fi
+
 # Writes STEP.time and says how the step ended.
 finish() {
   local rc=$1
