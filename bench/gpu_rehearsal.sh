@@ -60,6 +60,14 @@ else
   say "cloned $(git -C "$work" rev-parse --short HEAD) into the root"
 fi
 rm -rf "$work/.gpu-kit"
+# The prepared data a GPU run carries (the tokenizer's ranks; the KJV shards where made).
+if [[ -d $root/data ]]; then
+  mkdir -p "$work/data"
+  cp -r "$root/data/." "$work/data/"
+  say "carried data/: $(ls "$root/data" | tr '\n' ' ')"
+else
+  say "no data/ here (launch/prepare_data.sh): the tests that read the tokenizer will fail"
+fi
 say "collecting the kit (collect-debs.sh)"
 apt-get update -q >/dev/null
 "$kit/collect-debs.sh" "$work/.gpu-kit/debs"
@@ -80,6 +88,7 @@ bench/gpu/build.sh /out || exit 1
 # After the build, so that its loader check covers every binary against the kit alone.
 GPU_EXPECTED=0 bench/gpu/preflight.sh /out || rc=1
 eval "$(.gpu-kit/unpack-debs.sh .gpu-kit/debs /tmp/freeride-kit)"
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH//openblas-pthread/openblas-openmp}  # as load_kit does
 start=$SECONDS
 ctest --test-dir build-gpu $TESTS --timeout 900 --output-on-failure >/out/ctest.log 2>&1 || rc=1
 tail -25 /out/ctest.log

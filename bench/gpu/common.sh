@@ -119,6 +119,10 @@ load_kit() {
     exit 1
   }
   eval "$env_lines"
+  # The build links the OpenMP OpenBLAS (cmake/FreerideDeps.cmake says why); the kit's loader path
+  # names the pthread build's folder, which would override the binaries' run path and load that
+  # one (bench/gpu_rehearsal.sh saw GEMM bits change with the thread count).
+  export LD_LIBRARY_PATH=${LD_LIBRARY_PATH//openblas-pthread/openblas-openmp}
   say "kit loaded: $(ls .gpu-kit/debs | wc -l) packages in /tmp/freeride-kit"
 }
 
