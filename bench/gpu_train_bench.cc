@@ -1,7 +1,7 @@
 // GPU training throughput of GPT-2 (124M by default) through the real training step
 // (Trainer::Step on runtime.device = "cuda": forward, split backward, grad norm, AdamW), on
 // random tokens: tokens/s, MFU against the device's dense peak, device memory planned and in
-// use. bench/gpu_bench.sh runs it beside bench/pytorch_gpt2.py (the nanoGPT recipe) on the
+// use. bench/gpu/bench.sh runs it beside bench/pytorch_gpt2.py (the nanoGPT recipe) on the
 // same GPU in one run.
 // Usage: gpu_train_bench [steps=20] [batch=8] [seq=1024] [precision=bf16] [layers=12]
 //                        [width=768] [heads=12]

@@ -4,7 +4,7 @@
 The nanoGPT recipe on one GPU: bf16 autocast, torch.compile, scaled_dot_product_attention
 (flash attention), fused AdamW, tied embeddings, random tokens, T = 1024. Prints tokens/s,
 MFU against the device's dense bf16 peak and peak memory, in the same form as
-gpu_train_bench so that bench/gpu_bench.sh can put them side by side.
+gpu_train_bench so that bench/gpu/bench.sh can put them side by side.
 
 Usage: pytorch_gpt2.py [--steps 20] [--batch 8] [--seq 1024] [--no-compile]
 """

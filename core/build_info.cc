@@ -28,8 +28,10 @@ std::vector<std::pair<std::string, std::string>> BuildInfo() {
                     v.driver == 0 ? "none (no driver installed)" : FormatCudaVersion(v.driver));
   rows.emplace_back("cuBLASLt", absl::StrCat(v.cublaslt / 10000, ".", (v.cublaslt / 100) % 100,
                                              ".", v.cublaslt % 100));
-  rows.emplace_back("cuDNN", absl::StrCat(v.cudnn / 10000, ".", (v.cudnn / 100) % 100, ".",
-                                          v.cudnn % 100));
+  rows.emplace_back(
+      "cuDNN", v.cudnn == 0
+                   ? std::string("not built in")
+                   : absl::StrCat(v.cudnn / 10000, ".", (v.cudnn / 100) % 100, ".", v.cudnn % 100));
   rows.emplace_back("NCCL", absl::StrCat(v.nccl / 10000, ".", (v.nccl / 100) % 100, ".",
                                          v.nccl % 100));
 #else

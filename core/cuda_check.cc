@@ -40,6 +40,7 @@ absl::Status CublasStatus(cublasStatus_t code, const char* expr, const char* fil
                       expr, file, line);
 }
 
+#ifdef FREERIDE_WITH_CUDNN
 absl::Status CudnnStatus(cudnnStatus_t code, const char* expr, const char* file, int line) {
   absl::StatusCode status_code = code == CUDNN_STATUS_ALLOC_FAILED
                                      ? absl::StatusCode::kResourceExhausted
@@ -50,6 +51,7 @@ absl::Status CudnnStatus(cudnnStatus_t code, const char* expr, const char* file,
                                      : absl::StatusCode::kInternal;
   return LibraryError(status_code, "cuDNN", code, cudnnGetErrorString(code), expr, file, line);
 }
+#endif
 
 absl::Status NcclStatus(ncclResult_t code, const char* expr, const char* file, int line) {
   absl::StatusCode status_code = code == ncclInvalidArgument || code == ncclInvalidUsage
@@ -63,7 +65,9 @@ CudaLibraryVersions GetCudaLibraryVersions() {
   CudaLibraryVersions v;
   if (cudaRuntimeGetVersion(&v.runtime) != cudaSuccess) v.runtime = 0;
   if (cudaDriverGetVersion(&v.driver) != cudaSuccess) v.driver = 0;
+#ifdef FREERIDE_WITH_CUDNN
   v.cudnn = cudnnGetVersion();
+#endif
   if (ncclGetVersion(&v.nccl) != ncclSuccess) v.nccl = 0;
   v.cublaslt = static_cast<int>(cublasLtGetVersion());
   return v;

@@ -58,6 +58,11 @@ absl::StatusOr<std::unique_ptr<StageModel>> MakeStageModel(const BackendOptions&
   CudaStageOptions cuda;
   cuda.device_index = options.device_index;
   cuda.precision = options.precision == "bf16" ? CudaPrecision::kBf16 : CudaPrecision::kFp32;
+  absl::StatusOr<cuda::GeluFusionMode> fuse_gelu = cuda::ParseGeluFusionMode(options.fuse_gelu);
+  if (!fuse_gelu.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("runtime.", fuse_gelu.status().message()));
+  }
+  cuda.fuse_gelu = *fuse_gelu;
   cuda.low_priority = options.low_priority;
   cuda.inference_only = options.inference_only;
   absl::StatusOr<std::unique_ptr<CudaStageModel>> m =

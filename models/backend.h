@@ -15,6 +15,7 @@ struct BackendOptions {
   std::string device = "cpu";     // "cpu" | "cuda"
   std::string precision = "fp32";  // "fp32" | "bf16" (cuda only)
   int device_index = 0;            // which CUDA device (the node-local rank, mod the count)
+  std::string fuse_gelu = "auto";  // runtime.fuse_gelu: "auto" | "on" | "off" (cuda only)
   // Side work (a side task's model): on CUDA its stream has the lowest priority, so its
   // kernels yield to training's when they overlap.
   bool low_priority = false;

@@ -168,7 +168,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   L.replica = emulate ? 0 : transport->rank() / L.pp;
 
   const int64_t micro_batch = tc.batch_size / tc.microbatches;
-  const BackendOptions backend{config.runtime.device, config.runtime.precision, NodeLocalRank()};
+  const BackendOptions backend{config.runtime.device, config.runtime.precision, NodeLocalRank(),
+                               config.runtime.fuse_gelu};
   std::optional<PartCosts> part_costs;
   if (NeedsPartCosts(config) && simulated) {
     part_costs = SimulatedPartCosts(*model, micro_batch, tc.seq_len);

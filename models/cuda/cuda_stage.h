@@ -15,6 +15,16 @@
 #include "models/cuda/kernels.h"
 #include "models/cuda/matmul.h"
 
+// Inside CudaStage's members: a kernel launch (it returns nothing) or a library call (it returns
+// a Status) at `layer` (a local layer index, or kEmbedding, kHead, kWholeChunk), checked by
+// Launched: its error names the call, the layer and the chunk.
+#define FR_KERNEL(layer, kernel, ...)             \
+  do {                                            \
+    kernel(__VA_ARGS__);                          \
+    FR_RETURN_IF_ERROR(Launched(#kernel, layer)); \
+  } while (0)
+#define FR_LIBRARY(layer, call, ...) FR_RETURN_IF_ERROR(Launched(#call, layer, call(__VA_ARGS__)))
+
 namespace freeride::cuda {
 
 template <typename T>
@@ -81,6 +91,12 @@ class CudaStage final : public CudaStageModel {
   absl::Status Upload(T* dst, const float* src, int64_t n);
   absl::Status Download(float* dst, const T* src, int64_t n);
   absl::Status Sync();
+  // Makes the chunk's device current for the calling thread: first thing in every public call.
+  absl::Status Enter();
+  // After a call at `layer`: the launch error CUDA holds, then (FREERIDE_CUDA_CHECK_LAUNCHES=1)
+  // the stream synchronised; any error, or the library's own `status`, comes back prefixed
+  // with LaunchSite and the chunk's description.
+  absl::Status Launched(const char* call, int64_t layer, absl::Status status = absl::OkStatus());
   absl::Status RequireTraining(const char* what) const;
 
   absl::Status LayerForward(const Slot& s, int64_t l, const T* x);
@@ -96,6 +112,8 @@ class CudaStage final : public CudaStageModel {
   MemoryPlan plan_;
   StageBufferIds ids_;
   int device_ = 0;
+  bool fuse_gelu_ = false;       // FuseGelu(options_.fuse_gelu, T is bf16)
+  bool check_launches_ = false;  // FREERIDE_CUDA_CHECK_LAUNCHES
   std::string description_;
   std::array<char*, kNumMemoryPhases> base_{};
   cudaStream_t stream_ = nullptr;

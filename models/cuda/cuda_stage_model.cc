@@ -3,6 +3,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/cuda_check.h"
 #include "core/logging.h"
@@ -21,12 +22,14 @@ CudaStage<T>::CudaStage(const GPT2Config& config, const StageSpec& stage, int64_
     : layout_(MakeParamLayout(config, stage)), B_(micro_batch), T_(seq_len), options_(options) {
   ids_ = PlanStageMemory(config, stage, B_, T_, slots, static_cast<int>(sizeof(T)), &plan_,
                          !options.inference_only);
+  fuse_gelu_ = FuseGelu(options.fuse_gelu, !std::is_same_v<T, float>);
   distinct_tokens_.assign(slots, 0);
 }
 
 template <typename T>
 CudaStage<T>::~CudaStage() {
   // Teardown cannot report errors; each release is attempted whatever the one before did.
+  cudaSetDevice(device_);
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   if (blas_.blas != nullptr) cublasDestroy(blas_.blas);
   if (blas_.lt != nullptr) cublasLtDestroy(blas_.lt);
@@ -43,24 +46,12 @@ absl::Status CudaStage<T>::Init() {
   CUDA_CHECK(cudaGetDeviceCount(&count));
   if (count == 0) return absl::FailedPreconditionError("no CUDA device is visible");
   device_ = options_.device_index % count;
+  absl::StatusOr<bool> check_launches = CheckLaunchesFromEnvironment();
+  if (!check_launches.ok()) return check_launches.status();
+  check_launches_ = *check_launches;
   CUDA_CHECK(cudaSetDevice(device_));
-  size_t free_bytes = 0, total_bytes = 0;
-  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  if (static_cast<uint64_t>(plan_.TotalBytes()) > free_bytes) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "the model chunk needs %.2f GiB of device memory on cuda:%d, %.2f GiB are free (%s); "
-        "lower train.batch_size or raise train.microbatches",
-        plan_.TotalBytes() / double(1ll << 30), device_, free_bytes / double(1ll << 30),
-        plan_.Report()));
-  }
-  for (int p = 0; p < kNumMemoryPhases; ++p) {
-    const int64_t bytes = plan_.PhaseBytes(static_cast<MemoryPhase>(p));
-    if (bytes > 0) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&base_[p]), bytes));
-  }
-  if (!options_.inference_only) {
-    CUDA_CHECK(
-        cudaMallocHost(reinterpret_cast<void**>(&host_grads_), layout_.total * sizeof(float)));
-  }
+  // The stream and library handles first, so that the free memory checked below is what is
+  // left after the context and them (measured, not estimated).
   // The default priority is already the lowest: training takes the highest, so that side
   // work (the lowest) is what yields when both have kernels waiting.
   int least_priority = 0, greatest_priority = 0;
@@ -69,6 +60,17 @@ absl::Status CudaStage<T>::Init() {
       &stream_, cudaStreamNonBlocking, options_.low_priority ? least_priority : greatest_priority));
   CUBLAS_CHECK(cublasLtCreate(&blas_.lt));
   CUBLAS_CHECK(cublasCreate(&blas_.blas));
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  FR_RETURN_IF_ERROR(CheckDeviceMemory(plan_.TotalBytes(), free_bytes, device_, plan_.Report()));
+  for (int p = 0; p < kNumMemoryPhases; ++p) {
+    const int64_t bytes = plan_.PhaseBytes(static_cast<MemoryPhase>(p));
+    if (bytes > 0) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&base_[p]), bytes));
+  }
+  if (!options_.inference_only) {
+    CUDA_CHECK(
+        cudaMallocHost(reinterpret_cast<void**>(&host_grads_), layout_.total * sizeof(float)));
+  }
   blas_.workspace = Ptr<char>(ids_.cublaslt_workspace);
   blas_.workspace_bytes = kCublasLtWorkspaceBytes;
   blas_.stream = stream_;
@@ -85,9 +87,10 @@ absl::Status CudaStage<T>::Init() {
   }
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
-  description_ = absl::StrFormat("cuda:%d %s %s%s", device_, prop.name,
-                                 std::is_same_v<T, float> ? "fp32" : "bf16",
-                                 options_.inference_only ? " (inference)" : "");
+  description_ = absl::StrFormat(
+      "cuda:%d %s %s%s%s%s", device_, prop.name, std::is_same_v<T, float> ? "fp32" : "bf16",
+      fuse_gelu_ ? ", GELU fused" : "", check_launches_ ? ", every launch checked" : "",
+      options_.inference_only ? " (inference)" : "");
   FR_LOG(INFO) << description_ << ": layers [" << layout_.stage.first_layer << ", "
                << layout_.stage.last_layer << "), micro-batch " << B_ << " × " << T_ << ", "
                << slots() << " slots; device memory: " << plan_.Report();
@@ -117,6 +120,28 @@ absl::Status CudaStage<T>::RequireTraining(const char* what) const {
 }
 
 template <typename T>
+absl::Status CudaStage<T>::Enter() {
+  CUDA_CHECK(cudaSetDevice(device_));
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status CudaStage<T>::Launched(const char* call, int64_t layer, absl::Status status) {
+  if (status.ok()) {
+    cudaError_t code = cudaGetLastError();
+    if (code == cudaSuccess && check_launches_) code = cudaStreamSynchronize(stream_);
+    if (code != cudaSuccess) {
+      status = CudaStatus(code, check_launches_ ? "launch, then cudaStreamSynchronize" : "launch",
+                          __FILE__, __LINE__);
+    }
+  }
+  if (status.ok()) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat(LaunchSite(call, layer, layout_.stage.first_layer), " on ",
+                                   description_, ": ", status.message()));
+}
+
+template <typename T>
 absl::Status CudaStage<T>::Sync() {
   CUDA_CHECK(cudaGetLastError());
   CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -130,7 +155,7 @@ absl::Status CudaStage<T>::Upload(T* dst, const float* src, int64_t n) {
   } else {
     float* staging = Ptr<float>(ids_.staging);
     CUDA_CHECK(cudaMemcpyAsync(staging, src, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
-    Convert(dst, staging, n, stream_);
+    FR_KERNEL(kWholeChunk, Convert, dst, staging, n, stream_);
   }
   return Sync();
 }
@@ -140,7 +165,7 @@ absl::Status CudaStage<T>::Download(float* dst, const T* src, int64_t n) {
   const float* from = reinterpret_cast<const float*>(src);
   if constexpr (!std::is_same_v<T, float>) {
     float* staging = Ptr<float>(ids_.staging);
-    Convert(staging, src, n, stream_);
+    FR_KERNEL(kWholeChunk, Convert, staging, src, n, stream_);
     from = staging;
   }
   CUDA_CHECK(cudaMemcpyAsync(dst, from, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
@@ -149,6 +174,7 @@ absl::Status CudaStage<T>::Download(float* dst, const T* src, int64_t n) {
 
 template <typename T>
 absl::Status CudaStage<T>::SetTokens(int slot, const int32_t* tokens) {
+  FR_RETURN_IF_ERROR(Enter());
   const Slot& s = ids_.slots[slot];
   const int64_t BT = B_ * T_;
   FR_RETURN_IF_ERROR(CheckTokenIds(tokens, BT, layout_.config.vocab_size, "tokens"));
@@ -167,6 +193,7 @@ absl::Status CudaStage<T>::SetTokens(int slot, const int32_t* tokens) {
 
 template <typename T>
 absl::Status CudaStage<T>::SetTargets(int slot, const int32_t* targets) {
+  FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(CheckTokenIds(targets, B_ * T_, layout_.config.vocab_size, "targets"));
   CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(ids_.slots[slot].targets), targets, B_ * T_ * 4,
                              cudaMemcpyHostToDevice, stream_));
@@ -175,24 +202,29 @@ absl::Status CudaStage<T>::SetTargets(int slot, const int32_t* targets) {
 
 template <typename T>
 absl::Status CudaStage<T>::SetInputActivations(int slot, const float* x) {
+  FR_RETURN_IF_ERROR(Enter());
   return Upload(Ptr<T>(ids_.slots[slot].input), x, B_ * T_ * layout_.config.n_embd);
 }
 template <typename T>
 absl::Status CudaStage<T>::SetOutputGrad(int slot, const float* dy) {
+  FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("SetOutputGrad"));
   return Upload(OutputGrad(ids_.slots[slot]), dy, B_ * T_ * layout_.config.n_embd);
 }
 template <typename T>
 absl::Status CudaStage<T>::GetOutputActivations(int slot, float* y) {
+  FR_RETURN_IF_ERROR(Enter());
   return Download(y, OutputActivations(ids_.slots[slot]), B_ * T_ * layout_.config.n_embd);
 }
 template <typename T>
 absl::Status CudaStage<T>::GetInputGrad(int slot, float* dx) {
+  FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("GetInputGrad"));
   return Download(dx, Ptr<T>(ids_.slots[slot].dinput), B_ * T_ * layout_.config.n_embd);
 }
 template <typename T>
 absl::Status CudaStage<T>::GetLosses(int slot, float* losses) {
+  FR_RETURN_IF_ERROR(Enter());
   CUDA_CHECK(cudaMemcpyAsync(losses, Ptr<float>(ids_.slots[slot].losses), B_ * T_ * 4,
                              cudaMemcpyDeviceToHost, stream_));
   return Sync();
@@ -200,6 +232,7 @@ absl::Status CudaStage<T>::GetLosses(int slot, float* losses) {
 
 template <typename T>
 absl::Status CudaStage<T>::GetLogitsAt(int slot, int64_t position, float* logits) {
+  FR_RETURN_IF_ERROR(Enter());
   // One row per sequence, T_ rows apart: a strided copy of B rows, widened on the host.
   const int64_t Vp = layout_.config.padded_vocab_size;
   std::vector<T> rows(B_ * Vp);
@@ -213,6 +246,7 @@ absl::Status CudaStage<T>::GetLogitsAt(int slot, int64_t position, float* logits
 
 template <typename T>
 absl::Status CudaStage<T>::ZeroGrads() {
+  FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("ZeroGrads"));
   CUDA_CHECK(cudaMemsetAsync(Ptr<float>(ids_.grads), 0, layout_.total * 4, stream_));
   if (layout_.stage.has_head) {
@@ -224,19 +258,21 @@ absl::Status CudaStage<T>::ZeroGrads() {
 
 template <typename T>
 absl::Status CudaStage<T>::FoldHeadWteGrad() {
+  FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("FoldHeadWteGrad"));
   if (!layout_.stage.has_head) return absl::OkStatus();
   const int64_t n = layout_.config.padded_vocab_size * layout_.config.n_embd;
   if (layout_.stage.has_embedding) {
-    AddInPlace(G(ParamTensor::kWte), Ptr<float>(ids_.head_wte_grad), n, stream_);
+    FR_KERNEL(kHead, AddInPlace, G(ParamTensor::kWte), Ptr<float>(ids_.head_wte_grad), n, stream_);
   } else {
-    Copy(G(ParamTensor::kWte), Ptr<float>(ids_.head_wte_grad), n, stream_);
+    FR_KERNEL(kHead, Copy, G(ParamTensor::kWte), Ptr<float>(ids_.head_wte_grad), n, stream_);
   }
   return Sync();
 }
 
 template <typename T>
 absl::StatusOr<float*> CudaStage<T>::HostGrads(int64_t offset, int64_t n) {
+  FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("HostGrads"));
   CUDA_CHECK(cudaMemcpyAsync(host_grads_ + offset, Ptr<float>(ids_.grads) + offset, n * 4,
                              cudaMemcpyDeviceToHost, stream_));
@@ -246,6 +282,7 @@ absl::StatusOr<float*> CudaStage<T>::HostGrads(int64_t offset, int64_t n) {
 
 template <typename T>
 absl::Status CudaStage<T>::CommitHostGrads(int64_t offset, int64_t n) {
+  FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("CommitHostGrads"));
   CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.grads) + offset, host_grads_ + offset, n * 4,
                              cudaMemcpyHostToDevice, stream_));
@@ -254,18 +291,22 @@ absl::Status CudaStage<T>::CommitHostGrads(int64_t offset, int64_t n) {
 
 template <typename T>
 absl::StatusOr<std::vector<double>> CudaStage<T>::GradSquaresByUnit() {
+  FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("GradSquaresByUnit"));
   const GPT2Config& cfg = layout_.config;
   const StageSpec& st = layout_.stage;
   double* partials = Ptr<double>(ids_.reduce_partials);
   double* units = partials + kReduceBlocks;
   int64_t u = 0;
-  auto add = [&](const float* x, int64_t n, bool first) {
-    SumOfSquares(units + u, x, n, !first, partials, stream_);
+  auto add = [&](int64_t layer, const float* x, int64_t n, bool first) -> absl::Status {
+    FR_KERNEL(layer, SumOfSquares, units + u, x, n, !first, partials, stream_);
+    return absl::OkStatus();
   };
   if (st.has_embedding) {
-    add(G(ParamTensor::kWte), layout_.slot(ParamTensor::kWte).elements, true);
-    add(G(ParamTensor::kWpe), layout_.slot(ParamTensor::kWpe).elements, false);
+    FR_RETURN_IF_ERROR(
+        add(kEmbedding, G(ParamTensor::kWte), layout_.slot(ParamTensor::kWte).elements, true));
+    FR_RETURN_IF_ERROR(
+        add(kEmbedding, G(ParamTensor::kWpe), layout_.slot(ParamTensor::kWpe).elements, false));
     ++u;
   }
   for (int64_t l = 0; l < st.num_layers(); ++l, ++u) {
@@ -273,13 +314,13 @@ absl::StatusOr<std::vector<double>> CudaStage<T>::GradSquaresByUnit() {
     for (int i = 0; i < kNumParamTensors; ++i) {
       const ParamTensor t = static_cast<ParamTensor>(i);
       if (!IsPerLayer(t)) continue;
-      add(G(t, l), ParamElements(cfg, t), first);
+      FR_RETURN_IF_ERROR(add(l, G(t, l), ParamElements(cfg, t), first));
       first = false;
     }
   }
   if (st.has_head) {
-    add(G(ParamTensor::kLnfW), cfg.n_embd, true);
-    add(G(ParamTensor::kLnfB), cfg.n_embd, false);
+    FR_RETURN_IF_ERROR(add(kHead, G(ParamTensor::kLnfW), cfg.n_embd, true));
+    FR_RETURN_IF_ERROR(add(kHead, G(ParamTensor::kLnfB), cfg.n_embd, false));
     ++u;
   }
   std::vector<double> out(u);
@@ -291,6 +332,7 @@ absl::StatusOr<std::vector<double>> CudaStage<T>::GradSquaresByUnit() {
 
 template <typename T>
 absl::Status CudaStage<T>::ApplyAdamW(const AdamWStep& step) {
+  FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("ApplyAdamW"));
   AdamWArgs a;
   a.lr = static_cast<float>(step.lr);
@@ -305,15 +347,16 @@ absl::Status CudaStage<T>::ApplyAdamW(const AdamWStep& step) {
     a.weight_decay = IsDecayed(slot.tensor) ? static_cast<float>(step.weight_decay) : 0.0f;
     bf16* compute = nullptr;
     if constexpr (!std::is_same_v<T, float>) compute = Ptr<bf16>(ids_.compute) + slot.offset;
-    AdamW(Ptr<float>(ids_.master) + slot.offset, compute, Ptr<float>(ids_.grads) + slot.offset,
-          Ptr<float>(ids_.adam_m) + slot.offset, Ptr<float>(ids_.adam_v) + slot.offset,
-          slot.elements, a, stream_);
+    FR_KERNEL(kWholeChunk, AdamW, Ptr<float>(ids_.master) + slot.offset, compute,
+              Ptr<float>(ids_.grads) + slot.offset, Ptr<float>(ids_.adam_m) + slot.offset,
+              Ptr<float>(ids_.adam_v) + slot.offset, slot.elements, a, stream_);
   }
   return Sync();
 }
 
 template <typename T>
 absl::Status CudaStage<T>::GetParams(float* dst) {
+  FR_RETURN_IF_ERROR(Enter());
   CUDA_CHECK(cudaMemcpyAsync(dst, Ptr<float>(ids_.master), layout_.total * 4,
                              cudaMemcpyDeviceToHost, stream_));
   return Sync();
@@ -321,16 +364,19 @@ absl::Status CudaStage<T>::GetParams(float* dst) {
 
 template <typename T>
 absl::Status CudaStage<T>::SetParams(const float* src) {
+  FR_RETURN_IF_ERROR(Enter());
   CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.master), src, layout_.total * 4,
                              cudaMemcpyHostToDevice, stream_));
   if constexpr (!std::is_same_v<T, float>) {
-    Convert(Ptr<bf16>(ids_.compute), Ptr<float>(ids_.master), layout_.total, stream_);
+    FR_KERNEL(kWholeChunk, Convert, Ptr<bf16>(ids_.compute), Ptr<float>(ids_.master), layout_.total,
+              stream_);
   }
   return Sync();
 }
 
 template <typename T>
 absl::Status CudaStage<T>::GetOptimizerState(float* m, float* v) {
+  FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("GetOptimizerState"));
   CUDA_CHECK(cudaMemcpyAsync(m, Ptr<float>(ids_.adam_m), layout_.total * 4, cudaMemcpyDeviceToHost,
                              stream_));
@@ -341,6 +387,7 @@ absl::Status CudaStage<T>::GetOptimizerState(float* m, float* v) {
 
 template <typename T>
 absl::Status CudaStage<T>::SetOptimizerState(const float* m, const float* v) {
+  FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("SetOptimizerState"));
   CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.adam_m), m, layout_.total * 4, cudaMemcpyHostToDevice,
                              stream_));

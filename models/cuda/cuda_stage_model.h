@@ -3,6 +3,11 @@
 // memory is planned up front (models/device_memory_plan.h), allocated once per phase, and
 // reported when it is created; nothing is allocated inside a step.
 //
+// Every public call first makes the chunk's device current (a rank may hold chunks, or side
+// tasks' models, on more than one device, and CUDA's current device is per thread). With
+// FREERIDE_CUDA_CHECK_LAUNCHES=1 every kernel and library call is checked and synchronised, and
+// its error names the call and the layer (stage_policy.h).
+//
 // Work runs on the chunk's own stream. Each compute call (Forward, BackwardInput,
 // BackwardWeight) returns once the stream has drained, so the pipeline's timeline and its
 // BUBBLE instructions mean what they say: the GPU is idle until the next instruction.
@@ -13,6 +18,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "models/cuda/stage_policy.h"
 #include "models/device_memory_plan.h"
 #include "models/stage_model.h"
 
@@ -23,9 +29,10 @@ enum class CudaPrecision { kFp32, kBf16 };
 struct CudaStageOptions {
   int device_index = 0;  // taken modulo the number of visible devices
   CudaPrecision precision = CudaPrecision::kFp32;
-  // The GELU inside cuBLASLt's epilogue (forward GELU_AUX_BIAS, backward DGELU); off: separate
-  // kernels (the reference the GPU tests hold the fused path to).
-  bool fuse_gelu = true;
+  // The GELU inside cuBLASLt's epilogue (forward GELU_AUX_BIAS, backward DGELU), or separate
+  // kernels (the reference the GPU tests hold the fused path to); auto: fused in bf16 only
+  // (stage_policy.h says why).
+  cuda::GeluFusionMode fuse_gelu = cuda::GeluFusionMode::kAuto;
   // The chunk's stream at the device's lowest priority (side work), else its highest
   // (training).
   bool low_priority = false;

@@ -29,9 +29,10 @@ absl::Status CudaStage<T>::AttentionScores(const Slot& s, int64_t l) {
   const int64_t C = layout_.config.n_embd, NH = layout_.config.n_head, hs = C / NH;
   const int64_t BTC = B_ * T_ * C;
   T* q = Ptr<T>(ids_.attn_qkv);
-  SplitHeads(q, Act(s.qkv, l, 3 * BTC), B_, T_, C, NH, stream_);
-  return BatchedGemm<T>(blas_, false, true, T_, T_, hs, 1.0f, q, hs, T_ * hs, q + BTC, hs,
-                        T_ * hs, 0.0f, Ptr<T>(ids_.attn_probs), T_, T_ * T_, B_ * NH);
+  FR_KERNEL(l, SplitHeads, q, Act(s.qkv, l, 3 * BTC), B_, T_, C, NH, stream_);
+  FR_LIBRARY(l, BatchedGemm<T>, blas_, false, true, T_, T_, hs, 1.0f, q, hs, T_ * hs, q + BTC, hs,
+             T_ * hs, 0.0f, Ptr<T>(ids_.attn_probs), T_, T_ * T_, B_ * NH);
+  return absl::OkStatus();
 }
 
 template <typename T>
@@ -42,11 +43,11 @@ absl::Status CudaStage<T>::AttentionForward(const Slot& s, int64_t l) {
   T* att = Ptr<T>(ids_.attn_probs);
   T* y = Ptr<T>(ids_.attn_y);
   FR_RETURN_IF_ERROR(AttentionScores(s, l));
-  CausalSoftmaxForward(att, Ptr<float>(s.att_lse) + l * heads * T_,
-                       1.0f / std::sqrt(static_cast<float>(hs)), heads * T_, T_, stream_);
-  FR_RETURN_IF_ERROR(BatchedGemm<T>(blas_, false, false, T_, hs, T_, 1.0f, att, T_, T_ * T_, v,
-                                    hs, T_ * hs, 0.0f, y, hs, T_ * hs, heads));
-  MergeHeads(Act(s.atty, l, BTC), y, B_, T_, C, NH, stream_);
+  FR_KERNEL(l, CausalSoftmaxForward, att, Ptr<float>(s.att_lse) + l * heads * T_,
+            1.0f / std::sqrt(static_cast<float>(hs)), heads * T_, T_, stream_);
+  FR_LIBRARY(l, BatchedGemm<T>, blas_, false, false, T_, hs, T_, 1.0f, att, T_, T_ * T_, v, hs,
+             T_ * hs, 0.0f, y, hs, T_ * hs, heads);
+  FR_KERNEL(l, MergeHeads, Act(s.atty, l, BTC), y, B_, T_, C, NH, stream_);
   return absl::OkStatus();
 }
 
@@ -61,36 +62,37 @@ absl::Status CudaStage<T>::LayerForward(const Slot& s, int64_t l, const T* x) {
   T* fch = Act(s.fch, l, 4 * BTC);
   T* fch_gelu = Act(s.fch_gelu, l, 4 * BTC);
   T* tmp = Ptr<T>(ids_.scratch_c);
-  LayerNormForward(ln1, Stat(s.ln1_mean, l), Stat(s.ln1_rstd, l), x, P(PT::kLn1W, l),
-                   P(PT::kLn1B, l), BT, C, stream_);
-  FR_RETURN_IF_ERROR(MatmulForward(blas_, qkv, ln1, P(PT::kQkvW, l), P(PT::kQkvB, l), BT, C, 3 * C));
+  FR_KERNEL(l, LayerNormForward, ln1, Stat(s.ln1_mean, l), Stat(s.ln1_rstd, l), x, P(PT::kLn1W, l),
+            P(PT::kLn1B, l), BT, C, stream_);
+  FR_LIBRARY(l, MatmulForward, blas_, qkv, ln1, P(PT::kQkvW, l), P(PT::kQkvB, l), BT, C, 3 * C);
   FR_RETURN_IF_ERROR(AttentionForward(s, l));
-  FR_RETURN_IF_ERROR(MatmulForward(blas_, tmp, Act(s.atty, l, BTC), P(PT::kAttProjW, l),
-                                   P(PT::kAttProjB, l), BT, C, C));
-  ResidualForward(res2, x, tmp, BTC, stream_);
-  LayerNormForward(ln2, Stat(s.ln2_mean, l), Stat(s.ln2_rstd, l), res2, P(PT::kLn2W, l),
-                   P(PT::kLn2B, l), BT, C, stream_);
-  if (options_.fuse_gelu) {
-    FR_RETURN_IF_ERROR(MatmulForward(blas_, fch_gelu, ln2, P(PT::kFcW, l), P(PT::kFcB, l), BT, C,
-                                     4 * C, GeluFusion::kForward, fch));
+  FR_LIBRARY(l, MatmulForward, blas_, tmp, Act(s.atty, l, BTC), P(PT::kAttProjW, l),
+             P(PT::kAttProjB, l), BT, C, C);
+  FR_KERNEL(l, ResidualForward, res2, x, tmp, BTC, stream_);
+  FR_KERNEL(l, LayerNormForward, ln2, Stat(s.ln2_mean, l), Stat(s.ln2_rstd, l), res2,
+            P(PT::kLn2W, l), P(PT::kLn2B, l), BT, C, stream_);
+  if (fuse_gelu_) {
+    FR_LIBRARY(l, MatmulForward, blas_, fch_gelu, ln2, P(PT::kFcW, l), P(PT::kFcB, l), BT, C, 4 * C,
+               GeluFusion::kForward, fch);
   } else {
-    FR_RETURN_IF_ERROR(MatmulForward(blas_, fch, ln2, P(PT::kFcW, l), P(PT::kFcB, l), BT, C, 4 * C));
-    GeluForward(fch_gelu, fch, 4 * BTC, stream_);
+    FR_LIBRARY(l, MatmulForward, blas_, fch, ln2, P(PT::kFcW, l), P(PT::kFcB, l), BT, C, 4 * C);
+    FR_KERNEL(l, GeluForward, fch_gelu, fch, 4 * BTC, stream_);
   }
-  FR_RETURN_IF_ERROR(MatmulForward(blas_, tmp, fch_gelu, P(PT::kFcProjW, l), P(PT::kFcProjB, l),
-                                   BT, 4 * C, C));
-  ResidualForward(Act(s.residual3, l, BTC), res2, tmp, BTC, stream_);
+  FR_LIBRARY(l, MatmulForward, blas_, tmp, fch_gelu, P(PT::kFcProjW, l), P(PT::kFcProjB, l), BT,
+             4 * C, C);
+  FR_KERNEL(l, ResidualForward, Act(s.residual3, l, BTC), res2, tmp, BTC, stream_);
   return absl::OkStatus();
 }
 
 template <typename T>
 absl::StatusOr<double> CudaStage<T>::Forward(int slot) {
+  FR_RETURN_IF_ERROR(Enter());
   const Slot& s = ids_.slots[slot];
   const GPT2Config& cfg = layout_.config;
   const int64_t BT = B_ * T_, C = cfg.n_embd;
   if (layout_.stage.has_embedding) {
-    EncoderForward(Ptr<T>(s.input), Ptr<int32_t>(s.tokens), P(ParamTensor::kWte),
-                   P(ParamTensor::kWpe), B_, T_, C, stream_);
+    FR_KERNEL(kEmbedding, EncoderForward, Ptr<T>(s.input), Ptr<int32_t>(s.tokens),
+              P(ParamTensor::kWte), P(ParamTensor::kWpe), B_, T_, C, stream_);
   }
   for (int64_t l = 0; l < layout_.stage.num_layers(); ++l) {
     FR_RETURN_IF_ERROR(LayerForward(s, l, LayerInput(s, l)));
@@ -99,17 +101,16 @@ absl::StatusOr<double> CudaStage<T>::Forward(int slot) {
     FR_RETURN_IF_ERROR(Sync());
     return 0.0;
   }
-  LayerNormForward(Ptr<T>(s.lnf), Ptr<float>(s.lnf_mean), Ptr<float>(s.lnf_rstd),
-                   OutputActivations(s), P(ParamTensor::kLnfW), P(ParamTensor::kLnfB), BT, C,
-                   stream_);
-  FR_RETURN_IF_ERROR(MatmulForward<T>(blas_, Ptr<T>(s.logits), Ptr<T>(s.lnf), P(ParamTensor::kWte),
-                                      nullptr, BT, C, cfg.padded_vocab_size));
-  CrossEntropyForward(Ptr<float>(s.losses), Ptr<float>(s.logsumexp), Ptr<T>(s.logits),
-                      Ptr<int32_t>(s.targets), BT, cfg.vocab_size, cfg.padded_vocab_size,
-                      stream_);
+  FR_KERNEL(kHead, LayerNormForward, Ptr<T>(s.lnf), Ptr<float>(s.lnf_mean), Ptr<float>(s.lnf_rstd),
+            OutputActivations(s), P(ParamTensor::kLnfW), P(ParamTensor::kLnfB), BT, C, stream_);
+  FR_LIBRARY(kHead, MatmulForward<T>, blas_, Ptr<T>(s.logits), Ptr<T>(s.lnf), P(ParamTensor::kWte),
+             nullptr, BT, C, cfg.padded_vocab_size);
+  FR_KERNEL(kHead, CrossEntropyForward, Ptr<float>(s.losses), Ptr<float>(s.logsumexp),
+            Ptr<T>(s.logits), Ptr<int32_t>(s.targets), BT, cfg.vocab_size, cfg.padded_vocab_size,
+            stream_);
   double* partials = Ptr<double>(ids_.reduce_partials);
   double* sum = partials + kReduceBlocks;
-  Sum(sum, Ptr<float>(s.losses), BT, partials, stream_);
+  FR_KERNEL(kHead, Sum, sum, Ptr<float>(s.losses), BT, partials, stream_);
   double host_sum = 0;
   CUDA_CHECK(cudaMemcpyAsync(&host_sum, sum, sizeof(double), cudaMemcpyDeviceToHost, stream_));
   FR_RETURN_IF_ERROR(Sync());
@@ -130,22 +131,22 @@ absl::Status CudaStage<T>::AttentionBackward(const Slot& s, int64_t l, const T* 
   T* dscores = Ptr<T>(ids_.attn_scores);
   T* att = Ptr<T>(ids_.attn_probs);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  SplitHeadsGrad(dy, datty, B_, T_, C, NH, stream_);
+  FR_KERNEL(l, SplitHeadsGrad, dy, datty, B_, T_, C, NH, stream_);
   // The probabilities again, from the scores and forward's log-sum-exp of each row.
   FR_RETURN_IF_ERROR(AttentionScores(s, l));
-  CausalSoftmaxRecompute(att, Ptr<float>(s.att_lse) + l * heads * T_, scale, heads * T_, T_,
-                         stream_);
+  FR_KERNEL(l, CausalSoftmaxRecompute, att, Ptr<float>(s.att_lse) + l * heads * T_, scale,
+            heads * T_, T_, stream_);
   // datt = dy · vᵀ; dv = attᵀ · dy; then through the softmax; dq = ds · k; dk = dsᵀ · q.
-  FR_RETURN_IF_ERROR(BatchedGemm<T>(blas_, false, true, T_, T_, hs, 1.0f, dy, hs, T_ * hs, v, hs,
-                                    T_ * hs, 0.0f, dscores, T_, T_ * T_, heads));
-  FR_RETURN_IF_ERROR(BatchedGemm<T>(blas_, true, false, T_, hs, T_, 1.0f, att, T_, T_ * T_, dy,
-                                    hs, T_ * hs, 0.0f, dv, hs, T_ * hs, heads));
-  CausalSoftmaxBackward(dscores, att, scale, heads * T_, T_, stream_);
-  FR_RETURN_IF_ERROR(BatchedGemm<T>(blas_, false, false, T_, hs, T_, 1.0f, dscores, T_, T_ * T_,
-                                    k, hs, T_ * hs, 0.0f, dq, hs, T_ * hs, heads));
-  FR_RETURN_IF_ERROR(BatchedGemm<T>(blas_, true, false, T_, hs, T_, 1.0f, dscores, T_, T_ * T_,
-                                    q, hs, T_ * hs, 0.0f, dk, hs, T_ * hs, heads));
-  MergeHeadsGrad(Act(s.dqkv, l, 3 * BTC), dq, B_, T_, C, NH, stream_);
+  FR_LIBRARY(l, BatchedGemm<T>, blas_, false, true, T_, T_, hs, 1.0f, dy, hs, T_ * hs, v, hs,
+             T_ * hs, 0.0f, dscores, T_, T_ * T_, heads);
+  FR_LIBRARY(l, BatchedGemm<T>, blas_, true, false, T_, hs, T_, 1.0f, att, T_, T_ * T_, dy, hs,
+             T_ * hs, 0.0f, dv, hs, T_ * hs, heads);
+  FR_KERNEL(l, CausalSoftmaxBackward, dscores, att, scale, heads * T_, T_, stream_);
+  FR_LIBRARY(l, BatchedGemm<T>, blas_, false, false, T_, hs, T_, 1.0f, dscores, T_, T_ * T_, k, hs,
+             T_ * hs, 0.0f, dq, hs, T_ * hs, heads);
+  FR_LIBRARY(l, BatchedGemm<T>, blas_, true, false, T_, hs, T_, 1.0f, dscores, T_, T_ * T_, q, hs,
+             T_ * hs, 0.0f, dk, hs, T_ * hs, heads);
+  FR_KERNEL(l, MergeHeadsGrad, Act(s.dqkv, l, 3 * BTC), dq, B_, T_, C, NH, stream_);
   return absl::OkStatus();
 }
 
@@ -160,44 +161,47 @@ absl::Status CudaStage<T>::LayerBackwardInput(const Slot& s, int64_t l, const T*
   T* dln1 = Act(s.dln1, l, BTC);
   T* datty = Ptr<T>(ids_.scratch_c);
   const T* fch = Act(s.fch, l, 4 * BTC);
-  if (options_.fuse_gelu) {
-    FR_RETURN_IF_ERROR(MatmulBackwardInput(blas_, dfch, dres3, P(PT::kFcProjW, l), BT, 4 * C, C,
-                                           GeluFusion::kBackward, fch));
+  if (fuse_gelu_) {
+    FR_LIBRARY(l, MatmulBackwardInput, blas_, dfch, dres3, P(PT::kFcProjW, l), BT, 4 * C, C,
+               GeluFusion::kBackward, fch);
   } else {
     T* dgelu = Ptr<T>(ids_.scratch_4c);
-    FR_RETURN_IF_ERROR(MatmulBackwardInput(blas_, dgelu, dres3, P(PT::kFcProjW, l), BT, 4 * C, C));
-    GeluBackward(dfch, fch, dgelu, 4 * BTC, stream_);
+    FR_LIBRARY(l, MatmulBackwardInput, blas_, dgelu, dres3, P(PT::kFcProjW, l), BT, 4 * C, C);
+    FR_KERNEL(l, GeluBackward, dfch, fch, dgelu, 4 * BTC, stream_);
   }
-  FR_RETURN_IF_ERROR(MatmulBackwardInput(blas_, dln2, dfch, P(PT::kFcW, l), BT, C, 4 * C));
-  Copy(dres2, dres3, BTC, stream_);
-  LayerNormBackwardInput(dres2, dln2, Act(s.residual2, l, BTC), P(PT::kLn2W, l),
-                         Stat(s.ln2_mean, l), Stat(s.ln2_rstd, l), BT, C, stream_);
-  FR_RETURN_IF_ERROR(MatmulBackwardInput(blas_, datty, dres2, P(PT::kAttProjW, l), BT, C, C));
+  FR_LIBRARY(l, MatmulBackwardInput, blas_, dln2, dfch, P(PT::kFcW, l), BT, C, 4 * C);
+  FR_KERNEL(l, Copy, dres2, dres3, BTC, stream_);
+  FR_KERNEL(l, LayerNormBackwardInput, dres2, dln2, Act(s.residual2, l, BTC), P(PT::kLn2W, l),
+            Stat(s.ln2_mean, l), Stat(s.ln2_rstd, l), BT, C, stream_);
+  FR_LIBRARY(l, MatmulBackwardInput, blas_, datty, dres2, P(PT::kAttProjW, l), BT, C, C);
   FR_RETURN_IF_ERROR(AttentionBackward(s, l, datty));
-  FR_RETURN_IF_ERROR(MatmulBackwardInput(blas_, dln1, Act(s.dqkv, l, 3 * BTC), P(PT::kQkvW, l),
-                                         BT, C, 3 * C));
-  Copy(dx, dres2, BTC, stream_);
-  LayerNormBackwardInput(dx, dln1, x, P(PT::kLn1W, l), Stat(s.ln1_mean, l), Stat(s.ln1_rstd, l),
-                         BT, C, stream_);
+  FR_LIBRARY(l, MatmulBackwardInput, blas_, dln1, Act(s.dqkv, l, 3 * BTC), P(PT::kQkvW, l), BT, C,
+             3 * C);
+  FR_KERNEL(l, Copy, dx, dres2, BTC, stream_);
+  FR_KERNEL(l, LayerNormBackwardInput, dx, dln1, x, P(PT::kLn1W, l), Stat(s.ln1_mean, l),
+            Stat(s.ln1_rstd, l), BT, C, stream_);
   return absl::OkStatus();
 }
 
 template <typename T>
 absl::Status CudaStage<T>::BackwardInput(int slot, float loss_scale) {
+  FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("BackwardInput"));
   const Slot& s = ids_.slots[slot];
   const GPT2Config& cfg = layout_.config;
   const int64_t BT = B_ * T_, C = cfg.n_embd, BTC = BT * C, L = layout_.stage.num_layers();
   if (layout_.stage.has_head) {
     // The logits become their gradient in place: the probabilities never exist in memory.
-    CrossEntropyBackward(Ptr<T>(s.logits), Ptr<float>(s.logsumexp), Ptr<int32_t>(s.targets),
-                         loss_scale, BT, cfg.vocab_size, cfg.padded_vocab_size, stream_);
-    FR_RETURN_IF_ERROR(MatmulBackwardInput(blas_, Ptr<T>(s.dlnf), Ptr<T>(s.logits),
-                                           P(ParamTensor::kWte), BT, C, cfg.padded_vocab_size));
+    FR_KERNEL(kHead, CrossEntropyBackward, Ptr<T>(s.logits), Ptr<float>(s.logsumexp),
+              Ptr<int32_t>(s.targets), loss_scale, BT, cfg.vocab_size, cfg.padded_vocab_size,
+              stream_);
+    FR_LIBRARY(kHead, MatmulBackwardInput, blas_, Ptr<T>(s.dlnf), Ptr<T>(s.logits),
+               P(ParamTensor::kWte), BT, C, cfg.padded_vocab_size);
     T* dout = OutputGrad(s);
     CUDA_CHECK(cudaMemsetAsync(dout, 0, BTC * sizeof(T), stream_));
-    LayerNormBackwardInput(dout, Ptr<T>(s.dlnf), OutputActivations(s), P(ParamTensor::kLnfW),
-                           Ptr<float>(s.lnf_mean), Ptr<float>(s.lnf_rstd), BT, C, stream_);
+    FR_KERNEL(kHead, LayerNormBackwardInput, dout, Ptr<T>(s.dlnf), OutputActivations(s),
+              P(ParamTensor::kLnfW), Ptr<float>(s.lnf_mean), Ptr<float>(s.lnf_rstd), BT, C,
+              stream_);
   }
   for (int64_t l = L - 1; l >= 0; --l) {
     T* dx = l == 0 ? Ptr<T>(s.dinput) : Act(s.dres3, l - 1, BTC);
@@ -215,48 +219,47 @@ absl::Status CudaStage<T>::LayerBackwardWeight(const Slot& s, int64_t l, const T
   const T* dres2 = Act(s.dres2, l, BTC);
   const T* dfch = Act(s.dfch, l, 4 * BTC);
   const T* dqkv = Act(s.dqkv, l, 3 * BTC);
-  FR_RETURN_IF_ERROR(MatmulBackwardWeight(blas_, G(PT::kFcProjW, l), dres3,
-                                          Act(s.fch_gelu, l, 4 * BTC), BT, 4 * C, C));
-  BiasBackward(G(PT::kFcProjB, l), dres3, BT, C, partials, stream_);
-  FR_RETURN_IF_ERROR(
-      MatmulBackwardWeight(blas_, G(PT::kFcW, l), dfch, Act(s.ln2, l, BTC), BT, C, 4 * C));
-  BiasBackward(G(PT::kFcB, l), dfch, BT, 4 * C, partials, stream_);
-  LayerNormBackwardWeight(G(PT::kLn2W, l), G(PT::kLn2B, l), Act(s.dln2, l, BTC),
-                          Act(s.residual2, l, BTC), Stat(s.ln2_mean, l), Stat(s.ln2_rstd, l), BT,
-                          C, partials, stream_);
-  FR_RETURN_IF_ERROR(
-      MatmulBackwardWeight(blas_, G(PT::kAttProjW, l), dres2, Act(s.atty, l, BTC), BT, C, C));
-  BiasBackward(G(PT::kAttProjB, l), dres2, BT, C, partials, stream_);
-  FR_RETURN_IF_ERROR(
-      MatmulBackwardWeight(blas_, G(PT::kQkvW, l), dqkv, Act(s.ln1, l, BTC), BT, C, 3 * C));
-  BiasBackward(G(PT::kQkvB, l), dqkv, BT, 3 * C, partials, stream_);
-  LayerNormBackwardWeight(G(PT::kLn1W, l), G(PT::kLn1B, l), Act(s.dln1, l, BTC), x,
-                          Stat(s.ln1_mean, l), Stat(s.ln1_rstd, l), BT, C, partials, stream_);
+  FR_LIBRARY(l, MatmulBackwardWeight, blas_, G(PT::kFcProjW, l), dres3, Act(s.fch_gelu, l, 4 * BTC),
+             BT, 4 * C, C);
+  FR_KERNEL(l, BiasBackward, G(PT::kFcProjB, l), dres3, BT, C, partials, stream_);
+  FR_LIBRARY(l, MatmulBackwardWeight, blas_, G(PT::kFcW, l), dfch, Act(s.ln2, l, BTC), BT, C,
+             4 * C);
+  FR_KERNEL(l, BiasBackward, G(PT::kFcB, l), dfch, BT, 4 * C, partials, stream_);
+  FR_KERNEL(l, LayerNormBackwardWeight, G(PT::kLn2W, l), G(PT::kLn2B, l), Act(s.dln2, l, BTC),
+            Act(s.residual2, l, BTC), Stat(s.ln2_mean, l), Stat(s.ln2_rstd, l), BT, C, partials,
+            stream_);
+  FR_LIBRARY(l, MatmulBackwardWeight, blas_, G(PT::kAttProjW, l), dres2, Act(s.atty, l, BTC), BT, C,
+             C);
+  FR_KERNEL(l, BiasBackward, G(PT::kAttProjB, l), dres2, BT, C, partials, stream_);
+  FR_LIBRARY(l, MatmulBackwardWeight, blas_, G(PT::kQkvW, l), dqkv, Act(s.ln1, l, BTC), BT, C,
+             3 * C);
+  FR_KERNEL(l, BiasBackward, G(PT::kQkvB, l), dqkv, BT, 3 * C, partials, stream_);
+  FR_KERNEL(l, LayerNormBackwardWeight, G(PT::kLn1W, l), G(PT::kLn1B, l), Act(s.dln1, l, BTC), x,
+            Stat(s.ln1_mean, l), Stat(s.ln1_rstd, l), BT, C, partials, stream_);
   return absl::OkStatus();
 }
 
 template <typename T>
 absl::Status CudaStage<T>::BackwardWeight(int slot) {
+  FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("BackwardWeight"));
   const Slot& s = ids_.slots[slot];
   const GPT2Config& cfg = layout_.config;
   const int64_t BT = B_ * T_, C = cfg.n_embd;
   if (layout_.stage.has_head) {
-    FR_RETURN_IF_ERROR(MatmulBackwardWeight(blas_, Ptr<float>(ids_.head_wte_grad),
-                                            Ptr<T>(s.logits), Ptr<T>(s.lnf), BT, C,
-                                            cfg.padded_vocab_size));
-    LayerNormBackwardWeight(G(ParamTensor::kLnfW), G(ParamTensor::kLnfB), Ptr<T>(s.dlnf),
-                            OutputActivations(s), Ptr<float>(s.lnf_mean), Ptr<float>(s.lnf_rstd),
-                            BT, C, Ptr<float>(ids_.column_partials), stream_);
+    FR_LIBRARY(kHead, MatmulBackwardWeight, blas_, Ptr<float>(ids_.head_wte_grad), Ptr<T>(s.logits),
+               Ptr<T>(s.lnf), BT, C, cfg.padded_vocab_size);
+    FR_KERNEL(kHead, LayerNormBackwardWeight, G(ParamTensor::kLnfW), G(ParamTensor::kLnfB),
+              Ptr<T>(s.dlnf), OutputActivations(s), Ptr<float>(s.lnf_mean), Ptr<float>(s.lnf_rstd),
+              BT, C, Ptr<float>(ids_.column_partials), stream_);
   }
   for (int64_t l = layout_.stage.num_layers() - 1; l >= 0; --l) {
     FR_RETURN_IF_ERROR(LayerBackwardWeight(s, l, LayerInput(s, l)));
   }
   if (layout_.stage.has_embedding) {
-    EncoderBackwardWeight(G(ParamTensor::kWte), G(ParamTensor::kWpe), Ptr<T>(s.dinput),
-                          Ptr<int32_t>(s.bucket_positions), Ptr<int32_t>(s.bucket_tokens),
-                          Ptr<int32_t>(s.bucket_starts), distinct_tokens_[slot], B_, T_, C,
-                          stream_);
+    FR_KERNEL(kEmbedding, EncoderBackwardWeight, G(ParamTensor::kWte), G(ParamTensor::kWpe),
+              Ptr<T>(s.dinput), Ptr<int32_t>(s.bucket_positions), Ptr<int32_t>(s.bucket_tokens),
+              Ptr<int32_t>(s.bucket_starts), distinct_tokens_[slot], B_, T_, C, stream_);
   }
   return Sync();
 }

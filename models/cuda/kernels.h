@@ -4,8 +4,8 @@
 // in fp32 (fp64 for the gradient norm), parameter gradients are always fp32, and no kernel uses
 // atomics: the same inputs give the same bits.
 //
-// Every function enqueues on `stream` and returns at once; launch errors surface at the next
-// CUDA_CHECK of the stream. Matrix products live in matmul.h.
+// Every function enqueues on `stream` and returns at once; CudaStage checks each launch after
+// it (and, with FREERIDE_CUDA_CHECK_LAUNCHES=1, synchronises). Matrix products live in matmul.h.
 #pragma once
 
 #include <cuda_bf16.h>

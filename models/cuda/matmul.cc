@@ -1,22 +1,20 @@
 #include "models/cuda/matmul.h"
 
 #include <map>
-#include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include "absl/strings/str_format.h"
-
 #include "core/cuda_check.h"
 #include "models/cuda/gemm_shapes.h"
+#include "models/cuda/stage_policy.h"
 
 namespace freeride::cuda {
 
 struct LtAlgorithmCache {
-  // Everything the heuristic's answer depends on, for one BlasContext (one device, handle and
-  // workspace size).
-  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int,
-                         int, int, int, bool, bool>;
-  std::map<Key, cublasLtMatmulAlgo_t> algorithms;
+  // One BlasContext's answers (one device, handle and workspace size), by everything else the
+  // heuristic's answer depends on.
+  std::map<LtKey, cublasLtMatmulAlgo_t> algorithms;
 };
 
 std::shared_ptr<LtAlgorithmCache> MakeLtAlgorithmCache() {
@@ -81,10 +79,33 @@ absl::Status LtMatmul(const BlasContext& ctx, const ColumnMajorGemm& g, const vo
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ctx.workspace_bytes,
       sizeof(ctx.workspace_bytes)));
-  const LtAlgorithmCache::Key key{trans_a, trans_b, m, n, k, g.lda, g.ldb, g.ldd,
-                                  static_cast<int>(a_type), static_cast<int>(b_type),
-                                  static_cast<int>(d_type), static_cast<int>(epilogue),
-                                  bias != nullptr, accumulate};
+  // The real pointers' alignments: the heuristic otherwise assumes 256 bytes and may choose a
+  // kernel that faults on less. C is D here.
+  const LtKey key{trans_a,
+                  trans_b,
+                  m,
+                  n,
+                  k,
+                  g.lda,
+                  g.ldb,
+                  g.ldd,
+                  static_cast<int>(a_type),
+                  static_cast<int>(b_type),
+                  static_cast<int>(d_type),
+                  static_cast<int>(epilogue),
+                  bias != nullptr,
+                  accumulate,
+                  PointerAlignment(A),
+                  PointerAlignment(B),
+                  PointerAlignment(D)};
+  for (auto [attribute, bytes] :
+       {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a},
+        std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b},
+        std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d},
+        std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d}}) {
+    CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(desc.preference, attribute, &bytes, sizeof(bytes)));
+  }
   const cublasLtMatmulAlgo_t* known = nullptr;
   if (ctx.algorithms != nullptr) {
     auto it = ctx.algorithms->algorithms.find(key);
@@ -99,9 +120,13 @@ absl::Status LtMatmul(const BlasContext& ctx, const ColumnMajorGemm& g, const vo
     CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt, desc.op, desc.a, desc.b, desc.d, desc.d,
                                                 desc.preference, 1, &heuristic, &found));
     if (found == 0) {
-      return absl::InternalError(absl::StrFormat(
-          "cuBLASLt has no algorithm for a %dx%dx%d product with epilogue %d", m, n, k,
-          static_cast<int>(epilogue)));
+      return absl::UnimplementedError(absl::StrFormat(
+          "cuBLASLt has no algorithm for a %dx%dx%d product with epilogue %d (pointer "
+          "alignments %d, %d, %d bytes)%s",
+          m, n, k, static_cast<int>(epilogue), key.align_a, key.align_b, key.align_d,
+          epilogue == CUBLASLT_EPILOGUE_DEFAULT || epilogue == CUBLASLT_EPILOGUE_BIAS
+              ? ""
+              : "; runtime.fuse_gelu = \"off\" runs the GELU as its own kernel"));
     }
     algo = heuristic.algo;
     if (ctx.algorithms != nullptr) ctx.algorithms->algorithms.emplace(key, algo);

@@ -39,6 +39,7 @@ absl::StatusOr<std::unique_ptr<NcclComm>> NcclComm::Create(Transport& bootstrap,
 }
 
 NcclComm::~NcclComm() {
+  cudaSetDevice(device_);
   if (comm_ != nullptr) {
     if (!aborted_) {
       cudaStreamSynchronize(stream_);
@@ -52,6 +53,7 @@ NcclComm::~NcclComm() {
 absl::Status NcclComm::Exchange(const void* send, int64_t send_bytes, int send_peer, void* recv,
                                 int64_t recv_bytes, int recv_peer, cudaEvent_t after) {
   if (aborted_) return absl::FailedPreconditionError("the NCCL communicator was aborted");
+  CUDA_CHECK(cudaSetDevice(device_));  // the calling thread's current device may be another
   if (after != nullptr) CUDA_CHECK(cudaStreamWaitEvent(stream_, after, 0));
   NCCL_CHECK(ncclGroupStart());
   if (send_peer >= 0) {
@@ -68,17 +70,20 @@ absl::Status NcclComm::Exchange(const void* send, int64_t send_bytes, int send_p
 
 absl::Status NcclComm::AllReduceSum(float* data, int64_t n, cudaEvent_t after) {
   if (aborted_) return absl::FailedPreconditionError("the NCCL communicator was aborted");
+  CUDA_CHECK(cudaSetDevice(device_));  // the calling thread's current device may be another
   if (after != nullptr) CUDA_CHECK(cudaStreamWaitEvent(stream_, after, 0));
   NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_));
   return absl::OkStatus();
 }
 
 absl::StatusOr<cudaEvent_t> NcclComm::Done() {
+  CUDA_CHECK(cudaSetDevice(device_));
   CUDA_CHECK(cudaEventRecord(done_, stream_));
   return done_;
 }
 
 absl::Status NcclComm::Wait() {
+  CUDA_CHECK(cudaSetDevice(device_));
   CUDA_CHECK(cudaEventRecord(done_, stream_));
   const double deadline = MonotonicSeconds() + timeout_s_;
   auto pause = std::chrono::microseconds(10);

@@ -30,7 +30,8 @@ GPT2Config Tiny() {
 
 constexpr int64_t kB = 4, kT = 32;
 
-std::unique_ptr<CudaStageModel> MustCreate(CudaPrecision precision, bool fuse_gelu = true) {
+std::unique_ptr<CudaStageModel> MustCreate(
+    CudaPrecision precision, cuda::GeluFusionMode fuse_gelu = cuda::GeluFusionMode::kAuto) {
   CudaStageOptions options;
   options.precision = precision;
   options.fuse_gelu = fuse_gelu;
@@ -128,9 +129,19 @@ TEST_P(CudaModelTest, TwoIdenticalRunsAreBitwiseEqual) {
 }
 
 TEST_P(CudaModelTest, FusedAndUnfusedGeluAgree) {
-  auto fused = MustCreate(GetParam(), true), plain = MustCreate(GetParam(), false);
+  auto fused = MustCreate(GetParam(), cuda::GeluFusionMode::kOn);
+  auto plain = MustCreate(GetParam(), cuda::GeluFusionMode::kOff);
   ASSERT_NE(fused, nullptr);
   ASSERT_NE(plain, nullptr);
+  // cuBLASLt may offer no fp32 GELU epilogue at all: that is why "auto" runs fp32 unfused, and
+  // it is no failure here.
+  std::vector<int32_t> tokens(kB * kT, 1);
+  ASSERT_TRUE(fused->SetTokens(0, tokens.data()).ok());
+  ASSERT_TRUE(fused->SetTargets(0, tokens.data()).ok());
+  if (absl::StatusOr<double> probe = fused->Forward(0);
+      !bf16() && !probe.ok() && probe.status().code() == absl::StatusCode::kUnimplemented) {
+    GTEST_SKIP() << probe.status();
+  }
   ASSERT_TRUE(fused->InitRandom(17).ok());
   ASSERT_TRUE(plain->InitRandom(17).ok());
   const StepResult a = TrainStep(*fused, 1, 9), b = TrainStep(*plain, 1, 9);

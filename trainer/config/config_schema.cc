@@ -136,6 +136,12 @@ std::vector<KeySpec> BuildSchema() {
       FR_KEY(runtime, precision)
           .Choices({"fp32", "bf16"})
           .Doc("Weights and activations; bf16 keeps fp32 master weights (CUDA only)."),
+      FR_KEY(runtime, fuse_gelu)
+          .Choices({"auto", "on", "off"})
+          .Doc("The MLP's GELU inside cuBLASLt's matmul epilogue (CUDA): \"auto\" fuses in bf16 "
+               "only (fp32 runs it as its own kernel: cuBLASLt may have no fp32 GELU epilogue, "
+               "and fp32 is held to the CPU within 1e-5); \"on\" fuses in both, \"off\" in "
+               "neither."),
       FR_KEY(runtime, comm_timeout_s)
           .Min(0, true)
           .Doc("Seconds a blocking communication may wait before the job stops with a report of "

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
+#include "models/cuda/stage_policy.h"
 #include "models/device_memory_plan.h"
 #include "pipeline/generators.h"
 #include "trainer/pipeline_plan.h"
@@ -24,9 +25,10 @@ absl::StatusOr<std::string> DeviceMemoryReport(const Config& config) {
   const int bytes = config.runtime.precision == "bf16" ? 2 : 4;
   std::string out = absl::StrFormat(
       "device memory per rank on the CUDA backend: %s, micro-batch %d × %d, %s schedule, "
-      "%d stage(s) × %d chunk(s)\n",
+      "%d stage(s) × %d chunk(s); a rank also keeps %.2f GiB free beyond its plan (lazily "
+      "loaded kernels, library state, NCCL)\n",
       config.runtime.precision, micro_batch, config.train.seq_len, config.parallel.schedule, pp,
-      chunks);
+      chunks, cuda::kDeviceHeadroomBytes / double(int64_t{1} << 30));
   for (int s = 0; s < pp; ++s) {
     const int slots = std::max(1, schedule->buffers_per_stage[s]);
     MemoryPlan plan;

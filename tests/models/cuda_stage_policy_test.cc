@@ -1,0 +1,100 @@
+// The CUDA backend's first-contact decisions, checked on the CPU (models/cuda/stage_policy.h):
+// where the GELU is fused by default, the alignments cuBLASLt is told and the key its
+// algorithms are cached under, the launch-check switch, launch-site names and the device
+// memory check.
+#include <cstdlib>
+#include <map>
+
+#include "gtest/gtest.h"
+#include "models/cuda/stage_policy.h"
+
+namespace freeride::cuda {
+namespace {
+
+TEST(GeluFusion, AutoFusesInBf16Only) {
+  EXPECT_TRUE(FuseGelu(GeluFusionMode::kAuto, /*bf16=*/true));
+  EXPECT_FALSE(FuseGelu(GeluFusionMode::kAuto, /*bf16=*/false));
+  for (bool bf16 : {false, true}) {
+    EXPECT_TRUE(FuseGelu(GeluFusionMode::kOn, bf16));
+    EXPECT_FALSE(FuseGelu(GeluFusionMode::kOff, bf16));
+  }
+}
+
+TEST(GeluFusion, ParsesTheConfigValues) {
+  EXPECT_EQ(*ParseGeluFusionMode("auto"), GeluFusionMode::kAuto);
+  EXPECT_EQ(*ParseGeluFusionMode("on"), GeluFusionMode::kOn);
+  EXPECT_EQ(*ParseGeluFusionMode("off"), GeluFusionMode::kOff);
+  absl::StatusOr<GeluFusionMode> bad = ParseGeluFusionMode("yes");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("\"yes\""), std::string::npos) << bad.status();
+}
+
+TEST(PointerAlignment, IsTheLargestPowerOfTwoUpTo256) {
+  alignas(512) static char block[1024];
+  EXPECT_EQ(PointerAlignment(block), 256u);
+  EXPECT_EQ(PointerAlignment(block + 256), 256u);
+  EXPECT_EQ(PointerAlignment(block + 64), 64u);
+  EXPECT_EQ(PointerAlignment(block + 192), 64u);
+  EXPECT_EQ(PointerAlignment(block + 128), 128u);
+  EXPECT_EQ(PointerAlignment(block + 4), 4u);
+  EXPECT_EQ(PointerAlignment(block + 2), 2u);
+  EXPECT_EQ(PointerAlignment(block + 1), 1u);
+  EXPECT_EQ(PointerAlignment(nullptr), 256u);
+}
+
+TEST(LtKey, AlignmentTellsOtherwiseEqualProductsApart) {
+  LtKey a{false, true, 64, 128, 32, 32, 32, 64, 0, 0, 0, 1, true, false, 256, 256, 256};
+  LtKey b = a;
+  EXPECT_EQ(a, b);
+  b.align_b = 64;
+  EXPECT_NE(a, b);
+  std::map<LtKey, int> cache{{a, 1}};
+  EXPECT_EQ(cache.count(b), 0u);
+  cache.emplace(b, 2);
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(cache.at(a), 1);
+}
+
+class CheckLaunchesEnv : public ::testing::Test {
+ protected:
+  void TearDown() override { unsetenv(kCheckLaunchesVariable); }
+};
+
+TEST_F(CheckLaunchesEnv, OffUnlessOne) {
+  unsetenv(kCheckLaunchesVariable);
+  EXPECT_FALSE(*CheckLaunchesFromEnvironment());
+  setenv(kCheckLaunchesVariable, "", 1);
+  EXPECT_FALSE(*CheckLaunchesFromEnvironment());
+  setenv(kCheckLaunchesVariable, "0", 1);
+  EXPECT_FALSE(*CheckLaunchesFromEnvironment());
+  setenv(kCheckLaunchesVariable, "1", 1);
+  EXPECT_TRUE(*CheckLaunchesFromEnvironment());
+}
+
+TEST_F(CheckLaunchesEnv, OtherValuesAreErrorsNamingTheVariable) {
+  setenv(kCheckLaunchesVariable, "yes", 1);
+  absl::StatusOr<bool> flag = CheckLaunchesFromEnvironment();
+  ASSERT_FALSE(flag.ok());
+  EXPECT_NE(flag.status().message().find("FREERIDE_CUDA_CHECK_LAUNCHES=\"yes\""), std::string::npos)
+      << flag.status();
+}
+
+TEST(LaunchSite, NamesTheCallAndTheModelsLayer) {
+  EXPECT_EQ(LaunchSite("LayerNormForward", 2, 4), "LayerNormForward in layer 6");
+  EXPECT_EQ(LaunchSite("EncoderForward", kEmbedding, 0), "EncoderForward in the embedding");
+  EXPECT_EQ(LaunchSite("MatmulForward<T>", kHead, 8), "MatmulForward<T> in the head");
+  EXPECT_EQ(LaunchSite("AdamW", kWholeChunk, 8), "AdamW on the whole chunk");
+}
+
+TEST(DeviceMemory, KeepsTheHeadroomFree) {
+  const int64_t planned = int64_t{1} << 30;
+  EXPECT_TRUE(CheckDeviceMemory(planned, planned + kDeviceHeadroomBytes, 0, "plan").ok());
+  absl::Status short_by_one =
+      CheckDeviceMemory(planned, planned + kDeviceHeadroomBytes - 1, 3, "weights 1.00 GiB");
+  EXPECT_EQ(short_by_one.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(short_by_one.message().find("cuda:3"), std::string::npos) << short_by_one;
+  EXPECT_NE(short_by_one.message().find("weights 1.00 GiB"), std::string::npos) << short_by_one;
+}
+
+}  // namespace
+}  // namespace freeride::cuda
