@@ -66,6 +66,7 @@ struct Prepared {
   pid_t parent = -1;
   int status_write = -1;  // the supervisor's "ready" byte, then the program's wait status
   int go_read = -1;       // EOF: the supervisor may start the program
+  int status_read = -1, go_write = -1;  // the rank's ends, closed in the supervisor
   int output_fd = -1;
   bool in_namespace = false;
 };
@@ -93,15 +94,17 @@ pid_t RawFork(unsigned long flags) {
   return static_cast<pid_t>(syscall(SYS_clone, flags | SIGCHLD, 0, 0, 0, 0));
 }
 
-void WriteAll(int fd, const void* data, size_t size) {
+// False when the reader is gone (EPIPE: a namespace's init ignores the SIGPIPE).
+bool WriteAll(int fd, const void* data, size_t size) {
   const char* bytes = static_cast<const char*>(data);
   while (size > 0) {
     const ssize_t n = write(fd, bytes, size);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
+    if (n <= 0) return false;
     bytes += n;
     size -= static_cast<size_t>(n);
   }
+  return true;
 }
 
 [[noreturn]] void RunProgram(const Prepared& p) {
@@ -170,7 +173,8 @@ void EndDescendants(const Prepared& p, pid_t program, int* program_status,
       kill(-1, SIGKILL);
     } else if (!KillListedChildren()) {
       int status = 0;
-      if (!*program_ended && kill(program, SIGKILL) == 0 && waitpid(program, &status, 0) == program) {
+      if (!*program_ended && kill(program, SIGKILL) == 0 &&
+          waitpid(program, &status, 0) == program) {
         *program_status = status;
         *program_ended = true;
       }
@@ -191,19 +195,26 @@ void EndDescendants(const Prepared& p, pid_t program, int* program_status,
 
 void Ignore(int) {}
 
+// Whether the rank is gone, for a subreaper. A namespace's init sees its parent as pid 0, and
+// needs no such test: its parent-death signal is SIGKILL.
+bool ParentGone(const Prepared& p) { return !p.in_namespace && getppid() != p.parent; }
+
 // A teardown request: SIGTERM from the rank, or the parent-death signal of a subreaper
-// (SIGCONT, which also comes with every resume; the parent's death is told by getppid).
-bool IsTeardown(int signal_number, pid_t parent) {
-  return signal_number == SIGTERM || (signal_number == SIGCONT && getppid() != parent);
+// (SIGCONT, which also comes with every resume).
+bool IsTeardown(int signal_number, const Prepared& p) {
+  return signal_number == SIGTERM || (signal_number == SIGCONT && ParentGone(p));
 }
 
 [[noreturn]] void Supervise(const Prepared& p) {
+  close(p.status_read);
+  close(p.go_write);
   setpgid(0, 0);
   // Taken by sigwaitinfo. The handlers matter in a namespace: its init receives only the
-  // signals it handles.
+  // signals it handles. SIGHUP comes (with SIGCONT) when the rank dies while the group is
+  // paused (the group is orphaned) and must not end the supervisor before its teardown.
   sigset_t watched;
   sigemptyset(&watched);
-  for (int s : {SIGCHLD, SIGTERM, SIGCONT}) {
+  for (int s : {SIGCHLD, SIGTERM, SIGCONT, SIGHUP}) {
     sigaddset(&watched, s);
     struct sigaction action;
     memset(&action, 0, sizeof(action));
@@ -212,10 +223,10 @@ bool IsTeardown(int signal_number, pid_t parent) {
   }
   sigprocmask(SIG_SETMASK, &watched, nullptr);
   prctl(PR_SET_PDEATHSIG, p.in_namespace ? SIGKILL : SIGCONT);
-  if (getppid() != p.parent) _exit(125);  // the parent went before the line above
   if (!p.in_namespace) prctl(PR_SET_CHILD_SUBREAPER, 1);
+  // The rank went before the parent-death signal was set: no reader, or a new parent.
   const char ready = 'r';
-  WriteAll(p.status_write, &ready, 1);
+  if (!WriteAll(p.status_write, &ready, 1) || ParentGone(p)) _exit(125);
   for (char byte;;) {
     const ssize_t n = read(p.go_read, &byte, 1);
     if (n == 0 || (n < 0 && errno != EINTR)) break;
@@ -223,7 +234,7 @@ bool IsTeardown(int signal_number, pid_t parent) {
   close(p.go_read);
   sigset_t pending;
   sigpending(&pending);
-  if (sigismember(&pending, SIGTERM) || getppid() != p.parent) _exit(125);
+  if (sigismember(&pending, SIGTERM) || ParentGone(p)) _exit(125);
   const pid_t program = RawFork(0);
   if (program < 0) _exit(125);
   if (program == 0) RunProgram(p);
@@ -241,7 +252,7 @@ bool IsTeardown(int signal_number, pid_t parent) {
           program_ended = true;
         }
       }
-    } else if (signal_number > 0 && IsTeardown(signal_number, p.parent)) {
+    } else if (signal_number > 0 && IsTeardown(signal_number, p)) {
       break;
     }
   }
@@ -295,6 +306,8 @@ absl::StatusOr<ChildProcess> ChildProcess::Start(const ChildOptions& options) {
   prepared.parent = getpid();
   prepared.status_write = status_pipe[1];
   prepared.go_read = go_pipe[0];
+  prepared.status_read = status_pipe[0];
+  prepared.go_write = go_pipe[1];
   Containment containment = options.containment;
   pid_t pid = -1;
   if (containment == Containment::kPidNamespace) {
