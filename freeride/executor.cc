@@ -24,6 +24,9 @@ constexpr double kPollableBubbleLimit = 4.0;
 
 const std::function<bool()> kNever = [] { return false; };
 
+// How much of a demoted task's worst step is left each time it is passed over for not fitting.
+constexpr double kWorstStepDecay = 0.9;
+
 }  // namespace
 
 struct SideTaskExecutor::Task {
@@ -36,6 +39,10 @@ struct SideTaskExecutor::Task {
   // cannot be told in advance: in place it may cost nothing, as a fresh object a Create.
   double restart_s = 0;
   bool demoted = false;
+  // Overruns since steps last fitted `demote_after` times in a row, which forgive them (and
+  // lift a demotion): a burst of work must not bar a task for good.
+  int64_t recent_overruns = 0;
+  int64_t fitted_in_a_row = 0;
   TaskReport report;
   bool runs_until_deadline() const { return host->pausable() || host->fills_bubble(); }
 };
@@ -69,15 +76,27 @@ void SideTaskExecutor::Fail(Task& task, const std::string& reason) {
 
 // An in-process step cannot be interrupted: one that ran well past its prediction and past the
 // bubble's predicted end is an overrun. Repeated ones demote the task (only bubbles its worst
-// step fits, after every other task), then fail it.
+// step fits, after every other task), then fail it; `demote_after` steps in a row that fit
+// forgive them and lift the demotion.
 void SideTaskExecutor::CountInProcessOverrun(Task& task, double took, double predicted_before,
                                              double end) {
   task.worst_step_s = std::max(task.worst_step_s, took);
-  if (task.host->fills_bubble() || end <= open_.predicted_end || took <= 2 * predicted_before) {
+  if (task.host->fills_bubble()) return;
+  if (end <= open_.predicted_end || took <= 2 * predicted_before) {
+    if (++task.fitted_in_a_row < options_.demote_after) return;
+    if (task.demoted) {
+      FR_LOG(INFO) << absl::StrFormat(
+          "side task '%s' no longer demoted: %d steps in a row fitted their bubbles",
+          task.spec.name, task.fitted_in_a_row);
+    }
+    task.demoted = false;
+    task.recent_overruns = 0;
+    task.worst_step_s = std::max(task.predicted_step_s, took);
     return;
   }
+  task.fitted_in_a_row = 0;
   task.report.overruns += 1;
-  const int64_t n = task.report.overruns;
+  const int64_t n = ++task.recent_overruns;
   if (n >= 2 * options_.demote_after) {
     Fail(task,
          absl::StrFormat(
@@ -282,6 +301,11 @@ SideTaskExecutor::Task* SideTaskExecutor::Pick(double remaining, bool pollable) 
         }
         const bool fits = t.runs_until_deadline() ? pollable || remaining > kMinSliceS
                                                   : StepNeeds(t) <= remaining;
+        // A demoted task passed over decays its worst step towards its prediction, so that it
+        // meets a bubble again where its steps can show that they fit.
+        if (demoted && !fits) {
+          t.worst_step_s = std::max(t.predicted_step_s, kWorstStepDecay * t.worst_step_s);
+        }
         if (fits) {
           round_robin_ = (round_robin_ + k + 1) % n;
           return &t;

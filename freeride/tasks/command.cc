@@ -1,6 +1,7 @@
 // `command`: the imperative interface. Any program (args.argv) runs as a child process of the
-// rank (core/child_process.h: its own process group, killed with the rank, its data segment
-// capped at memory_limit) that is stopped (SIGSTOP) except inside bubbles: a step resumes it
+// rank (core/child_process.h: under a supervisor that ends its whole process tree with the rank,
+// its data segment capped at memory_limit, its stdout and stderr appended to output.log in the
+// task's results directory) that is stopped (SIGSTOP) except inside bubbles: a step resumes it
 // (SIGCONT), lets it run until the bubble's deadline or until training's input is ready, and
 // stops it again. The child's exit ends the task: status 0 FINISHED, anything else FAILED with
 // the status or signal; at the end of training its group is killed (STOPPED).
@@ -40,6 +41,9 @@ class CommandTask : public SideTask {
     options.working_dir = ctx.results_dir;
     options.data_limit_bytes = ctx.arena->cap();
     options.start_stopped = true;
+    // Not the rank's descriptors: mpirun waits for those to close, and a process that escaped
+    // the program (until the supervisor ends it) must not hold the job open.
+    options.output_path = ctx.results_dir + "/output.log";
     absl::StatusOr<ChildProcess> child = ChildProcess::Start(options);
     if (!child.ok()) return child.status();
     child_ = *std::move(child);
@@ -84,7 +88,7 @@ class CommandTask : public SideTask {
   }
 
   std::vector<std::string> argv_;
-  ChildProcess child_;  // killed (its whole process group) when the task goes
+  ChildProcess child_;  // its whole process tree is killed when the task goes
   bool finished_ = false;
   double seconds_ = 0;
 };

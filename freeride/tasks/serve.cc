@@ -56,7 +56,8 @@ class ServeTask : public SideTask {
     ArgReader args(ctx.name, *ctx.args);
     FR_RETURN_IF_ERROR(
         args.OnlyKnown({"checkpoint", "tokenizer", "host", "port", "allow_remote", "max_batch",
-                        "max_queue", "max_tokens", "request_timeout_s", "threads"}));
+                        "max_queue", "max_tokens", "request_timeout_s", "threads",
+                        "read_timeout_s"}));
     auto path = args.String("checkpoint", "");
     auto tokenizer = args.String("tokenizer", kDefaultTokenizerPath);
     auto host = args.String("host", "127.0.0.1");
@@ -67,9 +68,11 @@ class ServeTask : public SideTask {
     auto limit = args.Int("max_tokens", 256, 1, 1 << 20);
     auto timeout = args.Number("request_timeout_s", 120, 0.1, 86400);
     auto threads = args.Int("threads", 16, 2, 1024);
+    auto read_timeout = args.Number("read_timeout_s", 5, 0.1, 3600);
     for (const absl::Status& s :
          {path.status(), tokenizer.status(), host.status(), port.status(), remote.status(),
-          batch.status(), queue.status(), limit.status(), timeout.status(), threads.status()}) {
+          batch.status(), queue.status(), limit.status(), timeout.status(), threads.status(),
+          read_timeout.status()}) {
       FR_RETURN_IF_ERROR(s);
     }
     if (path->empty()) {
@@ -93,6 +96,7 @@ class ServeTask : public SideTask {
     path_ = *path, max_batch_ = *batch, max_queue_ = *queue;
     http_.host = *host, http_.port = static_cast<int>(*port), http_.max_tokens_limit = *limit;
     http_.request_timeout_s = *timeout, http_.threads = static_cast<int>(*threads);
+    http_.waiting_limit = *queue + *batch, http_.read_timeout_s = *read_timeout;
     http_.vocab_size = config_.vocab_size, http_.max_seq_len = config_.max_seq_len;
     http_.model_name = std::filesystem::path(*path).filename().string();
     return absl::OkStatus();
@@ -118,11 +122,12 @@ class ServeTask : public SideTask {
   }
 
   absl::StatusOr<double> Step(SideTaskContext& ctx) override {
-    // The bubble's deadline is on the task's clock; requests are timed on real time, as their
-    // clients see it.
+    // The bubble's deadline is on the task's clock; requests (and /health's last step) are
+    // timed on real time, as their clients see it.
     Clock& clock = ClockOr(ctx.clock);
     const double start = clock.Now();
-    Admit(MonotonicSeconds());
+    last_step_s_ = MonotonicSeconds();
+    Admit(last_step_s_);
     if (Active() == 0) {
       queue_->WaitForWork(std::clamp(ctx.deadline_s - start, 0.0, 0.002));
       return 0.0;
@@ -160,8 +165,10 @@ class ServeTask : public SideTask {
  private:
   absl::Status StartServer(SideTaskContext& ctx) {
     queue_ = std::make_unique<serve::Queue>(max_queue_);
-    front_ = std::make_unique<serve::HttpFront>(http_, queue_.get(), tokenizer_.get(),
-                                                [this] { return MetricsJson(); });
+    last_step_s_ = MonotonicSeconds();
+    front_ = std::make_unique<serve::HttpFront>(
+        http_, queue_.get(), tokenizer_.get(), [this] { return MetricsJson(); },
+        [this] { return Degraded(); });
     absl::StatusOr<int> port = front_->Start();
     if (!port.ok()) {
       return absl::UnavailableError(
@@ -240,6 +247,15 @@ class ServeTask : public SideTask {
     queue_->Finish(request, MonotonicSeconds(), error);
   }
 
+  // Why requests cannot be served now ("" when they can): some wait, and no bubble step has
+  // come for kStallS (the task is paused, demoted past every bubble, or training is stuck).
+  std::string Degraded() const {
+    const double idle = MonotonicSeconds() - last_step_s_.load();
+    if (queue_->waiting() + static_cast<size_t>(active_.load()) == 0 || idle <= kStallS) return "";
+    return absl::StrFormat("%d requests wait and no bubble has served them for %.1f s",
+                           queue_->waiting() + static_cast<size_t>(active_.load()), idle);
+  }
+
   std::string MetricsJson() const {
     const serve::Queue::Stats s = queue_->stats();
     auto p = [](const serve::Percentiles& x) {
@@ -272,7 +288,8 @@ class ServeTask : public SideTask {
   std::vector<Slot> slots_;
   double round_s_ = 0;
   // Read by the HTTP threads for /metrics: approximate figures are fine there.
-  std::atomic<double> busy_s_{0}, alone_tokens_per_s_{0};
+  std::atomic<double> busy_s_{0}, alone_tokens_per_s_{0}, last_step_s_{0};
+  static constexpr double kStallS = 2.0;
   std::atomic<int64_t> generated_{0};
   std::atomic<int> active_{0};  // slots holding a request
 };

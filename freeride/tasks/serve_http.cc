@@ -1,7 +1,10 @@
 #include "freeride/tasks/serve_http.h"
 
 #include <httplib.h>
+#include <poll.h>
+#include <sys/socket.h>
 
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -35,6 +38,39 @@ bool IntField(const json& body, const char* key, int64_t lo, int64_t hi, int64_t
   return true;
 }
 
+uint16_t PortOf(const sockaddr_storage& address) {
+  if (address.ss_family == AF_INET) {
+    return ntohs(reinterpret_cast<const sockaddr_in&>(address).sin_port);
+  }
+  if (address.ss_family == AF_INET6) {
+    return ntohs(reinterpret_cast<const sockaddr_in6&>(address).sin6_port);
+  }
+  return 0;
+}
+
+// The socket of the connection `request` came on (cpp-httplib does not hand it to handlers):
+// the one whose local and peer ports are the request's. -1 if none is found.
+int ConnectionOf(const httplib::Request& request) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::atoi(entry.path().filename().c_str());
+    sockaddr_storage local{}, peer{};
+    socklen_t local_size = sizeof(local), peer_size = sizeof(peer);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_size) != 0 ||
+        getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_size) != 0) {
+      continue;
+    }
+    if (PortOf(local) == request.local_port && PortOf(peer) == request.remote_port) return fd;
+  }
+  return -1;
+}
+
+// Whether the client hung up (or reset) the connection.
+bool ClientLeft(int fd) {
+  if (fd < 0) return false;
+  pollfd p{fd, POLLRDHUP, 0};
+  return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
 }  // namespace
 
 bool IsLoopback(const std::string& host) {
@@ -42,26 +78,48 @@ bool IsLoopback(const std::string& host) {
 }
 
 HttpFront::HttpFront(HttpOptions options, Queue* queue, Tokenizer* tokenizer,
-                     std::function<std::string()> metrics_json)
+                     std::function<std::string()> metrics_json,
+                     std::function<std::string()> degraded)
     : options_(std::move(options)),
       queue_(queue),
       tokenizer_(tokenizer),
       metrics_json_(std::move(metrics_json)),
+      degraded_(std::move(degraded)),
       server_(std::make_unique<httplib::Server>()) {}
 
 HttpFront::~HttpFront() { Stop(); }
 
 absl::StatusOr<int> HttpFront::Start() {
   httplib::Server& s = *server_;
-  const int threads = options_.threads;
+  // A thread for each request that may wait, `threads` more for quick answers; the backlog holds
+  // as many connections again, so that a burst is answered (429) rather than reset.
+  const int threads = static_cast<int>(options_.threads + options_.waiting_limit);
   s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   s.set_payload_max_length(1 << 20);
+  s.set_keep_alive_max_count(1);
+  const auto read_timeout = static_cast<int64_t>(options_.read_timeout_s * 1e6);
+  s.set_read_timeout(read_timeout / 1000000, read_timeout % 1000000);
+  s.set_write_timeout(read_timeout / 1000000, read_timeout % 1000000);
+  // Not cpp-httplib's default SO_REUSEPORT, with which a second server on the port would take
+  // half of the connections silently.
+  s.set_socket_options([this](int fd) {
+    const int yes = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listen_fd_ = fd;
+  });
   s.Post("/v1/completions",
          [this](const httplib::Request& req, httplib::Response& res) { Completions(req, res); });
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    const bool open = !queue_->closed();
-    res.status = open ? 200 : 503;
-    res.set_content(json{{"status", open ? "ok" : "stopped"}}.dump() + "\n", "application/json");
+    if (queue_->closed()) {
+      res.status = 503;
+      res.set_content(json{{"status", "stopped"}}.dump() + "\n", "application/json");
+      return;
+    }
+    const std::string why = degraded_();
+    res.status = why.empty() ? 200 : 503;
+    json body{{"status", why.empty() ? "ok" : "degraded"}};
+    if (!why.empty()) body["reason"] = why;
+    res.set_content(body.dump() + "\n", "application/json");
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_json_(), "application/json");
@@ -73,6 +131,9 @@ absl::StatusOr<int> HttpFront::Start() {
   } else if (!s.bind_to_port(options_.host, port)) {
     return absl::UnavailableError(absl::StrCat("could not bind ", options_.host, ":", port,
                                                " (in use, or not an address of this machine)"));
+  }
+  if (listen(listen_fd_, 2 * threads) != 0) {
+    return absl::UnavailableError(absl::StrCat("could not listen on ", options_.host, ":", port));
   }
   listener_ = std::thread([this] { server_->listen_after_bind(); });
   return port;
@@ -148,57 +209,45 @@ void HttpFront::Completions(const httplib::Request& req, httplib::Response& res)
     if (queue_->closed()) return Error(res, 503, "the server is stopping", "unavailable");
     return Error(res, 429, "the queue is full; retry later", "rate_limit_exceeded");
   }
-  const double timeout_s = options_.request_timeout_s;
-  const std::string model = options_.model_name;
-  res.set_chunked_content_provider(
-      "application/json", [this, c, timeout_s, model](size_t, httplib::DataSink& sink) {
-        const double give_up = MonotonicSeconds() + timeout_s;
-        // Every 50 ms a space (valid JSON whitespace): failing to send it means the client left.
-        // The second write after the peer closes fails, so a departure is seen within about
-        // 0.1 s, before a short request queued behind full slots would be admitted.
-        while (!queue_->WaitDone(c, 0.05)) {
-          if (!sink.write(" ", 1) || MonotonicSeconds() > give_up) {
-            c->cancelled = true;
-            if (MonotonicSeconds() <= give_up) return false;
-            const std::string late =
-                json{{"error",
-                      {{"message", "not done within the request timeout"}, {"type", "timeout"}}}}
-                    .dump() +
-                "\n";
-            sink.write(late.data(), late.size());
-            sink.done();
-            return true;
-          }
-        }
-        json out;
-        if (!c->error.empty()) {
-          out = {{"error", {{"message", c->error}, {"type", "unavailable"}}}};
-        } else {
-          const int64_t prompt_tokens = static_cast<int64_t>(c->context.size()) - 1;
-          const int64_t completion = static_cast<int64_t>(c->generated.size());
-          out = {{"id", absl::StrCat("cmpl-", c->id)},
-                 {"object", "text_completion"},
-                 {"created", static_cast<int64_t>(std::time(nullptr))},
-                 {"model", model},
-                 {"choices",
-                  {{{"index", 0},
-                    {"text", c->text},
-                    {"finish_reason", "length"},
-                    {"tokens", c->generated}}}},
-                 {"usage",
-                  {{"prompt_tokens", prompt_tokens},
-                   {"completion_tokens", completion},
-                   {"total_tokens", prompt_tokens + completion}}},
-                 {"timings",
-                  {{"queue_ms", 1e3 * (c->admitted_s - c->arrived_s)},
-                   {"first_token_ms", 1e3 * (c->first_token_s - c->arrived_s)},
-                   {"total_ms", 1e3 * (c->done_s - c->arrived_s)}}}};
-        }
-        const std::string text = out.dump() + "\n";
-        sink.write(text.data(), text.size());
-        sink.done();
-        return true;
-      });
+  // Until the request is done, the client hangs up, or the timeout.
+  const double give_up = MonotonicSeconds() + options_.request_timeout_s;
+  const int connection = ConnectionOf(req);
+  while (!queue_->WaitDone(c, 0.05)) {
+    if (ClientLeft(connection)) {
+      c->cancelled = true;
+      return;  // nobody to answer
+    }
+    if (MonotonicSeconds() > give_up) {
+      c->cancelled = true;
+      return Error(res, 504, "not done within the request timeout (args.request_timeout_s)",
+                   "timeout");
+    }
+  }
+  if (!c->error.empty()) {
+    res.set_header("Retry-After", "1");
+    return Error(res, 503, c->error, "unavailable");
+  }
+  const int64_t prompt_tokens = static_cast<int64_t>(c->context.size()) - 1;
+  const int64_t completion = static_cast<int64_t>(c->generated.size());
+  const json out = {{"id", absl::StrCat("cmpl-", c->id)},
+         {"object", "text_completion"},
+         {"created", static_cast<int64_t>(std::time(nullptr))},
+         {"model", options_.model_name},
+         {"choices",
+          {{{"index", 0},
+            {"text", c->text},
+            {"finish_reason", "length"},
+            {"tokens", c->generated}}}},
+         {"usage",
+          {{"prompt_tokens", prompt_tokens},
+           {"completion_tokens", completion},
+           {"total_tokens", prompt_tokens + completion}}},
+         {"timings",
+          {{"queue_ms", 1e3 * (c->admitted_s - c->arrived_s)},
+           {"first_token_ms", 1e3 * (c->first_token_s - c->arrived_s)},
+           {"total_ms", 1e3 * (c->done_s - c->arrived_s)}}}};
+  res.status = 200;
+  res.set_content(out.dump() + "\n", "application/json");
 }
 
 }  // namespace freeride::serve

@@ -1,9 +1,15 @@
 // The `serve` task's network side, on cpp-httplib: POST /v1/completions (OpenAI-style), GET
 // /health and GET /metrics. A handler validates the request, tokenizes the prompt, queues it
-// and waits; it never touches the model. While it waits it sends a space every 200 ms (JSON
-// allows leading whitespace): a write that fails means the client went away, and the request
-// is cancelled so its slot is freed. Bad input is a 400 with a JSON error naming the field;
-// a full queue is a 429 and a stopped server a 503, both with Retry-After.
+// and waits; it never touches the model, and answers only once the request is done, so every
+// answer carries its own status: 200, a 400 with a JSON error naming the field, 429 (the queue
+// is full) and 503 (the server stopped) with Retry-After, 504 past the request timeout. While
+// it waits it watches the connection: a client that hangs up cancels its request, freeing the
+// slot. Under hostile clients: the listening socket is the task's alone (no SO_REUSEPORT: a
+// second task on the same port fails to bind), its backlog holds every connection the pool may
+// be asked to take (no resets in a burst), the pool has a thread for every request that may
+// wait (queued or decoding) and `threads` more for the quick answers, each connection serves
+// one request, and a read that stalls for read_timeout_s ends its connection.
+// /health is 503 "degraded" while requests wait and no bubble has served them lately.
 #pragma once
 
 #include <atomic>
@@ -33,14 +39,17 @@ struct HttpOptions {
   int64_t vocab_size = 0;          // the model's: prompt tokens must be below it
   int64_t max_seq_len = 0;         // prompt + completion must fit
   double request_timeout_s = 120;  // a request not done by then is answered with an error
-  int threads = 16;                // connections served at once
+  int threads = 16;                // connections served at once beside the waiting requests
+  int64_t waiting_limit = 36;      // requests that may wait at once: max_queue + max_batch
+  double read_timeout_s = 5;       // a read that stalls this long ends its connection
   std::string model_name;
 };
 
 class HttpFront {
  public:
+  // `degraded` says why requests cannot be served now, or "" when they can.
   HttpFront(HttpOptions options, Queue* queue, Tokenizer* tokenizer,
-            std::function<std::string()> metrics_json);
+            std::function<std::string()> metrics_json, std::function<std::string()> degraded);
   ~HttpFront();
   // Binds and starts listening on a thread of its own; the bound port.
   absl::StatusOr<int> Start();
@@ -53,7 +62,8 @@ class HttpFront {
   Queue* queue_;
   Tokenizer* tokenizer_;
   std::mutex encode_mu_;  // Encode caches pieces: one handler at a time
-  std::function<std::string()> metrics_json_;
+  std::function<std::string()> metrics_json_, degraded_;
+  std::atomic<int> listen_fd_{-1};
   std::unique_ptr<httplib::Server> server_;
   std::thread listener_;
   std::atomic<int64_t> next_id_{1};

@@ -204,8 +204,11 @@ char ProcessState(int pid) {
 TEST(CommandTaskTest, RunsOnlyInsideBubbles) {
   auto task = CreateSideTask("command", "");
   ASSERT_TRUE(task.ok());
-  // The child records its pid, then sleeps: stopped outside bubbles, sleeping inside.
-  TaskArgs args{{"argv", std::vector<std::string>{"sh", "-c", "echo $$ > pid; exec sleep 60"}}};
+  // The child records its pid, then sleeps: stopped outside bubbles, sleeping inside. The pid
+  // as this process sees it: `$$` may be a PID namespace's, /proc is the machine's (cut's
+  // parent in its /proc/self/stat).
+  TaskArgs args{{"argv", std::vector<std::string>{
+                             "sh", "-c", "cut -d' ' -f4 /proc/self/stat > pid; exec sleep 60"}}};
   CappedArena arena;
   SideTaskContext ctx{"cmd", 0, 0, &args, &arena, Temp("cmd"), 0, [] { return false; }};
   std::filesystem::remove_all(ctx.results_dir);
