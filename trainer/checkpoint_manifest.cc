@@ -92,7 +92,8 @@ absl::Status Mismatch(const std::string& dir, const std::string& file, const std
 // `file` in `dir` against what the manifest recorded of it.
 FileVerdict Check(const std::string& dir, const std::string& file,
                   const std::map<std::string, Recorded>& recorded) {
-  FileVerdict verdict{file, absl::OkStatus()};
+  FileVerdict verdict;
+  verdict.file = file;
   auto it = recorded.find(file);
   if (it == recorded.end()) {
     verdict.status = Mismatch(dir, file, "the manifest records no checksum of it");
