@@ -13,6 +13,11 @@ namespace freeride {
 
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
 absl::StatusOr<std::string> ReadFile(const std::string& path);
+// OK when `path` is a regular file (or a link to one) or does not exist (its open then says
+// so); else an error naming what it is. Data files are checked before they are opened: opening
+// a FIFO blocks until a writer comes, reading a device may never end, and a directory would be
+// reported as a short file.
+absl::Status CheckRegularFile(const std::string& path);
 // Creates `path` and its parents; OK when it already exists as a directory.
 absl::Status MakeDirectories(const std::string& path);
 

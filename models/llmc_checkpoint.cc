@@ -58,6 +58,7 @@ void ForEachStagePiece(const GPT2Config& config, const StageSpec& stage, Fn fn) 
 }  // namespace
 
 absl::StatusOr<GPT2Config> ReadLlmcModelConfig(const std::string& path) {
+  if (absl::Status s = CheckRegularFile(path); !s.ok()) return s;
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrFormat("%s: cannot open model checkpoint", path));
   int32_t header[kHeaderInts];
@@ -69,6 +70,7 @@ absl::StatusOr<GPT2Config> ReadLlmcModelConfig(const std::string& path) {
 }
 
 absl::StatusOr<LlmcModel> ReadLlmcModel(const std::string& path) {
+  if (absl::Status s = CheckRegularFile(path); !s.ok()) return s;
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return absl::NotFoundError(absl::StrFormat("%s: cannot open model checkpoint", path));
   const int64_t size = in.tellg();

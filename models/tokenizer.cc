@@ -56,6 +56,7 @@ struct Tokenizer::Regex {
 Tokenizer::~Tokenizer() = default;
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& path) {
+  if (absl::Status s = CheckRegularFile(path); !s.ok()) return s;
   absl::StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) {
     return absl::NotFoundError(absl::StrFormat(

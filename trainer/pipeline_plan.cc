@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/status.h"
 #include "pipeline/generators.h"
 #include "pipeline/passes.h"
@@ -50,6 +51,15 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const Config& config, const GPT2Config
     FR_ASSIGN_OR_RETURN(plan.specs,
                         SplitIntoStages(model, virtual_stages, par.layers_per_stage));
     plan.partition = par.layers_per_stage.empty() ? "even" : "parallel.layers_per_stage";
+    if (par.layers_per_stage.empty() && model.n_layer % virtual_stages != 0) {
+      std::vector<int64_t> counts;
+      for (const StageSpec& spec : plan.specs) counts.push_back(spec.num_layers());
+      plan.warning = absl::StrFormat(
+          "parallel.partition = \"even\": %d blocks do not divide evenly over %d model chunks, "
+          "so they are split %s (the chunks with more blocks set the pace; "
+          "parallel.layers_per_stage or partition = \"balanced\" choose another split)",
+          model.n_layer, virtual_stages, absl::StrJoin(counts, " + "));
+    }
   } else {
     const PartCosts costs = measured ? *measured : FlopPartCosts(model, config.train.seq_len);
     std::vector<int> owners(virtual_stages);

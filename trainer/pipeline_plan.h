@@ -21,6 +21,9 @@ struct PipelinePlan {
   // Per virtual stage (pp × chunks, in pipeline order): its blocks, embedding and head.
   std::vector<StageSpec> specs;
   std::string partition;  // how the split was chosen, for the log: "balanced (FLOP model) ..."
+  // What the user should know of the split, or "": an "even" split of blocks that do not
+  // divide evenly, whose chunks with one block more set the pipeline's pace.
+  std::string warning;
   bool from_file = false;
   pipeline::Schedule file_schedule;  // parallel.schedule = "file": loaded and validated
 };

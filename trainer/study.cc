@@ -158,12 +158,17 @@ void PrepareStudyConfig(Config& config, const StudyOptions& options) {
   }
 }
 
-absl::StatusOr<std::string> RunStudy(Trainer& trainer, const Config& config,
-                                     const StudyOptions& options) {
+absl::Status CheckStudyConfig(const Config& config) {
   if (config.side_tasks.empty() || !config.freeride.enabled) {
     return absl::InvalidArgumentError(
         "a study compares side tasks: set freeride.enabled = true and configure [[side_tasks]]");
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> RunStudy(Trainer& trainer, const Config& config,
+                                     const StudyOptions& options) {
+  if (absl::Status s = CheckStudyConfig(config); !s.ok()) return s;
   SideTaskExecutor* side = trainer.side_tasks();
   StudyRun run;
   run.config = &config;

@@ -39,6 +39,10 @@ int64_t StudySteps(const Config& config, const StudyOptions& options);
 // work would measure nothing).
 void PrepareStudyConfig(Config& config, const StudyOptions& options);
 
+// OK when the config has side tasks to compare (freeride.enabled and [[side_tasks]]); checked
+// before the run directory is created.
+absl::Status CheckStudyConfig(const Config& config);
+
 // Runs the study on `trainer` (every rank calls it); rank 0 writes run.dir/study.md and
 // run.dir/study.json and returns the Markdown (other ranks an empty string).
 absl::StatusOr<std::string> RunStudy(Trainer& trainer, const Config& config,

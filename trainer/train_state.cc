@@ -4,10 +4,13 @@
 #include <cstring>
 #include <filesystem>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "core/files.h"
 #include "models/llmc_checkpoint.h"
+#include "trainer/checkpoint_manifest.h"
 
 namespace freeride {
 namespace {
@@ -18,6 +21,13 @@ constexpr int kHeaderInts = 20;
 }  // namespace
 
 std::string CheckpointDirName(int64_t step) { return absl::StrFormat("step_%08d", step); }
+
+bool ParseCheckpointDirName(const std::string& name, int64_t* step) {
+  absl::string_view digits(name);
+  return absl::ConsumePrefix(&digits, "step_") && !digits.empty() &&
+         std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit) &&
+         absl::SimpleAtoi(digits, step);
+}
 std::string RankStateFileName(int stage) { return absl::StrFormat("state_r%03d.bin", stage); }
 
 absl::Status WriteRankState(const std::string& path, const RankState& s) {
@@ -50,6 +60,7 @@ absl::Status WriteRankState(const std::string& path, const RankState& s) {
 }
 
 absl::StatusOr<RankState> ReadRankState(const std::string& path) {
+  if (absl::Status s = CheckRegularFile(path); !s.ok()) return s;
   absl::StatusOr<std::string> bytes = ReadFile(path);
   if (!bytes.ok()) return bytes.status();
   int64_t h[kHeaderInts];
@@ -112,40 +123,43 @@ absl::Status StartCheckpoint(const std::string& dir, int64_t step) {
   return MakeDirectories(staging);
 }
 
+void AbandonCheckpoint(const std::string& dir, int64_t step) {
+  std::error_code ec;
+  std::filesystem::remove_all(CheckpointStagingDir(dir, step), ec);
+}
+
 absl::StatusOr<std::string> FinishCheckpoint(const std::string& dir, const RankState& state,
                                              const float* whole_params) {
   namespace fs = std::filesystem;
   const std::string staging = CheckpointStagingDir(dir, state.step);
   const std::string name = CheckpointDirName(state.step);
   const std::string final_dir = (fs::path(dir) / name).string();
+  // A full disk or a failed write must not leave a step_N.partial behind to fill it further.
+  auto abandon = [&](absl::Status status) {
+    AbandonCheckpoint(dir, state.step);
+    return status;
+  };
+  std::vector<std::string> files;
+  for (int64_t stage = 0; stage < state.pp; ++stage) {
+    files.push_back(RankStateFileName(static_cast<int>(stage)));
+  }
   if (whole_params != nullptr) {
     if (absl::Status s = WriteLlmcModel((fs::path(staging) / "model.bin").string(), state.model,
                                         whole_params);
         !s.ok()) {
-      return s;
+      return abandon(s);
     }
+    files.push_back("model.bin");
   }
-  std::string files;
-  for (int64_t stage = 0; stage < state.pp; ++stage) {
-    files += absl::StrFormat("%s\"%s\"", stage ? ", " : "", RankStateFileName(stage));
-  }
-  const GPT2Config& c = state.model;
-  const std::string manifest = absl::StrFormat(
-      "{\"format\": \"freeride-checkpoint\", \"version\": %d, \"step\": %d, \"pp\": %d, "
-      "\"dp\": %d, \"chunks\": %d, \"model\": {\"n_layer\": %d, \"n_head\": %d, \"n_embd\": %d, "
-      "\"max_seq_len\": %d, \"vocab_size\": %d}, \"files\": [%s]}\n",
-      kTrainStateVersion, state.step, state.pp, state.dp, state.chunks, c.n_layer, c.n_head,
-      c.n_embd, c.max_seq_len, c.vocab_size, files);
-  if (absl::Status s = WriteFileAtomically((fs::path(staging) / "manifest.json").string(), manifest);
-      !s.ok()) {
-    return s;
+  if (absl::Status s = WriteCheckpointManifest(staging, state, files); !s.ok()) {
+    return abandon(s);
   }
   std::error_code ec;
   fs::remove_all(final_dir, ec);
   fs::rename(staging, final_dir, ec);
   if (ec) {
-    return absl::InternalError(
-        absl::StrFormat("cannot rename %s to %s: %s", staging, final_dir, ec.message()));
+    return abandon(absl::InternalError(
+        absl::StrFormat("cannot rename %s to %s: %s", staging, final_dir, ec.message())));
   }
   if (absl::Status s = WriteFileAtomically((fs::path(dir) / "latest").string(), name + "\n");
       !s.ok()) {
@@ -154,17 +168,34 @@ absl::StatusOr<std::string> FinishCheckpoint(const std::string& dir, const RankS
   return final_dir;
 }
 
+absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string file = (fs::path(dir) / "latest").string();
+  absl::StatusOr<std::string> latest = ReadFile(file);
+  if (!latest.ok()) return latest.status();
+  const std::string name(absl::StripAsciiWhitespace(*latest));
+  int64_t step = 0;
+  if (!ParseCheckpointDirName(name, &step)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s holds '%s', not the name of a checkpoint directory inside %s (step_NNNNNNNN): "
+        "refused, so that it cannot point outside the checkpoint directory",
+        file, name, dir));
+  }
+  return (fs::path(dir) / name).string();
+}
+
 absl::StatusOr<std::string> ResolveCheckpoint(const std::string& resume, const std::string& dir) {
   namespace fs = std::filesystem;
   std::string path = resume;
   if (resume == "latest") {
-    absl::StatusOr<std::string> latest = ReadFile((fs::path(dir) / "latest").string());
-    if (!latest.ok()) {
+    if (!fs::exists(fs::path(dir) / "latest")) {
       return absl::NotFoundError(absl::StrFormat(
           "checkpoint.resume = \"latest\" but %s/latest does not exist (no checkpoint yet)",
           dir));
     }
-    path = (fs::path(dir) / std::string(absl::StripTrailingAsciiWhitespace(*latest))).string();
+    absl::StatusOr<std::string> latest = LatestCheckpoint(dir);
+    if (!latest.ok()) return latest.status();
+    path = *latest;
   }
   if (!fs::exists(fs::path(path) / RankStateFileName(0))) {
     return absl::NotFoundError(absl::StrFormat(
@@ -174,13 +205,13 @@ absl::StatusOr<std::string> ResolveCheckpoint(const std::string& resume, const s
   return path;
 }
 
-std::string ModelFileOf(const std::string& path) {
+absl::StatusOr<std::string> ModelFileOf(const std::string& path) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(path)) return path;
-  if (absl::StatusOr<std::string> latest = ReadFile((fs::path(path) / "latest").string());
-      latest.ok()) {
-    return (fs::path(path) / std::string(absl::StripTrailingAsciiWhitespace(*latest)) / "model.bin")
-        .string();
+  if (fs::exists(fs::path(path) / "latest")) {
+    absl::StatusOr<std::string> latest = LatestCheckpoint(path);
+    if (!latest.ok()) return latest.status();
+    return (fs::path(*latest) / "model.bin").string();
   }
   return (fs::path(path) / "model.bin").string();
 }

@@ -1,6 +1,7 @@
 // Training checkpoints: everything needed to continue a run bit for bit. A checkpoint is a
 // directory `<checkpoint.dir>/step_NNNNNNNN/` holding
-//   manifest.json      format, version, step, model shape, ranks and their files
+//   manifest.json      format, version, step, model shape, ranks, their files and every
+//                      file's size and CRC-32C (trainer/checkpoint_manifest.h)
 //   state_rNNN.bin     per rank: its stage's parameters, AdamW moments, data position
 //   model.bin          the whole model as an llm.c checkpoint (for sample, eval, llm.c)
 // written under a temporary name and renamed into place, then `latest` (a one-line file
@@ -41,16 +42,26 @@ absl::Status WriteRankState(const std::string& path, const RankState& state);
 absl::StatusOr<RankState> ReadRankState(const std::string& path);
 
 std::string CheckpointDirName(int64_t step);
+// True for a name CheckpointDirName makes ("step_" and digits), with its step.
+bool ParseCheckpointDirName(const std::string& name, int64_t* step);
 std::string RankStateFileName(int stage);
 
 // Writing a checkpoint of `step` under `dir`, in three moves: the directory a checkpoint is
 // assembled in (rank 0 creates it, every stage writes its state file into it), then
 // FinishCheckpoint (rank 0, once every state file is written): the manifest, the llm.c
-// model file when `whole_params` is given, the rename into place, and `latest`.
+// model file when `whole_params` is given, the rename into place, and `latest`. A checkpoint
+// that fails on the way removes its staging directory: only complete ones are left.
 std::string CheckpointStagingDir(const std::string& dir, int64_t step);
 absl::Status StartCheckpoint(const std::string& dir, int64_t step);
 absl::StatusOr<std::string> FinishCheckpoint(const std::string& dir, const RankState& state,
                                              const float* whole_params);
+
+// Removes what a checkpoint of `step` that did not finish left under `dir`.
+void AbandonCheckpoint(const std::string& dir, int64_t step);
+
+// The checkpoint `dir/latest` names. It must name a checkpoint directory inside `dir`
+// (step_NNNNNNNN): a `latest` holding a path is refused, never followed out of `dir`.
+absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir);
 
 // Resolves checkpoint.resume: "latest" reads `dir/latest`; anything else is a checkpoint
 // directory path. Errors say what is missing.
@@ -58,6 +69,6 @@ absl::StatusOr<std::string> ResolveCheckpoint(const std::string& resume, const s
 
 // The model file behind a path: for a checkpoint.dir (holding `latest`), the newest
 // checkpoint's model.bin; for a checkpoint directory, its model.bin; else the path itself.
-std::string ModelFileOf(const std::string& path);
+absl::StatusOr<std::string> ModelFileOf(const std::string& path);
 
 }  // namespace freeride

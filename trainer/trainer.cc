@@ -23,6 +23,7 @@
 #include "models/llmc_checkpoint.h"
 #include "pipeline/passes.h"
 #include "pipeline/simulator.h"
+#include "trainer/checkpoint_manifest.h"
 #include "trainer/emulation.h"
 #include "trainer/pipeline_plan.h"
 #include "trainer/run_dir.h"
@@ -197,6 +198,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   if (emulate || transport->rank() == 0) {
     FR_LOG(INFO) << "pipeline split " << plan->partition << ": "
                  << DescribePartition(*plan, L.pp);
+    if (!plan->warning.empty()) {
+      FR_LOG(WARN) << plan->warning;
+    }
   }
   pipeline::CostModel cost = pipeline::CostModel::Uniform();
   // On simulated time, what every compute instruction takes.
@@ -255,6 +259,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   }
   std::optional<LlmcModel> weights;
   if (!config.model.init_from.empty()) {
+    if (absl::Status s = VerifyModelFile(config.model.init_from); !s.ok()) return s;
     absl::StatusOr<LlmcModel> w = ReadLlmcModel(config.model.init_from);
     if (!w.ok()) return w.status();
     weights = *std::move(w);

@@ -4,10 +4,12 @@
 #include <filesystem>
 #include <tuple>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/logging.h"
 #include "models/llmc_checkpoint.h"
+#include "trainer/checkpoint_manifest.h"
 #include "trainer/train_state.h"
 #include "trainer/trainer.h"
 
@@ -64,6 +66,14 @@ absl::StatusOr<std::vector<StageSpec>> SavedChunkSpecs(const RankState& s, const
   return specs;
 }
 
+// A stage's state file of checkpoint `dir`, checked against the manifest's checksum first: a
+// file corrupted on disk must not resume into other losses.
+absl::StatusOr<RankState> ReadVerifiedRankState(const std::string& dir, int64_t stage) {
+  const std::string name = RankStateFileName(static_cast<int>(stage));
+  if (absl::Status s = VerifyCheckpointFile(dir, name); !s.ok()) return s;
+  return ReadRankState((std::filesystem::path(dir) / name).string());
+}
+
 int64_t NumParams(const std::vector<std::unique_ptr<StageModel>>& chunks) {
   int64_t n = 0;
   for (const auto& chunk : chunks) n += chunk->num_params();
@@ -75,8 +85,7 @@ int64_t NumParams(const std::vector<std::unique_ptr<StageModel>>& chunks) {
 absl::Status Trainer::Resume(const std::string& path) {
   namespace fs = std::filesystem;
   const std::string own_file = (fs::path(path) / RankStateFileName(layout_.stage)).string();
-  const std::string first_file = (fs::path(path) / RankStateFileName(0)).string();
-  absl::StatusOr<RankState> first = ReadRankState(first_file);
+  absl::StatusOr<RankState> first = ReadVerifiedRankState(path, 0);
   if (!first.ok()) return first.status();
   if (!(first->model == model_config_)) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -103,7 +112,8 @@ absl::Status Trainer::Resume(const std::string& path) {
   std::vector<std::vector<float>> params(chunks_.size()), m(chunks_.size()), v(chunks_.size());
   RankState own;
   if (same_layout) {
-    absl::StatusOr<RankState> state = layout_.stage == 0 ? first : ReadRankState(own_file);
+    absl::StatusOr<RankState> state =
+        layout_.stage == 0 ? first : ReadVerifiedRankState(path, layout_.stage);
     if (!state.ok()) return state.status();
     own = *std::move(state);
   }
@@ -140,7 +150,7 @@ absl::Status Trainer::Resume(const std::string& path) {
     std::vector<float> whole_p(total), whole_m(total), whole_v(total);
     for (int64_t stage = first->pp - 1; stage >= 0; --stage) {
       const std::string file = (fs::path(path) / RankStateFileName(stage)).string();
-      absl::StatusOr<RankState> state = stage == 0 ? first : ReadRankState(file);
+      absl::StatusOr<RankState> state = stage == 0 ? first : ReadVerifiedRankState(path, stage);
       if (!state.ok()) return state.status();
       absl::StatusOr<std::vector<StageSpec>> specs = SavedChunkSpecs(*state, file, *even);
       if (!specs.ok()) return specs.status();
@@ -189,8 +199,16 @@ absl::Status Trainer::Resume(const std::string& path) {
 absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
   const bool leader = transport_->rank() == 0;
   if (leader) {
-    if (absl::Status s = StartCheckpoint(checkpoint_dir_, step_); !s.ok()) return s;
+    if (absl::Status s = StartCheckpoint(checkpoint_dir_, step_); !s.ok()) {
+      AbandonCheckpoint(checkpoint_dir_, step_);
+      return s;
+    }
   }
+  // Whatever fails from here on (a full disk, a rank that does not answer), the leader removes
+  // the half-written step_N.partial; FinishCheckpoint renames it away once it succeeds.
+  absl::Cleanup abandon = [&] {
+    if (leader) AbandonCheckpoint(checkpoint_dir_, step_);
+  };
   if (absl::Status s = Barrier(); !s.ok()) return s;
   RankState state;
   state.step = step_;
@@ -240,6 +258,7 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
   absl::StatusOr<std::string> dir =
       (std::filesystem::path(checkpoint_dir_) / CheckpointDirName(step_)).string();
   if (leader) dir = FinishCheckpoint(checkpoint_dir_, state, whole.data());
+  if (dir.ok()) std::move(abandon).Cancel();
   if (absl::Status s = Barrier(); !s.ok()) return s;
   return dir;
 }

@@ -1,6 +1,7 @@
 #include "core/files.h"
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <csignal>
 #include <unistd.h>
 
@@ -61,6 +62,23 @@ TEST(FilesTest, MissingFileAndFileAsDirectoryAreErrors) {
   ASSERT_TRUE(MakeDirectories(dir).ok());
   ASSERT_TRUE(WriteFileAtomically(dir + "/f", "x").ok());
   EXPECT_FALSE(MakeDirectories(dir + "/f").ok());
+}
+
+TEST(FilesTest, OnlyRegularFilesPassTheDataFileCheck) {
+  const std::string dir = TempDir();
+  ASSERT_TRUE(MakeDirectories(dir).ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/f", "x").ok());
+  EXPECT_TRUE(CheckRegularFile(dir + "/f").ok());
+  EXPECT_TRUE(CheckRegularFile(dir + "/absent").ok());  // its open says it is missing
+  ASSERT_EQ(mkfifo((dir + "/fifo").c_str(), 0600), 0);
+  for (const auto& [path, what] : {std::pair<std::string, std::string>{dir, "is a directory"},
+                                   {dir + "/fifo", "is a FIFO (named pipe)"},
+                                   {"/dev/null", "is a character device"}}) {
+    absl::Status s = CheckRegularFile(path);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << path;
+    EXPECT_NE(s.message().find(path + ": " + what + ", not a regular file"), std::string::npos)
+        << s.message();
+  }
 }
 
 }  // namespace

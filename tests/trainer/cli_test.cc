@@ -1,9 +1,11 @@
 // The command line, run in-process with stdout and stderr captured.
 #include "trainer/cli/cli.h"
 
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 
+#include "absl/strings/str_join.h"
 #include "core/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -164,6 +166,56 @@ TEST(CliTest, ACommandTaskCannotRunInProcess) {
                                     "for a `command` task"));
 }
 
+TEST(CliTest, SideTaskNamesThatArePathsAreRefusedWithTheirLine) {
+  const std::string path = WriteTemp("escape.toml",
+      "[data]\ntrain = \"x_*.bin\"\n[freeride]\nenabled = true\n"
+      "[[side_tasks]]\ntype = \"spin\"\nname = \"../../escape\"\n");
+  CliResult result = RunCommand({"config", "check", path});
+  EXPECT_EQ(result.status, kExitFailure);
+  EXPECT_THAT(result.err, HasSubstr(path + ":7:8: side_tasks[0].name: expected a name of letters, "
+                                    "digits, '_', '-' and '.'"));
+  EXPECT_THAT(result.err, HasSubstr("found \"../../escape\""));
+}
+
+TEST(CliTest, AnUnevenEvenSplitIsSaid) {
+  CliResult result = RunCommand({"config", "check", "--set", "model.n_layer=3", "--set",
+                                 "parallel.pp=2", "--set", "parallel.partition=even"});
+  EXPECT_EQ(result.status, kExitOk) << result.err;
+  EXPECT_THAT(result.err, HasSubstr("warning: parallel.partition = \"even\": 3 blocks do not "
+                                    "divide evenly over 2 model chunks, so they are split 2 + 1"));
+  EXPECT_THAT(RunCommand({"config", "check", "--set", "model.n_layer=4", "--set", "parallel.pp=2",
+                          "--set", "parallel.partition=even"})
+                  .err,
+              Not(HasSubstr("divide evenly")));
+}
+
+// Nothing runs, and nothing is created, on arguments the command cannot take: a config given
+// without --config must not train the embedded default into ./runs.
+TEST(CliTest, StrayArgumentsAreUsageErrorsAndCreateNothing) {
+  const std::string run = testing::TempDir() + "stray_run";
+  std::filesystem::remove_all(run);
+  const std::string run_dir = "run.dir=\"" + run + "\"";
+  CliResult train = RunCommand({"train", "configs/tiny_cpu.toml", "--set", run_dir});
+  EXPECT_EQ(train.status, kExitUsage);
+  EXPECT_THAT(train.err, HasSubstr("train takes no positional arguments, found "
+                                   "'configs/tiny_cpu.toml' (a config goes after --config: "
+                                   "--config configs/tiny_cpu.toml)"));
+  CliResult study = RunCommand({"study", "--set", run_dir});
+  EXPECT_EQ(study.status, kExitUsage);
+  EXPECT_THAT(study.err, HasSubstr("study needs --config FILE"));
+  // A config a study cannot use is refused before its run directory is made.
+  CliResult no_tasks = RunCommand({"study", "--config", "configs/tiny_cpu.toml", "--set", run_dir});
+  EXPECT_EQ(no_tasks.status, kExitFailure);
+  EXPECT_THAT(no_tasks.err, HasSubstr("a study compares side tasks"));
+  CliResult unset = RunCommand({"train", "--set", "train.steps", "--set", run_dir});
+  EXPECT_EQ(unset.status, kExitUsage);
+  EXPECT_THAT(unset.err, HasSubstr("--set 'train.steps': expected SECTION.KEY=VALUE"));
+  EXPECT_FALSE(std::filesystem::exists(run));
+  EXPECT_EQ(RunCommand({"config", "check", "a.toml", "b.toml"}).status, kExitUsage);
+  EXPECT_EQ(RunCommand({"version", "extra"}).status, kExitUsage);
+  EXPECT_EQ(RunCommand({"eval", "--checkpoint", "x", "--data", "y", "z"}).status, kExitUsage);
+}
+
 TEST(CliTest, MissingConfigFileIsAClearError) {
   CliResult result = RunCommand({"config", "check", "/nonexistent/run.toml"});
   EXPECT_EQ(result.status, kExitFailure);
@@ -229,7 +281,7 @@ TEST(CliScheduleTest, ConfigShowsTheSplitAndTorchFormatRoundTrips) {
   EXPECT_THAT(sim.out, HasSubstr("+embedding"));
   EXPECT_THAT(sim.out, HasSubstr("zbv: p=4 m=8 v=2"));
   CliResult mixed = RunCommand({"simulate", "--config", config, "--kind", "1f1b"});
-  EXPECT_EQ(mixed.status, kExitFailure);
+  EXPECT_EQ(mixed.status, kExitUsage);
   EXPECT_THAT(mixed.err, HasSubstr("--kind comes from the training config"));
   CliResult torch = RunCommand({"schedule", "--kind", "dualpipev", "--stages", "2",
                                 "--microbatches", "4", "--format", "torch"});
@@ -243,7 +295,7 @@ TEST(CliScheduleTest, ConfigShowsTheSplitAndTorchFormatRoundTrips) {
 
 TEST(CliScheduleTest, BadInputsAreClearErrors) {
   CliResult kind = RunCommand({"simulate", "--kind", "pipedream"});
-  EXPECT_EQ(kind.status, kExitFailure);
+  EXPECT_EQ(kind.status, kExitUsage);
   EXPECT_THAT(kind.err, HasSubstr("unknown schedule kind 'pipedream'"));
   CliResult refused = RunCommand({"simulate", "--kind", "interleaved", "--stages", "4",
                                   "--microbatches", "6", "--chunks", "2"});
@@ -252,6 +304,24 @@ TEST(CliScheduleTest, BadInputsAreClearErrors) {
   CliResult invalid = RunCommand({"simulate", "--input", broken});
   EXPECT_EQ(invalid.status, kExitFailure);
   EXPECT_THAT(invalid.err, HasSubstr("rule 'order'"));
+}
+
+// Flags that cannot be read are bad usage (2), as documented; a schedule that cannot be built
+// from readable flags is the work failing (1, above).
+TEST(CliScheduleTest, UnreadableFlagsAreUsageErrors) {
+  for (const auto& [args, words] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"schedule", "--kind", "bogus"}, "unknown schedule kind 'bogus'"},
+           {{"schedule", "--stages", "0"}, "--stages: expected an integer >= 1, found '0'"},
+           {{"schedule", "--microbatches", "abc"}, "--microbatches: expected an integer >= 1"},
+           {{"schedule", "--format", "bogus"}, "--format: expected text, csv"},
+           {{"simulate", "--cost", "f=abc"}, "--cost 'f=abc': expected key=milliseconds"},
+           {{"simulate", "--cost", "f=1", "--cost-file", "c.toml"}, "not both"},
+           {{"simulate", "--config", "configs/tiny_cpu.toml", "--stages", "2"},
+            "--stages comes from the training config"}}) {
+    CliResult result = RunCommand(args);
+    EXPECT_EQ(result.status, kExitUsage) << absl::StrJoin(args, " ") << "\n" << result.err;
+    EXPECT_THAT(result.err, HasSubstr(words));
+  }
 }
 
 TEST(CliProjectTest, ProjectsEveryFittingLayoutAndRefusesBadFlags) {

@@ -192,6 +192,21 @@ TEST(ConfigTest, SideTaskErrorsNameTheTableAndKey) {
               HasSubstr("side_tasks[0].args.x: expected a boolean, number, string"));
 }
 
+// A task's name becomes `<run.dir>/<name>_r<rank>`: a name with a path in it is refused where
+// it was written.
+TEST(ConfigTest, SideTaskNamesThatAreNotPlainFileNamesAreRefused) {
+  const std::string head = "[data]\ntrain = \"x\"\n[[side_tasks]]\ntype = \"spin\"\n";
+  for (const char* bad : {"../../escape", "a/b", ".hidden", "-flag", "white space"}) {
+    EXPECT_THAT(ErrorOf(head + "name = \"" + bad + "\"\n"),
+                HasSubstr(std::string("test.toml:5:8: side_tasks[0].name: expected a name of "
+                                      "letters, digits, '_', '-' and '.'")))
+        << bad;
+  }
+  EXPECT_THAT(ErrorOf(head, {"side_tasks.0.name=../x"}),
+              HasSubstr("side_tasks[0].name: expected a name of letters"));
+  EXPECT_TRUE(ParseConfig(head + "name = \"spin-2.fast_A\"\n", "test.toml").ok());
+}
+
 TEST(ConfigTest, EffectiveConfigRoundTripsExactly) {
   absl::StatusOr<Config> config = ParseConfig(R"(
 [data]

@@ -1,4 +1,6 @@
 // Tokenizer against an independent implementation's golden output, token shards, loader.
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -146,6 +148,28 @@ TEST(TokenShardTest, BadShardsGiveClearErrors) {
   EXPECT_NE(TokenLoader::Open(Temp("none_*.bin"), 1, 1, false, 0).status().message().find(
                 "no token shards match"),
             std::string::npos);
+}
+
+// A FIFO must not block the open (nothing ever writes it: the run would hang before its first
+// step), a directory is not "truncated", and a device is not data.
+TEST(TokenShardTest, OnlyRegularFilesAreRead) {
+  const std::string fifo = Temp("shard_fifo.bin"), dir = Temp("shard_dir");
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::filesystem::create_directories(dir);
+  for (const auto& [path, words] :
+       {std::pair<std::string, std::string>{fifo, "is a FIFO (named pipe), not a regular file"},
+        {dir, "is a directory, not a regular file: give its shards, e.g. \"" + dir + "/*.bin\""},
+        {"/dev/zero", "is a character device, not a regular file"}}) {
+    absl::StatusOr<TokenLoader> loader = TokenLoader::Open(path, 1, 1, false, 0);
+    ASSERT_FALSE(loader.ok()) << path;
+    EXPECT_NE(loader.status().message().find(path + ": " + words), std::string::npos)
+        << loader.status().message();
+    EXPECT_EQ(loader.status().message().find("truncated"), std::string::npos);
+  }
+  absl::StatusOr<std::unique_ptr<Tokenizer>> ranks = Tokenizer::Load(fifo);
+  ASSERT_FALSE(ranks.ok());
+  EXPECT_NE(ranks.status().message().find("is a FIFO"), std::string::npos) << ranks.status();
 }
 
 }  // namespace

@@ -4,12 +4,15 @@
 #include <functional>
 #include <iostream>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/build_info.h"
 #include "core/device.h"
 #include "core/files.h"
+#include "trainer/cli/cmd_checkpoint.h"
 #include "trainer/cli/cmd_prepare.h"
 #include "trainer/cli/cmd_project.h"
 #include "trainer/cli/cmd_report.h"
@@ -20,6 +23,8 @@
 #include "trainer/config/flags.h"
 #include "trainer/config/memory_report.h"
 #include "trainer/config/side_task_check.h"
+#include "trainer/pipeline_plan.h"
+#include "trainer/trainer.h"
 
 namespace freeride {
 namespace {
@@ -30,6 +35,9 @@ struct Command {
   std::string summary;
   std::vector<FlagSpec> flags;
   std::function<int(const ParsedFlags&)> run;
+  // The one positional argument the command takes ("FILE"), or "" for none: anything more is
+  // refused before the command runs, so a forgotten option name never runs another job.
+  std::string operand = "";
 };
 
 int Version(const ParsedFlags&) {
@@ -64,15 +72,16 @@ absl::StatusOr<Config> ConfigFromFlags(const ParsedFlags& flags) {
 }
 
 int ConfigCheck(const ParsedFlags& flags) {
-  if (flags.positional().size() > 1) {
-    std::cerr << "error: config check takes at most one FILE\n";
-    return kExitUsage;
-  }
   absl::StatusOr<Config> config = ConfigFromFlags(flags);
   if (!config.ok()) return ReportConfigErrors(config.status());
   // Side tasks are built as `train` builds them: their arguments, plugins and limits.
   std::vector<std::string> warnings;
   absl::Status tasks = ValidateSideTasks(*config, &warnings);
+  // How the model will be split, where that is not what the config seems to say.
+  if (absl::StatusOr<GPT2Config> model = ResolveModelConfig(*config); model.ok()) {
+    absl::StatusOr<PipelinePlan> plan = PlanPipeline(*config, *model);
+    if (plan.ok() && !plan->warning.empty()) warnings.push_back(plan->warning);
+  }
   for (const std::string& w : warnings) std::cerr << "warning: " << w << "\n";
   if (!tasks.ok()) return ReportConfigErrors(tasks);
   std::cout << ConfigToToml(*config);
@@ -80,10 +89,6 @@ int ConfigCheck(const ParsedFlags& flags) {
 }
 
 int ConfigMemory(const ParsedFlags& flags) {
-  if (flags.positional().size() > 1) {
-    std::cerr << "error: config memory takes at most one FILE\n";
-    return kExitUsage;
-  }
   absl::StatusOr<Config> config = ConfigFromFlags(flags);
   if (!config.ok()) return ReportConfigErrors(config.status());
   absl::StatusOr<std::string> report = DeviceMemoryReport(*config);
@@ -108,10 +113,10 @@ const std::vector<Command>& Commands() {
       {"devices", "freeride devices", "the CPU and CUDA devices this process sees", {}, Devices},
       {"config check", "freeride config check [FILE] [--set SECTION.KEY=VALUE]...",
        "validate a config (the embedded default when no FILE) and print the effective config",
-       {kSetFlag}, ConfigCheck},
+       {kSetFlag}, ConfigCheck, "FILE"},
       {"config memory", "freeride config memory [FILE] [--set SECTION.KEY=VALUE]...",
        "device memory each pipeline stage of a config's run would need on the CUDA backend",
-       {kSetFlag}, ConfigMemory},
+       {kSetFlag}, ConfigMemory, "FILE"},
       {"config docs", "freeride config docs",
        "print the configuration reference (docs/config.md)", {}, ConfigDocs},
       {"train", "freeride train [--config FILE] [--set SECTION.KEY=VALUE]...",
@@ -131,7 +136,7 @@ const std::vector<Command>& Commands() {
       {"report", "freeride report RUN_DIR [--out FILE.html]",
        "a run (train or study, finished, failed or in progress) as one HTML page, and its "
        "ranks' timelines as one trace.json",
-       ReportFlags(), ReportCommand},
+       ReportFlags(), ReportCommand, "RUN_DIR"},
       {"prepare", "freeride prepare --input FILE... --out DIR [--val_tokens N]",
        "tokenize text files into GPT-2 token shards (llm.c format)", PrepareFlags(),
        PrepareCommand},
@@ -146,6 +151,10 @@ const std::vector<Command>& Commands() {
        "[--cost f=1,b=2,w=1,comm=0.1 | --cost-file FILE] [--format text|csv|json|chrome|svg]",
        "build, validate and print a pipeline schedule with its BUBBLE instructions",
        ScheduleFlags(), ScheduleCommand},
+      {"checkpoint verify", "freeride checkpoint verify DIR",
+       "check every file of a checkpoint (or of each checkpoint in a checkpoint.dir) against "
+       "the size and CRC-32C its manifest recorded",
+       {}, CheckpointVerifyCommand, "DIR"},
       {"simulate",
        "freeride simulate --kind 1f1b --stages 4 --microbatches 8 [...] [--format text|json]",
        "simulate a schedule: step time, bubble fraction, per-stage bubbles by kind",
@@ -183,6 +192,34 @@ const Command* FindCommand(const std::vector<std::string>& args, size_t* consume
   return best;
 }
 
+// Positional arguments and --set values the command cannot take, as a usage error; OK else.
+absl::Status CheckArguments(const Command& command, const ParsedFlags& flags) {
+  const std::vector<std::string>& positional = flags.positional();
+  if (command.operand.empty() && !positional.empty()) {
+    const bool config_file = absl::EndsWith(positional[0], ".toml") &&
+                             std::any_of(command.flags.begin(), command.flags.end(),
+                                         [](const FlagSpec& f) { return f.name == "config"; });
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s takes no positional arguments, found '%s'%s", command.name,
+        absl::StrJoin(positional, "' '"),
+        config_file ? absl::StrCat(" (a config goes after --config: --config ", positional[0],
+                                   ")")
+                    : ""));
+  }
+  if (positional.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s takes one %s, found '%s'", command.name,
+                                                      command.operand,
+                                                      absl::StrJoin(positional, "' '")));
+  }
+  for (const std::string& assignment : flags.GetAll("set")) {
+    if (assignment.find('=') == std::string::npos || assignment[0] == '=') {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--set '%s': expected SECTION.KEY=VALUE", assignment));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int EmitOutput(const ParsedFlags& flags, const std::string& text) {
@@ -218,8 +255,9 @@ int RunCli(const std::vector<std::string>& args) {
     return kExitOk;
   }
   absl::StatusOr<ParsedFlags> flags = ParseFlags(rest, command->flags);
-  if (!flags.ok()) {
-    std::cerr << "error: " << flags.status().message() << "\n\n";
+  absl::Status usage = flags.ok() ? CheckArguments(*command, *flags) : flags.status();
+  if (!usage.ok()) {
+    std::cerr << "error: " << usage.message() << "\n\n";
     PrintCommandHelp(*command, std::cerr);
     return kExitUsage;
   }

@@ -3,6 +3,7 @@
 #include <toml++/toml.h>
 
 #include <iostream>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -102,10 +103,56 @@ absl::StatusOr<CostModel> LoadCostFile(const std::string& path, int stages) {
   return model;
 }
 
-// --cost-file (sized for `stages`) or --cost; without either the uniform model.
-absl::StatusOr<CostModel> CostFromFlags(const ParsedFlags& flags, int stages) {
+// What the flags ask for. Every error found reading them is bad usage (exit 2); what fails
+// after, reading a file or building and validating the schedule, is the work's (exit 1).
+struct Request {
+  pipeline::ScheduleOptions options;  // a generated schedule's kind and sizes, and --dp
+  std::optional<CostModel> cost;      // --cost (a --cost-file is read once the stages are known)
+};
+
+absl::StatusOr<Request> ParseRequest(const ParsedFlags& flags) {
+  if (flags.Has("cost") && flags.Has("cost-file")) {
+    return absl::InvalidArgumentError("give --cost or --cost-file, not both");
+  }
+  if (flags.Has("config")) {
+    for (const char* other : {"kind", "stages", "microbatches", "chunks", "input", "dp"}) {
+      if (flags.Has(other)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", other, " comes from the training config with --config"));
+      }
+    }
+  }
+  if (flags.Has("input")) {
+    for (const char* generated : {"kind", "stages", "microbatches", "chunks"}) {
+      if (flags.Has(generated)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", generated, " describes a generated schedule; --input gives its own"));
+      }
+    }
+  }
+  Request request;
+  if (flags.Has("cost")) {
+    absl::StatusOr<CostModel> cost = pipeline::ParseCostSpec(flags.Get("cost"));
+    if (!cost.ok()) return absl::InvalidArgumentError(absl::StrCat("--", cost.status().message()));
+    request.cost = *cost;
+  }
+  pipeline::ScheduleOptions& options = request.options;
+  FR_ASSIGN_OR_RETURN(options.kind, pipeline::ParseScheduleKind(flags.Get("kind", "1f1b")));
+  FR_ASSIGN_OR_RETURN(const int64_t stages, PositiveIntFlag(flags, "stages", 4));
+  FR_ASSIGN_OR_RETURN(const int64_t microbatches, PositiveIntFlag(flags, "microbatches", 8));
+  FR_ASSIGN_OR_RETURN(const int64_t chunks, PositiveIntFlag(flags, "chunks", 1));
+  options.stages = static_cast<int>(stages);
+  options.microbatches = static_cast<int>(microbatches);
+  options.chunks = static_cast<int>(chunks);
+  options.data_parallel = flags.Has("dp");
+  return request;
+}
+
+// --cost, or --cost-file sized for `stages`; without either the uniform model.
+absl::StatusOr<CostModel> CostOf(const ParsedFlags& flags, const Request& request, int stages) {
+  if (request.cost) return *request.cost;
   if (flags.Has("cost-file")) return LoadCostFile(flags.Get("cost-file"), stages);
-  return pipeline::ParseCostSpec(flags.Get("cost", ""));
+  return CostModel::Uniform();
 }
 
 struct Built {
@@ -116,13 +163,7 @@ struct Built {
 
 // A training config's schedule, with each chunk's cost from the FLOP model of its blocks,
 // embedding and head (CostModelFromParts, in units of one block's F + B + W).
-absl::StatusOr<Built> BuildFromConfig(const ParsedFlags& flags) {
-  for (const char* other : {"kind", "stages", "microbatches", "chunks", "input", "dp"}) {
-    if (flags.Has(other)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", other, " comes from the training config with --config"));
-    }
-  }
+absl::StatusOr<Built> BuildFromConfig(const ParsedFlags& flags, const Request& request) {
   FR_ASSIGN_OR_RETURN(Config config, LoadConfigFile(flags.Get("config")));
   FR_ASSIGN_OR_RETURN(GPT2Config model, ResolveModelConfig(config));
   FR_ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(config, model));
@@ -132,61 +173,57 @@ absl::StatusOr<Built> BuildFromConfig(const ParsedFlags& flags) {
   const int pp = static_cast<int>(config.parallel.pp);
   Built built;
   built.cost = CostModelFromParts(plan.specs, parts, plan.placement, pp);
-  if (flags.Has("cost") || flags.Has("cost-file")) {
-    FR_ASSIGN_OR_RETURN(built.cost, CostFromFlags(flags, pp));
+  if (request.cost || flags.Has("cost-file")) {
+    FR_ASSIGN_OR_RETURN(built.cost, CostOf(flags, request, pp));
   }
   FR_ASSIGN_OR_RETURN(built.schedule, TrainingSchedule(config, plan, built.cost));
   FR_RETURN_IF_ERROR(pipeline::Validate(built.schedule));
   built.split = absl::StrCat("split ", plan.partition, ": ", DescribePartition(plan, pp));
+  if (!plan.warning.empty()) std::cerr << "warning: " << plan.warning << "\n";
   return built;
 }
 
 // Generates or loads the schedule, validates it, and places its bubbles.
-absl::StatusOr<Built> BuildFromFlags(const ParsedFlags& flags) {
-  if (flags.Has("cost") && flags.Has("cost-file")) {
-    return absl::InvalidArgumentError("give --cost or --cost-file, not both");
-  }
-  if (flags.Has("config")) return BuildFromConfig(flags);
+absl::StatusOr<Built> Build(const ParsedFlags& flags, const Request& request) {
+  if (flags.Has("config")) return BuildFromConfig(flags, request);
   Built built;
-  pipeline::ScheduleOptions options;
-  if (flags.Has("input")) {
-    for (const char* generated : {"kind", "stages", "microbatches", "chunks"}) {
-      if (flags.Has(generated)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--", generated, " describes a generated schedule; --input gives its own"));
-      }
-    }
-    // Bubbles are placed below, once the cost model (sized by the file's stages) is read.
-    FR_ASSIGN_OR_RETURN(built.schedule,
-                        pipeline::LoadScheduleFile(flags.Get("input"),
-                                                   CostModel::Uniform(), flags.Has("dp")));
-  } else {
-    FR_ASSIGN_OR_RETURN(options.kind, pipeline::ParseScheduleKind(flags.Get("kind", "1f1b")));
-    FR_ASSIGN_OR_RETURN(const int64_t stages, PositiveIntFlag(flags, "stages", 4));
-    FR_ASSIGN_OR_RETURN(const int64_t microbatches, PositiveIntFlag(flags, "microbatches", 8));
-    FR_ASSIGN_OR_RETURN(const int64_t chunks, PositiveIntFlag(flags, "chunks", 1));
-    options.stages = static_cast<int>(stages);
-    options.microbatches = static_cast<int>(microbatches);
-    options.chunks = static_cast<int>(chunks);
-    options.data_parallel = flags.Has("dp");
-  }
-  FR_ASSIGN_OR_RETURN(built.cost, CostFromFlags(flags, flags.Has("input")
-                                                            ? built.schedule.stages
-                                                            : options.stages));
   if (!flags.Has("input")) {
+    pipeline::ScheduleOptions options = request.options;
+    FR_ASSIGN_OR_RETURN(built.cost, CostOf(flags, request, options.stages));
     options.cost = built.cost;
     FR_ASSIGN_OR_RETURN(built.schedule, pipeline::BuildSchedule(options));  // bubbles placed
     FR_RETURN_IF_ERROR(pipeline::Validate(built.schedule));
     return built;
   }
+  // Bubbles are placed below, once the cost model (sized by the file's stages) is read.
+  FR_ASSIGN_OR_RETURN(built.schedule, pipeline::LoadScheduleFile(flags.Get("input"),
+                                                                 CostModel::Uniform(),
+                                                                 flags.Has("dp")));
+  FR_ASSIGN_OR_RETURN(built.cost, CostOf(flags, request, built.schedule.stages));
   // A loaded schedule's bubbles (if any) came from another cost model: place them anew.
   FR_RETURN_IF_ERROR(pipeline::InsertBubbles(&built.schedule, built.cost));
   return built;
 }
 
-int Fail(const absl::Status& status) {
+int Fail(const absl::Status& status, int exit_status = kExitFailure) {
   std::cerr << "error: " << status.message() << (absl::EndsWith(status.message(), "\n") ? "" : "\n");
-  return kExitFailure;
+  return exit_status;
+}
+
+// The schedule the flags ask for: kExitUsage into `*exit_status` when they cannot be read,
+// kExitFailure when it cannot be built.
+std::optional<Built> BuildOrReport(const ParsedFlags& flags, int* exit_status) {
+  absl::StatusOr<Request> request = ParseRequest(flags);
+  if (!request.ok()) {
+    *exit_status = Fail(request.status(), kExitUsage);
+    return std::nullopt;
+  }
+  absl::StatusOr<Built> built = Build(flags, *request);
+  if (!built.ok()) {
+    *exit_status = Fail(built.status());
+    return std::nullopt;
+  }
+  return *std::move(built);
 }
 
 }  // namespace
@@ -214,10 +251,13 @@ int ScheduleCommand(const ParsedFlags& flags) {
   if (format != "text" && format != "csv" && format != "torch" && format != "json" &&
       format != "chrome" && format != "svg") {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--format: expected text, csv, torch, json, chrome or svg, found '", format, "'")));
+                    "--format: expected text, csv, torch, json, chrome or svg, found '", format,
+                    "'")),
+                kExitUsage);
   }
-  absl::StatusOr<Built> built = BuildFromFlags(flags);
-  if (!built.ok()) return Fail(built.status());
+  int status = kExitOk;
+  std::optional<Built> built = BuildOrReport(flags, &status);
+  if (!built) return status;
   if (!built->split.empty() && format != "text") std::cerr << built->split << "\n";
   if (format == "text") {
     const std::string split = built->split.empty() ? "" : absl::StrCat("# ", built->split, "\n");
@@ -236,10 +276,12 @@ int SimulateCommand(const ParsedFlags& flags) {
   const std::string format = flags.Get("format", "text");
   if (format != "text" && format != "json") {
     return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--format: expected text or json, found '", format, "'")));
+                    absl::StrCat("--format: expected text or json, found '", format, "'")),
+                kExitUsage);
   }
-  absl::StatusOr<Built> built = BuildFromFlags(flags);
-  if (!built.ok()) return Fail(built.status());
+  int status = kExitOk;
+  std::optional<Built> built = BuildOrReport(flags, &status);
+  if (!built) return status;
   absl::StatusOr<pipeline::SimResult> sim = pipeline::Simulate(built->schedule, built->cost);
   if (!sim.ok()) return Fail(sim.status());
   if (format == "json") {

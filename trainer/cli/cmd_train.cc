@@ -22,6 +22,7 @@
 #include "models/gpt2_decoder.h"
 #include "pipeline/comm/transport.h"
 #include "models/llmc_checkpoint.h"
+#include "trainer/checkpoint_manifest.h"
 #include "trainer/cli/cli.h"
 #include "trainer/config/default_config.h"
 #include "trainer/run_dir.h"
@@ -54,9 +55,18 @@ bool ParseNumber(const ParsedFlags& flags, const std::string& name, N* value) {
   return ok;
 }
 
+// The model --checkpoint names (a checkpoint.dir, a checkpoint or an llm.c file), checked
+// against its checkpoint's manifest when it has one.
+absl::StatusOr<LlmcModel> ReadCheckpointModel(const std::string& checkpoint) {
+  absl::StatusOr<std::string> file = ModelFileOf(checkpoint);
+  if (!file.ok()) return file.status();
+  if (absl::Status s = VerifyModelFile(*file); !s.ok()) return s;
+  return ReadLlmcModel(*file);
+}
+
 absl::StatusOr<std::unique_ptr<GPT2Stage<float>>> LoadModel(const std::string& checkpoint,
                                                            int64_t B, int64_t T) {
-  absl::StatusOr<LlmcModel> weights = ReadLlmcModel(ModelFileOf(checkpoint));
+  absl::StatusOr<LlmcModel> weights = ReadCheckpointModel(checkpoint);
   if (!weights.ok()) return weights.status();
   if (T > weights->config.max_seq_len) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -93,14 +103,15 @@ int Stopped(const absl::Status& status) {
 // Loads the config, and runs `work` on a Trainer: alone, or as one rank of an MPI job (a
 // failure on any rank then ends the whole job: the others would wait for it until their
 // timeouts). SIGTERM, SIGINT and SIGUSR1 ask the run to stop at the next step boundary.
-int WithTrainer(const ParsedFlags& flags, const std::function<void(Config&)>& adjust,
+// `adjust` fits the config to the command, or refuses it, before run.dir is created.
+int WithTrainer(const ParsedFlags& flags, const std::function<absl::Status(Config&)>& adjust,
                 const std::function<absl::Status(Trainer&, const Config&)>& work) {
   const std::vector<std::string> overrides = flags.GetAll("set");
   absl::StatusOr<Config> config =
       flags.Has("config") ? LoadConfigFile(flags.Get("config"), overrides)
                           : ParseConfig(DefaultConfigToml(), kDefaultConfigName, overrides);
   if (!config.ok()) return Fail(config.status());
-  adjust(*config);
+  if (absl::Status s = adjust(*config); !s.ok()) return Fail(s);
   InstallStopHandlers();
   if (!LaunchedByMpi()) {
     absl::StatusOr<DirectoryLock> lock = PrepareRunDir(*config);
@@ -150,7 +161,7 @@ int WithTrainer(const ParsedFlags& flags, const std::function<void(Config&)>& ad
 }
 
 int TrainCommand(const ParsedFlags& flags) {
-  return WithTrainer(flags, [](Config&) {},
+  return WithTrainer(flags, [](Config&) { return absl::OkStatus(); },
                      [](Trainer& trainer, const Config&) { return trainer.Run(); });
 }
 
@@ -165,6 +176,11 @@ std::vector<FlagSpec> StudyFlags() {
 }
 
 int StudyCommand(const ParsedFlags& flags) {
+  if (!flags.Has("config")) {
+    std::cerr << "error: study needs --config FILE (a config with freeride.enabled and "
+                 "[[side_tasks]] to compare)\n";
+    return kExitUsage;
+  }
   StudyOptions options;
   int64_t rounds = options.rounds, block = options.block_steps, max_rounds = options.max_rounds;
   double target_pct = 0;
@@ -197,7 +213,10 @@ int StudyCommand(const ParsedFlags& flags) {
   return WithTrainer(
       flags,
       // The study decides when side tasks run and how many steps there may be.
-      [&](Config& config) { PrepareStudyConfig(config, options); },
+      [&](Config& config) {
+        PrepareStudyConfig(config, options);
+        return CheckStudyConfig(config);
+      },
       [&](Trainer& trainer, const Config& config) -> absl::Status {
         absl::StatusOr<std::string> table = RunStudy(trainer, config, options);
         if (!table.ok()) return table.status();
@@ -247,7 +266,7 @@ int SampleCommand(const ParsedFlags& flags) {
     if (!ids.ok()) return Fail(ids.status());
     context.insert(context.end(), ids->begin(), ids->end());
   }
-  absl::StatusOr<LlmcModel> weights = ReadLlmcModel(ModelFileOf(flags.Get("checkpoint")));
+  absl::StatusOr<LlmcModel> weights = ReadCheckpointModel(flags.Get("checkpoint"));
   if (!weights.ok()) return Fail(weights.status());
   const GPT2Config& config = weights->config;
   const int64_t room = config.max_seq_len - static_cast<int64_t>(context.size());

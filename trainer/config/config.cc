@@ -1,5 +1,6 @@
 #include "trainer/config/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <toml++/toml.h>
 
@@ -47,6 +48,13 @@ std::string Describe(const toml::node& node) {
     default:
       return "a date or time";
   }
+}
+
+bool IsPlainName(absl::string_view name) {
+  return !name.empty() && name.size() <= 64 && name[0] != '.' && name[0] != '-' &&
+         std::all_of(name.begin(), name.end(), [](char ch) {
+           return absl::ascii_isalnum(ch) || ch == '_' || ch == '-' || ch == '.';
+         });
 }
 
 class Loader {
@@ -459,6 +467,14 @@ void Loader::CheckCrossField() {
   for (size_t i = 0; i < c.side_tasks.size(); ++i) {
     const SideTaskConfig& task = c.side_tasks[i];
     const std::string name = task.name.empty() ? task.type : task.name;
+    // A task's name names its files and directories in run.dir (`<name>_r<rank>`): one that
+    // is not a plain file name would put them elsewhere.
+    if (!IsPlainName(name)) {
+      fail(absl::StrCat("side_tasks[", i, task.name.empty() ? "].type" : "].name"),
+           "a name of letters, digits, '_', '-' and '.', not starting with '.' or '-', at most "
+           "64 characters (it names files in run.dir)",
+           config_internal::TomlString(name));
+    }
     if (auto [it, inserted] = names.emplace(name, i); !inserted) {
       fail(absl::StrCat("side_tasks[", i, "].name"),
            absl::StrCat("a name not already used by side_tasks[", it->second, "]"),

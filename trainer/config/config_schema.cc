@@ -127,7 +127,9 @@ std::vector<KeySpec> BuildSchema() {
           .Choices({"balanced", "even"})
           .Doc("How blocks are split over the model chunks: \"balanced\" minimises the costliest "
                "chunk, counting the embedding and the LM head by the FLOP model; \"even\" gives "
-               "each the same number of blocks. parallel.layers_per_stage overrides both."),
+               "each the same number of blocks, and where they do not divide evenly the first "
+               "chunks one more (train and config check warn: 3 blocks over 2 chunks are 2 + "
+               "1). parallel.layers_per_stage overrides both."),
       FR_KEY(parallel, layers_per_stage)
           .Doc("Blocks in each of the pp × chunks model chunks, in pipeline order; must sum to "
                "model.n_layer. Empty: split by parallel.partition."),

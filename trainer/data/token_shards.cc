@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/files.h"
 
@@ -25,6 +27,12 @@ absl::Status WriteTokenShard(const std::string& path, const std::vector<uint16_t
 }
 
 absl::StatusOr<std::vector<uint16_t>> ReadTokenShard(const std::string& path) {
+  if (absl::Status s = CheckRegularFile(path); !s.ok()) {
+    const bool directory = std::filesystem::is_directory(path);
+    return absl::InvalidArgumentError(absl::StrCat(
+        s.message(), directory ? absl::StrCat(": give its shards, e.g. \"", path, "/*.bin\"")
+                               : ": a token shard must be a file on disk"));
+  }
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return absl::NotFoundError(absl::StrFormat("%s: cannot open token shard", path));
   const int64_t size = in.tellg();
