@@ -152,8 +152,8 @@ const std::vector<Command>& Commands() {
        "build, validate and print a pipeline schedule with its BUBBLE instructions",
        ScheduleFlags(), ScheduleCommand},
       {"checkpoint verify", "freeride checkpoint verify DIR",
-       "check every file of a checkpoint (or of each checkpoint in a checkpoint.dir) against "
-       "the size and CRC-32C its manifest recorded",
+       "check a checkpoint's files (or every checkpoint's in a checkpoint.dir) against the "
+       "sizes and CRC-32Cs its manifest recorded",
        {}, CheckpointVerifyCommand, "DIR"},
       {"simulate",
        "freeride simulate --kind 1f1b --stages 4 --microbatches 8 [...] [--format text|json]",
@@ -167,7 +167,7 @@ void PrintHelp(std::ostream& out) {
   out << "freeride: a GPT trainer with pipeline parallelism whose bubbles run side tasks\n\n"
          "usage: freeride COMMAND [options]\n\ncommands:\n";
   for (const Command& command : Commands()) {
-    out << absl::StrFormat("  %-14s %s\n", command.name, command.summary);
+    out << absl::StrFormat("  %-17s %s\n", command.name, command.summary);
   }
   out << "\n`freeride help COMMAND` or `freeride COMMAND --help` shows a command's options.\n";
 }
