@@ -21,7 +21,7 @@
 #include "trainer/config/config.h"
 #include "trainer/config/default_config.h"
 #include "trainer/config/flags.h"
-#include "trainer/config/memory_report.h"
+#include "trainer/memory_report.h"
 #include "trainer/config/side_task_check.h"
 #include "trainer/pipeline_plan.h"
 #include "trainer/trainer.h"

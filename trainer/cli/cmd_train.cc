@@ -28,7 +28,7 @@
 #include "trainer/run_dir.h"
 #include "models/sampling.h"
 #include "models/tokenizer.h"
-#include "trainer/study.h"
+#include "trainer/study/study.h"
 #include "trainer/train_state.h"
 #include "trainer/trainer.h"
 

@@ -1,4 +1,4 @@
-#include "trainer/study.h"
+#include "trainer/study/study.h"
 
 #include <omp.h>
 #include <sched.h>
@@ -14,8 +14,8 @@
 #include "absl/strings/str_join.h"
 #include "core/files.h"
 #include "core/logging.h"
-#include "trainer/study_report.h"
-#include "trainer/study_stats.h"
+#include "trainer/study/study_report.h"
+#include "trainer/study/study_stats.h"
 
 namespace freeride {
 namespace {

@@ -7,7 +7,7 @@
 // task arm so every task has started; none of it counted), a plain block (training alone), then
 // per round every arm once in an order shuffled with run.seed, each arm block followed by a
 // plain block. Each arm block is compared with the plain blocks on either side of it
-// (trainer/study_stats.h). An A/A arm — training alone, measured exactly like a task arm — is
+// (trainer/study/study_stats.h). An A/A arm — training alone, measured exactly like a task arm — is
 // in every study: its interval is the machine's noise floor. With a target, rounds are added
 // until every arm's overhead interval is within ±target or max_rounds is reached.
 #pragma once
