@@ -28,9 +28,15 @@ absl::StatusOr<CostModel> ParseCostSpec(absl::string_view spec) {
     else if (key == "reduce") model.reduce = value;
     else if (key == "tied") model.tied = value;
     else if (key == "opt") model.optimizer = value;
-    else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cost '", item, "': unknown key '", key, "'; expected f, b, w, comm, reduce, tied or opt"));
+    else if (key == "buckets" && value == std::floor(value) && value <= 1e6) {
+      model.reduce_buckets = static_cast<int>(value);
+    } else if (key == "buckets") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cost '", item, "': buckets is a whole number of buckets per chunk"));
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cost '", item, "': unknown key '", key,
+                       "'; expected f, b, w, comm, reduce, tied, opt or buckets"));
     }
   }
   return model;
@@ -68,6 +74,9 @@ absl::Status CheckCostModel(const CostModel& model, int stages, int chunks) {
   if (bad(model.comm) || bad(model.reduce) || bad(model.Tied()) || bad(model.optimizer)) {
     return absl::InvalidArgumentError("comm, reduce, tied and opt costs must be finite and >= 0");
   }
+  if (model.reduce_buckets < 0) {
+    return absl::InvalidArgumentError("reduce_buckets must be >= 0");
+  }
   return absl::OkStatus();
 }
 
@@ -79,6 +88,8 @@ std::string FormatCostModel(const CostModel& model) {
                     absl::StrFormat("f=%g b=%g w=%g; ", c.f, c.b, c.w));
   }
   absl::StrAppend(&out, absl::StrFormat("comm=%g reduce=%g ", model.comm, model.reduce),
+                  model.reduce_buckets > 0
+                      ? absl::StrFormat("buckets=%d ", model.reduce_buckets) : "",
                   model.tied ? absl::StrFormat("tied=%g ", *model.tied) : "",
                   absl::StrFormat("opt=%g (ms)", model.optimizer));
   return out;

@@ -30,6 +30,11 @@ struct CostModel {
   double reduce = 0.0;            // a step-end all-reduce (data parallel; tied embeddings too
                                   // unless `tied` is set)
   std::optional<double> tied;     // the tied-embedding sum of the first and last stage
+  // The data-parallel all-reduce in this many equal buckets per model chunk, bucket j (in
+  // backward order) started as soon as the chunk's last backward has made its gradients, one
+  // bucket at a time on the network, each taking `reduce` / (chunks × buckets); 0: one
+  // all-reduce at REDUCE_GRADS, after the stage's last backward.
+  int reduce_buckets = 0;
   double optimizer = 0.0;         // the optimizer update
   // Device memory, for the free memory each BUBBLE reports (0: unknown).
   int64_t memory_total = 0;       // bytes on the device
@@ -48,7 +53,8 @@ struct CostModel {
   }
 };
 
-// "f=1,b=2,w=1,comm=0.1" (any subset; also reduce=, tied=, opt=); values are milliseconds.
+// "f=1,b=2,w=1,comm=0.1" (any subset; also reduce=, tied=, opt=; buckets= a count); values are
+// milliseconds.
 absl::StatusOr<CostModel> ParseCostSpec(absl::string_view spec);
 // Checks there is one entry, or one per stage (and no chunk entries, or stages × `chunks`),
 // and that every value is finite and >= 0.

@@ -334,6 +334,7 @@ absl::StatusOr<Schedule> GenerateComputeOrder(const ScheduleOptions& o) {
   s.microbatches = o.microbatches;
   s.chunks = chunks;
   s.placement = PlacementOf(o.kind);
+  s.step_sync = o.step_sync;
   s.per_stage.resize(o.stages);
   s.buffers_per_stage.assign(o.stages, 0);
   switch (o.kind) {

@@ -16,6 +16,7 @@ struct ScheduleOptions {
   int chunks = 1;
   CostModel cost = CostModel::Uniform();
   bool data_parallel = false;  // emit REDUCE_GRADS (a data-parallel all-reduce) on every stage
+  StepSync step_sync = StepSync::kBarrier;  // how a step's end meets the next (its bubbles)
 };
 
 // GPipe: all forwards, then all backwards. 1F1B: Megatron's one-forward-one-backward with

@@ -53,9 +53,22 @@ void InsertCommunication(Schedule* schedule, bool data_parallel) {
         out.push_back(in);
       }
     }
-    // The tied embedding's two copies meet only when they live on different stages.
+    // The tied embedding's two copies meet only when they live on different stages. A
+    // post-validated head chunk makes its share of the tied gradient in I (or B), so its
+    // stage posts the sum after the head's last one, not after its own last W: the embedding's
+    // stage, which needs the sum before its next step's first forward, need not wait for the
+    // head stage's deferred Ws.
     const int embedding = StageOfVirtual(*schedule, 0), head = StageOfVirtual(*schedule, last);
-    if (embedding != head && (stage == embedding || stage == head)) {
+    if (embedding != head && stage == head &&
+        schedule->step_sync == StepSync::kPostValidate) {
+      size_t after = out.size();
+      for (size_t i = 0; i < out.size(); ++i) {
+        if (IsBackward(out[i].op) && VirtualStage(*schedule, out[i]) == last) after = i + 1;
+      }
+      // After the gradient it sends back: the pipeline's critical path goes first.
+      while (after < out.size() && out[after].op == Op::kSendGrad) ++after;
+      out.insert(out.begin() + static_cast<long>(after), StepOp(Op::kReduceTied, stage));
+    } else if (embedding != head && (stage == embedding || stage == head)) {
       out.push_back(StepOp(Op::kReduceTied, stage));
     }
     if (data_parallel) out.push_back(StepOp(Op::kReduceGrads, stage));

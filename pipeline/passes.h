@@ -11,8 +11,8 @@ namespace freeride::pipeline {
 // Adds LOAD (inputs on the first model chunk, labels on the last), RECV before each compute
 // that consumes a peer's output, SEND right after each compute whose output a peer consumes,
 // and the step end: REDUCE_TIED on the stages holding the tied embedding and head (when they
-// are two stages),
-// REDUCE_GRADS when data-parallel, OPTIMIZER on every stage. Existing comm ops are replaced.
+// are two stages; post-validated, the head's right after its last I or B), REDUCE_GRADS when
+// data-parallel, OPTIMIZER on every stage. Existing comm ops are replaced.
 void InsertCommunication(Schedule* schedule, bool data_parallel);
 
 // Sets `peer` of every SEND/RECV from the placement (StageOfVirtual).

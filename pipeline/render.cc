@@ -49,9 +49,11 @@ const char* BubbleColour(BubbleKind kind) {
 std::string SummaryJson(const Schedule& s, const SimResult& sim) {
   std::string out = absl::StrFormat(
       "{\"kind\":\"%s\",\"stages\":%d,\"microbatches\":%d,\"chunks\":%d,\"step_time\":%s,"
-      "\"bubble_fraction\":%s,\"schedule_bubble\":%s,\"placement\":\"%s\",\"per_stage\":[",
+      "\"bubble_fraction\":%s,\"schedule_bubble\":%s,\"placement\":\"%s\","
+      "\"step_sync\":\"%s\",\"per_stage\":[",
       ScheduleKindName(s.kind), s.stages, s.microbatches, s.chunks, Num(sim.step_time),
-      Num(sim.bubble_fraction), Num(sim.schedule_bubble), PlacementName(s.placement));
+      Num(sim.bubble_fraction), Num(sim.schedule_bubble), PlacementName(s.placement),
+      StepSyncName(s.step_sync));
   for (size_t st = 0; st < sim.stages.size(); ++st) {
     const StageResult& r = sim.stages[st];
     absl::StrAppend(&out, st ? "," : "", "{\"stage\":", r.stage, ",\"busy\":", Num(r.busy),
@@ -69,8 +71,10 @@ std::string SummaryJson(const Schedule& s, const SimResult& sim) {
 
 std::string SummaryText(const Schedule& s, const SimResult& sim) {
   std::string out = absl::StrFormat(
-      "%s: p=%d m=%d v=%d  step %s ms  bubble fraction %.4f\n", ScheduleKindName(s.kind),
-      s.stages, s.microbatches, s.chunks, Num(sim.step_time), sim.bubble_fraction);
+      "%s: p=%d m=%d v=%d  step %s ms%s  bubble fraction %.4f\n", ScheduleKindName(s.kind),
+      s.stages, s.microbatches, s.chunks, Num(sim.step_time),
+      s.step_sync == StepSync::kPostValidate ? " (post-validated: steady period)" : "",
+      sim.bubble_fraction);
   absl::StrAppend(&out, absl::StrFormat("%-6s %10s %10s %9s %9s %9s %9s %9s %8s\n", "stage",
                                         "busy", "bubble", "warmup", "fill", "steady", "cooldown",
                                         "sync", "bubbles"));
@@ -127,7 +131,12 @@ std::string GanttSvg(const Schedule& s, const SimResult& sim,
   const double width = std::max(std::clamp(200.0 + 14.0 * s.microbatches * s.chunks * 3, 900.0,
                                            2400.0),
                                 side_steps != nullptr ? 1080.0 : 960.0);
-  const double scale = sim.step_time > 0 ? (width - label - right) / sim.step_time : 1;
+  // Post-validated steps overlap: a later stage's step reaches past the period.
+  double extent = sim.step_time;
+  for (const StageResult& r : sim.stages) {
+    if (!r.end.empty()) extent = std::max(extent, *std::max_element(r.end.begin(), r.end.end()));
+  }
+  const double scale = extent > 0 ? (width - label - right) / extent : 1;
   const double legend_y = top + s.stages * (row + gap) + 14;
   const double height = legend_y + 40;
   std::string out = absl::StrFormat(

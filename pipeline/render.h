@@ -9,7 +9,8 @@
 
 namespace freeride::pipeline {
 
-// {"kind","stages","microbatches","chunks","step_time","bubble_fraction",
+// {"kind","stages","microbatches","chunks","step_time","bubble_fraction","schedule_bubble",
+//  "placement","step_sync",
 //  "per_stage":[{"stage","busy","bubble","bubbles":[{"kind","start","duration"}]}]}; times in ms.
 std::string SummaryJson(const Schedule& schedule, const SimResult& sim);
 // A readable table of the same.

@@ -66,9 +66,10 @@ absl::StatusOr<double> ParseDuration(absl::string_view text) {
 }
 
 std::string Header(const Schedule& s) {
-  return absl::StrFormat("# freeride schedule kind=%s stages=%d microbatches=%d chunks=%d%s",
+  return absl::StrFormat("# freeride schedule kind=%s stages=%d microbatches=%d chunks=%d%s%s",
                          ScheduleKindName(s.kind), s.stages, s.microbatches, s.chunks,
-                         s.placement == Placement::kV ? " placement=v" : "");
+                         s.placement == Placement::kV ? " placement=v" : "",
+                         s.step_sync == StepSync::kPostValidate ? " sync=post_validate" : "");
 }
 
 absl::Status TokenError(absl::string_view token, absl::string_view why) {
@@ -124,6 +125,28 @@ absl::StatusOr<ScheduleKind> ParseScheduleKind(absl::string_view name) {
   return absl::InvalidArgumentError(
       absl::StrCat("unknown schedule kind '", name,
                    "'; expected gpipe, 1f1b, interleaved, zbh1, zbh2, zbv or dualpipev"));
+}
+
+absl::string_view StepSyncName(StepSync sync) {
+  return sync == StepSync::kPostValidate ? "post_validate" : "barrier";
+}
+
+absl::StatusOr<StepSync> ParseStepSync(absl::string_view name) {
+  if (name == "barrier") return StepSync::kBarrier;
+  if (name == "post_validate") return StepSync::kPostValidate;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown step sync '", name, "'; expected barrier or post_validate"));
+}
+
+size_t ValidationPoint(const std::vector<Instr>& instrs) {
+  for (size_t i = 0; i < instrs.size(); ++i) {
+    const Op op = instrs[i].op;
+    if (op != Op::kLoad && op != Op::kRecvAct && op != Op::kForward && op != Op::kSendAct &&
+        op != Op::kBubble) {
+      return i;
+    }
+  }
+  return instrs.size();
 }
 
 absl::string_view BubbleKindName(BubbleKind kind) {
@@ -254,6 +277,10 @@ absl::Status ParseHeader(absl::string_view line, Schedule* schedule) {
       absl::StatusOr<Placement> placement = ParsePlacement(kv.second);
       if (!placement.ok()) return placement.status();
       schedule->placement = *placement;
+    } else if (kv.first == "sync") {
+      absl::StatusOr<StepSync> sync = ParseStepSync(kv.second);
+      if (!sync.ok()) return sync.status();
+      schedule->step_sync = *sync;
     }
   }
   return absl::OkStatus();

@@ -56,6 +56,13 @@ enum class ScheduleKind {
 // with two chunks stage 0 holds both the first and the last virtual stage.
 enum class Placement { kLoop, kV };
 
+// How one step's end meets the next. Barrier: OPTIMIZER waits for every stage (the global
+// gradient norm and non-finite check) and the next step starts after it. Post-validate (the
+// Zero Bubble paper's optimizer post-validation): each stage steps as soon as its own gradients
+// are summed, speculatively, and goes on with the next step; the global state is checked at the
+// next step's validation point (ValidationPoint), where a stage that stepped wrongly rolls back.
+enum class StepSync { kBarrier, kPostValidate };
+
 struct Instr {
   Op op = Op::kForward;
   int stage = 0;
@@ -76,6 +83,7 @@ struct Schedule {
   int microbatches = 1;  // m
   int chunks = 1;        // v: model chunks per stage
   Placement placement = Placement::kLoop;
+  StepSync step_sync = StepSync::kBarrier;
   std::vector<std::vector<Instr>> per_stage;
   std::vector<int> buffers_per_stage;  // activation slots each stage needs
 };
@@ -105,6 +113,12 @@ Placement PlacementOf(ScheduleKind kind);
 absl::string_view PlacementName(Placement placement);  // "loop", "v"
 absl::StatusOr<Placement> ParsePlacement(absl::string_view name);
 absl::StatusOr<ScheduleKind> ParseScheduleKind(absl::string_view name);
+absl::string_view StepSyncName(StepSync sync);  // "barrier", "post_validate"
+absl::StatusOr<StepSync> ParseStepSync(absl::string_view name);
+// Where a post-validated stage checks the previous step's global state: before its first
+// instruction that is not a forward's (LOAD, RECV_ACT, F, SEND_ACT) or a BUBBLE, so only the
+// next step's first forwards run on speculatively updated weights. The list's size if none.
+size_t ValidationPoint(const std::vector<Instr>& instrs);
 absl::string_view BubbleKindName(BubbleKind kind);
 absl::StatusOr<BubbleKind> ParseBubbleKind(absl::string_view name);
 absl::string_view OpName(Op op);  // "FORWARD", "SEND_ACT", ...
@@ -113,7 +127,7 @@ absl::string_view OpName(Op op);  // "FORWARD", "SEND_ACT", ...
 std::string FormatInstr(const Instr& instr, int chunks);
 absl::StatusOr<Instr> ParseInstr(absl::string_view token, int stage);
 
-// Text form: a header comment naming kind, p, m, v and placement, then "stageN: tok tok ..." per stage.
+// Text form: a header comment naming kind, p, m, v, placement and step sync, then "stageN: tok tok ..." per stage.
 std::string ScheduleToText(const Schedule& schedule);
 // Reads the text form. Without the header, p is the number of stage lines and m, v are
 // inferred from the tokens and the placement is loop. Peers and buffers are derived (see passes.h).

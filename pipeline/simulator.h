@@ -1,12 +1,22 @@
 // Event-driven simulation of a schedule against a cost model: when every instruction of every
 // stage starts and ends, where each stage waits (the bubbles, with their kinds), busy time,
 // step time and bubble fraction. Compute ops take their cost; SEND and LOAD take no stage time
-// and a message lands `comm` after its SEND; RECV waits for its message; REDUCE_* post an
-// all-reduce that completes `reduce` after its last participant posts it; OPTIMIZER waits for
-// every stage to reach it (the global gradient-norm all-reduce) and for the stage's own
-// all-reduces, then takes `opt`. Bubble kinds: before the stage's first compute `warmup`,
-// before its first backward `fill`, after that `steady`, waiting at OPTIMIZER for other stages
-// `cooldown`, and for its own all-reduces `sync`.
+// and a message lands `comm` after its SEND; RECV waits for its message; REDUCE_TIED posts the
+// tied sum, which completes `tied` after its last participant posts it; REDUCE_GRADS posts the
+// data-parallel all-reduce (`reduce`; in `reduce_buckets` buckets per chunk, each started when
+// the chunk's last weight-gradient work has made it). Bubble kinds: before the stage's first
+// compute `warmup`, before its first backward `fill`, after that `steady`, waiting for other
+// stages at the step end `cooldown`, and for its own all-reduces `sync`.
+//
+// The step end follows the schedule's step_sync. Barrier: OPTIMIZER waits for every stage (the
+// global gradient-norm all-reduce) and for the stage's own sums, then takes `opt`; one step is
+// simulated, all stages starting at 0. Post-validate: OPTIMIZER waits only for the stage's own
+// sums (the tied one for the other end's post), takes `opt` and the stage goes on with the next
+// step; at the next step's ValidationPoint it waits (`cooldown`) until every stage has posted
+// its share of the global state. Consecutive steps are simulated until the period is steady;
+// the result is one steady step: `step_time` the period, each stage's instructions from the
+// start of its step (times from the earliest stage's start, so a later stage's step may reach
+// past step_time: the steps overlap).
 #pragma once
 
 #include <array>
@@ -42,7 +52,7 @@ struct StageResult {
 };
 
 struct SimResult {
-  double step_time = 0;
+  double step_time = 0;        // with post-validation the steady period of consecutive steps
   double bubble_fraction = 0;  // sum of bubble time over p × step time
   // The largest span_bubble over the stages: the per-stage bubble the pipeline papers state
   // (1F1B's (p-1)(F+B+W), ZB-H1's (p-1)(F+B-W), ...), which leave out the step-end barrier.

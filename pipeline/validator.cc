@@ -154,7 +154,55 @@ class Checker {
         if (split && w_at.count(key) == 0) return Fail(st, end, "once", absl::StrCat("W", name, " missing"));
       }
     }
+    FR_RETURN_IF_ERROR(CheckTied(st, i_at, w_at, b_at));
     return CheckBuffers(st, last_use);
+  }
+
+  // REDUCE_TIED sums the tied gradient, so it must come after what makes each share: on the
+  // embedding's stage its chunk's last weight gradient (W or B); on the head's, a
+  // post-validated head's last I or B (it makes its share there, in I order: the same as its
+  // W order, or the sum would not be the barrier's), else its last W or B.
+  absl::Status CheckTied(int st, const std::map<Key, int>& i_at, const std::map<Key, int>& w_at,
+                         const std::map<Key, int>& b_at) {
+    const auto& instrs = s_.per_stage[st];
+    const int last_virtual = s_.stages * s_.chunks - 1;
+    const bool post = s_.step_sync == StepSync::kPostValidate;
+    for (int i = 0; i < static_cast<int>(instrs.size()); ++i) {
+      if (instrs[i].op != Op::kReduceTied) continue;
+      for (const int vs : {0, last_virtual}) {
+        if (StageOfVirtual(s_, vs) != st) continue;
+        const int chunk = vs / s_.stages;
+        const bool head_in_i = post && vs == last_virtual;
+        std::vector<std::pair<int, int>> order_i, order_w;  // (position, micro-batch)
+        for (const auto* made : {&b_at, head_in_i ? &i_at : &w_at}) {
+          for (const auto& [key, at] : *made) {
+            if (key.first != chunk) continue;
+            if (at > i) {
+              return Fail(st, i, "tied", absl::StrCat("the tied gradient's share of virtual "
+                                                      "stage ", vs, " is made after it, at "
+                                                      "position ", at));
+            }
+          }
+        }
+        if (!head_in_i) continue;
+        for (const auto& [key, at] : i_at) {
+          if (key.first == chunk) order_i.push_back({at, key.second});
+        }
+        for (const auto& [key, at] : w_at) {
+          if (key.first == chunk) order_w.push_back({at, key.second});
+        }
+        std::sort(order_i.begin(), order_i.end());
+        std::sort(order_w.begin(), order_w.end());
+        for (size_t j = 0; j < order_i.size() && j < order_w.size(); ++j) {
+          if (order_i[j].second != order_w[j].second) {
+            return Fail(st, order_w[j].first, "tied",
+                        "a post-validated head runs its Ws in another micro-batch order than its "
+                        "Is (it makes its tied-gradient share in I order)");
+          }
+        }
+      }
+    }
+    return absl::OkStatus();
   }
 
   absl::Status CheckBuffers(int st, const std::map<Key, int>& last_use) {

@@ -8,6 +8,8 @@
 //   matched          every RECV has the peer's SEND and vice versa, peer fields agree
 //   channel order    the SENDs from one stage to another on a channel (activations or
 //                    gradients) come in the order the peer RECVs them (NCCL pairs them so)
+//   tied             REDUCE_TIED after what makes each share of the tied gradient (a
+//                    post-validated head makes its share in I, in its W order)
 //   progress         a unit-time simulation finishes (no deadlock)
 // A violation is reported with its stage, position and rule, and the grid around it.
 #pragma once

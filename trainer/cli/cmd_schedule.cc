@@ -35,6 +35,8 @@ std::vector<FlagSpec> CommonFlags() {
       {"cost", "SPEC", "per-op milliseconds, e.g. f=1,b=2,w=1,comm=0.1 (also reduce=, opt=)"},
       {"cost-file", "FILE", "TOML cost model: f, b, w (a number or one per stage), comm, ..."},
       {"dp", "", "data-parallel: add REDUCE_GRADS before the optimizer"},
+      {"step-sync", "SYNC", "barrier or post_validate: how a step's end meets the next "
+                            "(default barrier; with --config, optim.step_sync)"},
       {"input", "FILE", "load a schedule (text, CSV or torch CSV form) instead of generating one"},
       {"config", "FILE", "a training config's schedule and model split (FLOP-model costs)"},
       {"out", "FILE", "write to FILE instead of standard output"},
@@ -106,7 +108,7 @@ absl::StatusOr<CostModel> LoadCostFile(const std::string& path, int stages) {
 // What the flags ask for. Every error found reading them is bad usage (exit 2); what fails
 // after, reading a file or building and validating the schedule, is the work's (exit 1).
 struct Request {
-  pipeline::ScheduleOptions options;  // a generated schedule's kind and sizes, and --dp
+  pipeline::ScheduleOptions options;  // a generated schedule's kind and sizes, --dp, --step-sync
   std::optional<CostModel> cost;      // --cost (a --cost-file is read once the stages are known)
 };
 
@@ -115,7 +117,8 @@ absl::StatusOr<Request> ParseRequest(const ParsedFlags& flags) {
     return absl::InvalidArgumentError("give --cost or --cost-file, not both");
   }
   if (flags.Has("config")) {
-    for (const char* other : {"kind", "stages", "microbatches", "chunks", "input", "dp"}) {
+    for (const char* other :
+         {"kind", "stages", "microbatches", "chunks", "input", "dp", "step-sync"}) {
       if (flags.Has(other)) {
         return absl::InvalidArgumentError(
             absl::StrCat("--", other, " comes from the training config with --config"));
@@ -145,6 +148,7 @@ absl::StatusOr<Request> ParseRequest(const ParsedFlags& flags) {
   options.microbatches = static_cast<int>(microbatches);
   options.chunks = static_cast<int>(chunks);
   options.data_parallel = flags.Has("dp");
+  FR_ASSIGN_OR_RETURN(options.step_sync, pipeline::ParseStepSync(flags.Get("step-sync", "barrier")));
   return request;
 }
 
@@ -200,6 +204,7 @@ absl::StatusOr<Built> Build(const ParsedFlags& flags, const Request& request) {
                                                                  CostModel::Uniform(),
                                                                  flags.Has("dp")));
   FR_ASSIGN_OR_RETURN(built.cost, CostOf(flags, request, built.schedule.stages));
+  if (flags.Has("step-sync")) built.schedule.step_sync = request.options.step_sync;
   // A loaded schedule's bubbles (if any) came from another cost model: place them anew.
   FR_RETURN_IF_ERROR(pipeline::InsertBubbles(&built.schedule, built.cost));
   return built;
