@@ -193,6 +193,11 @@ absl::StatusOr<std::string> RunProjection(const ParsedFlags& flags) {
   FR_ASSIGN_OR_RETURN(options.algorithm,
                       pipeline::ParseAllReduceAlgorithm(flags.Get("allreduce", "ring")));
   options.margin = config.freeride.margin;
+  FR_ASSIGN_OR_RETURN(options.step_sync,
+                      pipeline::ParseStepSync(flags.Get("step_sync", "barrier")));
+  if (flags.Has("dp_bucket_mb")) {
+    FR_ASSIGN_OR_RETURN(options.dp_bucket_mb, PositiveNumberFlag(flags, "dp_bucket_mb", 0));
+  }
   const std::string costs = flags.Get("costs", "measure");
   if (costs == "measure") {
     const BackendOptions backend{config.runtime.device, config.runtime.precision, 0,
@@ -259,6 +264,11 @@ std::vector<FlagSpec> ProjectFlags() {
           {"net_gbs", "X", "data-parallel all-reduce bus bandwidth per GPU, GB/s (default 25)"},
           {"net_latency_us", "X", "all-reduce latency per step, µs (default 10)"},
           {"allreduce", "ALG", "ring or tree (default ring)"},
+          {"dp_bucket_mb", "X",
+           "data-parallel all-reduce in X MiB buckets, each started as the last backward makes "
+           "it (default: one all-reduce after the last backward)"},
+          {"step_sync", "SYNC", "barrier or post_validate: how a step's end meets the next "
+                                "(default barrier)"},
           {"format", "FORMAT", "md, csv, json or svg (a plot against GPU count; default md)"},
           {"out", "FILE", "write to FILE instead of standard output"}};
 }

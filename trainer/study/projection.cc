@@ -102,15 +102,28 @@ absl::StatusOr<Projection> Project(const GPT2Config& model, const ProjectionOpti
         schedule.chunks = chunks;
         schedule.cost = plan.cost;
         schedule.cost.comm = pp > 1 ? pipeline::PointToPointMs(options.link, activation_bytes) : 0;
-        schedule.cost.reduce = pipeline::AllReduceMs(
-            options.algorithm, options.network,
-            static_cast<double>(plan.max_rank_params * options.bytes_per_value), dp);
+        const double grad_bytes =
+            static_cast<double>(plan.max_rank_params * options.bytes_per_value);
+        schedule.cost.reduce = pipeline::AllReduceMs(options.algorithm, options.network,
+                                                     grad_bytes, dp);
+        if (options.dp_bucket_mb > 0 && dp > 1) {
+          // Equal buckets per chunk, each an all-reduce of its own (its latency included).
+          const double bucket_bytes = options.dp_bucket_mb * (1 << 20);
+          const int buckets = static_cast<int>(
+              std::max(1.0, std::ceil(grad_bytes / chunks / bucket_bytes)));
+          schedule.cost.reduce_buckets = buckets;
+          schedule.cost.reduce =
+              chunks * buckets *
+              pipeline::AllReduceMs(options.algorithm, options.network,
+                                    grad_bytes / (chunks * buckets), dp);
+        }
         // GPT-2 ties the head to the embedding: where they are on different ranks, those two
         // sum the matrix's gradient over the stage link before the update.
         schedule.cost.tied = pp > 1 ? TiedSumMs(model, options) : 0;
         schedule.cost.optimizer =
             static_cast<double>(plan.max_rank_params) * options.optimizer_ms_per_param;
         schedule.data_parallel = dp > 1;
+        schedule.step_sync = options.step_sync;
         absl::StatusOr<pipeline::Schedule> built = pipeline::BuildSchedule(schedule);
         if (!built.ok()) {
           reasons.push_back(absl::StrFormat("pp %d, m %d: %s", pp, m, built.status().message()));
@@ -123,6 +136,11 @@ absl::StatusOr<Projection> Project(const GPT2Config& model, const ProjectionOpti
         row.step_ms = sim.step_time;
         row.allreduce_ms = schedule.cost.reduce;
         row.bubble_fraction = sim.bubble_fraction;
+        for (const pipeline::StageResult& stage : sim.stages) {
+          row.exposed_sync_ms = std::max(
+              row.exposed_sync_ms,
+              stage.bubble_by_kind[static_cast<int>(pipeline::BubbleKind::kSync)]);
+        }
         const double gpu_ms = static_cast<double>(pp) * sim.step_time;
         double packed = 0;
         for (const pipeline::StageResult& stage : sim.stages) {
@@ -176,16 +194,24 @@ std::string ProjectionMarkdown(const GPT2Config& model, const Projection& projec
       "# Projection\n\nGlobal batch %d sequences of %d tokens, micro-batch %d; per micro-batch "
       "(F + B + W) embedding %.4g ms, block %.4g ms, head %.4g ms; stage link %.4g µs + %.4g "
       "GB/s (with pp > 1, the tied-embedding sum over it: %.3g ms); data-parallel %s all-reduce "
-      "%.4g µs + %.4g GB/s; optimizer %.3g ns per parameter; "
+      "%.4g µs + %.4g GB/s%s; optimizer %.3g ns per parameter, %s; "
       "side tasks: %s; margin %.0f%%.\n\n"
       "Per GPU count and schedule, the fastest pp × dp:\n\n"
-      "| GPUs | schedule | pp × dp | micro-batches | step ms | tokens/s | all-reduce ms | bubble | "
-      "bubble GPUs | reclaimed GPUs |\n|---|---|---|---|---|---|---|---|---|---|\n",
+      "| GPUs | schedule | pp × dp | micro-batches | step ms | tokens/s | all-reduce ms | "
+      "exposed sync ms | bubble | bubble GPUs | reclaimed GPUs |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n",
       options.global_batch, options.seq_len, options.micro_batch, options.costs.embedding,
       options.costs.block, options.costs.head, options.link.latency_us, options.link.bandwidth_gbs,
       TiedSumMs(model, options), pipeline::AllReduceAlgorithmName(options.algorithm),
       options.network.latency_us, options.network.bandwidth_gbs,
+      options.dp_bucket_mb > 0
+          ? absl::StrFormat(" in %.4g MiB buckets overlapping the last backward",
+                            options.dp_bucket_mb)
+          : std::string(" after the last backward"),
       options.optimizer_ms_per_param * 1e6,
+      options.step_sync == pipeline::StepSync::kPostValidate
+          ? "post-validated (no barrier; the steady period)"
+          : "behind a barrier of every stage",
       options.tasks.empty() ? "none"
                             : absl::StrJoin(options.tasks, ", ",
                                             [](std::string* out, const ProjectedTask& t) {
@@ -196,9 +222,10 @@ std::string ProjectionMarkdown(const GPT2Config& model, const Projection& projec
       100 * options.margin);
   for (const ProjectionRow& r : BestRows(projection)) {
     absl::StrAppendFormat(
-        &md, "| %d | %s | %d × %d | %d | %.4g | %.4g | %.3g | %.1f%% | %.1f | %.1f |\n", r.gpus,
-        pipeline::ScheduleKindName(r.kind), r.pp, r.dp, r.microbatches, r.step_ms, r.tokens_per_s,
-        r.allreduce_ms, 100 * r.bubble_fraction, r.bubble_gpus(), r.reclaimed_gpus());
+        &md, "| %d | %s | %d × %d | %d | %.4g | %.4g | %.3g | %.3g | %.1f%% | %.1f | %.1f |\n",
+        r.gpus, pipeline::ScheduleKindName(r.kind), r.pp, r.dp, r.microbatches, r.step_ms,
+        r.tokens_per_s, r.allreduce_ms, r.exposed_sync_ms, 100 * r.bubble_fraction,
+        r.bubble_gpus(), r.reclaimed_gpus());
   }
   if (!projection.skipped.empty()) {
     absl::StrAppend(&md, "\nNothing fits:\n\n- ", absl::StrJoin(projection.skipped, "\n- "), "\n");
@@ -213,17 +240,18 @@ std::string ProjectionMarkdown(const GPT2Config& model, const Projection& projec
 std::string ProjectionCsv(const Projection& projection) {
   std::string csv =
       "gpus,schedule,chunks,pp,dp,microbatches,step_ms,tokens_per_s,allreduce_ms,"
-      "bubble_fraction,bubble_gpus,harvested_fraction,reclaimed_gpus";
+      "exposed_sync_ms,bubble_fraction,bubble_gpus,harvested_fraction,reclaimed_gpus";
   for (int k = 0; k < pipeline::kNumBubbleKinds; ++k) {
     absl::StrAppend(&csv, ",bubble_",
                     pipeline::BubbleKindName(static_cast<pipeline::BubbleKind>(k)));
   }
   csv += "\n";
   for (const ProjectionRow& r : projection.rows) {
-    absl::StrAppendFormat(&csv, "%d,%s,%d,%d,%d,%d,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g", r.gpus,
-                          pipeline::ScheduleKindName(r.kind), r.chunks, r.pp, r.dp, r.microbatches,
-                          r.step_ms, r.tokens_per_s, r.allreduce_ms, r.bubble_fraction,
-                          r.bubble_gpus(), r.harvested_fraction, r.reclaimed_gpus());
+    absl::StrAppendFormat(&csv, "%d,%s,%d,%d,%d,%d,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g",
+                          r.gpus, pipeline::ScheduleKindName(r.kind), r.chunks, r.pp, r.dp,
+                          r.microbatches, r.step_ms, r.tokens_per_s, r.allreduce_ms,
+                          r.exposed_sync_ms, r.bubble_fraction, r.bubble_gpus(),
+                          r.harvested_fraction, r.reclaimed_gpus());
     for (double f : r.bubble_by_kind) absl::StrAppendFormat(&csv, ",%.6g", f);
     csv += "\n";
   }
@@ -242,10 +270,11 @@ std::string ProjectionJson(const Projection& projection) {
     rows.push_back(absl::StrFormat(
         "{\"gpus\": %d, \"schedule\": \"%s\", \"chunks\": %d, \"pp\": %d, \"dp\": %d, "
         "\"microbatches\": %d, \"step_ms\": %.6g, \"tokens_per_s\": %.6g, \"allreduce_ms\": %.6g, "
-        "\"bubble_fraction\": %.6g, \"bubble_by_kind\": {%s}, \"bubble_gpus\": %.6g, "
-        "\"harvested_fraction\": %.6g, \"reclaimed_gpus\": %.6g}",
+        "\"exposed_sync_ms\": %.6g, \"bubble_fraction\": %.6g, \"bubble_by_kind\": {%s}, "
+        "\"bubble_gpus\": %.6g, \"harvested_fraction\": %.6g, \"reclaimed_gpus\": %.6g}",
         r.gpus, pipeline::ScheduleKindName(r.kind), r.chunks, r.pp, r.dp, r.microbatches, r.step_ms,
-        r.tokens_per_s, r.allreduce_ms, r.bubble_fraction, absl::StrJoin(kinds, ", "),
+        r.tokens_per_s, r.allreduce_ms, r.exposed_sync_ms, r.bubble_fraction,
+        absl::StrJoin(kinds, ", "),
         r.bubble_gpus(), r.harvested_fraction, r.reclaimed_gpus()));
   }
   std::vector<std::string> skipped;

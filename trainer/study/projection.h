@@ -7,10 +7,12 @@
 // pipeline/network.h. The side work is packed into the simulated bubbles by the executor's
 // rule: an in-process task's whole steps that fit a bubble less its margin, a worker filling it
 // to the margin. Assumed: no stragglers, the same costs per micro-batch at every scale, one
-// all-reduce per step after the last backward (the slowest stage's gradients), no overlap of
-// that all-reduce with compute, the tied-embedding sum of the first and last stage, then the
-// optimizer step of the rank with the most parameters. Side work is packed into the bubbles the
-// runtime places (every kind but the sync waits). docs/scale.md says what this leaves out.
+// all-reduce per step after the stage's last backward (or, with dp_bucket_mb, in buckets each
+// started as the last backward makes it), the tied-embedding sum of the first and last stage,
+// then the optimizer step of the rank with the most parameters: behind a barrier of every
+// stage, or post-validated (the steady period of consecutive steps). Side work is packed into
+// the bubbles the runtime places (every kind but the sync waits). docs/scale.md says what this
+// leaves out.
 #pragma once
 
 #include <array>
@@ -45,6 +47,8 @@ struct ProjectionOptions {
   std::vector<ProjectedTask> tasks;  // in the order the executor offers bubbles
   double margin = 0.1;               // of each bubble left unharvested (freeride.margin)
   double optimizer_ms_per_param = 0; // the AdamW update, timed per parameter (0: left out)
+  pipeline::StepSync step_sync = pipeline::StepSync::kBarrier;  // optim.step_sync
+  double dp_bucket_mb = 0;  // the all-reduce's buckets (MiB); 0: one after the last backward
 };
 
 struct ProjectionRow {
@@ -52,7 +56,8 @@ struct ProjectionRow {
   pipeline::ScheduleKind kind = pipeline::ScheduleKind::k1F1B;
   int chunks = 1;
   double step_ms = 0;
-  double allreduce_ms = 0;
+  double allreduce_ms = 0;      // the data-parallel all-reduce of the largest rank's gradients
+  double exposed_sync_ms = 0;   // the most any stage waits for its own sums (`sync` bubble)
   double bubble_fraction = 0;  // of all GPU time
   std::array<double, pipeline::kNumBubbleKinds> bubble_by_kind{};  // fractions of GPU time
   double harvested_fraction = 0;  // side work packed into bubbles, of all GPU time
