@@ -47,6 +47,9 @@ class CpuStageModel final : public StageModel {
     model_.FoldHeadWteGrad();
     return absl::OkStatus();
   }
+  void SetHeadGradInBackwardInput(bool in_input) override {
+    model_.set_head_grad_in_backward_input(in_input);
+  }
 
   absl::StatusOr<float*> HostGrads(int64_t offset, int64_t) override {
     return model_.grads() + offset;

@@ -298,6 +298,13 @@ void GPT2Stage<T>::LayerBackwardInput(Slot& s, int64_t l, const T* x, T* dx) {
 }
 
 template <typename T>
+void GPT2Stage<T>::HeadWteGrad(const Slot& s) {
+  const int64_t BT = B_ * T_;
+  cpu::MatmulBackwardWeight<T>(head_wte_grad_.data(), nullptr, s.dlogits.data(), s.lnf.data(),
+                               BT, config().n_embd, config().padded_vocab_size);
+}
+
+template <typename T>
 void GPT2Stage<T>::BackwardInput(int slot, T loss_scale) {
   Slot& s = *slots_[slot];
   const GPT2Config& cfg = config();
@@ -308,6 +315,7 @@ void GPT2Stage<T>::BackwardInput(int slot, T loss_scale) {
                               cfg.padded_vocab_size);
     cpu::MatmulBackwardInput(s.dlnf.data(), s.dlogits.data(), param(ParamTensor::kWte), BT, C,
                              cfg.padded_vocab_size);
+    if (head_grad_in_input_) HeadWteGrad(s);
     T* dout = output_grad(slot);
     std::fill(dout, dout + BT * C, static_cast<T>(0));
     cpu::LayerNormBackwardInput(dout, s.dlnf.data(), output_activations(slot),
@@ -350,8 +358,7 @@ void GPT2Stage<T>::BackwardWeight(int slot) {
   const GPT2Config& cfg = config();
   const int64_t BT = B_ * T_, C = cfg.n_embd;
   if (stage().has_head) {
-    cpu::MatmulBackwardWeight<T>(head_wte_grad_.data(), nullptr, s.dlogits.data(), s.lnf.data(),
-                                 BT, C, cfg.padded_vocab_size);
+    if (!head_grad_in_input_) HeadWteGrad(s);
     cpu::LayerNormBackwardWeight(grad(ParamTensor::kLnfW), grad(ParamTensor::kLnfB),
                                  s.dlnf.data(), output_activations(slot), s.lnf_mean.data(),
                                  s.lnf_rstd.data(), BT, C);

@@ -85,6 +85,9 @@ class GPT2Stage {
   void BackwardInput(int slot, T loss_scale);
   // Accumulates parameter gradients from what BackwardInput stashed.
   void BackwardWeight(int slot);
+  // The head's share of the wte gradient accumulates in BackwardInput instead of
+  // BackwardWeight (StageModel::SetHeadGradInBackwardInput).
+  void set_head_grad_in_backward_input(bool in_input) { head_grad_in_input_ = in_input; }
 
   // Per-token losses of the slot's last Forward (head stage).
   const T* losses(int slot) const;
@@ -101,11 +104,13 @@ class GPT2Stage {
   void LayerForward(Slot& s, int64_t l, const T* x);
   void LayerBackwardInput(Slot& s, int64_t l, const T* x, T* dx);
   void LayerBackwardWeight(Slot& s, int64_t l, const T* x);
+  void HeadWteGrad(const Slot& s);  // head_wte_grad_ += the slot's dlogits^T · lnf
   const T* LayerInput(const Slot& s, int64_t l) const;
 
   ParamLayout layout_;
   int64_t B_, T_;
   std::vector<T> params_, grads_, head_wte_grad_;
+  bool head_grad_in_input_ = false;
   std::vector<std::unique_ptr<Slot>> slots_;
   // Scratch shared by all slots (only one slot computes at a time).
   std::vector<T> scratch_4c_, scratch_c_;

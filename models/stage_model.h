@@ -62,6 +62,10 @@ class StageModel {
   virtual absl::Status BackwardWeight(int slot) = 0;
   virtual absl::Status ZeroGrads() = 0;
   virtual absl::Status FoldHeadWteGrad() = 0;
+  // Makes the head's share of the tied wte gradient in BackwardInput rather than in
+  // BackwardWeight, so that a post-validated pipeline can sum the tied gradient once the head's
+  // last I is done. The same bits when the head's Is run in its Ws' micro-batch order.
+  virtual void SetHeadGradInBackwardInput(bool in_input) = 0;
 
   // Gradient elements [offset, offset + n) of the stage's buffer in host memory, for a sum
   // across ranks; CommitHostGrads makes the (summed) host copy the gradient again.

@@ -347,6 +347,7 @@ class Simulation {
         origin = std::min(origin, state_[st].step_end[report_ - 1]);
       }
       for (StageResult& out : result_.stages) {
+        out.step_start = state_[out.stage].step_end[report_ - 1] - origin;
         for (double& t : out.start) t -= origin;
         for (double& t : out.end) t -= origin;
         for (BubbleSpan& span : out.bubbles) span.start -= origin;

@@ -38,6 +38,7 @@ struct BubbleSpan {
 
 struct StageResult {
   int stage = 0;
+  double step_start = 0;  // when the stage's step begins (0 with a barrier)
   double busy = 0;    // compute time
   double bubble = 0;  // step time minus busy time
   // Idle time between the stage's first and last F/B/I/W: its bubble when steps follow each

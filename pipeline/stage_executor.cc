@@ -30,9 +30,15 @@ StageExecutor::StageExecutor(Schedule schedule, RankLayout layout, std::vector<S
       optimizer_(std::move(optimizer)) {
   const int m = schedule_.microbatches, cells = layout_.chunks * m;
   slot_of_.assign(cells, 0);
+  bool tied_here = false;
   for (const Instr& in : instructions()) {
     if (in.op == Op::kForward) slot_of_[in.chunk * m + in.microbatch] = in.buffer;
     if (IsBackward(in.op)) has_backward_ = true;
+    tied_here = tied_here || in.op == Op::kReduceTied;
+  }
+  // A post-validated head posts the tied sum after its last I (see InsertCommunication).
+  for (StageModel* chunk : chunks_) {
+    if (chunk->stage().has_head) chunk->SetHeadGradInBackwardInput(PostValidated() && tied_here);
   }
   const int64_t floats = ActivationFloats();
   for (auto* v : {&recv_act_, &recv_grad_, &send_act_, &send_grad_}) {
@@ -183,16 +189,20 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
     case Op::kReduceTied:
       // Posted here, summed when the gradient is next needed (REDUCE_GRADS or OPTIMIZER), as
       // the simulator models it: the wait for the other end of the pipeline then falls in the
-      // cooldown BUBBLE before OPTIMIZER, where side tasks can use it.
-      return absl::OkStatus();
+      // cooldown BUBBLE before OPTIMIZER, where side tasks can use it. Post-validated, the
+      // sum starts here: the other end may need it before this stage's step ends.
+      return PostValidated() ? StartTiedSum() : absl::OkStatus();
     case Op::kReduceGrads: {
       // The head's share of wte lives outside grads() until the tied sum folds it in.
-      absl::Status s = tied_reduced_ ? absl::OkStatus() : ReduceTied(waited);
+      absl::Status s = tied_reduced_          ? absl::OkStatus()
+                       : tied_request_ >= 0 ? FinishTiedSum(waited)
+                                            : ReduceTied(waited);
       tied_reduced_ = true;
       if (s.ok()) s = ReduceDataParallel(waited);
       return s;
     }
     case Op::kOptimizer: {
+      if (PostValidated()) return StartGlobalState(*head_loss, waited);
       // Waiting here: the tied sum when REDUCE_TIED posted it (or a one-stage schedule, which
       // has none and sums locally), then the pipeline-wide sum of the gradient norm's units.
       // Only waiting counts: the tied sum's arrival and the units' sum, not the tied
@@ -228,6 +238,11 @@ std::function<bool()> StageExecutor::InputReady(size_t bubble_index) const {
   const std::vector<Instr>& instrs = instructions();
   size_t j = bubble_index + 1;
   while (j < instrs.size() && instrs[j].op == Op::kBubble) ++j;
+  if (running_ahead_ && j == ValidationPoint(instrs) && state_request_ >= 0) {
+    // Ahead of the validation point, the stage waits for the last step's global state.
+    const Transport::Request r = state_request_;
+    return [this, r] { return transport_->Test(r); };
+  }
   if (j == instrs.size() || (instrs[j].op != Op::kRecvAct && instrs[j].op != Op::kRecvGrad)) {
     return nullptr;  // a sum: nothing to poll, the bubble's deadline is its predicted end
   }
@@ -237,18 +252,18 @@ std::function<bool()> StageExecutor::InputReady(size_t bubble_index) const {
   return [this, r] { return transport_->Test(r); };
 }
 
-absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, float loss_scale) {
+absl::Status StageExecutor::BeginStep() {
   const double t0 = clock().Now();
   transport_->OnStepStart(t0);
+  step_ = Progress{};
+  step_.begun = true;
+  step_.t0 = t0;
+  step_.outcome.start_s = t0;
+  tied_reduced_ = false;
+  if (receives_posted_) return absl::OkStatus();
+  // Every receive of the step is posted now, into its own staging buffer.
   const int m = schedule_.microbatches;
   const int64_t bytes = ActivationFloats() * static_cast<int64_t>(sizeof(float));
-  if (has_backward_) {
-    for (StageModel* chunk : chunks_) {
-      if (absl::Status s = chunk->ZeroGrads(); !s.ok()) return s;
-    }
-  }
-  tied_reduced_ = false;
-  // Every receive of the step is posted now, into its own staging buffer.
   for (const Instr& in : instructions()) {
     if (in.op != Op::kRecvAct && in.op != Op::kRecvGrad) continue;
     const bool grad = in.op == Op::kRecvGrad;
@@ -260,20 +275,22 @@ absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, f
     if (!r.ok()) return r.status();
     (grad ? recv_grad_req_ : recv_act_req_)[cell] = *r;
   }
-  StepOutcome out;
-  out.start_s = t0;
-  double head_loss = 0;
+  receives_posted_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status StageExecutor::RunUntil(size_t end, const MicrobatchData& data, float loss_scale) {
   const std::vector<Instr>& instrs = instructions();
-  int open_bubble = -1;  // the BUBBLE whose awaited instruction comes next
-  for (size_t i = 0; i < instrs.size(); ++i) {
+  StepOutcome& out = step_.outcome;
+  for (size_t i = step_.next; i < end; ++i) {
     const double start = clock().Now();
     if (instrs[i].op == Op::kBubble && hook_ != nullptr) {
-      open_bubble = static_cast<int>(i);
-      hook_->OnBubble(instrs[i], open_bubble, start, InputReady(i));
+      step_.open_bubble = static_cast<int>(i);
+      hook_->OnBubble(instrs[i], step_.open_bubble, start, InputReady(i));
     }
     const double waited_before = out.bubble_s;
     first_wait_s_ = -1;
-    absl::Status s = Execute(instrs[i], data, loss_scale, &head_loss, &out.bubble_s);
+    absl::Status s = Execute(instrs[i], data, loss_scale, &step_.head_loss, &out.bubble_s);
     // After the instruction, its waits included: for OPTIMIZER that puts its compute after
     // its sums, which the simulated runs' cost models make free (optimizer = 0).
     if (compute_ && clock().simulated()) {
@@ -286,10 +303,10 @@ absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, f
     // the first sum and delayed the peer (stage 1 of the 2-rank CPU pipeline: cooldown bubble
     // 5 ms plain, 11 ms harvesting, steps +2.5%).
     const double waited = out.bubble_s - waited_before;
-    if (open_bubble >= 0 && instrs[i].op != Op::kBubble) {
-      hook_->OnBubbleEnd(open_bubble,
+    if (step_.open_bubble >= 0 && instrs[i].op != Op::kBubble) {
+      hook_->OnBubbleEnd(step_.open_bubble,
                          first_wait_s_ >= 0 ? start + first_wait_s_ : clock().Now());
-      open_bubble = -1;
+      step_.open_bubble = -1;
     }
     if (!s.ok()) {
       return absl::Status(
@@ -297,9 +314,25 @@ absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, f
           absl::StrFormat("rank %d (stage %d, replica %d) blocked on %s: %s", layout_.rank(),
                           layout_.stage, layout_.replica, Describe(instrs[i]), s.message()));
     }
-    out.timeline.push_back({static_cast<int>(i), start - t0, clock().Now() - t0,
-                            waited > 0 ? start + waited - t0 : 0});
+    out.timeline.push_back({static_cast<int>(i), start - step_.t0, clock().Now() - step_.t0,
+                            waited > 0 ? start + waited - step_.t0 : 0});
   }
+  step_.next = std::max(step_.next, end);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, float loss_scale) {
+  if (!step_.begun) {
+    if (absl::Status s = BeginStep(); !s.ok()) return s;
+  }
+  // Here, not at the step's start: a post-validated step that ran ahead began before the last
+  // step's validation, which may still have needed that step's gradients.
+  if (has_backward_) {
+    for (StageModel* chunk : chunks_) {
+      if (absl::Status s = chunk->ZeroGrads(); !s.ok()) return s;
+    }
+  }
+  if (absl::Status s = RunUntil(instructions().size(), data, loss_scale); !s.ok()) return s;
   for (Transport::Request r : sends_) {
     absl::Status s = transport_->Wait(r, timeout_s_);
     if (!s.ok()) {
@@ -309,13 +342,22 @@ absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, f
     }
   }
   sends_.clear();
-  // The head's loss to every rank: the other ranks add zeros (exact), then replicas average.
-  double loss[1] = {head_loss / m};
-  if (layout_.stage != StageOfVirtual(schedule_, NumVirtualStages() - 1)) loss[0] = 0;
-  absl::Status s = transport_->AllReduceSum(loss, 1, layout_.PipelineGroup(), timeout_s_);
-  if (s.ok()) s = transport_->AllReduceSum(loss, 1, layout_.DataParallelGroup(), timeout_s_);
-  if (!s.ok()) return s;
-  out.loss = loss[0] / layout_.dp;
+  receives_posted_ = false;
+  StepOutcome out = std::move(step_.outcome);
+  const double head_loss = step_.head_loss, t0 = step_.t0;
+  step_ = Progress{};
+  const int m = schedule_.microbatches;
+  if (PostValidated()) {
+    out.loss = NAN;  // it comes with the global state
+  } else {
+    // The head's loss to every rank: the other ranks add zeros (exact), then replicas average.
+    double loss[1] = {head_loss / m};
+    if (layout_.stage != StageOfVirtual(schedule_, NumVirtualStages() - 1)) loss[0] = 0;
+    absl::Status s = transport_->AllReduceSum(loss, 1, layout_.PipelineGroup(), timeout_s_);
+    if (s.ok()) s = transport_->AllReduceSum(loss, 1, layout_.DataParallelGroup(), timeout_s_);
+    if (!s.ok()) return s;
+    out.loss = loss[0] / layout_.dp;
+  }
   out.step_s = clock().Now() - t0;
   return out;
 }

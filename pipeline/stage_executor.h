@@ -1,7 +1,8 @@
 // Runs one rank's instruction list for a training step: the model chunks this rank holds,
 // activations and gradients to and from its neighbours (receives posted when the step starts,
 // sends that never block the compute after them), the tied-embedding and data-parallel sums,
-// and BUBBLE handed to a hook. Every instruction's start and end are recorded.
+// and BUBBLE handed to a hook. Every instruction's start and end are recorded. A
+// post-validated schedule's steps overlap (see RunAhead).
 #pragma once
 
 #include <functional>
@@ -72,6 +73,19 @@ struct MicrobatchData {
 struct OptimizerHooks {
   std::function<absl::StatusOr<std::vector<double>>()> units;
   std::function<absl::Status(const std::vector<double>& summed, bool loss_finite)> apply;
+  // Post-validated steps instead of `apply`: whether this rank steps before the global state
+  // is known, judged from its own units (zeros elsewhere) and its head's loss; then the step
+  // itself, which keeps what a rollback needs. The global state comes later (AwaitState).
+  std::function<bool(const std::vector<double>& own, bool loss_finite)> will_speculate;
+  std::function<absl::Status()> speculate;
+};
+
+// A post-validated step's global state, summed over every rank of the job.
+struct StepState {
+  std::vector<double> units;   // the gradient norm's units, in model order
+  bool loss_finite = true;     // every replica's head saw a finite loss
+  bool all_speculated = true;  // every rank stepped before this was known
+  double loss = 0;             // mean over the step's micro-batches and replicas
 };
 
 class StageExecutor {
@@ -104,12 +118,44 @@ class StageExecutor {
   }
 
   // One training step. `loss_scale` multiplies the per-token loss gradient (1 / tokens in the
-  // global batch). Errors name the instruction a rank was blocked on.
+  // global batch). Errors name the instruction a rank was blocked on. Post-validated, it goes
+  // on from where RunAhead left the step, and its outcome has no loss: the step's OPTIMIZER
+  // starts the sum of its global state (loss included) and speculates, and the step ends.
   absl::StatusOr<StepOutcome> RunStep(const MicrobatchData& data, float loss_scale);
 
+  // Post-validated steps overlap: after RunStep, the next step's instructions before its
+  // validation point (ValidationPoint: its first forwards) may run on the speculatively
+  // updated weights while the global state is summed. Every rank runs ahead or none does.
+  absl::Status RunAhead(const MicrobatchData& data, float loss_scale);
+  // Waits for the global state of the last step RunStep ran.
+  absl::StatusOr<StepState> AwaitState();
+  // When the state rolls the step back (or the run stops), what RunAhead did is undone:
+  // the messages its forwards sent are drained where they landed and their receives posted
+  // again, so that the next RunStep runs the step from its start. Every rank that ran ahead.
+  absl::Status DiscardAhead();
+  bool ran_ahead() const { return step_.begun; }
+
  private:
+  // The step in progress, begun by RunStep or RunAhead.
+  struct Progress {
+    bool begun = false;
+    size_t next = 0;  // the next instruction
+    double t0 = 0, head_loss = 0;
+    int open_bubble = -1;  // the BUBBLE whose awaited instruction comes next
+    StepOutcome outcome;
+  };
+  absl::Status BeginStep();
+  // Runs the step's instructions up to `end`.
+  absl::Status RunUntil(size_t end, const MicrobatchData& data, float loss_scale);
+  bool PostValidated() const { return schedule_.step_sync == StepSync::kPostValidate; }
   absl::Status Execute(const Instr& in, const MicrobatchData& data, float loss_scale,
                        double* head_loss, double* waited);
+  // Post-validated: REDUCE_TIED starts the tied sum; what needs it next waits for it.
+  absl::Status StartTiedSum();
+  absl::Status FinishTiedSum(double* waited);
+  // Post-validated OPTIMIZER: the units and the flags into the global state's sum, then the
+  // speculative step.
+  absl::Status StartGlobalState(double head_loss, double* waited);
   absl::Status Arrive(const std::vector<int>& group, double* waited);
   // Adds a wait to the instruction's total; the first of an instruction is kept apart.
   void CountWait(double seconds, double* waited) {
@@ -146,6 +192,15 @@ class StageExecutor {
   std::vector<Transport::Request> sends_;
   bool tied_reduced_ = false;
   bool has_backward_ = false;  // a forward-only (validation) schedule leaves gradients alone
+  Progress step_;
+  bool receives_posted_ = false;  // the step's receives (RunAhead's, or posted again after it)
+  bool running_ahead_ = false;
+  // Post-validated: the tied sum in flight (its owner's wte gradient), the global state's.
+  Transport::Request tied_request_ = -1;
+  StageModel* tied_owner_ = nullptr;
+  int64_t tied_offset_ = 0, tied_n_ = 0;
+  Transport::Request state_request_ = -1;
+  std::vector<double> state_;
 };
 
 }  // namespace freeride::pipeline

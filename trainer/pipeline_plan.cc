@@ -7,6 +7,7 @@
 #include "pipeline/generators.h"
 #include "pipeline/passes.h"
 #include "pipeline/schedule_file.h"
+#include "pipeline/validator.h"
 
 namespace freeride {
 
@@ -79,10 +80,18 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const Config& config, const GPT2Config
 absl::StatusOr<pipeline::Schedule> TrainingSchedule(const Config& config,
                                                     const PipelinePlan& plan,
                                                     const pipeline::CostModel& cost) {
+  FR_ASSIGN_OR_RETURN(const pipeline::StepSync sync,
+                      pipeline::ParseStepSync(config.optim.step_sync));
   if (plan.from_file) {
     // Whatever BUBBLEs the file had were predicted with other costs: placed anew, as the
-    // generated kinds' are.
+    // generated kinds' are. Post-validated, the step's sums move (InsertCommunication).
     pipeline::Schedule s = plan.file_schedule;
+    if (sync != s.step_sync) {
+      s.step_sync = sync;
+      pipeline::InsertCommunication(&s, config.parallel.dp > 1);
+      pipeline::ResolvePeers(&s);
+      FR_RETURN_IF_ERROR(pipeline::Validate(s));
+    }
     FR_RETURN_IF_ERROR(pipeline::InsertBubbles(&s, cost));
     return s;
   }
@@ -92,6 +101,7 @@ absl::StatusOr<pipeline::Schedule> TrainingSchedule(const Config& config,
   options.microbatches = static_cast<int>(config.train.microbatches);
   options.chunks = plan.chunks;
   options.data_parallel = config.parallel.dp > 1;
+  options.step_sync = sync;
   options.cost = cost;
   return pipeline::BuildSchedule(options);
 }

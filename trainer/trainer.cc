@@ -17,7 +17,6 @@
 #include "core/json_string.h"
 #include "core/files.h"
 #include "core/logging.h"
-#include "core/stop_request.h"
 #include "core/timer.h"
 #include "models/backend.h"
 #include "models/llmc_checkpoint.h"
@@ -57,6 +56,7 @@ pipeline::Schedule ForwardOnlySchedule(const pipeline::Schedule& training) {
   using pipeline::Instr;
   using pipeline::Op;
   pipeline::Schedule s = training;
+  s.step_sync = pipeline::StepSync::kBarrier;  // no optimizer step to validate
   const int p = s.stages, V = p * s.chunks;
   for (int stage = 0; stage < p; ++stage) {
     std::vector<Instr>& list = s.per_stage[stage];
@@ -287,7 +287,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
       pipeline::OptimizerHooks{[self] { return self->GradientUnits(); },
                                [self](const std::vector<double>& units, bool loss_finite) {
                                  return self->OptimizerStep(units, loss_finite);
-                               }});
+                               },
+                               [self](const std::vector<double>& own, bool loss_finite) {
+                                 return self->WillSpeculate(own, loss_finite);
+                               },
+                               [self] { return self->Speculate(); }});
   t->executor_->set_clock(clock, compute);
   t->IndexBubbles();
 
@@ -341,6 +345,12 @@ absl::Status Trainer::CheckHostMemory(const std::vector<StageSpec>& chunks, int6
                       static_cast<int64_t>(sizeof(float))});
   plan.push_back({"the global batch's tokens", 2 * tc.batch_size * layout_.dp * tc.seq_len *
                                                    static_cast<int64_t>(sizeof(int32_t))});
+  if (config_.optim.step_sync == "post_validate") {
+    int64_t params = 0;
+    for (const StageSpec& spec : chunks) params += MakeParamLayout(model_config_, spec).total;
+    plan.push_back({"post-validation's copy of parameters and AdamW moments",
+                    3 * params * static_cast<int64_t>(sizeof(float))});
+  }
   absl::Status s = CheckHostMemoryPlan(plan, AvailableHostMemory(),
                                        config_.runtime.emulate_peers ? 1 : NodeLocalSize());
   if (s.ok()) return s;
@@ -393,95 +403,7 @@ absl::Status Trainer::OptimizerStep(const std::vector<double>& units, bool loss_
   // applied (every rank sees the same summed norm and loss flag, so all of them skip it).
   last_applied_ = loss_finite && std::isfinite(last_grad_norm_);
   if (!last_applied_) return absl::OkStatus();
-  const double scale = ClipScale(last_grad_norm_, config_.optim.grad_clip);
-  AdamWStep adam;
-  adam.lr = last_lr_;
-  adam.beta1 = config_.optim.beta1;
-  adam.beta2 = config_.optim.beta2;
-  adam.eps = config_.optim.eps;
-  adam.weight_decay = config_.optim.weight_decay;
-  adam.step = step_ + 1;
-  adam.grad_scale = scale;
-  for (const auto& chunk : chunks_) {
-    if (absl::Status s = chunk->ApplyAdamW(adam); !s.ok()) return s;
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<StepStats> Trainer::Step() {
-  const TrainConfig& tc = config_.train;
-  train_->Next(inputs_.data(), targets_.data());
-  const float loss_scale = 1.0f / static_cast<float>(tc.batch_size * layout_.dp * tc.seq_len);
-  // Alternating blocks (freeride.alternate_every) give the overhead within one run.
-  const int64_t every = config_.freeride.alternate_every;
-  const bool harvesting = every == 0 || (step_ / every) % 2 == 0;
-  if (side_) side_->set_harvesting(harvesting);
-  absl::StatusOr<pipeline::StepOutcome> outcome = executor_->RunStep(Microbatches(), loss_scale);
-  if (!outcome.ok()) return outcome.status();
-  if (step_ > 0) {  // the first step warms up: left out of the comparison
-    (harvesting ? on_s_ : off_s_) += outcome->step_s;
-    ++(harvesting ? on_steps_ : off_steps_);
-  }
-  StepStats stats;
-  stats.step = ++step_;
-  stats.loss = outcome->loss;
-  stats.lr = last_lr_;
-  stats.grad_norm = last_grad_norm_;
-  stats.step_s = outcome->step_s;
-  stats.tokens_per_s =
-      static_cast<double>(tc.batch_size * layout_.dp * tc.seq_len) / outcome->step_s;
-  stats.applied = last_applied_;
-  // Each stage's waiting time, as replica 0 measured it, and one value more: how many ranks
-  // were asked to stop. Riding on this sum, the stop is agreed without a collective of its
-  // own, and every rank stops after the same step.
-  // With side tasks, every stage's bubbles of the step ride on it too: four values per BUBBLE
-  // of the schedule (every rank knows it), filled in by the rank that ran it.
-  const std::vector<std::pair<int, int>>& slots = bubble_slots_;
-  const size_t head = layout_.pp + 1;
-  std::vector<double> sums(head + 4 * slots.size(), 0.0);
-  if (layout_.replica == 0) sums[layout_.stage] = outcome->bubble_s;
-  sums[layout_.pp] = StopRequestedBy() != 0 ? 1.0 : 0.0;
-  std::map<int, double> predicted_here;
-  if (side_) {
-    for (const BubbleRecord& r : side_->TakeBubbleRecords()) {
-      if (r.predicted_s > 0) predicted_here[r.index] = r.predicted_s * 1e3;
-      const auto it = std::lower_bound(slots.begin(), slots.end(),
-                                       std::pair<int, int>{layout_.stage, r.index});
-      if (layout_.replica != 0 || it == slots.end() || *it != std::pair{layout_.stage, r.index}) {
-        continue;
-      }
-      double* v = &sums[head + 4 * (it - slots.begin())];
-      v[0] = 1, v[1] = r.predicted_s, v[2] = r.measured_s, v[3] = r.harvested_s;
-    }
-  }
-  if (absl::Status s = transport_->AllReduceSum(sums.data(), static_cast<int64_t>(sums.size()),
-                                                transport_->AllRanks(),
-                                                config_.runtime.comm_timeout_s);
-      !s.ok()) {
-    return s;
-  }
-  stats.stop_requested = sums[layout_.pp] > 0;
-  stats.bubble_s.assign(sums.begin(), sums.begin() + layout_.pp);
-  for (size_t k = 0; k < slots.size(); ++k) {
-    const double* v = &sums[head + 4 * k];
-    if (v[0] == 0) continue;  // a stage without side tasks, or not really run (emulated)
-    const auto [stage, index] = slots[k];
-    stats.bubbles.push_back({stage, index, executor_->schedule().per_stage[stage][index].bubble,
-                             v[1], v[2], v[3]});
-  }
-  last_timeline_ = outcome->timeline;
-  last_step_start_s_ = outcome->start_s;
-  if (stats.step == 1 && layout_.pp > 1) {
-    if (absl::Status s = PlaceBubblesFromMeasuredCosts(outcome->timeline); !s.ok()) return s;
-  }
-  constexpr size_t kTimelineSteps = 8;
-  if (stats.step > 1 && timelines_.size() < kTimelineSteps) {
-    timelines_.emplace_back(stats.step, outcome->timeline);
-    timeline_starts_.push_back(outcome->start_s);
-    timeline_harvested_.push_back(side_ != nullptr && harvesting);
-    timeline_predicted_.push_back(std::move(predicted_here));
-  }
-  return stats;
+  return ApplyUpdate(step_ + 1, ClipScale(last_grad_norm_, config_.optim.grad_clip));
 }
 
 // The schedule was built with uniform costs, so its BUBBLEs sit where equal stages would wait.

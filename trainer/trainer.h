@@ -105,6 +105,23 @@ class Trainer {
   absl::Status Resume(const std::string& path);
   absl::StatusOr<std::vector<double>> GradientUnits();
   absl::Status OptimizerStep(const std::vector<double>& summed_units, bool loss_finite);
+  // AdamW at last_lr_ as AdamW's 1-based `step`, gradients times `grad_scale` (clipping).
+  absl::Status ApplyUpdate(int64_t step, double grad_scale);
+  // The step's figures every rank adds up (waits, the stop flag, side tasks' bubbles), and
+  // what the step leaves once they are summed (train_step.cc).
+  std::vector<double> StepSums(const pipeline::StepOutcome& outcome,
+                               std::map<int, double>* predicted_here);
+  absl::Status FinishStep(const pipeline::StepOutcome& outcome, const std::vector<double>& sums,
+                          bool harvesting, std::map<int, double> predicted_here,
+                          StepStats* stats);
+  // Post-validated steps (optim.step_sync): whether this rank steps before the global state
+  // (its own share of it clean), the speculative step with its backup, the validation
+  // (true: confirmed; else rolled back and redone as the barrier would have), and whether the
+  // next step may run ahead of it.
+  bool WillSpeculate(const std::vector<double>& own, bool loss_finite) const;
+  absl::Status Speculate();
+  absl::StatusOr<bool> Validate(const pipeline::StepState& state);
+  bool RunsAhead() const;
   // Refuses a run whose host buffers would not fit in the memory this process may use.
   absl::Status CheckHostMemory(const std::vector<StageSpec>& chunks, int64_t micro_batch,
                                int slots, int microbatches) const;
@@ -141,6 +158,14 @@ class Trainer {
   int64_t step_ = 0;
   double last_grad_norm_ = 0, last_lr_ = 0;
   bool last_applied_ = true;   // whether the last OPTIMIZER applied its update
+  // Post-validated steps: each chunk's parameters and AdamW moments before the speculative
+  // step, whether it was taken, and whether the next step's batch is loaded already.
+  struct Backup {
+    std::vector<float> params, m, v;
+  };
+  std::vector<Backup> backup_;
+  bool speculated_ = false;
+  bool next_batch_loaded_ = false;
   bool resumed_ = false;
   int64_t nonfinite_in_row_ = 0;
   std::string checkpoint_dir_;

@@ -59,6 +59,7 @@ class CudaStage final : public CudaStageModel {
   absl::Status BackwardWeight(int slot) override;
   absl::Status ZeroGrads() override;
   absl::Status FoldHeadWteGrad() override;
+  void SetHeadGradInBackwardInput(bool in_input) override { head_grad_in_input_ = in_input; }
 
   absl::StatusOr<float*> HostGrads(int64_t offset, int64_t n) override;
   absl::Status CommitHostGrads(int64_t offset, int64_t n) override;
@@ -105,6 +106,8 @@ class CudaStage final : public CudaStageModel {
   absl::Status LayerBackwardInput(const Slot& s, int64_t l, const T* x, T* dx);
   absl::Status AttentionBackward(const Slot& s, int64_t l, const T* datty);
   absl::Status LayerBackwardWeight(const Slot& s, int64_t l, const T* x);
+  // head_wte_grad += the slot's logits gradient^T · lnf.
+  absl::Status HeadWteGrad(const Slot& s);
 
   ParamLayout layout_;
   int64_t B_, T_;
@@ -114,6 +117,7 @@ class CudaStage final : public CudaStageModel {
   int device_ = 0;
   bool fuse_gelu_ = false;       // FuseGelu(options_.fuse_gelu, T is bf16)
   bool check_launches_ = false;  // FREERIDE_CUDA_CHECK_LAUNCHES
+  bool head_grad_in_input_ = false;  // SetHeadGradInBackwardInput
   std::string description_;
   std::array<char*, kNumMemoryPhases> base_{};
   cudaStream_t stream_ = nullptr;

@@ -184,6 +184,14 @@ absl::Status CudaStage<T>::LayerBackwardInput(const Slot& s, int64_t l, const T*
 }
 
 template <typename T>
+absl::Status CudaStage<T>::HeadWteGrad(const Slot& s) {
+  const GPT2Config& cfg = layout_.config;
+  FR_LIBRARY(kHead, MatmulBackwardWeight, blas_, Ptr<float>(ids_.head_wte_grad), Ptr<T>(s.logits),
+             Ptr<T>(s.lnf), B_ * T_, cfg.n_embd, cfg.padded_vocab_size);
+  return absl::OkStatus();
+}
+
+template <typename T>
 absl::Status CudaStage<T>::BackwardInput(int slot, float loss_scale) {
   FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("BackwardInput"));
@@ -197,6 +205,7 @@ absl::Status CudaStage<T>::BackwardInput(int slot, float loss_scale) {
               stream_);
     FR_LIBRARY(kHead, MatmulBackwardInput, blas_, Ptr<T>(s.dlnf), Ptr<T>(s.logits),
                P(ParamTensor::kWte), BT, C, cfg.padded_vocab_size);
+    if (head_grad_in_input_) FR_RETURN_IF_ERROR(HeadWteGrad(s));
     T* dout = OutputGrad(s);
     CUDA_CHECK(cudaMemsetAsync(dout, 0, BTC * sizeof(T), stream_));
     FR_KERNEL(kHead, LayerNormBackwardInput, dout, Ptr<T>(s.dlnf), OutputActivations(s),
@@ -247,8 +256,7 @@ absl::Status CudaStage<T>::BackwardWeight(int slot) {
   const GPT2Config& cfg = layout_.config;
   const int64_t BT = B_ * T_, C = cfg.n_embd;
   if (layout_.stage.has_head) {
-    FR_LIBRARY(kHead, MatmulBackwardWeight, blas_, Ptr<float>(ids_.head_wte_grad), Ptr<T>(s.logits),
-               Ptr<T>(s.lnf), BT, C, cfg.padded_vocab_size);
+    if (!head_grad_in_input_) FR_RETURN_IF_ERROR(HeadWteGrad(s));
     FR_KERNEL(kHead, LayerNormBackwardWeight, G(ParamTensor::kLnfW), G(ParamTensor::kLnfB),
               Ptr<T>(s.dlnf), OutputActivations(s), Ptr<float>(s.lnf_mean), Ptr<float>(s.lnf_rstd),
               BT, C, Ptr<float>(ids_.column_partials), stream_);
@@ -276,6 +284,7 @@ absl::Status CudaStage<T>::BackwardWeight(int slot) {
   template absl::StatusOr<double> CudaStage<T>::Forward(int);                             \
   template absl::Status CudaStage<T>::AttentionBackward(const Slot&, int64_t, const T*);  \
   template absl::Status CudaStage<T>::LayerBackwardInput(const Slot&, int64_t, const T*, T*); \
+  template absl::Status CudaStage<T>::HeadWteGrad(const Slot&);                           \
   template absl::Status CudaStage<T>::BackwardInput(int, float);                          \
   template absl::Status CudaStage<T>::LayerBackwardWeight(const Slot&, int64_t, const T*); \
   template absl::Status CudaStage<T>::BackwardWeight(int);

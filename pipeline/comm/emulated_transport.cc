@@ -21,8 +21,10 @@ class EmulatedPeersTransport : public Transport {
         floats_(floats),
         clock_(clock) {
     const int p = schedule.stages, m = schedule.microbatches;
-    // Simulated departure and arrival (ms after the step start) of every message, by tag,
-    // and the simulated times of the real stage's own sends.
+    // Simulated departure and arrival (ms after the real stage's step start; post-validated
+    // steps overlap, so a peer's may come before it) of every message, by tag, and the
+    // simulated times of the real stage's own sends.
+    const double origin = sim_.stages[real_].step_start;
     for (int st = 0; st < p; ++st) {
       const auto& instrs = schedule.per_stage[st];
       for (size_t i = 0; i < instrs.size(); ++i) {
@@ -30,16 +32,19 @@ class EmulatedPeersTransport : public Transport {
         if (in.op != Op::kSendAct && in.op != Op::kSendGrad) continue;
         const int tag = StageExecutor::MessageTag(in.op == Op::kSendGrad, VirtualStage(schedule, in),
                                                   in.microbatch, p * schedule.chunks, m);
-        const double depart = sim_.stages[st].end[i];
+        const double depart = sim_.stages[st].end[i] - origin;
         messages_[tag] = {depart, depart + comm_ms};
         if (st == real_) own_sends_.push_back({depart, tag});
       }
       for (size_t i = 0; i < instrs.size(); ++i) {
-        if (instrs[i].op == Op::kReduceTied) tied_arrival_[st] = sim_.stages[st].start[i];
-        if (instrs[i].op == Op::kOptimizer) barrier_arrival_[st] = sim_.stages[st].start[i];
+        const double at = sim_.stages[st].start[i] - origin;
+        if (instrs[i].op == Op::kReduceTied) tied_arrival_[st] = at;
+        if (instrs[i].op == Op::kOptimizer) barrier_arrival_[st] = at;
       }
     }
     std::sort(own_sends_.begin(), own_sends_.end());
+    const int head = StageOfVirtual(schedule_, p * schedule_.chunks - 1);
+    tied_stage_ = head != 0 && (real_ == 0 || real_ == head);
   }
 
   int rank() const override { return real_; }
@@ -51,8 +56,8 @@ class EmulatedPeersTransport : public Transport {
     in_step_ = true;
     // On the first or last stage a step's sums come as: the tied embedding's arrival (one
     // value), its transfer, then the optimizer's; elsewhere only the optimizer's.
-    const int head = StageOfVirtual(schedule_, schedule_.stages * schedule_.chunks - 1);
-    tied_phase_ = head != 0 && (real_ == 0 || real_ == head) ? 0 : 2;
+    tied_phase_ = tied_stage_ ? 0 : 2;
+    started_sums_ = 0;
   }
 
   absl::StatusOr<Request> Isend(const void*, int64_t, int, int tag) override {
@@ -72,6 +77,7 @@ class EmulatedPeersTransport : public Transport {
 
   bool Test(Request request) override {
     auto it = pending_.find(request);
+    if (it != pending_.end() && it->second.sum) return clock_.Now() >= it->second.done_s;
     return it == pending_.end() || !it->second.recv || clock_.Now() >= Arrival(it->second.tag);
   }
 
@@ -80,6 +86,10 @@ class EmulatedPeersTransport : public Transport {
     if (it == pending_.end()) return absl::InvalidArgumentError("unknown request");
     const Pending p = it->second;
     pending_.erase(it);
+    if (p.sum) {
+      clock_.SpinUntil(p.done_s);
+      return absl::OkStatus();
+    }
     if (!p.recv) return absl::OkStatus();
     const double when = Arrival(p.tag);
     if (when - clock_.Now() > timeout_s) {
@@ -106,6 +116,17 @@ class EmulatedPeersTransport : public Transport {
   absl::Status AllReduceSum(double*, int64_t, const std::vector<int>& group, double) override {
     return Collective(group);
   }
+  // A post-validated step starts its sums in this order: the tied embedding's (on its two
+  // stages), the global state's at OPTIMIZER, then the trainer's (done at once). Each is done
+  // when its last emulated member would have started it.
+  absl::StatusOr<Request> StartAllReduceSum(float*, int64_t,
+                                            const std::vector<int>& group) override {
+    return StartSum(group);
+  }
+  absl::StatusOr<Request> StartAllReduceSum(double*, int64_t,
+                                            const std::vector<int>& group) override {
+    return StartSum(group);
+  }
 
  private:
   struct Times {
@@ -116,7 +137,37 @@ class EmulatedPeersTransport : public Transport {
     int64_t bytes = 0;
     int tag = 0;
     bool recv = false;
+    bool sum = false;
+    double done_s = 0;  // a sum: when it completes
   };
+
+  // The real stage's lateness against the simulation, from its sends so far (ms).
+  double Lag() const {
+    double lag = 0;
+    for (const auto& [sim_time, own_tag] : own_sends_) {
+      auto it = actual_send_.find(own_tag);
+      if (it != actual_send_.end()) lag = std::max(0.0, it->second - sim_time);
+    }
+    return lag;
+  }
+
+  absl::StatusOr<Request> StartSum(const std::vector<int>& group) {
+    const int kind = started_sums_++ + (tied_stage_ ? 0 : 1);  // 0 tied, 1 state, 2 others
+    double latest = 0;
+    if (group.size() > 1 && kind < 2) {
+      for (int member : group) {
+        if (member == real_) continue;
+        const auto& arrivals = kind == 0 ? tied_arrival_ : barrier_arrival_;
+        auto it = arrivals.find(member);
+        if (it != arrivals.end()) latest = std::max(latest, it->second);
+      }
+    }
+    Pending p;
+    p.sum = true;
+    p.done_s = kind < 2 ? t0_ + (latest + Lag()) * 1e-3 : clock_.Now();
+    pending_[next_] = p;
+    return next_++;
+  }
 
   // When a message reaches the real stage: its simulated arrival, later by as much as the real
   // stage's latest own send before the message left the peer was late against the simulation.
@@ -150,12 +201,7 @@ class EmulatedPeersTransport : public Transport {
       auto it = arrivals.find(member);
       if (it != arrivals.end()) latest = std::max(latest, it->second);
     }
-    double lag = 0;
-    for (const auto& [sim_time, own_tag] : own_sends_) {
-      auto it = actual_send_.find(own_tag);
-      if (it != actual_send_.end()) lag = std::max(0.0, it->second - sim_time);
-    }
-    clock_.SpinUntil(t0_ + (latest + lag) * 1e-3);  // busily, as Wait
+    clock_.SpinUntil(t0_ + (latest + Lag()) * 1e-3);  // busily, as Wait
     if (!tied) in_step_ = false;  // the optimizer's sum ends the step's timed part
     return absl::OkStatus();
   }
@@ -173,7 +219,9 @@ class EmulatedPeersTransport : public Transport {
   Request next_ = 0;
   double t0_ = 0;
   bool in_step_ = false;
+  bool tied_stage_ = false;  // the real stage holds one end of the tied embedding
   int tied_phase_ = 2;  // 0: expecting the tied arrival, 1: its transfer, 2: done
+  int started_sums_ = 0;  // this step's non-blocking sums so far
 };
 
 }  // namespace

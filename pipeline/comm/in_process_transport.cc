@@ -6,6 +6,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -26,9 +27,11 @@ struct Hub {
   struct Reduction {
     std::map<int, std::vector<double>> contributions;  // rank → values (widened)
     std::vector<double> result;
+    bool done = false;
     int taken = 0;
   };
-  std::map<std::vector<int>, Reduction> reductions;  // one in flight per group
+  // By group and the sum's number in it: each member counts the sums it starts on a group.
+  std::map<std::pair<std::vector<int>, int64_t>, Reduction> reductions;
 };
 
 class InProcessTransport : public Transport {
@@ -52,7 +55,13 @@ class InProcessTransport : public Transport {
   }
 
   absl::StatusOr<Request> Irecv(void* data, int64_t bytes, int peer, int tag) override {
-    pending_[next_] = {data, bytes, peer, tag, true};
+    Pending p;
+    p.data = data;
+    p.bytes = bytes;
+    p.peer = peer;
+    p.tag = tag;
+    p.is_recv = true;
+    pending_[next_] = std::move(p);
     return next_++;
   }
 
@@ -60,6 +69,7 @@ class InProcessTransport : public Transport {
     auto it = pending_.find(request);
     if (it == pending_.end()) return absl::InvalidArgumentError("unknown request");
     const Pending p = it->second;
+    if (p.sum) return FinishSum(it, timeout_s);
     pending_.erase(it);
     if (!p.is_recv) return absl::OkStatus();
     std::unique_lock<std::mutex> lock(hub_->mu);
@@ -83,19 +93,35 @@ class InProcessTransport : public Transport {
   bool Test(Request request) override {
     auto it = pending_.find(request);
     if (it == pending_.end()) return false;
-    if (!it->second.is_recv) return true;
+    const Pending& p = it->second;
     std::lock_guard<std::mutex> lock(hub_->mu);
-    auto q = hub_->queues.find({it->second.peer, rank_, it->second.tag});
+    if (p.sum) {
+      if (p.group.size() <= 1) return true;
+      auto r = hub_->reductions.find({p.group, p.seq});
+      return r != hub_->reductions.end() && r->second.done;
+    }
+    if (!p.is_recv) return true;
+    auto q = hub_->queues.find({p.peer, rank_, p.tag});
     return q != hub_->queues.end() && !q->second.empty();
   }
 
   absl::Status AllReduceSum(float* data, int64_t n, const std::vector<int>& group,
                             double timeout_s) override {
-    return Reduce(data, n, group, timeout_s);
+    absl::StatusOr<Request> r = StartAllReduceSum(data, n, group);
+    return r.ok() ? Wait(*r, timeout_s) : r.status();
   }
   absl::Status AllReduceSum(double* data, int64_t n, const std::vector<int>& group,
                             double timeout_s) override {
-    return Reduce(data, n, group, timeout_s);
+    absl::StatusOr<Request> r = StartAllReduceSum(data, n, group);
+    return r.ok() ? Wait(*r, timeout_s) : r.status();
+  }
+  absl::StatusOr<Request> StartAllReduceSum(float* data, int64_t n,
+                                            const std::vector<int>& group) override {
+    return Start(data, n, /*is_double=*/false, group);
+  }
+  absl::StatusOr<Request> StartAllReduceSum(double* data, int64_t n,
+                                            const std::vector<int>& group) override {
+    return Start(data, n, /*is_double=*/true, group);
   }
 
  private:
@@ -104,54 +130,87 @@ class InProcessTransport : public Transport {
     int64_t bytes = 0;
     int peer = -1, tag = 0;
     bool is_recv = false;
+    // A sum: its group, its number there, `bytes` / element size values of float or double.
+    bool sum = false, is_double = false;
+    std::vector<int> group;
+    int64_t seq = 0;
   };
 
-  template <typename T>
-  absl::Status Reduce(T* data, int64_t n, const std::vector<int>& group, double timeout_s) {
-    if (group.size() <= 1) return absl::OkStatus();
-    const auto timeout = std::chrono::duration<double>(timeout_s);
-    std::unique_lock<std::mutex> lock(hub_->mu);
-    // Wait for the previous sum over this group to be fully taken.
-    if (!hub_->cv.wait_for(lock, timeout, [&] {
-          auto it = hub_->reductions.find(group);
-          return it == hub_->reductions.end() || it->second.result.empty();
-        })) {
-      return Timeout(group, timeout_s);
-    }
-    Hub::Reduction& r = hub_->reductions[group];
-    r.contributions[rank_].assign(data, data + n);
-    if (r.contributions.size() == group.size()) {
-      // Rank order, in the element type: the same arithmetic MPI does for two ranks.
-      std::vector<T> sum(n, T{0});
-      bool first = true;
-      for (auto& [member, values] : r.contributions) {
-        for (int64_t i = 0; i < n; ++i) {
-          sum[i] = first ? static_cast<T>(values[i]) : sum[i] + static_cast<T>(values[i]);
-        }
-        first = false;
+  // Contributes this rank's values; the last member to contribute adds them all, in rank
+  // order and in the element type: the same arithmetic MPI does for two ranks.
+  absl::StatusOr<Request> Start(void* data, int64_t n, bool is_double,
+                                const std::vector<int>& group) {
+    Pending p;
+    p.data = data;
+    p.bytes = n * (is_double ? 8 : 4);
+    p.sum = true;
+    p.is_double = is_double;
+    p.group = group;
+    if (group.size() > 1) {
+      p.seq = seq_[group]++;
+      std::lock_guard<std::mutex> lock(hub_->mu);
+      Hub::Reduction& r = hub_->reductions[{group, p.seq}];
+      std::vector<double>& mine = r.contributions[rank_];
+      mine.resize(n);
+      for (int64_t i = 0; i < n; ++i) {
+        mine[i] = is_double ? static_cast<double*>(data)[i] : static_cast<float*>(data)[i];
       }
-      r.result.assign(sum.begin(), sum.end());
-      r.contributions.clear();
-      hub_->cv.notify_all();
-    } else if (!hub_->cv.wait_for(lock, timeout, [&] { return !r.result.empty(); })) {
-      return Timeout(group, timeout_s);
+      if (r.contributions.size() == group.size()) {
+        r.result = is_double ? Add<double>(r, n) : Add<float>(r, n);
+        r.contributions.clear();
+        r.done = true;
+        hub_->cv.notify_all();
+      }
     }
-    for (int64_t i = 0; i < n; ++i) data[i] = static_cast<T>(r.result[i]);
-    if (++r.taken == static_cast<int>(group.size())) hub_->reductions.erase(group);
-    hub_->cv.notify_all();
-    return absl::OkStatus();
+    pending_[next_] = std::move(p);
+    return next_++;
   }
 
-  absl::Status Timeout(const std::vector<int>& group, double timeout_s) {
-    return absl::DeadlineExceededError(absl::StrFormat(
-        "sum over ranks {%s} did not complete within %.1f s", absl::StrJoin(group, ","),
-        timeout_s));
+  template <typename T>
+  static std::vector<double> Add(const Hub::Reduction& r, int64_t n) {
+    std::vector<T> sum(n, T{0});
+    bool first = true;
+    for (const auto& [member, values] : r.contributions) {
+      for (int64_t i = 0; i < n; ++i) {
+        sum[i] = first ? static_cast<T>(values[i]) : sum[i] + static_cast<T>(values[i]);
+      }
+      first = false;
+    }
+    return std::vector<double>(sum.begin(), sum.end());
+  }
+
+  absl::Status FinishSum(std::map<Request, Pending>::iterator it, double timeout_s) {
+    const Pending p = it->second;
+    if (p.group.size() <= 1) {
+      pending_.erase(it);
+      return absl::OkStatus();
+    }
+    std::unique_lock<std::mutex> lock(hub_->mu);
+    Hub::Reduction& r = hub_->reductions[{p.group, p.seq}];
+    if (!hub_->cv.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                           [&] { return r.done; })) {
+      return absl::DeadlineExceededError(absl::StrFormat(
+          "sum over ranks {%s} did not complete within %.1f s", absl::StrJoin(p.group, ","),
+          timeout_s));
+    }
+    const int64_t n = p.bytes / (p.is_double ? 8 : 4);
+    for (int64_t i = 0; i < n; ++i) {
+      if (p.is_double) {
+        static_cast<double*>(p.data)[i] = r.result[i];
+      } else {
+        static_cast<float*>(p.data)[i] = static_cast<float>(r.result[i]);
+      }
+    }
+    if (++r.taken == static_cast<int>(p.group.size())) hub_->reductions.erase({p.group, p.seq});
+    pending_.erase(it);
+    return absl::OkStatus();
   }
 
   std::shared_ptr<Hub> hub_;
   int rank_, size_;
   Request next_ = 0;
   std::map<Request, Pending> pending_;
+  std::map<std::vector<int>, int64_t> seq_;  // sums this rank started, per group
 };
 
 class SelfTransport : public Transport {
@@ -165,16 +224,32 @@ class SelfTransport : public Transport {
     return absl::FailedPreconditionError(
         absl::StrFormat("receive from rank %d in a world of 1", peer));
   }
-  absl::Status Wait(Request, double) override {
-    return absl::FailedPreconditionError("no requests in a world of 1");
+  // Only sums make requests here, and they are done when started.
+  absl::Status Wait(Request request, double) override {
+    if (sums_.erase(request) == 0) {
+      return absl::FailedPreconditionError("no such request in a world of 1");
+    }
+    return absl::OkStatus();
   }
-  bool Test(Request) override { return false; }
+  bool Test(Request request) override { return sums_.count(request) > 0; }
   absl::Status AllReduceSum(float*, int64_t, const std::vector<int>&, double) override {
     return absl::OkStatus();
   }
   absl::Status AllReduceSum(double*, int64_t, const std::vector<int>&, double) override {
     return absl::OkStatus();
   }
+  absl::StatusOr<Request> StartAllReduceSum(float*, int64_t, const std::vector<int>&) override {
+    sums_.insert(next_);
+    return next_++;
+  }
+  absl::StatusOr<Request> StartAllReduceSum(double*, int64_t, const std::vector<int>&) override {
+    sums_.insert(next_);
+    return next_++;
+  }
+
+ private:
+  std::set<Request> sums_;
+  Request next_ = 0;
 };
 
 }  // namespace

@@ -50,43 +50,60 @@ class MpiTransport : public Transport {
   absl::StatusOr<Request> Isend(const void* data, int64_t bytes, int peer, int tag) override {
     MPI_Request r;
     MPI_CHECK(MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, tag, MPI_COMM_WORLD, &r));
-    return Store(r, absl::StrFormat("send of %d bytes to rank %d (tag %d)", bytes, peer, tag));
+    return Store({r}, absl::StrFormat("send of %d bytes to rank %d (tag %d)", bytes, peer, tag));
   }
 
   absl::StatusOr<Request> Irecv(void* data, int64_t bytes, int peer, int tag) override {
     MPI_Request r;
     MPI_CHECK(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, tag, MPI_COMM_WORLD, &r));
-    return Store(r, absl::StrFormat("receive of %d bytes from rank %d (tag %d)", bytes, peer, tag));
+    return Store({r}, absl::StrFormat("receive of %d bytes from rank %d (tag %d)", bytes, peer,
+                                      tag));
   }
 
   absl::Status Wait(Request request, double timeout_s) override {
     auto it = requests_.find(request);
     if (it == requests_.end()) return absl::InvalidArgumentError("unknown request");
-    absl::Status s = PollUntilDone(&it->second.first, timeout_s, it->second.second);
-    if (s.ok()) requests_.erase(it);
-    return s;
+    for (MPI_Request& r : it->second.first) {
+      absl::Status s = PollUntilDone(&r, timeout_s, it->second.second);
+      if (!s.ok()) return s;
+    }
+    requests_.erase(it);
+    return absl::OkStatus();
   }
 
   bool Test(Request request) override {
     auto it = requests_.find(request);
     if (it == requests_.end()) return false;
+    std::vector<MPI_Request>& pieces = it->second.first;
+    if (pieces.empty()) return true;
     int done = 0;
-    MPI_Test(&it->second.first, &done, MPI_STATUS_IGNORE);
+    MPI_Testall(static_cast<int>(pieces.size()), pieces.data(), &done, MPI_STATUSES_IGNORE);
     return done != 0;
   }
 
   absl::Status AllReduceSum(float* data, int64_t n, const std::vector<int>& group,
                             double timeout_s) override {
-    return Reduce(data, n, MPI_FLOAT, group, timeout_s);
+    absl::StatusOr<Request> r = Start(data, n, MPI_FLOAT, group);
+    return r.ok() ? Wait(*r, timeout_s) : r.status();
   }
   absl::Status AllReduceSum(double* data, int64_t n, const std::vector<int>& group,
                             double timeout_s) override {
-    return Reduce(data, n, MPI_DOUBLE, group, timeout_s);
+    absl::StatusOr<Request> r = Start(data, n, MPI_DOUBLE, group);
+    return r.ok() ? Wait(*r, timeout_s) : r.status();
+  }
+  absl::StatusOr<Request> StartAllReduceSum(float* data, int64_t n,
+                                            const std::vector<int>& group) override {
+    return Start(data, n, MPI_FLOAT, group);
+  }
+  absl::StatusOr<Request> StartAllReduceSum(double* data, int64_t n,
+                                            const std::vector<int>& group) override {
+    return Start(data, n, MPI_DOUBLE, group);
   }
 
  private:
-  Request Store(MPI_Request r, std::string what) {
-    requests_[next_] = {r, std::move(what)};
+  // A request is one MPI request, or several for a sum in pieces (none: nothing to wait for).
+  Request Store(std::vector<MPI_Request> pieces, std::string what) {
+    requests_[next_] = {std::move(pieces), std::move(what)};
     return next_++;
   }
 
@@ -104,30 +121,30 @@ class MpiTransport : public Transport {
     return comm;
   }
 
-  absl::Status Reduce(void* data, int64_t n, MPI_Datatype type, const std::vector<int>& group,
-                      double timeout_s) {
-    if (group.size() <= 1) return absl::OkStatus();
+  absl::StatusOr<Request> Start(void* data, int64_t n, MPI_Datatype type,
+                                const std::vector<int>& group) {
+    const std::string what =
+        absl::StrFormat("sum of %d values over ranks {%s}", n, absl::StrJoin(group, ","));
+    if (group.size() <= 1) return Store({}, what);
     absl::StatusOr<MPI_Comm> comm = CommFor(group);
     if (!comm.ok()) return comm.status();
     // Large buffers go in pieces: MPI counts are int.
     constexpr int64_t kPiece = int64_t{1} << 28;
     const int64_t elem = type == MPI_FLOAT ? 4 : 8;
+    std::vector<MPI_Request> pieces;
     for (int64_t off = 0; off < n; off += kPiece) {
       const int count = static_cast<int>(std::min(kPiece, n - off));
       MPI_Request r;
       MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(data) + off * elem, count, type,
                                MPI_SUM, *comm, &r));
-      absl::Status s = PollUntilDone(
-          &r, timeout_s,
-          absl::StrFormat("sum of %d values over ranks {%s}", n, absl::StrJoin(group, ",")));
-      if (!s.ok()) return s;
+      pieces.push_back(r);
     }
-    return absl::OkStatus();
+    return Store(std::move(pieces), what);
   }
 
   int rank_ = 0, size_ = 1;
   Request next_ = 0;
-  std::map<Request, std::pair<MPI_Request, std::string>> requests_;
+  std::map<Request, std::pair<std::vector<MPI_Request>, std::string>> requests_;
   std::map<std::vector<int>, MPI_Comm> comms_;
 };
 

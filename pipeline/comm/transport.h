@@ -44,6 +44,13 @@ class Transport {
                                     double timeout_s) = 0;
   virtual absl::Status AllReduceSum(double* data, int64_t n, const std::vector<int>& group,
                                     double timeout_s) = 0;
+  // The same sum, started without waiting for it: `data` holds the result once Wait on the
+  // request returns (Test says when it would return at once) and must stay untouched until
+  // then. The members of a group start its sums, blocking or not, in the same order.
+  virtual absl::StatusOr<Request> StartAllReduceSum(float* data, int64_t n,
+                                                    const std::vector<int>& group) = 0;
+  virtual absl::StatusOr<Request> StartAllReduceSum(double* data, int64_t n,
+                                                    const std::vector<int>& group) = 0;
   // A training step begins (on the stage executor's clock); transports that keep time per
   // step use it.
   virtual void OnStepStart(double /*now_s*/) {}

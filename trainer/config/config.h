@@ -58,6 +58,7 @@ struct OptimConfig {
   double min_lr_ratio = 0.1;
   std::string on_nonfinite = "stop";
   int64_t max_nonfinite_skips = 5;
+  std::string step_sync = "barrier";
 };
 
 struct EvalConfig {

@@ -96,6 +96,17 @@ std::vector<KeySpec> BuildSchema() {
       FR_KEY(optim, max_nonfinite_skips)
           .Min(1)
           .Doc("With on_nonfinite = \"skip\": this many non-finite steps in a row end the run."),
+      FR_KEY(optim, step_sync)
+          .Choices({"barrier", "post_validate"})
+          .Doc("How a step ends. \"barrier\": every stage waits for the global gradient norm "
+               "and non-finite check, then steps. \"post_validate\": each stage steps as soon "
+               "as its own gradients are summed, keeping a copy of its parameters and AdamW "
+               "moments, and goes on with the next step's first forwards; the global state, "
+               "when it arrives, confirms the step or rolls it back and redoes it (clipped, or "
+               "skipped when not finite). The same numbers either way; post_validate removes "
+               "the wait for the slowest stage (zero-bubble schedules reach their papers' "
+               "step time) for that memory and a copy per step. Default barrier: see "
+               "docs/training.md."),
 
       FR_KEY(eval, every).Min(0).Doc("Validation loss every this many steps; 0 turns it off."),
       FR_KEY(eval, batches).Min(1).Doc("Validation batches per evaluation."),

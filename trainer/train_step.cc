@@ -1,0 +1,220 @@
+// One training step: the schedule run by the executor, the step's figures agreed by every
+// rank, and the optimizer's end of it. With optim.step_sync = "post_validate" the step ends
+// without a barrier: each rank steps speculatively once its own gradients are summed (keeping
+// its parameters and AdamW moments), runs the next step's first forwards while the global
+// state is summed, and then confirms the step, or rolls it back and redoes it the way the
+// barrier would have: clipped, or not at all when not finite. Either way the same bits.
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "core/stop_request.h"
+#include "trainer/optimizer.h"
+#include "trainer/trainer.h"
+
+namespace freeride {
+
+std::vector<double> Trainer::StepSums(const pipeline::StepOutcome& outcome,
+                                      std::map<int, double>* predicted_here) {
+  // Each stage's waiting time, as replica 0 measured it, and one value more: how many ranks
+  // were asked to stop. Riding on this sum, the stop is agreed without a collective of its
+  // own, and every rank stops after the same step.
+  // With side tasks, every stage's bubbles of the step ride on it too: four values per BUBBLE
+  // of the schedule (every rank knows it), filled in by the rank that ran it.
+  const std::vector<std::pair<int, int>>& slots = bubble_slots_;
+  const size_t head = layout_.pp + 1;
+  std::vector<double> sums(head + 4 * slots.size(), 0.0);
+  if (layout_.replica == 0) sums[layout_.stage] = outcome.bubble_s;
+  sums[layout_.pp] = StopRequestedBy() != 0 ? 1.0 : 0.0;
+  if (side_) {
+    for (const BubbleRecord& r : side_->TakeBubbleRecords()) {
+      if (r.predicted_s > 0) (*predicted_here)[r.index] = r.predicted_s * 1e3;
+      const auto it = std::lower_bound(slots.begin(), slots.end(),
+                                       std::pair<int, int>{layout_.stage, r.index});
+      if (layout_.replica != 0 || it == slots.end() || *it != std::pair{layout_.stage, r.index}) {
+        continue;
+      }
+      double* v = &sums[head + 4 * (it - slots.begin())];
+      v[0] = 1, v[1] = r.predicted_s, v[2] = r.measured_s, v[3] = r.harvested_s;
+    }
+  }
+  return sums;
+}
+
+absl::Status Trainer::FinishStep(const pipeline::StepOutcome& outcome,
+                                 const std::vector<double>& sums, bool harvesting,
+                                 std::map<int, double> predicted_here, StepStats* stats) {
+  const std::vector<std::pair<int, int>>& slots = bubble_slots_;
+  const size_t head = layout_.pp + 1;
+  stats->stop_requested = sums[layout_.pp] > 0;
+  stats->bubble_s.assign(sums.begin(), sums.begin() + layout_.pp);
+  for (size_t k = 0; k < slots.size(); ++k) {
+    const double* v = &sums[head + 4 * k];
+    if (v[0] == 0) continue;  // a stage without side tasks, or not really run (emulated)
+    const auto [stage, index] = slots[k];
+    stats->bubbles.push_back({stage, index,
+                              executor_->schedule().per_stage[stage][index].bubble, v[1], v[2],
+                              v[3]});
+  }
+  last_timeline_ = outcome.timeline;
+  last_step_start_s_ = outcome.start_s;
+  if (stats->step == 1 && layout_.pp > 1) {
+    if (absl::Status s = PlaceBubblesFromMeasuredCosts(outcome.timeline); !s.ok()) return s;
+  }
+  constexpr size_t kTimelineSteps = 8;
+  if (stats->step > 1 && timelines_.size() < kTimelineSteps) {
+    timelines_.emplace_back(stats->step, outcome.timeline);
+    timeline_starts_.push_back(outcome.start_s);
+    timeline_harvested_.push_back(side_ != nullptr && harvesting);
+    timeline_predicted_.push_back(std::move(predicted_here));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepStats> Trainer::Step() {
+  const TrainConfig& tc = config_.train;
+  const bool post = config_.optim.step_sync == "post_validate";
+  // A batch loaded for a step that ran ahead and was rolled back is that step's batch still.
+  if (!next_batch_loaded_) train_->Next(inputs_.data(), targets_.data());
+  next_batch_loaded_ = false;
+  const float loss_scale = 1.0f / static_cast<float>(tc.batch_size * layout_.dp * tc.seq_len);
+  // Alternating blocks (freeride.alternate_every) give the overhead within one run.
+  const int64_t every = config_.freeride.alternate_every;
+  const auto harvesting_in = [every](int64_t step) {
+    return every == 0 || (step / every) % 2 == 0;
+  };
+  const bool harvesting = harvesting_in(step_);
+  if (side_) side_->set_harvesting(harvesting);
+  absl::StatusOr<pipeline::StepOutcome> outcome = executor_->RunStep(Microbatches(), loss_scale);
+  if (!outcome.ok()) return outcome.status();
+  if (step_ > 0) {  // the first step warms up: left out of the comparison
+    (harvesting ? on_s_ : off_s_) += outcome->step_s;
+    ++(harvesting ? on_steps_ : off_steps_);
+  }
+  StepStats stats;
+  stats.step = ++step_;
+  std::map<int, double> predicted_here;
+  std::vector<double> sums = StepSums(*outcome, &predicted_here);
+  const double timeout = config_.runtime.comm_timeout_s;
+  if (!post) {
+    if (absl::Status s = transport_->AllReduceSum(sums.data(), static_cast<int64_t>(sums.size()),
+                                                  transport_->AllRanks(), timeout);
+        !s.ok()) {
+      return s;
+    }
+    stats.loss = outcome->loss;
+  } else {
+    // The step's figures are summed while the next step's first forwards run, which the
+    // validation keeps or undoes.
+    absl::StatusOr<pipeline::Transport::Request> summing = transport_->StartAllReduceSum(
+        sums.data(), static_cast<int64_t>(sums.size()), transport_->AllRanks());
+    if (!summing.ok()) return summing.status();
+    const LoaderPosition before = train_->position();
+    const bool ahead = RunsAhead();
+    if (ahead) {
+      train_->Next(inputs_.data(), targets_.data());
+      if (side_) side_->set_harvesting(harvesting_in(step_));
+      if (absl::Status s = executor_->RunAhead(Microbatches(), loss_scale); !s.ok()) return s;
+    }
+    absl::StatusOr<pipeline::StepState> state = executor_->AwaitState();
+    if (!state.ok()) return state.status();
+    if (absl::Status s = transport_->Wait(*summing, timeout); !s.ok()) return s;
+    absl::StatusOr<bool> confirmed = Validate(*state);
+    if (!confirmed.ok()) return confirmed.status();
+    stats.loss = state->loss;
+    // The next step's batch is loaded, unless a stop comes first: it goes back for the
+    // checkpoint to resume from. After a rollback the next step runs anew on it.
+    next_batch_loaded_ = ahead && sums[layout_.pp] == 0;
+    if (ahead && (!*confirmed || sums[layout_.pp] > 0)) {
+      if (absl::Status s = executor_->DiscardAhead(); !s.ok()) return s;
+      if (sums[layout_.pp] > 0) train_->Seek(before);
+    }
+  }
+  stats.lr = last_lr_;
+  stats.grad_norm = last_grad_norm_;
+  stats.step_s = outcome->step_s;
+  stats.tokens_per_s =
+      static_cast<double>(tc.batch_size * layout_.dp * tc.seq_len) / outcome->step_s;
+  stats.applied = last_applied_;
+  if (absl::Status s = FinishStep(*outcome, sums, harvesting, std::move(predicted_here), &stats);
+      !s.ok()) {
+    return s;
+  }
+  return stats;
+}
+
+bool Trainer::RunsAhead() const {
+  // Not after the first step (its end places the bubbles anew: the instructions move), nor
+  // into a step that comes after an evaluation or a checkpoint (they need this step's weights
+  // and the data loader where this step left it), nor past the last.
+  const int64_t k = step_;  // the step just run, 1-based
+  const auto at = [k](int64_t every) { return every > 0 && k % every == 0; };
+  return k > 1 && k < config_.train.steps && !(val_ && at(config_.eval.every)) &&
+         !(!config_.runtime.emulate_peers && at(config_.checkpoint.every));
+}
+
+absl::Status Trainer::ApplyUpdate(int64_t step, double grad_scale) {
+  AdamWStep adam;
+  adam.lr = last_lr_;
+  adam.beta1 = config_.optim.beta1;
+  adam.beta2 = config_.optim.beta2;
+  adam.eps = config_.optim.eps;
+  adam.weight_decay = config_.optim.weight_decay;
+  adam.step = step;
+  adam.grad_scale = grad_scale;
+  for (const auto& chunk : chunks_) {
+    if (absl::Status s = chunk->ApplyAdamW(adam); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+bool Trainer::WillSpeculate(const std::vector<double>& own, bool loss_finite) const {
+  // What this rank knows already: a non-finite loss or units, or its own share of the norm
+  // over the clip, make the barrier's step differ from an unclipped one.
+  double squares = 0;
+  for (double u : own) squares += u;
+  return loss_finite && std::isfinite(squares) &&
+         ClipScale(std::sqrt(squares), config_.optim.grad_clip) == 1.0;
+}
+
+absl::Status Trainer::Speculate() {
+  last_lr_ = LearningRate(config_.optim, step_, config_.train.steps);
+  backup_.resize(chunks_.size());
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const int64_t n = chunks_[c]->num_params();
+    Backup& b = backup_[c];
+    b.params.resize(n), b.m.resize(n), b.v.resize(n);
+    if (absl::Status s = chunks_[c]->GetParams(b.params.data()); !s.ok()) return s;
+    if (absl::Status s = chunks_[c]->GetOptimizerState(b.m.data(), b.v.data()); !s.ok()) return s;
+  }
+  speculated_ = true;
+  return ApplyUpdate(step_ + 1, 1.0);
+}
+
+absl::StatusOr<bool> Trainer::Validate(const pipeline::StepState& state) {
+  // The barrier's decision (OptimizerStep) from the same sums: step_ already counts the step.
+  double squares = 0;
+  for (double u : state.units) squares += u;
+  last_grad_norm_ = std::sqrt(squares);
+  last_lr_ = LearningRate(config_.optim, step_ - 1, config_.train.steps);
+  last_applied_ = state.loss_finite && std::isfinite(last_grad_norm_);
+  const double scale = ClipScale(last_grad_norm_, config_.optim.grad_clip);
+  const bool speculated = speculated_;
+  speculated_ = false;
+  if (last_applied_ && scale == 1.0 && state.all_speculated) return true;
+  if (speculated) {
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      const Backup& b = backup_[c];
+      if (absl::Status s = chunks_[c]->SetParams(b.params.data()); !s.ok()) return s;
+      if (absl::Status s = chunks_[c]->SetOptimizerState(b.m.data(), b.v.data()); !s.ok()) {
+        return s;
+      }
+    }
+  }
+  if (last_applied_) {
+    if (absl::Status s = ApplyUpdate(step_, scale); !s.ok()) return s;
+  }
+  return false;
+}
+
+}  // namespace freeride
