@@ -1,6 +1,10 @@
 // Pipeline training across processes (run by ctest under `mpirun -n 4 --oversubscribe`): every
-// 4-rank layout reproduces the single-process trainer, which each rank also runs alone.
+// 4-rank layout reproduces the single-process trainer, which each rank also runs alone; a
+// post-validated run reproduces the barrier's.
 #include <mpi.h>
+
+#include <bit>
+#include <tuple>
 
 #include "pipeline/comm/transport.h"
 #include "tests/pipeline/train_parity.h"
@@ -58,6 +62,45 @@ TEST_F(MpiTrainTest, DataParallelWithinOneMillionth) {
         MpiLosses(ParityConfig(shard, "zbh1", pp, dp, m, 8 / dp), transport_.get());
     ASSERT_EQ(got.size(), expected.size());
     for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-6 * expected[i]);
+  }
+}
+
+// Five steps' losses, then this rank's parameters and AdamW moments, as bit patterns.
+std::vector<uint64_t> MpiRunBits(const Config& config, pipeline::Transport* transport) {
+  std::vector<uint64_t> bits;
+  auto trainer = Trainer::Create(config, transport);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  if (!trainer.ok()) return bits;
+  for (int i = 0; i < 5; ++i) {
+    auto s = (*trainer)->Step();
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (!s.ok()) return bits;
+    bits.push_back(std::bit_cast<uint64_t>(s->loss));
+  }
+  for (int c = 0; c < (*trainer)->num_chunks(); ++c) {
+    StageModel& chunk = (*trainer)->model(c);
+    std::vector<float> p(chunk.num_params()), m(p.size()), v(p.size());
+    EXPECT_TRUE(chunk.GetParams(p.data()).ok());
+    EXPECT_TRUE(chunk.GetOptimizerState(m.data(), v.data()).ok());
+    for (const auto* part : {&p, &m, &v}) {
+      for (float x : *part) bits.push_back(std::bit_cast<uint32_t>(x));
+    }
+  }
+  return bits;
+}
+
+// Steps 2 to 4 run the next step ahead; a clip among their norms rolls some of them back.
+TEST_F(MpiTrainTest, PostValidatedStepsMatchTheBarrierBitForBit) {
+  const std::string shard = ParityShard();
+  for (auto [schedule, pp, dp] : {std::tuple{"zbh2", 4, 1}, std::tuple{"zbv", 4, 1},
+                                  std::tuple{"zbh1", 2, 2}, std::tuple{"dualpipev", 2, 2}}) {
+    SCOPED_TRACE(absl::StrFormat("%s pp=%d dp=%d", schedule, pp, dp));
+    Config config = ParityConfig(shard, schedule, pp, dp, 8);
+    config.parallel.partition = "even";  // the same split in both runs
+    config.optim.grad_clip = dp == 1 ? 0.55 : 0.36;
+    const std::vector<uint64_t> barrier = MpiRunBits(config, transport_.get());
+    config.optim.step_sync = "post_validate";
+    EXPECT_TRUE(MpiRunBits(config, transport_.get()) == barrier);
   }
 }
 
