@@ -107,6 +107,38 @@ TEST(EmulatedPeersTest, RealStageSeesTheSimulatedBubbles) {
   }
 }
 
+// ZB-H2 over 4 stages, one real, the others emulated, on simulated time: the real stage's
+// steps take the simulator's step for the same costs, and post-validated that is the steady
+// period of overlapping steps, shorter than the barrier's.
+TEST(EmulatedPeersTest, PostValidatedStepsComeAtTheSimulatedPeriod) {
+  openblas_set_num_threads(1);
+  omp_set_num_threads(1);
+  for (int real : {0, 3}) {
+    std::map<std::string, double> measured, simulated;
+    for (const std::string sync : {"barrier", "post_validate"}) {
+      SCOPED_TRACE(absl::StrFormat("stage %d real, %s", real, sync));
+      Config config = testing::ParityConfig(testing::ParityShard(), "zbh2", 4, 1, 8);
+      config.runtime.emulate_peers = true;
+      config.runtime.emulated_stage = real;
+      config.optim.step_sync = sync;
+      config.train.steps = 6;
+      SimulatedClock clock;
+      auto trainer = Trainer::Create(config, nullptr, &clock);
+      ASSERT_TRUE(trainer.ok()) << trainer.status();
+      for (int step = 1; step <= 6; ++step) {
+        auto s = (*trainer)->Step();
+        ASSERT_TRUE(s.ok()) << s.status();
+        if (step >= 3 && step <= 5) measured[sync] += s->step_s * 1e3 / 3;  // ran ahead
+      }
+      auto sim = pipeline::Simulate((*trainer)->schedule(), (*trainer)->emulation_cost());
+      ASSERT_TRUE(sim.ok()) << sim.status();
+      simulated[sync] = sim->step_time;
+      EXPECT_NEAR(measured[sync], simulated[sync], 1e-6 * simulated[sync]);
+    }
+    EXPECT_LT(simulated["post_validate"], 0.95 * simulated["barrier"]) << "stage " << real;
+  }
+}
+
 TEST(EmulatedPeersTest, RefusesWhatItCannotEmulate) {
   Config config = testing::ParityConfig(testing::ParityShard(), "1f1b", 2, 2, 4);
   config.runtime.emulate_peers = true;

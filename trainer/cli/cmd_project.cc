@@ -194,7 +194,7 @@ absl::StatusOr<std::string> RunProjection(const ParsedFlags& flags) {
                       pipeline::ParseAllReduceAlgorithm(flags.Get("allreduce", "ring")));
   options.margin = config.freeride.margin;
   FR_ASSIGN_OR_RETURN(options.step_sync,
-                      pipeline::ParseStepSync(flags.Get("step_sync", "barrier")));
+                      pipeline::ParseStepSync(flags.Get("step_sync", config.optim.step_sync)));
   if (flags.Has("dp_bucket_mb")) {
     FR_ASSIGN_OR_RETURN(options.dp_bucket_mb, PositiveNumberFlag(flags, "dp_bucket_mb", 0));
   }
@@ -268,7 +268,7 @@ std::vector<FlagSpec> ProjectFlags() {
            "data-parallel all-reduce in X MiB buckets, each started as the last backward makes "
            "it (default: one all-reduce after the last backward)"},
           {"step_sync", "SYNC", "barrier or post_validate: how a step's end meets the next "
-                                "(default barrier)"},
+                                "(default optim.step_sync)"},
           {"format", "FORMAT", "md, csv, json or svg (a plot against GPU count; default md)"},
           {"out", "FILE", "write to FILE instead of standard output"}};
 }
