@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Barrier against post-validated step ends (optim.step_sync), measured per schedule kind on
+# two CPU pipelines: 4 stages in one process (stage 0 real, the others emulated from their
+# measured costs) and 2 MPI ranks through launch/run.sh (both stages real, bound to cores).
+# Each (pipeline, kind) runs ROUNDS rounds of one barrier run and one post-validated run, in
+# alternating order; a run's figure is the mean over its steps after the first WARMUP of the
+# step time and of each real stage's waiting time (bubble_s). Printed: per kind the mean over
+# rounds with a 95% t-interval, and the paired ratio post / barrier with its interval.
+# The model: 8 blocks of n_embd 256 and a vocabulary of 4096 (a head of about one block, so the
+# bubbles are the schedule's own more than the head's), split evenly, 8 micro-batches of one
+# sequence of 64 random tokens; gradient clipping off (emulated peers send synthetic gradients
+# whose norm means nothing: with it on every step would be rolled back).
+# One log: bench/results/DATE-step-sync.log.
+# Usage: bench/step_sync_bench.sh [ROUNDS=4] [STEPS=16] [WARMUP=4]
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+build=${BUILD_DIR:-$root/build}
+rounds=${1:-4}
+steps=${2:-16}
+warmup=${3:-4}
+mkdir -p bench/results runs
+log="bench/results/$(date +%F)-step-sync.log"
+exec > >(tee "$log") 2>&1
+echo "== $(date -u) $(git rev-parse --short HEAD 2>/dev/null || echo unknown); $(nproc) CPUs;" \
+  "load $(cut -d' ' -f1-3 /proc/loadavg)"
+data=$(mktemp -d)
+trap 'rm -rf "$data"' EXIT
+python3 - "$data" <<'EOF'
+import random, struct, sys
+random.seed(7)
+for name, n in (("train_000.bin", 400000), ("val_000.bin", 40000)):
+    header = [20240520, 1, n] + [0] * 253
+    with open(f"{sys.argv[1]}/{name}", "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        f.write(struct.pack(f"<{n}H", *[random.randrange(4096) for _ in range(n)]))
+EOF
+common=(--set "data.train=\"$data/train_*.bin\"" --set "data.val=\"$data/val_*.bin\""
+        --set model.n_layer=8 --set model.n_embd=256 --set model.n_head=4
+        --set model.vocab_size=4096 --set parallel.partition=\"even\"
+        --set train.batch_size=8 --set train.microbatches=8 --set train.seq_len=64
+        --set train.steps="$steps" --set eval.every=0 --set checkpoint.every=0
+        --set optim.grad_clip=0 --set run.log_every=1000)
+
+# One run; prints "step_ms bubble_ms..." (means over the steps after the warm-up).
+run() {
+  local setup=$1 kind=$2 sync=$3 dir="runs/step_sync_${1}_${2}_${3}"
+  local chunks=1
+  [ "$kind" = interleaved ] && chunks=2
+  local sets=("${common[@]}" --set "parallel.schedule=\"$kind\"" --set parallel.chunks=$chunks
+              --set "optim.step_sync=\"$sync\"" --set "run.dir=\"$dir\"")
+  rm -rf "$dir"
+  if [ "$setup" = emulated ]; then
+    "$build/freeride" train --config configs/tiny_cpu.toml --set parallel.pp=4 \
+      --set runtime.emulate_peers=true "${sets[@]}" > "$dir.log" 2>&1
+  else
+    launch/run.sh -n 2 configs/tiny_cpu.toml --set parallel.pp=2 "${sets[@]}" > "$dir.log" 2>&1
+  fi
+  python3 - "$dir/metrics.jsonl" "$warmup" "$setup" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"kind": "train"' in l]
+rows = [r for r in rows if r["step"] > int(sys.argv[2])]
+stages = 1 if sys.argv[3] == "emulated" else 2  # the real ones
+step = sum(r["step_s"] for r in rows) / len(rows) * 1e3
+bubbles = [sum(r["bubble_s"][s] for r in rows) / len(rows) * 1e3 for s in range(stages)]
+print(" ".join(f"{v:.3f}" for v in [step] + bubbles))
+EOF
+}
+
+for setup in emulated two_ranks; do
+  echo "== $setup: $([ $setup = emulated ] && echo '4 stages, stage 0 real, one process' ||
+    echo '2 stages, 2 MPI ranks (launch/run.sh)')"
+  results=$(mktemp)
+  for kind in gpipe 1f1b interleaved zbh1 zbh2 zbv dualpipev; do
+    for ((r = 0; r < rounds; r++)); do
+      order=(barrier post_validate)
+      ((r % 2 == 1)) && order=(post_validate barrier)
+      for sync in "${order[@]}"; do
+        line=$(run "$setup" "$kind" "$sync")
+        echo "$kind $sync $r $line" | tee -a "$results"
+      done
+    done
+  done
+  python3 - "$results" <<'EOF'
+import math, sys
+from collections import defaultdict
+T95 = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+def interval(xs):
+    n = len(xs)
+    mean = sum(xs) / n
+    if n < 2:
+        return mean, float("nan")
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
+    return mean, T95.get(n - 1, 1.96) * sd / math.sqrt(n)
+runs = defaultdict(dict)  # (kind, round) -> sync -> figures
+for line in open(sys.argv[1]):
+    kind, sync, r, *values = line.split()
+    runs[(kind, int(r))][sync] = [float(v) for v in values]
+kinds = list(dict.fromkeys(k for k, _ in runs))
+stages = len(next(iter(runs.values()))["barrier"]) - 1
+head = " | ".join(f"bubble s{s} ms barrier / post" for s in range(stages))
+print(f"| kind | step ms, barrier | step ms, post-validated | post / barrier | {head} |")
+print("|---|---|---|---|" + "---|" * stages)
+for kind in kinds:
+    rs = [v for (k, _), v in sorted(runs.items()) if k == kind]
+    b = interval([v["barrier"][0] for v in rs])
+    p = interval([v["post_validate"][0] for v in rs])
+    ratio = interval([v["post_validate"][0] / v["barrier"][0] for v in rs])
+    cells = []
+    for s in range(stages):
+        bb = interval([v["barrier"][1 + s] for v in rs])
+        pb = interval([v["post_validate"][1 + s] for v in rs])
+        cells.append(f"{bb[0]:.1f} ± {bb[1]:.1f} / {pb[0]:.1f} ± {pb[1]:.1f}")
+    print(f"| {kind} | {b[0]:.1f} ± {b[1]:.1f} | {p[0]:.1f} ± {p[1]:.1f} | "
+          f"{ratio[0]:.3f} ± {ratio[1]:.3f} | " + " | ".join(cells) + " |")
+EOF
+  rm -f "$results"
+done
+echo "== done $(date -u); load $(cut -d' ' -f1-3 /proc/loadavg); log $log"
