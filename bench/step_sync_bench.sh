@@ -9,15 +9,16 @@
 # The model: 8 blocks of n_embd 256 and a vocabulary of 4096 (a head of about one block, so the
 # bubbles are the schedule's own more than the head's), split evenly, 8 micro-batches of one
 # sequence of 64 random tokens; gradient clipping off (emulated peers send synthetic gradients
-# whose norm means nothing: with it on every step would be rolled back).
+# whose norm means nothing: with it on every step would be rolled back); one thread per rank
+# (on a loaded machine OpenMP's spinning threads made a step of 2 threads 40× slower).
 # One log: bench/results/DATE-step-sync.log.
-# Usage: bench/step_sync_bench.sh [ROUNDS=4] [STEPS=16] [WARMUP=4]
+# Usage: bench/step_sync_bench.sh [ROUNDS=8] [STEPS=24] [WARMUP=4]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 build=${BUILD_DIR:-$root/build}
-rounds=${1:-4}
-steps=${2:-16}
+rounds=${1:-8}
+steps=${2:-24}
 warmup=${3:-4}
 mkdir -p bench/results runs
 log="bench/results/$(date +%F)-step-sync.log"
@@ -40,7 +41,7 @@ common=(--set "data.train=\"$data/train_*.bin\"" --set "data.val=\"$data/val_*.b
         --set model.vocab_size=4096 --set parallel.partition=\"even\"
         --set train.batch_size=8 --set train.microbatches=8 --set train.seq_len=64
         --set train.steps="$steps" --set eval.every=0 --set checkpoint.every=0
-        --set optim.grad_clip=0 --set run.log_every=1000)
+        --set optim.grad_clip=0 --set run.log_every=1000 --set runtime.threads=1)
 
 # One run; prints "step_ms bubble_ms..." (means over the steps after the warm-up).
 run() {
