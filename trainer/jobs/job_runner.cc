@@ -250,7 +250,7 @@ absl::Status JobRunner::Apply(int64_t step, const double* summed) {
     } else if (v[6] >= a.instances) {
       state = JobState::kFinished;
     } else if (options_.leader && a.job.state == JobState::kPlaced && v[5] > 0) {
-      Record(a.job, JobState::kRunning, step, "");
+      Record(a.job, JobState::kRunning, step, a.job.reason);  // where it was placed, and why
     }
     if (state == JobState::kRunning) continue;
     ended.push_back({j, state});
