@@ -81,7 +81,9 @@ absl::Status Trainer::ReportHarvest() {
   std::vector<double> totals(2, 0.0);
   totals[1] = on_s_ + off_s_;
   const std::vector<int> world = transport_->AllRanks();
-  if (side_) {
+  // An executor that never had a task (kept only to place fill jobs) reports nothing: the
+  // table stays that of the stages that ran side work.
+  if (side_ && !side_->Report().tasks.empty()) {
     const HarvestReport report = side_->Report();
     if (layout_.replica == 0) {
       for (int k = 0; k < K; ++k) {

@@ -150,6 +150,8 @@ for id in $fits $crashes $cancelled; do  # the ended ones stay as they were
 done
 [[ $(placements "$nowhere") -eq 0 ]] || fail "job $nowhere was placed"
 "$freeride" jobs "$run"
+"$freeride" report "$run" > /dev/null 2>> "$work/log.txt" || fail "freeride report failed"
+grep -q "<h2>Fill jobs</h2>" "$run/report.html" || fail "the report has no jobs section"
 
 # The same steps without any side work: every loss equal, bit for bit.
 train "$work/plain" --set freeride.enabled=false --set train.steps=$total || fail "the plain run failed"

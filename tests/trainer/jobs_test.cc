@@ -14,6 +14,7 @@
 #include "trainer/jobs/job_placement.h"
 #include "trainer/jobs/job_policy.h"
 #include "trainer/jobs/job_store.h"
+#include "trainer/report/report.h"
 
 namespace freeride {
 namespace {
@@ -232,6 +233,29 @@ TEST(JobFileTest, AnythingElseIsRefusedWithWhereItIs) {
   EXPECT_THAT(error("[[side_tasks]]\ntype = \"spin\"\nstages = [2]\n"),
               HasSubstr("side_tasks[0].stages: expected stage numbers below parallel.pp (2)"));
   EXPECT_THAT(error("[[side_tasks]\n"), HasSubstr("job.toml:1:"));
+}
+
+TEST(JobsReportTest, TheReportTablesTheJobsAndPlotsTheirBubbleTime) {
+  const std::string dir = FreshDir("jobs_report");
+  ASSERT_TRUE(WriteFileAtomically(dir + "/config.toml", "[data]\ntrain = \"x.bin\"\n").ok());
+  absl::StatusOr<int64_t> id = SubmitJob(dir, Spin("resize<1>"), 10);
+  ASSERT_TRUE(id.ok());
+  JobProgress p;
+  for (int step = 3; step <= 5; ++step) {
+    p.steps = 10 * step;
+    p.bubble_s = 0.01 * step;
+    ASSERT_TRUE(AppendJobProgress(dir, *id, step, p).ok());
+  }
+  ASSERT_TRUE(AppendJobRecord(dir, {*id, JobState::kFinished, 20, 5, {1}, "", p}).ok());
+  absl::StatusOr<RunFiles> run = LoadRunFiles(dir);
+  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_EQ(run->jobs.size(), 1u);
+  EXPECT_EQ(run->job_progress.at(*id).size(), 3u);
+  const std::string html = RenderReport(*run);
+  EXPECT_THAT(html, HasSubstr("<h2>Fill jobs</h2>"));
+  EXPECT_THAT(html, HasSubstr("resize&lt;1&gt;"));
+  EXPECT_THAT(html, HasSubstr("FINISHED"));
+  EXPECT_THAT(html, HasSubstr("data-points=\"3\""));
 }
 
 }  // namespace

@@ -1,6 +1,5 @@
 #include "trainer/cli/cmd_jobs.h"
 
-#include <chrono>
 #include <iostream>
 
 #include "absl/strings/numbers.h"
@@ -17,10 +16,6 @@
 
 namespace freeride {
 namespace {
-
-double WallSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 int Fail(const absl::Status& status) {
   for (absl::string_view line : absl::StrSplit(status.message(), '\n')) {
@@ -124,7 +119,7 @@ int SubmitCommand(const ParsedFlags& flags) {
   job.type = task->type;
   job.priority = task->priority;
   job.work_s = work;
-  absl::StatusOr<int64_t> id = SubmitJob(run_dir, job, WallSeconds());
+  absl::StatusOr<int64_t> id = SubmitJob(run_dir, job, WallClockSeconds());
   if (!id.ok()) return Fail(id.status());
   std::cerr << absl::StrFormat("job %d '%s' (%s) PENDING in %s\n", *id, job.name, job.type,
                                JobDir(run_dir, *id));
@@ -177,7 +172,7 @@ int CancelCommand(const ParsedFlags& flags) {
     JobRecord record;
     record.id = id;
     record.state = JobState::kCancelled;
-    record.time_s = WallSeconds();
+    record.time_s = WallClockSeconds();
     record.step = job->step;
     record.reason = "cancelled while no training ran";
     record.progress = job->progress;

@@ -1,7 +1,6 @@
 #include "trainer/jobs/job_runner.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <filesystem>
 
@@ -27,7 +26,7 @@ using nlohmann::ordered_json;
 constexpr size_t kRoomFields = 9;
 // How long the rate behind a job's estimated time to finish looks back.
 constexpr double kRateWindowS = 60;
-// progress.json is rewritten at most this often (a write is flushed to disk).
+// A placed job's work is appended to its progress.jsonl at most this often.
 constexpr double kProgressEveryS = 1;
 
 // Memory free for side work on this rank: its share of the host's (CPU), or the device's free
@@ -71,16 +70,11 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const Options& opti
   return runner;
 }
 
-double JobRunner::Now() const {
-  if (options_.wall_clock) return options_.wall_clock();
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 void JobRunner::Record(Job& job, JobState state, int64_t step, const std::string& reason) {
   job.state = state;
   job.step = step;
   job.reason = reason;
-  job.updated_s = Now();
+  job.updated_s = WallClockSeconds();
   JobRecord record;
   record.id = job.id;
   record.state = state;
@@ -88,7 +82,7 @@ void JobRunner::Record(Job& job, JobState state, int64_t step, const std::string
   record.step = step;
   record.stages = job.stages;
   record.reason = reason;
-  if (state != JobState::kPending) record.progress = job.progress;
+  record.progress = job.progress;
   // The job's bookkeeping failing (a full disk) must not stop the training it rides on.
   if (absl::Status s = AppendJobRecord(run_dir(), record); !s.ok()) {
     FR_LOG(WARN) << "job " << job.id << ": " << s.message();
@@ -167,21 +161,22 @@ absl::Status JobRunner::Fill(int64_t step, double* values) {
     if (step >= kFirstOfferStep && !finishing_ && !pending_.empty()) {
       std::vector<Job> pending;
       for (const auto& [id, job] : pending_) pending.push_back(job);
-      const int64_t id =
-          PlacementOrder(pending, policy_, Now(), options_.config->freeride.job_age_limit_s)
-              .front();
+      const int64_t id = PlacementOrder(pending, policy_, WallClockSeconds(),
+                                        options_.config->freeride.job_age_limit_s)
+                             .front();
       absl::StatusOr<std::string> toml = ReadJobToml(run_dir(), id);
       if (!toml.ok()) {
         Record(pending_[id], JobState::kFailed, step, std::string(toml.status().message()));
         pending_.erase(id);
       } else {
-        // A new placement's instances report afresh.
+        // A new placement's instances report, and its work counts, afresh.
+        std::error_code ec;
         for (const ordered_json& old : ReadJobInstances(run_dir(), id)) {
-          std::error_code ec;
           std::filesystem::remove(absl::StrFormat("%s/instance_r%03d.json", JobDir(run_dir(), id),
                                                   old.value("rank", -1)),
                                   ec);
         }
+        std::filesystem::remove(JobDir(run_dir(), id) + "/progress.jsonl", ec);
         const Job& job = pending_[id];
         offer_ = absl::StrCat(id, "\n", job.name, "\n", job.priority, "\n", *toml);
         values[0] = static_cast<double>(offer_.size());
@@ -212,21 +207,21 @@ absl::Status JobRunner::Fill(int64_t step, double* values) {
   return absl::OkStatus();
 }
 
-void JobRunner::UpdateProgress(Active& a, const double* v) {
+void JobRunner::UpdateProgress(Active& a, int64_t step, const double* v, bool ended) {
   JobProgress& p = a.job.progress;
   p.steps = static_cast<int64_t>(v[1]);
   p.units = v[2];
   p.bubble_s = v[3];
   p.alone_s = v[4];
-  const double now = Now();
+  const double now = WallClockSeconds();
   a.rate.emplace_back(now, p.alone_s);
   while (a.rate.size() > 2 && now - a.rate.front().first > kRateWindowS) a.rate.pop_front();
   const double span = now - a.rate.front().first;
   const double rate = span > 0 ? (p.alone_s - a.rate.front().second) / span : 0;
   p.eta_s = a.job.work_s > 0 && rate > 0 ? std::max(0.0, (a.job.work_s - p.alone_s) / rate) : -1;
-  if (now - a.progress_written_s < kProgressEveryS) return;
+  if (!ended && now - a.progress_written_s < kProgressEveryS) return;
   a.progress_written_s = now;
-  if (absl::Status s = WriteJobProgress(run_dir(), a.id, p); !s.ok()) {
+  if (absl::Status s = AppendJobProgress(run_dir(), a.id, step, p); !s.ok()) {
     FR_LOG(WARN) << "job " << a.id << ": " << s.message();
   }
 }
@@ -241,7 +236,6 @@ absl::Status JobRunner::Apply(int64_t step, const double* summed) {
   for (size_t j = 0; j < active_.size(); ++j) {
     Active& a = active_[j];
     const double* v = summed + 1 + kJobFields * j;
-    if (options_.leader) UpdateProgress(a, v);
     JobState state = JobState::kRunning;
     if (v[0] > 0) {
       state = JobState::kCancelled;
@@ -252,6 +246,7 @@ absl::Status JobRunner::Apply(int64_t step, const double* summed) {
     } else if (options_.leader && a.job.state == JobState::kPlaced && v[5] > 0) {
       Record(a.job, JobState::kRunning, step, a.job.reason);  // where it was placed, and why
     }
+    if (options_.leader) UpdateProgress(a, step, v, state != JobState::kRunning);
     if (state == JobState::kRunning) continue;
     ended.push_back({j, state});
     if (a.task >= 0 && !a.reported) {
@@ -273,8 +268,6 @@ absl::Status JobRunner::Apply(int64_t step, const double* summed) {
                                  : e.state == JobState::kCancelled ? "cancelled while running"
                                                                    : "";
       Record(a.job, e.state, step, reason);
-      std::error_code ec;
-      std::filesystem::remove(JobDir(run_dir(), a.id) + "/progress.json", ec);
     }
     for (auto it = ended.rbegin(); it != ended.rend(); ++it) {
       active_.erase(active_.begin() + static_cast<std::ptrdiff_t>(it->index));

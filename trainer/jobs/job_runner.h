@@ -11,7 +11,6 @@
 
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -36,7 +35,6 @@ class JobRunner {
     pipeline::RankLayout layout;
     bool leader = false;                   // reads the queue and writes the records
     SideTaskExecutor* executor = nullptr;  // this rank's (not owned)
-    std::function<double()> wall_clock;    // Unix seconds (ages, records); null: the system's
   };
   // Pending jobs are first offered after this step: by then every stage has measured the
   // bubbles it predicts (step 1 places them from measured costs, step 2 measures them).
@@ -74,7 +72,6 @@ class JobRunner {
   };
 
   explicit JobRunner(const Options& options) : options_(options) {}
-  double Now() const;
   const std::string& run_dir() const { return options_.config->run.dir; }
   // The leader's view of the queue: new submissions, cancellations of pending jobs.
   void ReadQueue(int64_t step);
@@ -83,7 +80,9 @@ class JobRunner {
                      const std::string& reason);
   absl::Status Place(int64_t step, int64_t bytes);
   absl::Status Barrier();
-  void UpdateProgress(Active& job, const double* fields);
+  // The leader's view of a placed job's work after `step`, appended to its progress series at
+  // most once a second, and once as it ends.
+  void UpdateProgress(Active& job, int64_t step, const double* fields, bool ended);
   // Why the job's failed instances failed, from their reports.
   std::string FailureReason(int64_t id) const;
 

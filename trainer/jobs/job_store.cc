@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -66,6 +67,25 @@ absl::Status ErrnoError(const std::string& what) {
   return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
 }
 
+// One write: with O_APPEND the kernel places the whole line at the end, whoever else appends
+// at the same moment (the leader, a submitter).
+absl::Status AppendLine(const std::string& path, const std::string& line) {
+  const int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("cannot open " + path);
+  const ssize_t n = write(fd, line.data(), line.size());
+  const int error = errno;
+  close(fd);
+  if (n != static_cast<ssize_t>(line.size())) {
+    errno = n < 0 ? error : EIO;
+    return ErrnoError("cannot append to " + path);
+  }
+  return absl::OkStatus();
+}
+
+std::string ProgressLog(const std::string& run_dir, int64_t id) {
+  return JobDir(run_dir, id) + "/progress.jsonl";
+}
+
 }  // namespace
 
 const char* JobStateName(JobState state) { return kStateNames[static_cast<int>(state)]; }
@@ -80,6 +100,10 @@ std::optional<JobState> JobStateFromName(absl::string_view name) {
 bool IsTerminal(JobState state) {
   return state == JobState::kFinished || state == JobState::kFailed ||
          state == JobState::kCancelled || state == JobState::kRefused;
+}
+
+double WallClockSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::string JobDir(const std::string& run_dir, int64_t id) {
@@ -135,20 +159,7 @@ absl::Status AppendJobRecord(const std::string& run_dir, const JobRecord& record
                        {"time", record.time_s},   {"step", record.step},
                        {"stages", record.stages}, {"reason", record.reason}};
   if (record.progress) ProgressToJson(*record.progress, &line);
-  const std::string text = line.dump() + "\n";
-  const std::string path = JobsLog(run_dir);
-  const int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("cannot open " + path);
-  // One write: with O_APPEND the kernel places the whole line at the end, whoever else
-  // appends at the same moment (the leader, a submitter).
-  const ssize_t n = write(fd, text.data(), text.size());
-  const int error = errno;
-  close(fd);
-  if (n != static_cast<ssize_t>(text.size())) {
-    errno = n < 0 ? error : EIO;
-    return ErrnoError("cannot append to " + path);
-  }
-  return absl::OkStatus();
+  return AppendLine(JobsLog(run_dir), line.dump() + "\n");
 }
 
 std::vector<int64_t> ListJobIds(const std::string& run_dir) {
@@ -212,8 +223,8 @@ absl::StatusOr<std::vector<Job>> LoadJobs(const std::string& run_dir) {
   std::vector<Job> out;
   for (auto& [id, job] : jobs) {
     if (!IsTerminal(job.state)) {
-      const json progress = ReadJson(JobDir(run_dir, id) + "/progress.json");
-      if (progress.is_object()) ProgressFromJson(progress, &job.progress);
+      const auto series = ReadJobProgress(run_dir, id);
+      if (!series.empty() && series.back().first >= job.step) job.progress = series.back().second;
       job.cancel_requested = CancelRequested(run_dir, id);
     }
     out.push_back(std::move(job));
@@ -234,11 +245,27 @@ bool CancelRequested(const std::string& run_dir, int64_t id) {
   return fs::exists(JobDir(run_dir, id) + "/cancel", ec);
 }
 
-absl::Status WriteJobProgress(const std::string& run_dir, int64_t id, const JobProgress& progress) {
-  ordered_json out = ordered_json::object();
-  ProgressToJson(progress, &out);
-  out["eta_s"] = progress.eta_s;
-  return WriteFileAtomically(JobDir(run_dir, id) + "/progress.json", out.dump(2) + "\n");
+absl::Status AppendJobProgress(const std::string& run_dir, int64_t id, int64_t step,
+                               const JobProgress& progress) {
+  ordered_json line = {{"step", step}, {"time", WallClockSeconds()}};
+  ProgressToJson(progress, &line);
+  line["eta_s"] = progress.eta_s;
+  return AppendLine(ProgressLog(run_dir, id), line.dump() + "\n");
+}
+
+std::vector<std::pair<int64_t, JobProgress>> ReadJobProgress(const std::string& run_dir,
+                                                             int64_t id) {
+  std::vector<std::pair<int64_t, JobProgress>> series;
+  absl::StatusOr<std::string> text = ReadFile(ProgressLog(run_dir, id));
+  if (!text.ok()) return series;
+  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+    const json point = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!point.is_object()) continue;  // cut short by a kill
+    JobProgress progress;
+    ProgressFromJson(point, &progress);
+    series.emplace_back(point.value("step", int64_t{-1}), progress);
+  }
+  return series;
 }
 
 absl::Status WriteJobInstance(const std::string& run_dir, int64_t id, int rank,

@@ -4,15 +4,16 @@
 // submission time), made whole elsewhere and renamed into place, so that submissions at the same
 // moment never share an id and nobody sees half a job. Every change of a job's state is a line
 // of RUN_DIR/jobs.jsonl, appended by a single write (O_APPEND: whole lines, whoever writes). A
-// cancellation asked of a running training is the file jobs/ID/cancel; the leader keeps
-// jobs/ID/progress.json while the job runs and writes jobs/ID/status.json when it ends. What
-// the job's task writes goes to jobs/ID/<name>_r<rank>/.
+// cancellation asked of a running training is the file jobs/ID/cancel; the leader appends the
+// job's work to jobs/ID/progress.jsonl as it runs and writes jobs/ID/status.json when it ends.
+// What the job's task writes goes to jobs/ID/<name>_r<rank>/.
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -70,6 +71,9 @@ struct JobRecord {
   std::optional<JobProgress> progress;
 };
 
+// What the times of jobs are on: wall-clock (Unix) seconds, the same in every process.
+double WallClockSeconds();
+
 std::string JobDir(const std::string& run_dir, int64_t id);
 
 // Queues `job` in `run_dir` with the next free id (returned) and a PENDING record.
@@ -89,7 +93,12 @@ absl::StatusOr<std::string> ReadJobToml(const std::string& run_dir, int64_t id);
 absl::Status RequestCancel(const std::string& run_dir, int64_t id);
 bool CancelRequested(const std::string& run_dir, int64_t id);
 
-absl::Status WriteJobProgress(const std::string& run_dir, int64_t id, const JobProgress& progress);
+// The job's work at training step `step`, appended to jobs/ID/progress.jsonl (the leader does,
+// at most once a second while the job runs, and once as it ends); and that series, in order.
+absl::Status AppendJobProgress(const std::string& run_dir, int64_t id, int64_t step,
+                               const JobProgress& progress);
+std::vector<std::pair<int64_t, JobProgress>> ReadJobProgress(const std::string& run_dir,
+                                                             int64_t id);
 // What the rank that hosted an instance of job `id` says of it when it ends (jobs/ID/
 // instance_rNNN.json: state, reason, steps, ...), and every such report, by rank.
 absl::Status WriteJobInstance(const std::string& run_dir, int64_t id, int rank,
