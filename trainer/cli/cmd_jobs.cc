@@ -97,6 +97,14 @@ int SubmitCommand(const ParsedFlags& flags) {
   if (absl::Status s = CheckRegularFile(path); !s.ok()) return Fail(s);
   absl::StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) return Fail(text.status());
+  // Its table reaches every rank in one broadcast (a value a byte): a task's table is small.
+  constexpr size_t kMaxJobFileBytes = 64 << 10;
+  if (text->size() > kMaxJobFileBytes) {
+    return Fail(absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %d bytes; a job file holds one [[side_tasks]] table of at most %d bytes (put large "
+        "inputs in files its arguments name)",
+        path, text->size(), kMaxJobFileBytes)));
+  }
   // Checked as `config check` checks a task: its keys, then built as the training would.
   absl::StatusOr<SideTaskConfig> task = ParseSideTaskFile(*text, path, *run);
   if (!task.ok()) return Fail(task.status());
