@@ -25,6 +25,8 @@
 
 namespace freeride {
 
+class JobRunner;
+
 struct StepStats {
   int64_t step = 0;  // 1-based: the step just completed
   double loss = 0;
@@ -101,7 +103,7 @@ class Trainer {
   const std::string& checkpoint_dir() const { return checkpoint_dir_; }
 
  private:
-  explicit Trainer(const Config& config) : config_(config) {}
+  explicit Trainer(const Config& config);
   absl::Status Resume(const std::string& path);
   absl::StatusOr<std::vector<double>> GradientUnits();
   absl::Status OptimizerStep(const std::vector<double>& summed_units, bool loss_finite);
@@ -126,6 +128,8 @@ class Trainer {
   }
   absl::Status PlaceBubblesFromMeasuredCosts(const std::vector<pipeline::InstrTiming>& timeline);
   absl::Status CreateSideTasks();
+  // Fill jobs (freeride.jobs): every rank takes part, the leader reads the queue.
+  absl::Status CreateJobRunner();
   absl::Status ReportHarvest();
 
   Config config_;
@@ -161,6 +165,7 @@ class Trainer {
   // Side tasks (freeride.enabled): this rank's executor, and step times with harvesting on
   // and off (alternating blocks) for the overhead.
   std::unique_ptr<SideTaskExecutor> side_;
+  std::unique_ptr<JobRunner> jobs_;
   double on_s_ = 0, off_s_ = 0;
   int64_t on_steps_ = 0, off_steps_ = 0;
 };

@@ -214,6 +214,8 @@ int StudyCommand(const ParsedFlags& flags) {
       flags,
       // The study decides when side tasks run and how many steps there may be.
       [&](Config& config) {
+        // Its arms are measured against each other: fill jobs would run in all of them.
+        config.freeride.jobs = false;
         PrepareStudyConfig(config, options);
         return CheckStudyConfig(config);
       },
