@@ -79,8 +79,7 @@ absl::StatusOr<std::unique_ptr<SideTask>> CreateSideTask(const std::string& type
         plugin, version(), kSideTaskAbiVersion));
   }
   using IdentityFn = const char* (*)();
-  auto identity =
-      reinterpret_cast<IdentityFn>(dlsym(handle, "freeride_side_task_build_identity"));
+  auto identity = reinterpret_cast<IdentityFn>(dlsym(handle, "freeride_side_task_build_identity"));
   if (identity == nullptr) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "side task plugin %s lacks the symbol freeride_side_task_build_identity (define "

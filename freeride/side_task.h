@@ -107,7 +107,7 @@ inline constexpr int kSideTaskAbiVersion = 4;
 #define FREERIDE_STRINGIFY_(x) #x
 #define FREERIDE_STRINGIFY(x) FREERIDE_STRINGIFY_(x)
 #if defined(ABSL_LTS_RELEASE_VERSION)
-#define FREERIDE_ABSEIL_RELEASE                 \
+#define FREERIDE_ABSEIL_RELEASE                \
   FREERIDE_STRINGIFY(ABSL_LTS_RELEASE_VERSION) \
   "." FREERIDE_STRINGIFY(ABSL_LTS_RELEASE_PATCH_LEVEL)
 #else
@@ -147,11 +147,11 @@ inline constexpr int kSideTaskAbiVersion = 4;
       ::freeride::RegisterSideTask(name, [] { return std::make_unique<Type>(); })
 
 // In a plugin's source: the three C symbols freeride looks for.
-#define FREERIDE_SIDE_TASK_PLUGIN(Type, name)                                              \
+#define FREERIDE_SIDE_TASK_PLUGIN(Type, name)                                                 \
   extern "C" int freeride_side_task_abi_version() { return ::freeride::kSideTaskAbiVersion; } \
-  extern "C" const char* freeride_side_task_build_identity() {                             \
-    return FREERIDE_SIDE_TASK_BUILD_IDENTITY;                                              \
-  }                                                                                        \
-  extern "C" ::freeride::SideTask* freeride_create_side_task(const char* type) {          \
-    return std::string(type) == name ? new Type() : nullptr;                               \
+  extern "C" const char* freeride_side_task_build_identity() {                                \
+    return FREERIDE_SIDE_TASK_BUILD_IDENTITY;                                                 \
+  }                                                                                           \
+  extern "C" ::freeride::SideTask* freeride_create_side_task(const char* type) {              \
+    return std::string(type) == name ? new Type() : nullptr;                                  \
   }

@@ -271,8 +271,7 @@ absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, f
     // from its start to the end of the first wait of the instruction it waits at.
     FR_NVTX_RANGE(FormatInstr(instrs[i], layout_.chunks));
     if (instrs[i].op == Op::kBubble && !nvtx_bubble_open_) {
-      FR_NVTX_RANGE_START(absl::StrCat("bubble ", BubbleKindName(instrs[i].bubble)),
-                          &nvtx_bubble_);
+      FR_NVTX_RANGE_START(absl::StrCat("bubble ", BubbleKindName(instrs[i].bubble)), &nvtx_bubble_);
       nvtx_bubble_open_ = true;
     }
     const double start = clock().Now();

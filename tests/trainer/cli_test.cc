@@ -118,7 +118,7 @@ TEST(CliTest, EveryCommandAndGroupHasHelp) {
   }
   EXPECT_THAT(RunCommand({"config", "--help"}).out,
               testing::AllOf(HasSubstr("config check"), HasSubstr("config memory"),
-                    HasSubstr("config docs")));
+                             HasSubstr("config docs")));
   CliResult typo = RunCommand({"config", "chek"});
   EXPECT_EQ(typo.status, kExitUsage);
   EXPECT_THAT(typo.err, HasSubstr("unknown command 'config chek'"));
