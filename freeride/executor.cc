@@ -4,9 +4,11 @@
 #include <filesystem>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/files.h"
 #include "core/logging.h"
+#include "core/nvtx.h"
 
 namespace freeride {
 namespace {
@@ -124,6 +126,9 @@ bool SideTaskExecutor::RunStep(int which, double deadline,
     last_not_ready = clock().Now();
     return false;
   };
+  // On Nsight's timeline, inside the bubble's range (to this function's end: its bookkeeping
+  // is microseconds).
+  FR_NVTX_RANGE(absl::StrCat("side task ", task.spec.name));
   const HostStep out = task.host->Step(deadline, watch ? watched : input_ready);
   const double end = start + out.ran_s;
   if (saw_ready) {
@@ -176,6 +181,7 @@ void SideTaskExecutor::Calibrate(Task& task) {
   std::vector<double> step_times;
   if (!task.host->fills_bubble()) {
     for (; steps < options_.calibration_steps && !task.host->done(); ++steps) {
+      FR_NVTX_RANGE(absl::StrCat("side task ", task.spec.name, " calibration"));
       const HostStep out =
           task.host->Step(clock().Now() + 2 * options_.step_timeout_s, kNever);
       if (out.kind != HostStep::Kind::kDone) {
@@ -278,6 +284,7 @@ TaskReport SideTaskExecutor::task_report(int id) const {
   report.state = TaskStateName(task.state);
   report.summary = task.host->summary();
   report.memory_peak_bytes = task.host->memory_peak_bytes();
+  report.memory_peak_note = task.host->memory_peak_note();
   return report;
 }
 

@@ -56,6 +56,7 @@ struct TaskReport {
   int64_t pauses = 0;             // worker steps paused at a bubble's end
   int64_t restarts = 0;           // times it was done and began again on fresh input (repeat)
   int64_t memory_peak_bytes = 0;  // its arena's peak, or its worker's peak resident set
+  std::string memory_peak_note;   // what that counts, and how memory_limit capped it
 };
 
 struct SideStepEvent {

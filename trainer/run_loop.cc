@@ -163,7 +163,7 @@ absl::Status Trainer::Run() {
     absl::StatusOr<double> val = Evaluate();
     if (!val.ok()) return val.status();
     if (leader) {
-      FR_LOG(INFO) << absl::StrFormat("step %d | val loss %.4f", step_, *val);
+      FR_LOG(PROGRESS) << absl::StrFormat("step %d | val loss %.4f", step_, *val);
     }
     WriteMetric(absl::StrFormat("{\"kind\": \"val\", \"step\": %d, \"loss\": %s}", step_,
                                 std::isfinite(*val) ? absl::StrFormat("%.6f", *val) : "null"));
@@ -205,7 +205,7 @@ absl::Status Trainer::Run() {
     if (s.step > 1 || total == 1) elapsed += s.step_s, ++timed;
     const double eta = timed > 0 ? elapsed / timed * static_cast<double>(total - s.step) : 0;
     if (leader && s.applied && (s.step % config_.run.log_every == 0 || s.step == total)) {
-      FR_LOG(INFO) << absl::StrFormat(
+      FR_LOG(PROGRESS) << absl::StrFormat(
           "step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s | eta %s",
           static_cast<int>(std::to_string(total).size()), s.step, total, s.loss, s.lr,
           s.grad_norm, s.step_s * 1e3, s.tokens_per_s, FormatDuration(eta));
@@ -219,7 +219,7 @@ absl::Status Trainer::Run() {
       absl::StatusOr<std::string> dir = SaveCheckpoint();
       if (!dir.ok()) return dir.status();
       if (leader) {
-        FR_LOG(INFO) << "checkpoint " << *dir;
+        FR_LOG(PROGRESS) << "checkpoint " << *dir;
       }
     }
   }
@@ -241,7 +241,7 @@ absl::Status Trainer::Run() {
     absl::StatusOr<std::string> dir = SaveCheckpoint();
     if (!dir.ok()) return dir.status();
     if (leader) {
-      FR_LOG(INFO) << "final checkpoint " << *dir << " (model.bin is an llm.c checkpoint)";
+      FR_LOG(PROGRESS) << "final checkpoint " << *dir << " (model.bin is an llm.c checkpoint)";
     }
   }
   return absl::OkStatus();

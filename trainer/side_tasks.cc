@@ -97,10 +97,10 @@ absl::Status Trainer::ReportHarvest() {
       totals[0] += t.units * t.standalone_unit_s;
       FR_LOG(INFO) << absl::StrFormat(
           "side task '%s' (%s, %s): %s, %d steps, %.6g %s in bubbles (%.3f s), alone %.3f "
-          "ms/step, overrun %.4f s, %d pauses, %d restarts, memory peak %s%s%s",
+          "ms/step, overrun %.4f s, %d pauses, %d restarts, memory peak %s (%s)%s%s",
           t.name, t.type, t.isolation, t.state, t.steps, t.units, t.unit, t.harvested_s,
           t.standalone_step_s * 1e3, t.overrun_s, t.pauses, t.restarts,
-          FormatByteSize(t.memory_peak_bytes),
+          FormatByteSize(t.memory_peak_bytes), t.memory_peak_note,
           t.reason.empty() ? "" : "; reason: " + t.reason,
           t.summary.empty() ? "" : "; " + t.summary);
       absl::StrAppendFormat(
@@ -109,11 +109,12 @@ absl::Status Trainer::ReportHarvest() {
           "\"type\": %s, \"isolation\": %s, \"state\": %s, \"steps\": %d, \"units\": %.6g, "
           "\"unit\": %s, \"harvested_s\": %.6f, \"standalone_step_s\": %.6f, \"overrun_s\": %.6f, "
           "\"overruns\": %d, \"pauses\": %d, \"restarts\": %d, \"memory_peak_bytes\": %d, "
-          "\"reason\": %s, \"summary\": %s}\n",
+          "\"memory_peak_note\": %s, \"reason\": %s, \"summary\": %s}\n",
           step_, transport_->rank(), layout_.stage, JsonString(t.name), JsonString(t.type),
           JsonString(t.isolation), JsonString(t.state), t.steps, t.units, JsonString(t.unit),
           t.harvested_s, t.standalone_step_s, t.overrun_s, t.overruns, t.pauses, t.restarts,
-          t.memory_peak_bytes, JsonString(t.reason), JsonString(t.summary));
+          t.memory_peak_bytes, JsonString(t.memory_peak_note), JsonString(t.reason),
+          JsonString(t.summary));
     }
     absl::Status s = WriteFileAtomically(
         (std::filesystem::path(config_.run.dir) /

@@ -602,7 +602,7 @@ void Trainer::RecordEnd(const absl::Status& status) {
   WriteMetric(absl::StrFormat(
       "{\"kind\": \"end\", \"step\": %d, \"status\": \"%s\", \"reason\": %s}", step_, state,
       JsonString(status.ok() ? "" : status.message())));
-  FR_LOG(INFO) << "to look at this run: freeride report " << config_.run.dir;
+  FR_LOG(PROGRESS) << "to look at this run: freeride report " << config_.run.dir;
 }
 
 }  // namespace freeride

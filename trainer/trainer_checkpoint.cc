@@ -192,7 +192,7 @@ absl::Status Trainer::Resume(const std::string& path) {
   step_ = first->step;
   train_->Seek(first->data);
   resumed_ = true;
-  FR_LOG(INFO) << "resumed from " << path << " at step " << step_;
+  FR_LOG(PROGRESS) << "resumed from " << path << " at step " << step_;
   return absl::OkStatus();
 }
 

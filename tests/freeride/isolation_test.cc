@@ -183,6 +183,10 @@ TEST(IsolationTest, AWorkerRunsTheTaskAndReportsItsWork) {
   EXPECT_GT(t.steps, 10);
   EXPECT_NE(t.summary.find("spins"), std::string::npos) << t.summary;  // from the worker
   EXPECT_GT(t.memory_peak_bytes, 0);
+  // What that peak is, and that no cap applied to it.
+  EXPECT_EQ(t.memory_peak_note,
+            "the worker process's peak resident set, its code and libraries included; no "
+            "memory_limit: no cap");
 }
 
 TEST(IsolationTest, EveryFailureStaysWithItsTask) {
@@ -218,6 +222,15 @@ TEST(IsolationTest, EveryFailureStaysWithItsTask) {
   expect_failed("over_cap", "load: spin working memory");
   EXPECT_EQ(tasks["healthy"].state, "LOADED");
   EXPECT_GT(tasks["healthy"].steps, 0);
+  // The report says how each cap applied: the worker's data segment, the in-process arena.
+  EXPECT_NE(tasks["hog"].memory_peak_note.find("its data segment capped at "), std::string::npos)
+      << tasks["hog"].memory_peak_note;
+  EXPECT_NE(tasks["hog"].memory_peak_note.find(", memory_limit 32.0 MiB and 16.0 MiB for its "
+                                               "runtime"),
+            std::string::npos)
+      << tasks["hog"].memory_peak_note;
+  EXPECT_EQ(tasks["throw_inprocess"].memory_peak_note,
+            "what ctx.arena handed out; no memory_limit: no cap");
 }
 
 TEST(IsolationTest, AStepRunningAtTheBubblesEndIsPausedThenResumed) {

@@ -68,6 +68,18 @@ TEST(SideTaskRegistryTest, PluginErrorsAreClear) {
             std::string::npos);
 }
 
+TEST(SideTaskRegistryTest, PluginOfAnotherAbseilAndCompilerIsRefusedNamingBoth) {
+  const std::string message = ErrorOf("x", FREERIDE_OTHER_IDENTITY_PLUGIN);
+  EXPECT_NE(message.find("was built with abseil 20240116.2 (namespace absl::lts_20240116), "
+                         "clang 17 with libc++ 170000; this freeride was built with " +
+                         std::string(FREERIDE_SIDE_TASK_BUILD_IDENTITY)),
+            std::string::npos)
+      << message;
+  // This build's own record, as the in-tree plugins carry it.
+  EXPECT_NE(std::string(FREERIDE_SIDE_TASK_BUILD_IDENTITY).find("abseil 20"), std::string::npos);
+  EXPECT_EQ(std::string(FREERIDE_SIDE_TASK_BUILD_IDENTITY).find("unknown"), std::string::npos);
+}
+
 TEST(SideTaskArgsTest, BadArgumentsNameTaskAndArgument) {
   ExecutorOptions options;
   options.results_dir = Temp("args");

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "core/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -58,6 +59,69 @@ TEST(CliTest, VersionReportsBuildFacts) {
   EXPECT_THAT(result.out, HasSubstr("cuDNN"));
   EXPECT_THAT(result.out, HasSubstr("NCCL"));
 #endif
+}
+
+TEST(CliTest, VersionIsAlsoAnOption) {
+  CliResult option = RunCommand({"--version"});
+  EXPECT_EQ(option.status, kExitOk);
+  EXPECT_EQ(option.out, RunCommand({"version"}).out);
+}
+
+// The command names `freeride --help` lists ("config check", "train", ...).
+std::vector<std::string> ListedCommands() {
+  std::vector<std::string> names;
+  std::istringstream lines(RunCommand({"--help"}).out);
+  bool in_list = false;
+  for (std::string line; std::getline(lines, line);) {
+    if (line == "commands:") in_list = true;
+    if (!in_list || line.rfind("  ", 0) != 0) continue;
+    names.push_back(line.substr(2, line.find("  ", 2) - 2));
+  }
+  return names;
+}
+
+TEST(CliTest, EveryCommandAndGroupHasHelp) {
+  const std::vector<std::string> names = ListedCommands();
+  ASSERT_GE(names.size(), 15u);
+  for (const std::string& name : names) {
+    std::vector<std::string> args = absl::StrSplit(name, ' ');
+    args.push_back("--help");
+    CliResult help = RunCommand(args);
+    EXPECT_EQ(help.status, kExitOk) << name;
+    EXPECT_THAT(help.out, testing::StartsWith("usage: freeride " + name)) << name;
+    args.back() = "-h";
+    EXPECT_EQ(RunCommand(args).out, help.out) << name;
+  }
+  for (const std::string group : {"config", "checkpoint"}) {
+    CliResult help = RunCommand({group, "--help"});
+    EXPECT_EQ(help.status, kExitOk) << group;
+    EXPECT_THAT(help.out, HasSubstr("usage: freeride " + group + " SUBCOMMAND"));
+    EXPECT_EQ(RunCommand({"help", group}).out, help.out);
+    CliResult bare = RunCommand({group});
+    EXPECT_EQ(bare.status, kExitUsage) << group;
+    EXPECT_EQ(bare.err, help.out);
+  }
+  EXPECT_THAT(RunCommand({"config", "--help"}).out,
+              testing::AllOf(HasSubstr("config check"), HasSubstr("config memory"),
+                             HasSubstr("config docs")));
+  CliResult typo = RunCommand({"config", "chek"});
+  EXPECT_EQ(typo.status, kExitUsage);
+  EXPECT_THAT(typo.err, HasSubstr("unknown command 'config chek'"));
+  EXPECT_THAT(typo.err, HasSubstr("config check"));
+  // Usage lines name what the issue found missing.
+  EXPECT_THAT(RunCommand({"sample", "--help"}).out, HasSubstr("[--format text|jsonl]"));
+  EXPECT_THAT(RunCommand({"schedule", "--help"}).out, HasSubstr("text|csv|torch|json"));
+}
+
+TEST(CliTest, ASpaceInsteadOfEqualsInSetIsSaid) {
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"train", "--set", "train.steps", "5"},
+        std::vector<std::string>{"config", "check", "--set", "train.steps", "5"}}) {
+    CliResult result = RunCommand(args);
+    EXPECT_EQ(result.status, kExitUsage);
+    EXPECT_THAT(result.err, HasSubstr("error: --set train.steps 5: a space instead of '=' "
+                                      "(write --set train.steps=5)"));
+  }
 }
 
 TEST(CliTest, DevicesAlwaysListsTheCpu) {

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <optional>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/match.h"
@@ -38,9 +40,21 @@ namespace {
 int Fail(const absl::Status& status) {
   for (absl::string_view line : absl::StrSplit(status.message(), '\n')) {
     std::cerr << "error: " << line << "\n";
+    WriteToLogFile(absl::StrCat("error: ", line));
   }
   return kExitFailure;
 }
+
+// Every rank's log lines go to run.dir/log_rankNNN.txt beside stderr (appended on a resume),
+// until the command returns.
+absl::Status LogToRunDir(const Config& config, int rank) {
+  return SetLogFile(
+      (std::filesystem::path(config.run.dir) / absl::StrFormat("log_rank%03d.txt", rank))
+          .string());
+}
+struct RunLogCloser {
+  ~RunLogCloser() { CloseLogFile(); }
+};
 
 template <typename N>
 bool ParseNumber(const ParsedFlags& flags, const std::string& name, N* value) {
@@ -97,6 +111,7 @@ bool LaunchedByMpi() {
 // as an error: the stop was asked for and the checkpoint is written).
 int Stopped(const absl::Status& status) {
   std::cerr << status.message() << "\n";
+  WriteToLogFile(status.message());
   return kExitStopped;
 }
 
@@ -113,9 +128,11 @@ int WithTrainer(const ParsedFlags& flags, const std::function<absl::Status(Confi
   if (!config.ok()) return Fail(config.status());
   if (absl::Status s = adjust(*config); !s.ok()) return Fail(s);
   InstallStopHandlers();
+  const RunLogCloser close_log;
   if (!LaunchedByMpi()) {
     absl::StatusOr<DirectoryLock> lock = PrepareRunDir(*config);
     if (!lock.ok()) return Fail(lock.status());
+    if (absl::Status s = LogToRunDir(*config, 0); !s.ok()) return Fail(s);
     absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*config);
     if (!trainer.ok()) return Fail(trainer.status());
     absl::Status s = work(**trainer, *config);
@@ -141,6 +158,9 @@ int WithTrainer(const ParsedFlags& flags, const std::function<absl::Status(Confi
     if (!locked.ok()) return fail(locked.status());
     lock = *std::move(locked);
   }
+  // Rank 0 has made run.dir (or aborted the job): every rank logs there from now on.
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (absl::Status s = LogToRunDir(*config, rank); !s.ok()) return fail(s);
   bool stopped = false;
   {
     std::unique_ptr<pipeline::Transport> transport = pipeline::MakeMpiTransport();
