@@ -61,7 +61,7 @@ class ServeTask : public SideTask {
     auto path = args.String("checkpoint", "");
     auto tokenizer = args.String("tokenizer", kDefaultTokenizerPath);
     auto host = args.String("host", "127.0.0.1");
-    auto port = args.Int("port", 8090, 0, 65535);
+    auto port = args.Int("port", serve::kDefaultPort, 0, 65535);
     auto remote = args.Bool("allow_remote", false);
     auto batch = args.Int("max_batch", 4, 1, 256);
     auto queue = args.Int("max_queue", 32, 1, 1 << 20);
