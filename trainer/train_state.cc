@@ -5,9 +5,7 @@
 #include <filesystem>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/strip.h"
 #include "core/files.h"
 #include "models/llmc_checkpoint.h"
 #include "trainer/checkpoint_manifest.h"
@@ -20,14 +18,6 @@ constexpr int kHeaderInts = 20;
 
 }  // namespace
 
-std::string CheckpointDirName(int64_t step) { return absl::StrFormat("step_%08d", step); }
-
-bool ParseCheckpointDirName(const std::string& name, int64_t* step) {
-  absl::string_view digits(name);
-  return absl::ConsumePrefix(&digits, "step_") && !digits.empty() &&
-         std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit) &&
-         absl::SimpleAtoi(digits, step);
-}
 std::string RankStateFileName(int stage) { return absl::StrFormat("state_r%03d.bin", stage); }
 
 absl::Status WriteRankState(const std::string& path, const RankState& s) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "models/checkpoint_verify.h"  // CheckpointDirName, ParseCheckpointDirName
 #include "models/gpt2_config.h"
 #include "trainer/data/token_shards.h"
 
@@ -41,9 +42,6 @@ struct RankState {
 absl::Status WriteRankState(const std::string& path, const RankState& state);
 absl::StatusOr<RankState> ReadRankState(const std::string& path);
 
-std::string CheckpointDirName(int64_t step);
-// True for a name CheckpointDirName makes ("step_" and digits), with its step.
-bool ParseCheckpointDirName(const std::string& name, int64_t* step);
 std::string RankStateFileName(int stage);
 
 // Writing a checkpoint of `step` under `dir`, in three moves: the directory a checkpoint is

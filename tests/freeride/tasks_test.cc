@@ -239,6 +239,12 @@ TEST(CommandTaskTest, RunsOnlyInsideBubbles) {
   }
   ASSERT_TRUE(written()) << "the child never ran inside a bubble";
   const int pid = std::stoi(*pid_text);
+  // The step returns once the supervisor has stopped; the program, sent the same SIGSTOP, stops
+  // as soon as it is next scheduled, which a loaded machine may delay: waited for, up to 10 s.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (ProcessState(pid) != 'T' && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   EXPECT_EQ(ProcessState(pid), 'T') << "outside a bubble the command must be stopped";
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(ProcessState(pid), 'T');

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/files.h"
@@ -213,6 +214,35 @@ TEST(CliTest, ACommandTaskCannotRunInProcess) {
   EXPECT_EQ(result.status, kExitFailure);
   EXPECT_THAT(result.err, HasSubstr(path + ":5:13: side_tasks[0].isolation: expected \"process\" "
                                     "for a `command` task"));
+}
+
+// Two servers on one port would collide on a host their ranks share: two serve tasks on one
+// port, and one task on a port bound by each of its ranks, are refused with the lines of both.
+TEST(CliTest, ServeTasksThatWouldShareAPortAreRefused) {
+  auto task = [](const std::string& name, const std::string& stages, int port) {
+    return absl::StrCat("[[side_tasks]]\ntype = \"serve\"\nname = \"", name,
+                        "\"\nstages = ", stages, "\n[side_tasks.args]\n",
+                        "checkpoint = \"tests/data/gpt2_golden/model.bin\"\nport = ", port, "\n");
+  };
+  const std::string head = "[data]\ntrain = \"x_*.bin\"\n[parallel]\npp = 2\n";  // 4 lines
+  // Tasks on lines 5-11, 12-18 and 19-25; their ports on lines 11, 18 and 25.
+  const std::string path =
+      WriteTemp("ports.toml", head + task("a", "[0]", 8200) + task("b", "[1]", 8200) +
+                                  task("c", "\"all\"", 8300));
+  CliResult result = RunCommand({"config", "check", path});
+  EXPECT_EQ(result.status, kExitFailure);
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 2) << result.err;
+  EXPECT_THAT(result.err,
+              HasSubstr(path + ":18:8: side_tasks[1].args.port = 8200: side_tasks[0] ('a', " +
+                        path + ":11:8) serves on this port too"));
+  EXPECT_THAT(result.err, HasSubstr(path + ":25:8: side_tasks[2].args.port = 8300: the task runs "
+                                           "on 2 ranks (2 stages x parallel.dp = 1)"));
+  // One port each, and port = 0 (any free port) on every rank: accepted.
+  const std::string fine =
+      WriteTemp("ports_ok.toml",
+                head + task("a", "[0]", 8200) + task("b", "[1]", 8201) + task("c", "\"all\"", 0));
+  result = RunCommand({"config", "check", fine});
+  EXPECT_EQ(result.status, kExitOk) << result.err;
 }
 
 TEST(CliTest, SideTaskNamesThatArePathsAreRefusedWithTheirLine) {
