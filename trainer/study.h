@@ -34,9 +34,10 @@ int StudyRoundsAtMost(const StudyOptions& options);
 // Steps a study may need (its longest run): warm-up, then every block of every round.
 int64_t StudySteps(const Config& config, const StudyOptions& options);
 
-// What a study sets in the config it runs: the steps, no alternation or evaluation of its own,
-// and repeat = true for every task that does not say otherwise (an arm whose task ran out of
-// work would measure nothing).
+// What a study sets in the config it runs: its own directory, run.dir/study (checkpoint.dir
+// stays the run's), the steps, no alternation or evaluation of its own, and repeat = true for
+// every task that does not say otherwise (an arm whose task ran out of work would measure
+// nothing).
 void PrepareStudyConfig(Config& config, const StudyOptions& options);
 
 // OK when the config has side tasks to compare (freeride.enabled and [[side_tasks]]); checked

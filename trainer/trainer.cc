@@ -246,9 +246,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
       !s.ok()) {
     return s;
   }
-  t->checkpoint_dir_ = config.checkpoint.dir.empty()
-                           ? (std::filesystem::path(config.run.dir) / "checkpoints").string()
-                           : config.checkpoint.dir;
+  t->checkpoint_dir_ = CheckpointDirOf(config);
   // Only found at the first checkpoint otherwise, after the training it was meant to keep.
   if (!emulate && L.replica == 0) {
     if (absl::Status s = CheckWritableDirectory(
