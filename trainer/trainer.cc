@@ -415,10 +415,8 @@ absl::StatusOr<StepStats> Trainer::Step() {
   if (side_) side_->set_harvesting(harvesting);
   absl::StatusOr<pipeline::StepOutcome> outcome = executor_->RunStep(Microbatches(), loss_scale);
   if (!outcome.ok()) return outcome.status();
-  if (step_ > 0) {  // the first step warms up: left out of the comparison
-    (harvesting ? on_s_ : off_s_) += outcome->step_s;
-    ++(harvesting ? on_steps_ : off_steps_);
-  }
+  // The first step warms up: left out of the comparison.
+  if (step_ > 0) timed_steps_.emplace_back(harvesting, outcome->step_s);
   StepStats stats;
   stats.step = ++step_;
   stats.loss = outcome->loss;
@@ -428,16 +426,25 @@ absl::StatusOr<StepStats> Trainer::Step() {
   stats.tokens_per_s =
       static_cast<double>(tc.batch_size * layout_.dp * tc.seq_len) / outcome->step_s;
   stats.applied = last_applied_;
+  stats.harvesting = config_.freeride.enabled && harvesting;
   // Each stage's waiting time, as replica 0 measured it, and one value more: how many ranks
   // were asked to stop. Riding on this sum, the stop is agreed without a collective of its
   // own, and every rank stops after the same step.
   // With side tasks, every stage's bubbles of the step ride on it too: four values per BUBBLE
   // of the schedule (every rank knows it), filled in by the rank that ran it.
+  // Each stage's memory rides on it too: its process's peak resident set and device memory.
   const std::vector<std::pair<int, int>>& slots = bubble_slots_;
-  const size_t head = layout_.pp + 1;
+  const int pp = layout_.pp;
+  const size_t head = 3 * pp + 1;
   std::vector<double> sums(head + 4 * slots.size(), 0.0);
-  if (layout_.replica == 0) sums[layout_.stage] = outcome->bubble_s;
-  sums[layout_.pp] = StopRequestedBy() != 0 ? 1.0 : 0.0;
+  if (layout_.replica == 0) {
+    sums[layout_.stage] = outcome->bubble_s;
+    sums[pp + 1 + layout_.stage] = static_cast<double>(PeakRssBytes());
+    for (const auto& chunk : chunks_) {
+      sums[2 * pp + 1 + layout_.stage] += static_cast<double>(chunk->DeviceBytes());
+    }
+  }
+  sums[pp] = StopRequestedBy() != 0 ? 1.0 : 0.0;
   std::map<int, double> predicted_here;
   if (side_) {
     for (const BubbleRecord& r : side_->TakeBubbleRecords()) {
@@ -457,8 +464,10 @@ absl::StatusOr<StepStats> Trainer::Step() {
       !s.ok()) {
     return s;
   }
-  stats.stop_requested = sums[layout_.pp] > 0;
-  stats.bubble_s.assign(sums.begin(), sums.begin() + layout_.pp);
+  stats.stop_requested = sums[pp] > 0;
+  stats.bubble_s.assign(sums.begin(), sums.begin() + pp);
+  stats.host_peak_bytes.assign(sums.begin() + pp + 1, sums.begin() + 2 * pp + 1);
+  stats.device_bytes.assign(sums.begin() + 2 * pp + 1, sums.begin() + 3 * pp + 1);
   for (size_t k = 0; k < slots.size(); ++k) {
     const double* v = &sums[head + 4 * k];
     if (v[0] == 0) continue;  // a stage without side tasks, or not really run (emulated)
@@ -507,9 +516,11 @@ void Trainer::WriteMetric(const std::string& json) {
 void Trainer::RecordEnd(const absl::Status& status) {
   if (!leader()) return;
   const char* state = status.ok() ? "finished" : absl::IsCancelled(status) ? "stopped" : "failed";
-  WriteMetric(absl::StrFormat(
-      "{\"kind\": \"end\", \"step\": %d, \"status\": \"%s\", \"reason\": %s}", step_, state,
-      JsonString(status.ok() ? "" : status.message())));
+  WriteMetric(
+      absl::StrFormat("{\"kind\": \"end\", \"step\": %d, \"time\": \"%s\", \"status\": \"%s\", "
+                      "\"reason\": %s}",
+                      step_, Iso8601Utc(std::chrono::system_clock::now()), state,
+                      JsonString(status.ok() ? "" : status.message())));
   FR_LOG(INFO) << "to look at this run: freeride report " << config_.run.dir;
 }
 

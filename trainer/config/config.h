@@ -90,6 +90,7 @@ struct RuntimeConfig {
   int64_t emulated_stage = 0;
   double link_bandwidth_gbs = 25.0;
   int64_t threads = 0;
+  double peak_tflops = 0;
 };
 
 struct FreerideConfig {

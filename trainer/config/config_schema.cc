@@ -160,6 +160,11 @@ std::vector<KeySpec> BuildSchema() {
           .Doc("With runtime.emulate_peers: bandwidth (GB/s) of the link between stages, for the "
                "emulated transfer time of an activation or gradient."),
       FR_KEY(runtime, threads).Min(0).Doc("CPU threads per rank; 0: the cores available."),
+      FR_KEY(runtime, peak_tflops)
+          .Min(0)
+          .Doc("Peak TFLOP/s of one rank's device, the denominator of metrics.jsonl's mfu. 0: "
+               "the dense peak of a known GPU at runtime.precision (H100, H200, A100, L40S; "
+               "another GPU has no mfu), on the CPU a single-precision GEMM measured at start."),
 
       FR_KEY(freeride, enabled).Doc("Run the configured side tasks inside pipeline bubbles."),
       FR_KEY(freeride, alternate_every)
