@@ -271,9 +271,6 @@ absl::Status Trainer::Run() {
         s.step < total) {
       absl::StatusOr<std::string> dir = SaveCheckpoint();
       if (!dir.ok()) return dir.status();
-      if (leader) {
-        FR_LOG(INFO) << "checkpoint " << *dir;
-      }
     }
   }
   if (config_.freeride.enabled) {

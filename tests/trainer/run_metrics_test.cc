@@ -4,8 +4,9 @@
 #include "trainer/run_metrics.h"
 
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <regex>
+
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"

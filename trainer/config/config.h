@@ -69,6 +69,7 @@ struct CheckpointConfig {
   int64_t every = 0;
   std::string dir;
   std::string resume;
+  int64_t keep_last = 0;
 };
 
 struct ParallelConfig {

@@ -109,6 +109,10 @@ std::vector<KeySpec> BuildSchema() {
           .Doc("Resume training from a checkpoint directory (one written by "
                "this project), or \"latest\" for the newest one in "
                "checkpoint.dir; empty starts afresh."),
+      FR_KEY(checkpoint, keep_last)
+          .Min(0)
+          .Doc("Keep only the newest this many checkpoints of checkpoint.dir (older step_N "
+               "directories are removed once a new one is complete); 0 keeps every one."),
 
       FR_KEY(parallel, pp).Min(1).Max(4096).Doc("Pipeline stages."),
       FR_KEY(parallel, dp).Min(1).Max(4096).Doc("Data-parallel replicas; world size is pp × dp."),
