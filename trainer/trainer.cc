@@ -480,11 +480,11 @@ absl::StatusOr<StepStats> Trainer::Step() {
   if (stats.step == 1 && layout_.pp > 1) {
     if (absl::Status s = PlaceBubblesFromMeasuredCosts(outcome->timeline); !s.ok()) return s;
   }
-  constexpr size_t kTimelineSteps = 8;
-  if (stats.step > 1 && timelines_.size() < kTimelineSteps) {
+  if (stats.step >= config_.trace.steps[0] && stats.step <= config_.trace.steps[1]) {
     timelines_.emplace_back(stats.step, outcome->timeline);
     timeline_starts_.push_back(outcome->start_s);
     timeline_harvested_.push_back(side_ != nullptr && harvesting);
+    timeline_bubble_s_.push_back(outcome->bubble_s);
     timeline_predicted_.push_back(std::move(predicted_here));
   }
   return stats;

@@ -133,6 +133,9 @@ class Trainer {
   pipeline::MicrobatchData Microbatches() const;
   void WriteMetric(const std::string& json);
   absl::Status WriteTimeline() const;
+  // The Chrome-trace flow event of a SEND or RECV in recorded step `step` at `ts_us`; empty
+  // for other instructions.
+  std::string FlowEvent(int64_t step, const pipeline::Instr& in, double ts_us) const;
   absl::Status WriteTimelineSvg();
   // Fills bubble_slots_ from the executed schedule (with side tasks; else leaves it empty).
   void IndexBubbles();
@@ -168,6 +171,7 @@ class Trainer {
   pipeline::CostModel emulation_cost_;
   std::vector<double> timeline_starts_;  // absolute start of each recorded step
   std::vector<bool> timeline_harvested_;  // whether side tasks ran in that step
+  std::vector<double> timeline_bubble_s_;  // this rank's waiting time in that step
   // (stage, instruction index) of every BUBBLE of the schedule, in order: where each stage's
   // bubble records go in the per-step sum (set with the schedule).
   std::vector<std::pair<int, int>> bubble_slots_;

@@ -103,6 +103,9 @@ struct FreerideConfig {
   int64_t demote_after = 3;
 };
 
+struct TraceConfig {
+  std::vector<int64_t> steps = {2, 9};  // [first, last]: step 1 warms caches and thread pools
+};
 
 struct SideTaskConfig {
   std::string type;
@@ -134,6 +137,7 @@ struct Config {
   ParallelConfig parallel;
   RuntimeConfig runtime;
   FreerideConfig freeride;
+  TraceConfig trace;
   std::vector<SideTaskConfig> side_tasks;
   // "section.key" of every key the file or an override set (the rest kept their defaults):
   // lets a checkpoint's architecture rule where the config is silent.

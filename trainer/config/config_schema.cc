@@ -195,6 +195,11 @@ std::vector<KeySpec> BuildSchema() {
           .Doc("In-process steps that overrun their bubble (over twice their predicted time, past "
                "the "
                "bubble's end) before the task is demoted; twice as many fail it."),
+
+      FR_KEY(trace, steps)
+          .Doc("[first, last]: the steps timeline_rankNNN.json records (and the trace.json "
+               "freeride report merges from them), at most 1000; each is kept in memory until "
+               "the run ends."),
   };
 }
 
@@ -208,7 +213,7 @@ const std::vector<KeySpec>& Schema() {
 const std::vector<std::string>& SectionNames() {
   static const std::vector<std::string> names = {"run",     "model",    "data",       "train",
                                                  "optim",   "eval",     "checkpoint", "parallel",
-                                                 "runtime", "freeride", "side_tasks"};
+                                                 "runtime", "freeride", "trace",      "side_tasks"};
   return names;
 }
 
@@ -223,6 +228,7 @@ std::string SectionDoc(absl::string_view section) {
   if (section == "parallel") return "Pipeline and data parallelism.";
   if (section == "runtime") return "Device, precision and communication.";
   if (section == "freeride") return "Side-task harvesting of pipeline bubbles.";
+  if (section == "trace") return "The measured timeline of each rank.";
   if (section == "side_tasks") {
     return "Side tasks to run in bubbles: an array of tables, one `[[side_tasks]]` each.";
   }
