@@ -99,15 +99,19 @@ double Trainer::FlopsPerStep() const {
          static_cast<double>(tc.batch_size * layout_.dp * tc.seq_len);
 }
 
+double Trainer::Mfu(double step_s) const {
+  // Model FLOPs over what every device of the pipeline could have done in the step.
+  const double capacity =
+      step_s * peak_.per_device * static_cast<double>(config_.parallel.pp * config_.parallel.dp);
+  return capacity > 0 ? FlopsPerStep() / capacity : NAN;
+}
+
 absl::Status Trainer::WriteTrainMetric(const StepStats& s) {
   std::vector<std::string> bubbles;
   for (double b : s.bubble_s) bubbles.push_back(absl::StrFormat("%.6f", b));
   auto number = [](double v, int digits) {
     return std::isfinite(v) ? absl::StrFormat("%.*f", digits, v) : std::string("null");
   };
-  // Model FLOPs over what every device of the pipeline could have done in the step.
-  const double capacity =
-      s.step_s * peak_.per_device * static_cast<double>(config_.parallel.pp * config_.parallel.dp);
   const double elapsed = elapsed_before_s_ + ClockOr(clock_).Now() - run_start_s_;
   const TrainConfig& tc = config_.train;
   WriteMetric(absl::StrFormat(
@@ -118,8 +122,7 @@ absl::Status Trainer::WriteTrainMetric(const StepStats& s) {
       s.step, number(s.loss, 6), s.lr, number(s.grad_norm, 6), s.step_s, s.tokens_per_s,
       absl::StrJoin(bubbles, ", "), Iso8601Utc(std::chrono::system_clock::now()), elapsed,
       s.step * tc.batch_size * layout_.dp * tc.seq_len, s.harvesting ? "true" : "false",
-      capacity > 0 ? absl::StrFormat("%.6f", FlopsPerStep() / capacity) : "null",
-      Bytes(s.host_peak_bytes),
+      number(Mfu(s.step_s), 6), Bytes(s.host_peak_bytes),
       config_.runtime.device == "cuda"
           ? absl::StrFormat(", \"device_bytes\": [%s]", Bytes(s.device_bytes))
           : "",
@@ -252,15 +255,11 @@ absl::Status Trainer::Run() {
     if (s.step > 1 || total == 1) elapsed += s.step_s, ++timed;
     const double eta = timed > 0 ? elapsed / timed * static_cast<double>(total - s.step) : 0;
     if (leader && s.applied && (s.step % config_.run.log_every == 0 || s.step == total)) {
-      const double devices = static_cast<double>(config_.parallel.pp * config_.parallel.dp);
       FR_LOG(INFO) << absl::StrFormat(
           "step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s%s | eta %s",
           static_cast<int>(std::to_string(total).size()), s.step, total, s.loss, s.lr, s.grad_norm,
           s.step_s * 1e3, s.tokens_per_s,
-          peak_.per_device > 0
-              ? absl::StrFormat(" | mfu %.1f%%",
-                                100 * FlopsPerStep() / (s.step_s * peak_.per_device * devices))
-              : "",
+          std::isfinite(Mfu(s.step_s)) ? absl::StrFormat(" | mfu %.1f%%", 100 * Mfu(s.step_s)) : "",
           FormatDuration(eta));
     }
     if (config_.eval.every > 0 && (s.step % config_.eval.every == 0 || s.step == total)) {

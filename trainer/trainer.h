@@ -127,6 +127,8 @@ class Trainer {
   void StartMetrics();
   // Model FLOPs of one optimizer step over every replica (forward and backward).
   double FlopsPerStep() const;
+  // Model FLOPs utilisation of a step that took `step_s`; NaN without a known peak.
+  double Mfu(double step_s) const;
   absl::Status StopAfterSignal(int64_t total);
   absl::Status WriteTrainMetric(const StepStats& s);
   absl::Status Barrier();
