@@ -107,8 +107,9 @@ unshare -m -- bash -c '
   mount --rbind /dev "$rootfs/dev"
   mount -t tmpfs tmpfs "$rootfs/tmp"
   mkdir -p "$rootfs/dev/shm" && mount -t tmpfs shm "$rootfs/dev/shm"
-  TESTS=$tests chroot "$rootfs" /usr/bin/env -i TESTS="$tests" bash -c "$inner"
-' rehearsal "$rootfs" "$inner" "$tests" || rc=$?
+  TESTS=$tests chroot "$rootfs" /usr/bin/env -i TESTS="$tests" FREERIDE_COMMIT="$4" \
+    bash -c "$inner"
+' rehearsal "$rootfs" "$inner" "$tests" "$(git -C "$root" rev-parse --short HEAD)" || rc=$?
 # The steps' own logs (preflight, build, ctest) beside this one.
 mkdir -p "$out/$(date +%F)-gpu-rehearsal"
 cp "$rootfs"/out/* "$out/$(date +%F)-gpu-rehearsal/" 2>/dev/null || true

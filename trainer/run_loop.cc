@@ -18,6 +18,7 @@
 #include "core/json_string.h"
 #include "core/logging.h"
 #include "core/stop_request.h"
+#include "trainer/jobs/job_runner.h"
 #include "trainer/trainer.h"
 
 namespace freeride {
@@ -151,6 +152,14 @@ absl::Status Trainer::StopAfterSignal(int64_t total) {
   const int signal_number = StopRequestedBy();
   const std::string by =
       signal_number != 0 ? StopSignalName(signal_number) : "a signal to another rank";
+  if (jobs_) {
+    if (absl::Status s = jobs_->Finish(step_, absl::StrFormat("queued again: the training "
+                                                              "stopped after step %d",
+                                                              step_));
+        !s.ok()) {
+      return s;
+    }
+  }
   if (side_) side_->Finish();
   if (config_.freeride.enabled) {
     if (absl::Status s = ReportHarvest(); !s.ok()) return s;
@@ -270,6 +279,14 @@ absl::Status Trainer::Run() {
         s.step < total) {
       absl::StatusOr<std::string> dir = SaveCheckpoint();
       if (!dir.ok()) return dir.status();
+    }
+  }
+  if (jobs_) {
+    if (absl::Status s = jobs_->Finish(step_, absl::StrFormat("queued again: the training "
+                                                              "ended at step %d first",
+                                                              step_));
+        !s.ok()) {
+      return s;
     }
   }
   if (config_.freeride.enabled) {

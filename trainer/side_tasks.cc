@@ -14,6 +14,7 @@
 #include "core/json_string.h"
 #include "core/logging.h"
 #include "trainer/config/side_task_check.h"
+#include "trainer/jobs/job_runner.h"
 #include "trainer/study_stats.h"
 #include "trainer/trainer.h"
 
@@ -49,7 +50,8 @@ absl::Status Trainer::CreateSideTasks() {
                           task.stages.end();
     if (here) specs.push_back(SpecOf(task));
   }
-  if (specs.empty()) return absl::OkStatus();
+  // With fill jobs, every rank has an executor: a job may be placed on any stage.
+  if (specs.empty() && !config_.freeride.jobs) return absl::OkStatus();
   ExecutorOptions options;
   options.rank = transport_->rank();
   options.stage = layout_.stage;
@@ -63,6 +65,20 @@ absl::Status Trainer::CreateSideTasks() {
   if (!side.ok()) return side.status();
   side_ = *std::move(side);
   executor_->set_bubble_hook(side_.get());
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::CreateJobRunner() {
+  if (!side_ || !config_.freeride.jobs) return absl::OkStatus();
+  JobRunner::Options options;
+  options.config = &config_;
+  options.transport = transport_;
+  options.layout = layout_;
+  options.leader = leader();
+  options.executor = side_.get();
+  absl::StatusOr<std::unique_ptr<JobRunner>> jobs = JobRunner::Create(options);
+  if (!jobs.ok()) return jobs.status();
+  jobs_ = *std::move(jobs);
   return absl::OkStatus();
 }
 
@@ -87,7 +103,9 @@ absl::Status Trainer::ReportHarvest() {
   std::vector<double> totals(2, 0.0);
   for (const auto& [harvesting, step_s] : timed_steps_) totals[1] += step_s;
   const std::vector<int> world = transport_->AllRanks();
-  if (side_) {
+  // An executor that never had a task (kept only to place fill jobs) reports nothing: the
+  // table stays that of the stages that ran side work.
+  if (side_ && !side_->Report().tasks.empty()) {
     const HarvestReport report = side_->Report();
     if (layout_.replica == 0) {
       for (int k = 0; k < K; ++k) {

@@ -24,6 +24,7 @@
 #include "pipeline/passes.h"
 #include "trainer/checkpoint_manifest.h"
 #include "trainer/emulation.h"
+#include "trainer/jobs/job_runner.h"
 #include "trainer/pipeline_plan.h"
 #include "trainer/run_dir.h"
 #include "trainer/train_state.h"
@@ -120,6 +121,7 @@ absl::Status CheckWorldSize(const Config& config, int world_size) {
       world_size, pp, dp, pp * dp, world_size, absl::StrJoin(fits, ", "), pp * dp));
 }
 
+Trainer::Trainer(const Config& config) : config_(config) {}
 Trainer::~Trainer() = default;
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
@@ -314,6 +316,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
     if (absl::Status s = t->Resume(*path); !s.ok()) return s;
   }
   if (absl::Status s = t->CreateSideTasks(); !s.ok()) return s;
+  if (absl::Status s = t->CreateJobRunner(); !s.ok()) return s;
   return t;
 }
 
@@ -458,11 +461,20 @@ absl::StatusOr<StepStats> Trainer::Step() {
       v[0] = 1, v[1] = r.predicted_s, v[2] = r.measured_s, v[3] = r.harvested_s;
     }
   }
+  // Fill jobs ride on it as well: an offer, cancellations, their progress.
+  const size_t jobs_at = sums.size();
+  if (jobs_) {
+    sums.resize(jobs_at + jobs_->exchange_size(), 0.0);
+    if (absl::Status s = jobs_->Fill(stats.step, &sums[jobs_at]); !s.ok()) return s;
+  }
   if (absl::Status s = transport_->AllReduceSum(sums.data(), static_cast<int64_t>(sums.size()),
                                                 transport_->AllRanks(),
                                                 config_.runtime.comm_timeout_s);
       !s.ok()) {
     return s;
+  }
+  if (jobs_) {
+    if (absl::Status s = jobs_->Apply(stats.step, &sums[jobs_at]); !s.ok()) return s;
   }
   stats.stop_requested = sums[pp] > 0;
   stats.bubble_s.assign(sums.begin(), sums.begin() + pp);

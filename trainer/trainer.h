@@ -27,6 +27,8 @@
 
 namespace freeride {
 
+class JobRunner;
+
 struct StepStats {
   int64_t step = 0;  // 1-based: the step just completed
   double loss = 0;
@@ -113,7 +115,7 @@ class Trainer {
   const std::string& checkpoint_dir() const { return checkpoint_dir_; }
 
  private:
-  explicit Trainer(const Config& config) : config_(config) {}
+  explicit Trainer(const Config& config);
   absl::Status Resume(const std::string& path);
   absl::StatusOr<std::vector<double>> GradientUnits();
   absl::Status OptimizerStep(const std::vector<double>& summed_units, bool loss_finite);
@@ -148,6 +150,8 @@ class Trainer {
   }
   absl::Status PlaceBubblesFromMeasuredCosts(const std::vector<pipeline::InstrTiming>& timeline);
   absl::Status CreateSideTasks();
+  // Fill jobs (freeride.jobs): every rank takes part, the leader reads the queue.
+  absl::Status CreateJobRunner();
   absl::Status ReportHarvest();
 
   Config config_;
@@ -184,6 +188,7 @@ class Trainer {
   // Side tasks (freeride.enabled): this rank's executor, and whether each step after the first
   // harvested, with its time (alternating blocks give the overhead).
   std::unique_ptr<SideTaskExecutor> side_;
+  std::unique_ptr<JobRunner> jobs_;
   std::vector<std::pair<bool, double>> timed_steps_;
   // Metrics rows (leader): the peak MFU is taken against, and training time so far (on the
   // trainer's clock; earlier runs' share from the rows a resume keeps).

@@ -147,5 +147,7 @@ finish() {
   exit "$rc"
 }
 
-say "$(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+# A copy sent without .git (the device tool sends the working tree alone) names its commit
+# through FREERIDE_COMMIT, set by whoever sends it.
+say "$(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo "${FREERIDE_COMMIT:-unknown}")" \
   "build $build$([[ $dry_run == 1 ]] && echo ', DRY RUN')"

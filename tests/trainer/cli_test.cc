@@ -9,28 +9,13 @@
 #include "core/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/trainer/run_cli.h"
 
 namespace freeride {
 namespace {
 
 using testing::HasSubstr;
 using testing::Not;
-
-struct CliResult {
-  int status;
-  std::string out;
-  std::string err;
-};
-
-CliResult RunCommand(const std::vector<std::string>& args) {
-  std::ostringstream out, err;
-  std::streambuf* old_out = std::cout.rdbuf(out.rdbuf());
-  std::streambuf* old_err = std::cerr.rdbuf(err.rdbuf());
-  int status = RunCli(args);
-  std::cout.rdbuf(old_out);
-  std::cerr.rdbuf(old_err);
-  return {status, out.str(), err.str()};
-}
 
 std::string WriteTemp(const std::string& name, const std::string& text) {
   std::string path = testing::TempDir() + name;

@@ -1,5 +1,5 @@
 // `freeride config memory`: each stage's line is the CUDA backend's own plan for that stage.
-#include "trainer/config/memory_report.h"
+#include "trainer/memory_report.h"
 
 #include <sstream>
 #include <vector>

@@ -2,7 +2,7 @@
 // exactly the simulator's pipeline, 1F1B's bubble (p−1)/(m+p−1) at 8,192 GPUs with uniform
 // costs, the tied-embedding sum over the stage link, and the executor's packing rule (no
 // in-process step fits: nothing; a worker: the bubble less its margin, sync waits left out).
-#include "trainer/projection.h"
+#include "trainer/study/projection.h"
 
 #include "gtest/gtest.h"
 #include "pipeline/generators.h"

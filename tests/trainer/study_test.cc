@@ -4,7 +4,7 @@
 // table and JSON carry the intervals and the machine's state. On simulated time (compute takes
 // its FLOP model's time, a spin step its step_ms): which arms harvest, and whether a step fits
 // a bubble, do not depend on the machine's load.
-#include "trainer/study.h"
+#include "trainer/study/study.h"
 
 #include <filesystem>
 

@@ -13,6 +13,7 @@
 #include "core/device.h"
 #include "core/files.h"
 #include "trainer/cli/cmd_checkpoint.h"
+#include "trainer/cli/cmd_jobs.h"
 #include "trainer/cli/cmd_prepare.h"
 #include "trainer/cli/cmd_project.h"
 #include "trainer/cli/cmd_report.h"
@@ -21,7 +22,7 @@
 #include "trainer/config/config.h"
 #include "trainer/config/default_config.h"
 #include "trainer/config/flags.h"
-#include "trainer/config/memory_report.h"
+#include "trainer/memory_report.h"
 #include "trainer/config/side_task_check.h"
 #include "trainer/pipeline_plan.h"
 #include "trainer/trainer.h"
@@ -35,8 +36,9 @@ struct Command {
   std::string summary;
   std::vector<FlagSpec> flags;
   std::function<int(const ParsedFlags&)> run;
-  // The one positional argument the command takes ("FILE"), or "" for none: anything more is
-  // refused before the command runs, so a forgotten option name never runs another job.
+  // The positional arguments the command takes ("FILE", "RUN_DIR JOB.toml"), or "" for none:
+  // anything more is refused before the command runs, so a forgotten option name never runs
+  // another job.
   std::string operand = "";
 };
 
@@ -151,6 +153,16 @@ const std::vector<Command>& Commands() {
        "[--cost f=1,b=2,w=1,comm=0.1 | --cost-file FILE] [--format text|csv|json|chrome|svg]",
        "build, validate and print a pipeline schedule with its BUBBLE instructions",
        ScheduleFlags(), ScheduleCommand},
+      {"submit", "freeride submit RUN_DIR JOB.toml [--name N] [--priority P] [--work SECONDS]",
+       "queue a fill job (one [[side_tasks]] table) for the training in RUN_DIR: placed at a "
+       "step boundary in the bubbles its step and memory fit; prints its id",
+       SubmitFlags(), SubmitCommand, "RUN_DIR JOB.toml"},
+      {"jobs", "freeride jobs RUN_DIR [--format text|json]",
+       "every fill job of RUN_DIR: state, stages, work done, bubble time, time to finish, reason",
+       JobsFlags(), JobsCommand, "RUN_DIR"},
+      {"cancel", "freeride cancel RUN_DIR ID",
+       "cancel a fill job (a running training ends it at its next step boundary)", {},
+       CancelCommand, "RUN_DIR ID"},
       {"checkpoint verify", "freeride checkpoint verify DIR",
        "check a checkpoint's files (or every checkpoint's in a checkpoint.dir) against the "
        "sizes and CRC-32Cs its manifest recorded",
@@ -206,10 +218,11 @@ absl::Status CheckArguments(const Command& command, const ParsedFlags& flags) {
                                    ")")
                     : ""));
   }
-  if (positional.size() > 1) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s takes one %s, found '%s'", command.name,
-                                                      command.operand,
-                                                      absl::StrJoin(positional, "' '")));
+  const std::vector<std::string> operands = absl::StrSplit(command.operand, ' ');
+  if (positional.size() > operands.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s takes %s%s, found '%s'", command.name, operands.size() == 1 ? "one " : "",
+        absl::StrJoin(operands, " and "), absl::StrJoin(positional, "' '")));
   }
   for (const std::string& assignment : flags.GetAll("set")) {
     if (assignment.find('=') == std::string::npos || assignment[0] == '=') {

@@ -17,7 +17,7 @@
 #include "trainer/config/config.h"
 #include "trainer/config/side_task_check.h"
 #include "trainer/emulation.h"
-#include "trainer/projection.h"
+#include "trainer/study/projection.h"
 #include "trainer/trainer.h"
 
 namespace freeride {

@@ -1,5 +1,5 @@
 // `freeride project`: a training job's bubbles and the side work they could hold, projected to
-// many GPUs (trainer/projection.h).
+// many GPUs (trainer/study/projection.h).
 #pragma once
 
 #include <vector>

@@ -28,7 +28,7 @@
 #include "trainer/run_dir.h"
 #include "models/sampling.h"
 #include "models/tokenizer.h"
-#include "trainer/study.h"
+#include "trainer/study/study.h"
 #include "trainer/train_state.h"
 #include "trainer/trainer.h"
 
@@ -233,6 +233,8 @@ int StudyCommand(const ParsedFlags& flags) {
       flags, RunDirOptions{.checkpoints = false},
       // The study decides when side tasks run and how many steps there may be.
       [&](Config& config) {
+        // Its arms are measured against each other: fill jobs would run in all of them.
+        config.freeride.jobs = false;
         PrepareStudyConfig(config, options);
         return CheckStudyConfig(config);
       },

@@ -101,6 +101,9 @@ struct FreerideConfig {
   double margin = 0.1;
   double step_timeout_s = 60;
   int64_t demote_after = 3;
+  bool jobs = true;
+  std::string job_policy = "fifo";
+  double job_age_limit_s = 600;
 };
 
 struct TraceConfig {
@@ -122,6 +125,10 @@ struct SideTaskConfig {
   // "args.NAME" an argument), for errors found after parsing (`config check`, `train`).
   std::map<std::string, std::string> origins;
 };
+
+// Letters, digits, '_', '-' and '.', not starting with '.' or '-', at most 64 characters: a
+// side task's name, which names its files and directories in run.dir.
+bool IsPlainName(absl::string_view name);
 
 // "process" for plugins and `command`, "inprocess" for the other built-in tasks.
 std::string DefaultIsolation(const SideTaskConfig& task);
@@ -151,6 +158,12 @@ struct Config {
 // was expected and what was found.
 absl::StatusOr<Config> ParseConfig(absl::string_view text, absl::string_view source,
                                    const std::vector<std::string>& overrides = {});
+
+// Parses a fill job's file (`freeride submit`): exactly one [[side_tasks]] table and nothing
+// else, with the keys, checks and file:line:column errors of a task in a config. `run` is the
+// config of the run it goes to (its parallel.pp bounds the stages).
+absl::StatusOr<SideTaskConfig> ParseSideTaskFile(absl::string_view text, absl::string_view source,
+                                                 const Config& run);
 
 // Reads and parses a config file.
 absl::StatusOr<Config> LoadConfigFile(const std::string& path,

@@ -195,6 +195,19 @@ std::vector<KeySpec> BuildSchema() {
           .Doc("In-process steps that overrun their bubble (over twice their predicted time, past "
                "the "
                "bubble's end) before the task is demoted; twice as many fail it."),
+      FR_KEY(freeride, jobs)
+          .Doc("Take fill jobs (`freeride submit RUN_DIR JOB.toml`) at step boundaries and run "
+               "them in the bubbles they fit (docs/side_tasks.md#fill-jobs)."),
+      FR_KEY(freeride, job_policy)
+          .Choices({"fifo", "priority", "shortest_first"})
+          .Doc("Which pending job is placed next: in submission order; the highest `priority` "
+               "first (equals in submission order; lower ones may wait for ever); or the least "
+               "estimated work first (`submit --work`; unknown last), except that a job pending "
+               "longer than freeride.job_age_limit_s goes before every other."),
+      FR_KEY(freeride, job_age_limit_s)
+          .Min(0)
+          .Doc("Under job_policy = \"shortest_first\": a job pending this long (wall-clock "
+               "seconds since it was submitted) is placed before shorter ones, oldest first."),
 
       FR_KEY(trace, steps)
           .Doc("[first, last]: the steps timeline_rankNNN.json records (and the trace.json "

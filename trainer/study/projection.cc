@@ -1,4 +1,4 @@
-#include "trainer/projection.h"
+#include "trainer/study/projection.h"
 
 #include <algorithm>
 #include <cmath>

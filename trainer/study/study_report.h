@@ -1,5 +1,5 @@
 // What a harvest study measured, turned into figures with intervals (trainer/study_stats.h) and
-// written as study.md and study.json (trainer/study.h runs the blocks).
+// written as study.md and study.json (trainer/study/study.h runs the blocks).
 #pragma once
 
 #include <string>
@@ -7,7 +7,7 @@
 
 #include "freeride/executor.h"
 #include "trainer/config/config.h"
-#include "trainer/study.h"
+#include "trainer/study/study.h"
 #include "trainer/study_stats.h"
 
 namespace freeride {

@@ -1,4 +1,4 @@
-#include "trainer/study_report.h"
+#include "trainer/study/study_report.h"
 
 #include <algorithm>
 #include <cmath>

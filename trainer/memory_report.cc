@@ -1,4 +1,4 @@
-#include "trainer/config/memory_report.h"
+#include "trainer/memory_report.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "trainer/study.h"
+#include "trainer/study/study.h"
 
 #include <omp.h>
 #include <sched.h>
@@ -15,7 +15,7 @@
 #include "core/files.h"
 #include "core/logging.h"
 #include "trainer/run_dir.h"
-#include "trainer/study_report.h"
+#include "trainer/study/study_report.h"
 #include "trainer/study_stats.h"
 
 namespace freeride {

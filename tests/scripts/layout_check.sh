@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The tree as docs/ARCHITECTURE.md and the folder READMEs describe it: every folder of sources
+# has a README and is named in ARCHITECTURE.md's layout table, no source file passes 600 lines,
+# and inside trainer/ an include only ever points down its floors (config/ and data/ at the
+# bottom, the fill-job queue (jobs/) above them, the training run above that, study/ and report/
+# above the run, cli/ on top).
+# Usage: tests/scripts/layout_check.sh [REPO_ROOT]
+set -uo pipefail
+root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
+cd "$root" || exit 2
+arch=docs/ARCHITECTURE.md
+failures=0
+fail() {
+  echo "layout_check: $*" >&2
+  failures=$((failures + 1))
+}
+
+# Sources as git knows them where there is a checkout (a tarball falls back to find).
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  sources=$(git ls-files '*.cc' '*.h' '*.cu' '*.cuh' '*.cc.in')
+else
+  sources=$(find . -path ./build -prune -o -type f \( -name '*.cc' -o -name '*.h' -o -name '*.cu' \
+    -o -name '*.cuh' -o -name '*.cc.in' \) -print | sed 's#^\./##')
+fi
+[[ -n $sources ]] || { echo "layout_check: no sources under $root" >&2; exit 2; }
+
+# 1. The layout table names each folder of sources (tests/ aside: its layout follows the rooms
+# it tests): a top-level folder as its own row, one inside it as `sub/` in its parent's row.
+# Top-level folders and trainer/'s rooms have a README saying what lives there and what it may
+# depend on.
+for dir in $(printf '%s\n' $sources | xargs -n1 dirname | sort -u); do
+  [[ $dir == tests* || $dir == . ]] && continue
+  [[ $dir != */* || $dir == trainer/* ]] && [[ ! -f $dir/README.md ]] && fail "$dir/ has no README.md saying what lives there"
+  top=${dir%%/*}
+  row=$(grep -E "^\| \`?$top/\`? \|" "$arch")
+  if [[ -z $row ]]; then
+    fail "$arch: the layout table has no row for $top/"
+  elif [[ $dir != "$top" ]]; then
+    sub=${dir#"$top"/}
+    grep -qF "\`$sub/" <<<"$row" || grep -qF "$dir/" <<<"$row" ||
+      fail "$arch: the $top/ row does not name its room \`$sub/\`"
+  fi
+done
+
+# 2. No source file over 600 lines.
+for f in $sources; do
+  n=$(wc -l <"$f")
+  ((n > 600)) && fail "$f has $n lines (at most 600: split it along a seam)"
+done
+
+# 3. trainer/'s floors: what each room may include from trainer/.
+floor() {
+  case $1 in
+    trainer/config/* | trainer/data/*) echo 0 ;;
+    trainer/jobs/*) echo 1 ;;
+    trainer/study/* | trainer/report/*) echo 3 ;;
+    trainer/cli/*) echo 4 ;;
+    trainer/*) echo 2 ;;
+  esac
+}
+for f in $(printf '%s\n' $sources | grep '^trainer/'); do
+  from=$(floor "$f")
+  while IFS= read -r inc; do
+    to=$(floor "$inc")
+    [[ -z $to ]] && continue
+    if ((to > from)) || { ((to == from)) && [[ ${inc%/*} != "${f%/*}" ]] && ((from != 2)); }; then
+      fail "$f includes $inc: an include in trainer/ points only down its floors ($arch)"
+    fi
+  done < <(sed -n 's/^#include "\(trainer\/[^"]*\)".*/\1/p' "$f")
+done
+
+if ((failures > 0)); then
+  echo "layout_check: $failures problem(s)" >&2
+  exit 1
+fi
+echo "layout_check: $(printf '%s\n' $sources | wc -l) sources, every room described, floors kept"
