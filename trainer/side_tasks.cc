@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -14,9 +15,30 @@
 #include "core/logging.h"
 #include "trainer/config/side_task_check.h"
 #include "trainer/jobs/job_runner.h"
+#include "trainer/study_stats.h"
 #include "trainer/trainer.h"
 
 namespace freeride {
+
+std::optional<Estimate> AlternatingOverhead(const std::vector<std::pair<bool, double>>& steps) {
+  // Runs of steps with the same state are the blocks; their mean step times are paired as a
+  // study pairs them (trainer/study_stats.h).
+  std::vector<Block> blocks;
+  std::vector<int> counts;
+  for (const auto& [harvesting, step_s] : steps) {
+    const int arm = harvesting ? 1 : 0;
+    if (blocks.empty() || blocks.back().arm != arm) {
+      blocks.push_back({arm, 0});
+      counts.push_back(0);
+    }
+    blocks.back().step_s += step_s;
+    ++counts.back();
+  }
+  for (size_t b = 0; b < blocks.size(); ++b) blocks[b].step_s /= counts[b];
+  const std::vector<double> ratios = PairedRatios(blocks, 2)[1];
+  if (ratios.empty()) return std::nullopt;
+  return MeanWithInterval(ratios);
+}
 
 absl::Status Trainer::CreateSideTasks() {
   if (!config_.freeride.enabled) return absl::OkStatus();
@@ -79,7 +101,7 @@ absl::Status Trainer::ReportHarvest() {
   std::vector<double> table(static_cast<size_t>(pp) * 3 * K, 0.0);
   // Work done in bubbles in seconds of the tasks alone, and training device-seconds.
   std::vector<double> totals(2, 0.0);
-  totals[1] = on_s_ + off_s_;
+  for (const auto& [harvesting, step_s] : timed_steps_) totals[1] += step_s;
   const std::vector<int> world = transport_->AllRanks();
   // An executor that never had a task (kept only to place fill jobs) reports nothing: the
   // table stays that of the stages that ran side work.
@@ -169,22 +191,27 @@ absl::Status Trainer::ReportHarvest() {
         step_, st, bubble, harvested, util, overrun, absl::StrJoin(by_kind, ", ")));
   }
   const double reclaimed = totals[1] > 0 ? totals[0] / totals[1] : 0;
-  std::string overhead = "null";
-  if (on_steps_ > 0 && off_steps_ > 0) {
-    const double ratio = (on_s_ / on_steps_) / (off_s_ / off_steps_) - 1;
-    overhead = absl::StrFormat("%.6f", ratio);
-    FR_LOG(INFO) << absl::StrFormat(
-        "overhead: %+.2f%% (harvesting on: %d steps, mean %.4f s; off: %d steps, mean %.4f s)",
-        100 * ratio, on_steps_, on_s_ / on_steps_, off_steps_, off_s_ / off_steps_);
+  std::string overhead = "null", interval = "null";
+  if (std::optional<Estimate> e = AlternatingOverhead(timed_steps_)) {
+    overhead = absl::StrFormat("%.6f", e->mean);
+    if (e->known()) interval = absl::StrFormat("[%.6f, %.6f]", e->lo, e->hi);
+    FR_LOG(INFO) << "overhead: " << DescribeOverhead(*e)
+                 << (e->known()
+                         ? absl::StrFormat(" (95%% interval over %d blocks with side tasks, each "
+                                           "against the blocks without on either side, as "
+                                           "freeride study computes it)",
+                                           e->n)
+                         : std::string(": indicative only; `freeride study` measures it with an "
+                                       "interval, beside an A/A noise floor"));
   }
   FR_LOG(INFO) << absl::StrFormat(
       "reclaimed: %.2f%% (side work worth %.3f s of the tasks alone, over %.3f training "
       "device-seconds)",
       100 * reclaimed, totals[0], totals[1]);
   WriteMetric(absl::StrFormat(
-      "{\"kind\": \"harvest_summary\", \"step\": %d, \"overhead\": %s, \"reclaimed\": %.6f, "
-      "\"side_work_s\": %.6f, \"device_s\": %.6f}",
-      step_, overhead, reclaimed, totals[0], totals[1]));
+      "{\"kind\": \"harvest_summary\", \"step\": %d, \"overhead\": %s, \"overhead_ci\": %s, "
+      "\"reclaimed\": %.6f, \"side_work_s\": %.6f, \"device_s\": %.6f}",
+      step_, overhead, interval, reclaimed, totals[0], totals[1]));
   return absl::OkStatus();
 }
 

@@ -174,6 +174,48 @@ absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
   return (fs::path(dir) / name).string();
 }
 
+absl::StatusOr<std::vector<std::string>> PruneCheckpoints(const std::string& dir,
+                                                          int64_t keep_last) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> removed;
+  if (keep_last <= 0) return removed;
+  std::vector<std::pair<int64_t, fs::path>> steps;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    int64_t step = 0;
+    if (it->is_directory() && ParseCheckpointDirName(it->path().filename().string(), &step)) {
+      steps.emplace_back(step, it->path());
+    }
+  }
+  if (ec) {
+    return absl::InternalError(absl::StrFormat("cannot list %s: %s", dir, ec.message()));
+  }
+  std::sort(steps.begin(), steps.end());
+  const absl::StatusOr<std::string> latest = LatestCheckpoint(dir);
+  const int64_t excess = static_cast<int64_t>(steps.size()) - keep_last;
+  for (int64_t i = 0; i < excess; ++i) {
+    const fs::path& path = steps[i].second;
+    if (latest.ok() && fs::path(*latest) == path) continue;
+    fs::remove_all(path, ec);
+    if (ec) {
+      return absl::InternalError(absl::StrFormat("checkpoint.keep_last: cannot remove %s: %s",
+                                                 path.string(), ec.message()));
+    }
+    removed.push_back(path.string());
+  }
+  return removed;
+}
+
+int64_t DirectoryBytes(const std::string& dir) {
+  namespace fs = std::filesystem;
+  int64_t bytes = 0;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->is_regular_file(ec)) bytes += static_cast<int64_t>(it->file_size(ec));
+  }
+  return bytes;
+}
+
 absl::StatusOr<std::string> ResolveCheckpoint(const std::string& resume, const std::string& dir) {
   namespace fs = std::filesystem;
   std::string path = resume;

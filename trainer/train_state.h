@@ -61,6 +61,14 @@ void AbandonCheckpoint(const std::string& dir, int64_t step);
 // (step_NNNNNNNN): a `latest` holding a path is refused, never followed out of `dir`.
 absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir);
 
+// Removes the oldest step_N directories of checkpoint directory `dir` until `keep_last` remain
+// (0 keeps all), never the one `latest` names; returns the removed paths, oldest first.
+absl::StatusOr<std::vector<std::string>> PruneCheckpoints(const std::string& dir,
+                                                          int64_t keep_last);
+
+// The bytes of every file under `dir`.
+int64_t DirectoryBytes(const std::string& dir);
+
 // Resolves checkpoint.resume: "latest" reads `dir/latest`; anything else is a checkpoint
 // directory path. Errors say what is missing.
 absl::StatusOr<std::string> ResolveCheckpoint(const std::string& resume, const std::string& dir);

@@ -22,7 +22,6 @@
 #include "models/backend.h"
 #include "models/llmc_checkpoint.h"
 #include "pipeline/passes.h"
-#include "pipeline/simulator.h"
 #include "trainer/checkpoint_manifest.h"
 #include "trainer/emulation.h"
 #include "trainer/jobs/job_runner.h"
@@ -248,9 +247,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
       !s.ok()) {
     return s;
   }
-  t->checkpoint_dir_ = config.checkpoint.dir.empty()
-                           ? (std::filesystem::path(config.run.dir) / "checkpoints").string()
-                           : config.checkpoint.dir;
+  t->checkpoint_dir_ = CheckpointDirOf(config);
   // Only found at the first checkpoint otherwise, after the training it was meant to keep.
   if (!emulate && L.replica == 0) {
     if (absl::Status s = CheckWritableDirectory(
@@ -421,10 +418,8 @@ absl::StatusOr<StepStats> Trainer::Step() {
   if (side_) side_->set_harvesting(harvesting);
   absl::StatusOr<pipeline::StepOutcome> outcome = executor_->RunStep(Microbatches(), loss_scale);
   if (!outcome.ok()) return outcome.status();
-  if (step_ > 0) {  // the first step warms up: left out of the comparison
-    (harvesting ? on_s_ : off_s_) += outcome->step_s;
-    ++(harvesting ? on_steps_ : off_steps_);
-  }
+  // The first step warms up: left out of the comparison.
+  if (step_ > 0) timed_steps_.emplace_back(harvesting, outcome->step_s);
   StepStats stats;
   stats.step = ++step_;
   stats.loss = outcome->loss;
@@ -434,16 +429,25 @@ absl::StatusOr<StepStats> Trainer::Step() {
   stats.tokens_per_s =
       static_cast<double>(tc.batch_size * layout_.dp * tc.seq_len) / outcome->step_s;
   stats.applied = last_applied_;
+  stats.harvesting = config_.freeride.enabled && harvesting;
   // Each stage's waiting time, as replica 0 measured it, and one value more: how many ranks
   // were asked to stop. Riding on this sum, the stop is agreed without a collective of its
   // own, and every rank stops after the same step.
   // With side tasks, every stage's bubbles of the step ride on it too: four values per BUBBLE
   // of the schedule (every rank knows it), filled in by the rank that ran it.
+  // Each stage's memory rides on it too: its process's peak resident set and device memory.
   const std::vector<std::pair<int, int>>& slots = bubble_slots_;
-  const size_t head = layout_.pp + 1;
+  const int pp = layout_.pp;
+  const size_t head = 3 * pp + 1;
   std::vector<double> sums(head + 4 * slots.size(), 0.0);
-  if (layout_.replica == 0) sums[layout_.stage] = outcome->bubble_s;
-  sums[layout_.pp] = StopRequestedBy() != 0 ? 1.0 : 0.0;
+  if (layout_.replica == 0) {
+    sums[layout_.stage] = outcome->bubble_s;
+    sums[pp + 1 + layout_.stage] = static_cast<double>(PeakRssBytes());
+    for (const auto& chunk : chunks_) {
+      sums[2 * pp + 1 + layout_.stage] += static_cast<double>(chunk->DeviceBytes());
+    }
+  }
+  sums[pp] = StopRequestedBy() != 0 ? 1.0 : 0.0;
   std::map<int, double> predicted_here;
   if (side_) {
     for (const BubbleRecord& r : side_->TakeBubbleRecords()) {
@@ -472,8 +476,10 @@ absl::StatusOr<StepStats> Trainer::Step() {
   if (jobs_) {
     if (absl::Status s = jobs_->Apply(stats.step, &sums[jobs_at]); !s.ok()) return s;
   }
-  stats.stop_requested = sums[layout_.pp] > 0;
-  stats.bubble_s.assign(sums.begin(), sums.begin() + layout_.pp);
+  stats.stop_requested = sums[pp] > 0;
+  stats.bubble_s.assign(sums.begin(), sums.begin() + pp);
+  stats.host_peak_bytes.assign(sums.begin() + pp + 1, sums.begin() + 2 * pp + 1);
+  stats.device_bytes.assign(sums.begin() + 2 * pp + 1, sums.begin() + 3 * pp + 1);
   for (size_t k = 0; k < slots.size(); ++k) {
     const double* v = &sums[head + 4 * k];
     if (v[0] == 0) continue;  // a stage without side tasks, or not really run (emulated)
@@ -486,91 +492,14 @@ absl::StatusOr<StepStats> Trainer::Step() {
   if (stats.step == 1 && layout_.pp > 1) {
     if (absl::Status s = PlaceBubblesFromMeasuredCosts(outcome->timeline); !s.ok()) return s;
   }
-  constexpr size_t kTimelineSteps = 8;
-  if (stats.step > 1 && timelines_.size() < kTimelineSteps) {
+  if (stats.step >= config_.trace.steps[0] && stats.step <= config_.trace.steps[1]) {
     timelines_.emplace_back(stats.step, outcome->timeline);
     timeline_starts_.push_back(outcome->start_s);
     timeline_harvested_.push_back(side_ != nullptr && harvesting);
+    timeline_bubble_s_.push_back(outcome->bubble_s);
     timeline_predicted_.push_back(std::move(predicted_here));
   }
   return stats;
-}
-
-// The schedule was built with uniform costs, so its BUBBLEs sit where equal stages would wait.
-// After the first step each stage's measured F/B/I/W times place them where this model's
-// stages really wait: that is what side tasks are offered.
-absl::Status Trainer::PlaceBubblesFromMeasuredCosts(
-    const std::vector<pipeline::InstrTiming>& timeline) {
-  using pipeline::Op;
-  const auto& instrs = executor_->instructions();
-  const int pp = layout_.pp, V = pp * layout_.chunks;
-  // Per virtual stage: f, b, w (ms) of this rank's chunks from replica 0, zeros
-  // elsewhere, so a sum over the ranks assembles the pipeline's.
-  std::vector<double> costs(3 * V, 0.0);
-  if (layout_.replica == 0) {
-    std::map<std::pair<int, Op>, double> sum;
-    std::map<std::pair<int, Op>, int> count;
-    bool split = false;
-    for (const pipeline::InstrTiming& t : timeline) {
-      const pipeline::Instr& in = instrs[t.index];
-      sum[{in.chunk, in.op}] += (t.end_s - t.start_s) * 1e3;
-      ++count[{in.chunk, in.op}];
-      split = split || in.op == Op::kBackwardInput;
-    }
-    auto mean = [&](int c, Op op) { return count[{c, op}] ? sum[{c, op}] / count[{c, op}] : 0.0; };
-    for (int c = 0; c < layout_.chunks; ++c) {
-      const int v = VirtualStageOf(c);
-      costs[3 * v] = mean(c, Op::kForward);
-      costs[3 * v + 1] = split ? mean(c, Op::kBackwardInput) : mean(c, Op::kBackward);
-      costs[3 * v + 2] = split ? mean(c, Op::kBackwardWeight) : 0.0;
-    }
-  }
-  const bool emulate = config_.runtime.emulate_peers;
-  if (!emulate) {
-    if (absl::Status s = transport_->AllReduceSum(costs.data(), 3 * V, transport_->AllRanks(),
-                                                  config_.runtime.comm_timeout_s);
-        !s.ok()) {
-      return s;
-    }
-  }
-  // A stage's entry is the sum of its chunks'; with several chunks each keeps its own too.
-  std::vector<pipeline::StageCost> stages(pp, pipeline::StageCost{0, 0, 0}), chunks(V);
-  for (int v = 0; v < V; ++v) {
-    chunks[v] = {costs[3 * v], costs[3 * v + 1], costs[3 * v + 2]};
-    pipeline::StageCost& stage = stages[pipeline::StageOfVirtual(executor_->schedule(), v)];
-    stage.f += chunks[v].f;
-    stage.b += chunks[v].b;
-    stage.w += chunks[v].w;
-  }
-  pipeline::CostModel cost;
-  if (emulate) {
-    // The emulated stages keep their calibrated costs; the real one takes its measurement.
-    cost = emulation_cost_;
-    cost.stages[layout_.stage] = stages[layout_.stage];
-    for (int c = 0; c < layout_.chunks && !cost.chunks.empty(); ++c) {
-      cost.chunks[VirtualStageOf(c)] = chunks[VirtualStageOf(c)];
-    }
-  } else {
-    cost.stages = stages;
-    if (layout_.chunks > 1) cost.chunks = chunks;
-  }
-  pipeline::Schedule schedule = executor_->schedule();
-  if (absl::Status s = pipeline::InsertBubbles(&schedule, cost); !s.ok()) return s;
-  if (leader()) {
-    FR_LOG(INFO) << "bubbles placed from measured costs (ms): " << pipeline::FormatCostModel(cost);
-    // What the simulator expects of each stage with those costs, to hold the run against.
-    if (absl::StatusOr<pipeline::SimResult> sim = pipeline::Simulate(schedule, cost); sim.ok()) {
-      std::vector<std::string> idle;
-      for (const pipeline::StageResult& r : sim->stages) {
-        idle.push_back(absl::StrFormat("%.3f", sim->step_time > 0 ? r.bubble / sim->step_time : 0));
-      }
-      FR_LOG(INFO) << absl::StrFormat("simulated step %.3f ms; idle fraction per stage: %s",
-                                      sim->step_time, absl::StrJoin(idle, " "));
-    }
-  }
-  executor_->set_schedule(std::move(schedule));
-  IndexBubbles();
-  return absl::OkStatus();
 }
 
 absl::StatusOr<double> Trainer::Evaluate() {
@@ -599,9 +528,11 @@ void Trainer::WriteMetric(const std::string& json) {
 void Trainer::RecordEnd(const absl::Status& status) {
   if (!leader()) return;
   const char* state = status.ok() ? "finished" : absl::IsCancelled(status) ? "stopped" : "failed";
-  WriteMetric(absl::StrFormat(
-      "{\"kind\": \"end\", \"step\": %d, \"status\": \"%s\", \"reason\": %s}", step_, state,
-      JsonString(status.ok() ? "" : status.message())));
+  WriteMetric(
+      absl::StrFormat("{\"kind\": \"end\", \"step\": %d, \"time\": \"%s\", \"status\": \"%s\", "
+                      "\"reason\": %s}",
+                      step_, Iso8601Utc(std::chrono::system_clock::now()), state,
+                      JsonString(status.ok() ? "" : status.message())));
   FR_LOG(PROGRESS) << "to look at this run: freeride report " << config_.run.dir;
 }
 

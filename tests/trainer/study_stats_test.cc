@@ -1,7 +1,7 @@
 // The study's statistics on synthetic block times: the t quantile against the integrated
 // density, a known effect recovered through drift and noise and covered by its interval, the
 // A/A arm's interval covering 0, and the interval's coverage near 95% over many replicates.
-#include "trainer/study/study_stats.h"
+#include "trainer/study_stats.h"
 
 #include <algorithm>
 #include <cmath>

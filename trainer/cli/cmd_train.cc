@@ -56,6 +56,16 @@ struct RunLogCloser {
   ~RunLogCloser() { CloseLogFile(); }
 };
 
+// A run.dir that holds another run is refused as bad usage: the command line needs a resume,
+// another run.dir or --overwrite.
+int ExitCodeOfRunDir(const absl::Status& status) {
+  return absl::IsAlreadyExists(status) ? kExitUsage : kExitFailure;
+}
+
+constexpr char kOverwriteHelp[] =
+    "replace what another run left in run.dir (metrics, traces, study, checkpoints) instead "
+    "of refusing to start there";
+
 template <typename N>
 bool ParseNumber(const ParsedFlags& flags, const std::string& name, N* value) {
   if (!flags.Has(name)) return true;
@@ -96,7 +106,8 @@ absl::StatusOr<std::unique_ptr<GPT2Stage<float>>> LoadModel(const std::string& c
 
 std::vector<FlagSpec> TrainFlags() {
   return {{"config", "FILE", "the run's TOML config (default: the embedded tiny CPU run)"},
-          {"set", "SECTION.KEY=VALUE", "override one config key", true}};
+          {"set", "SECTION.KEY=VALUE", "override one config key", true},
+          {"overwrite", "", kOverwriteHelp}};
 }
 
 // True when an MPI launcher (mpirun, srun with PMI/PMIx) started this process.
@@ -119,7 +130,8 @@ int Stopped(const absl::Status& status) {
 // failure on any rank then ends the whole job: the others would wait for it until their
 // timeouts). SIGTERM, SIGINT and SIGUSR1 ask the run to stop at the next step boundary.
 // `adjust` fits the config to the command, or refuses it, before run.dir is created.
-int WithTrainer(const ParsedFlags& flags, const std::function<absl::Status(Config&)>& adjust,
+int WithTrainer(const ParsedFlags& flags, RunDirOptions run_dir,
+                const std::function<absl::Status(Config&)>& adjust,
                 const std::function<absl::Status(Trainer&, const Config&)>& work) {
   const std::vector<std::string> overrides = flags.GetAll("set");
   absl::StatusOr<Config> config =
@@ -129,9 +141,13 @@ int WithTrainer(const ParsedFlags& flags, const std::function<absl::Status(Confi
   if (absl::Status s = adjust(*config); !s.ok()) return Fail(s);
   InstallStopHandlers();
   const RunLogCloser close_log;
+  run_dir.overwrite = flags.Has("overwrite");
   if (!LaunchedByMpi()) {
-    absl::StatusOr<DirectoryLock> lock = PrepareRunDir(*config);
-    if (!lock.ok()) return Fail(lock.status());
+    absl::StatusOr<DirectoryLock> lock = PrepareRunDir(*config, run_dir);
+    if (!lock.ok()) {
+      Fail(lock.status());
+      return ExitCodeOfRunDir(lock.status());
+    }
     if (absl::Status s = LogToRunDir(*config, 0); !s.ok()) return Fail(s);
     absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*config);
     if (!trainer.ok()) return Fail(trainer.status());
@@ -145,17 +161,17 @@ int WithTrainer(const ParsedFlags& flags, const std::function<absl::Status(Confi
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   SetLogRank(rank);
-  auto fail = [&](const absl::Status& status) {
+  auto fail = [&](const absl::Status& status, int code = kExitFailure) {
     const bool named = absl::StartsWith(status.message(), "rank ");
     Fail(named ? status
                : absl::Status(status.code(), absl::StrFormat("rank %d: %s", rank, status.message())));
-    MPI_Abort(MPI_COMM_WORLD, kExitFailure);
-    return kExitFailure;
+    MPI_Abort(MPI_COMM_WORLD, code);
+    return code;
   };
   std::optional<DirectoryLock> lock;
   if (rank == 0) {
-    absl::StatusOr<DirectoryLock> locked = PrepareRunDir(*config);
-    if (!locked.ok()) return fail(locked.status());
+    absl::StatusOr<DirectoryLock> locked = PrepareRunDir(*config, run_dir);
+    if (!locked.ok()) return fail(locked.status(), ExitCodeOfRunDir(locked.status()));
     lock = *std::move(locked);
   }
   // Rank 0 has made run.dir (or aborted the job): every rank logs there from now on.
@@ -181,8 +197,9 @@ int WithTrainer(const ParsedFlags& flags, const std::function<absl::Status(Confi
 }
 
 int TrainCommand(const ParsedFlags& flags) {
-  return WithTrainer(flags, [](Config&) { return absl::OkStatus(); },
-                     [](Trainer& trainer, const Config&) { return trainer.Run(); });
+  return WithTrainer(
+      flags, RunDirOptions{}, [](Config&) { return absl::OkStatus(); },
+      [](Trainer& trainer, const Config&) { return trainer.Run(); });
 }
 
 std::vector<FlagSpec> StudyFlags() {
@@ -192,7 +209,8 @@ std::vector<FlagSpec> StudyFlags() {
           {"block_steps", "N", "training steps per block (default 4)"},
           {"target_ci", "PCT",
            "add rounds until every arm's overhead interval is within ±PCT percent (e.g. 2)"},
-          {"max_rounds", "R", "with --target_ci: at most this many rounds (default 20)"}};
+          {"max_rounds", "R", "with --target_ci: at most this many rounds (default 20)"},
+          {"overwrite", "", kOverwriteHelp}};
 }
 
 int StudyCommand(const ParsedFlags& flags) {
@@ -230,8 +248,9 @@ int StudyCommand(const ParsedFlags& flags) {
   options.block_steps = static_cast<int>(block);
   options.max_rounds = static_cast<int>(max_rounds);
   options.target_ci = target_pct / 100;
+  // A study writes no checkpoint: those of the run it may resume from are not in its way.
   return WithTrainer(
-      flags,
+      flags, RunDirOptions{.checkpoints = false},
       // The study decides when side tasks run and how many steps there may be.
       [&](Config& config) {
         // Its arms are measured against each other: fill jobs would run in all of them.

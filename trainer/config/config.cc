@@ -459,6 +459,11 @@ void Loader::CheckCrossField() {
                         c.parallel.layers_per_stage.size(), " entries, sum ", sum, ")"));
     }
   }
+  const std::vector<int64_t>& trace = c.trace.steps;
+  if (trace.size() != 2 || trace[0] < 1 || trace[1] < trace[0] || trace[1] - trace[0] >= 1000) {
+    fail("trace.steps", "[first, last] with 1 <= first <= last and at most 1000 steps",
+         absl::StrCat("[", absl::StrJoin(trace, ", "), "]"));
+  }
   if (c.runtime.precision == "bf16" && c.runtime.device != "cuda") {
     fail("runtime.precision", "\"fp32\" on the cpu device (bf16 needs runtime.device = \"cuda\")",
          "\"bf16\"");

@@ -69,6 +69,7 @@ struct CheckpointConfig {
   int64_t every = 0;
   std::string dir;
   std::string resume;
+  int64_t keep_last = 0;
 };
 
 struct ParallelConfig {
@@ -90,6 +91,7 @@ struct RuntimeConfig {
   int64_t emulated_stage = 0;
   double link_bandwidth_gbs = 25.0;
   int64_t threads = 0;
+  double peak_tflops = 0;
 };
 
 struct FreerideConfig {
@@ -104,6 +106,9 @@ struct FreerideConfig {
   double job_age_limit_s = 600;
 };
 
+struct TraceConfig {
+  std::vector<int64_t> steps = {2, 9};  // [first, last]: step 1 warms caches and thread pools
+};
 
 struct SideTaskConfig {
   std::string type;
@@ -139,6 +144,7 @@ struct Config {
   ParallelConfig parallel;
   RuntimeConfig runtime;
   FreerideConfig freeride;
+  TraceConfig trace;
   std::vector<SideTaskConfig> side_tasks;
   // "section.key" of every key the file or an override set (the rest kept their defaults):
   // lets a checkpoint's architecture rule where the config is silent.

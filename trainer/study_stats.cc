@@ -1,4 +1,4 @@
-#include "trainer/study/study_stats.h"
+#include "trainer/study_stats.h"
 
 #include <algorithm>
 #include <cmath>
