@@ -33,8 +33,9 @@ study() {
   echo "== $name: launch/run.sh -n $ranks --study $config $* ${sets[*]}"
   launch/run.sh -n "$ranks" --study "$config" --set run.dir="\"runs/harvest_$name\"" \
     "${sets[@]}" "$@" --rounds 3 --block_steps 4 --target_ci "$target" \
-    --max_rounds "$max_rounds" 2>&1 | grep -E "side task '.*' \(|FAILED|error" | sed 's/^.*\] //' || true
-  cat "runs/harvest_$name/study.md"
+    --max_rounds "$max_rounds" --overwrite 2>&1 |
+    grep -E "side task '.*' \(|FAILED|error" | sed 's/^.*\] //' || true
+  cat "runs/harvest_$name/study/study.md"  # a study writes into run.dir/study
 }
 study emulated 1 --set runtime.emulate_peers=true
 study two_ranks 2

@@ -29,12 +29,12 @@ for kind in gpipe 1f1b interleaved zbh1 zbh2 zbv dualpipev; do
     --set runtime.emulate_peers=true --set parallel.schedule="\"$kind\"" \
     --set parallel.chunks=$chunks "${model[@]}" \
     --set side_tasks.0.args.tolerance=0.0 --set run.dir="\"$dir\"" \
-    --rounds "$rounds" --block_steps "$block" > "$dir.log" 2>&1
+    --rounds "$rounds" --block_steps "$block" --overwrite > "$dir.log" 2>&1
   split=$(grep -o 'pipeline split.*' "$dir.log" | sed 's/.*): //; s/|/,/g' | head -1)
   simulated=$(grep -o 'idle fraction per stage: .*' "$dir.log" | awk '{print $5}' | head -1)
   # The training-alone arm's measured bubble time over its steps' time (stage 0 is the real one).
-  measured=$(grep -E '^\| training alone ' "$dir/study.md" |
+  measured=$(grep -E '^\| training alone ' "$dir/study/study.md" |
     awk -F'|' '{gsub(/ /, ""); printf "%.3f", $6 / ($3 * $4)}')
-  grep -E '^\| (training alone|\+ all) ' "$dir/study.md" |
+  grep -E '^\| (training alone|\+ all) ' "$dir/study/study.md" |
     sed "s/^|/| $kind | $split | $measured \/ $simulated |/"
 done

@@ -11,8 +11,9 @@
 # sequence of 64 random tokens; gradient clipping off (emulated peers send synthetic gradients
 # whose norm means nothing: with it on every step would be rolled back); one thread per rank
 # (on a loaded machine OpenMP's spinning threads made a step of 2 threads 40× slower).
-# One log: bench/results/DATE-step-sync.log.
-# Usage: bench/step_sync_bench.sh [ROUNDS=8] [STEPS=24] [WARMUP=4]
+# One log per pipeline: bench/results/DATE-step-sync-PIPELINE.log.
+# Usage: [PIPELINES="emulated two_ranks"] [KINDS="gpipe 1f1b ..."] \
+#   bench/step_sync_bench.sh [ROUNDS=8] [STEPS=24] [WARMUP=4]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -20,11 +21,9 @@ build=${BUILD_DIR:-$root/build}
 rounds=${1:-8}
 steps=${2:-24}
 warmup=${3:-4}
+pipelines=${PIPELINES:-emulated two_ranks}
+kinds=${KINDS:-gpipe 1f1b interleaved zbh1 zbh2 zbv dualpipev}
 mkdir -p bench/results runs
-log="bench/results/$(date +%F)-step-sync.log"
-exec > >(tee "$log") 2>&1
-echo "== $(date -u) $(git rev-parse --short HEAD 2>/dev/null || echo unknown); $(nproc) CPUs;" \
-  "load $(cut -d' ' -f1-3 /proc/loadavg)"
 data=$(mktemp -d)
 trap 'rm -rf "$data"' EXIT
 python3 - "$data" <<'EOF'
@@ -68,11 +67,15 @@ print(" ".join(f"{v:.3f}" for v in [step] + bubbles))
 EOF
 }
 
-for setup in emulated two_ranks; do
+for setup in $pipelines; do
+  log="bench/results/$(date +%F)-step-sync-${setup//_/-}.log"
+  exec > >(tee "$log") 2>&1
+  echo "== $(date -u) $(git rev-parse --short HEAD 2>/dev/null || echo unknown); $(nproc) CPUs;" \
+    "load $(cut -d' ' -f1-3 /proc/loadavg); rounds $rounds, steps $steps, warm-up $warmup"
   echo "== $setup: $([ $setup = emulated ] && echo '4 stages, stage 0 real, one process' ||
     echo '2 stages, 2 MPI ranks (launch/run.sh)')"
   results=$(mktemp)
-  for kind in gpipe 1f1b interleaved zbh1 zbh2 zbv dualpipev; do
+  for kind in $kinds; do
     for ((r = 0; r < rounds; r++)); do
       order=(barrier post_validate)
       ((r % 2 == 1)) && order=(post_validate barrier)
@@ -116,5 +119,5 @@ for kind in kinds:
           f"{ratio[0]:.3f} ± {ratio[1]:.3f} | " + " | ".join(cells) + " |")
 EOF
   rm -f "$results"
+  echo "== done $(date -u); load $(cut -d' ' -f1-3 /proc/loadavg); log $log"
 done
-echo "== done $(date -u); load $(cut -d' ' -f1-3 /proc/loadavg); log $log"

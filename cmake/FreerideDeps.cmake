@@ -90,6 +90,13 @@ add_library(freeride_cblas INTERFACE)
 target_include_directories(freeride_cblas SYSTEM INTERFACE ${CBLAS_INCLUDE_DIR})
 target_link_libraries(freeride_cblas INTERFACE ${OPENBLAS_LIBRARY})
 
+# Boost.Math, header-only (Debian: libboost-math-dev, whose headers are libboost1.74-dev's): the
+# Student t quantiles of the harvest study's intervals.
+find_path(BOOST_MATH_INCLUDE_DIR boost/math/distributions/students_t.hpp REQUIRED)
+add_library(freeride_boost_math INTERFACE)
+target_include_directories(freeride_boost_math SYSTEM INTERFACE ${BOOST_MATH_INCLUDE_DIR})
+freeride_report_dependency("Boost.Math" "${BOOST_MATH_INCLUDE_DIR}")
+
 find_path(PCRE2_INCLUDE_DIR pcre2.h REQUIRED)
 find_library(PCRE2_LIBRARY NAMES pcre2-8 REQUIRED)
 add_library(freeride_pcre2 INTERFACE)

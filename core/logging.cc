@@ -1,11 +1,16 @@
 #include "core/logging.h"
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <memory>
 #include <mutex>
 
 #include "absl/strings/ascii.h"
@@ -52,6 +57,12 @@ std::ostream*& Sink() {
   return sink;
 }
 
+// The log file; guarded by SinkMutex.
+std::unique_ptr<std::ofstream>& File() {
+  static auto* file = new std::unique_ptr<std::ofstream>();
+  return *file;
+}
+
 }  // namespace
 
 void SetLogLevel(LogLevel level) { LevelStore() = static_cast<int>(level); }
@@ -62,6 +73,32 @@ int GetLogRank() { return RankStore().load(); }
 void SetLogSink(std::ostream* sink) {
   std::lock_guard<std::mutex> lock(SinkMutex());
   Sink() = sink == nullptr ? &std::cerr : sink;
+}
+
+absl::Status SetLogFile(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  auto file = std::make_unique<std::ofstream>(path, std::ios::app);
+  if (!*file) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot write the log file ", path, ": ", std::strerror(errno)));
+  }
+  std::lock_guard<std::mutex> lock(SinkMutex());
+  File() = std::move(file);
+  return absl::OkStatus();
+}
+
+void CloseLogFile() {
+  std::lock_guard<std::mutex> lock(SinkMutex());
+  File().reset();
+}
+
+void WriteToLogFile(absl::string_view text) {
+  std::lock_guard<std::mutex> lock(SinkMutex());
+  if (File() == nullptr) return;
+  *File() << text << '\n';
+  File()->flush();
 }
 
 absl::StatusOr<LogLevel> ParseLogLevel(absl::string_view text) {
@@ -76,7 +113,8 @@ absl::StatusOr<LogLevel> ParseLogLevel(absl::string_view text) {
 
 std::string FormatLogLine(LogLevel level, absl::string_view file, int line, absl::string_view text,
                           int rank, double unix_seconds) {
-  static constexpr char kLetters[] = {'D', 'I', 'W', 'E'};
+  // Progress lines read as information.
+  static constexpr char kLetters[] = {'D', 'I', 'W', 'I', 'E'};
   const long long total_millis = std::llround(unix_seconds * 1000.0);
   std::time_t whole = static_cast<std::time_t>(total_millis / 1000);
   int millis = static_cast<int>(total_millis % 1000);
@@ -100,6 +138,10 @@ LogMessage::~LogMessage() {
   std::lock_guard<std::mutex> lock(SinkMutex());
   *Sink() << formatted << '\n';
   Sink()->flush();
+  if (File() != nullptr) {
+    *File() << formatted << '\n';
+    File()->flush();
+  }
 }
 
 }  // namespace freeride

@@ -4,9 +4,11 @@
 #include <filesystem>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/files.h"
 #include "core/logging.h"
+#include "core/nvtx.h"
 
 namespace freeride {
 namespace {
@@ -14,9 +16,6 @@ namespace {
 constexpr double kStepAlpha = 0.3;    // weight of a new step-time measurement
 constexpr double kBubbleAlpha = 0.5;  // weight of a new bubble measurement
 constexpr size_t kMaxEvents = 100000;
-// Less than this left of a bubble is not offered to a task that runs until a deadline (a worker
-// or an imperative task): the switch would cost more than the work.
-constexpr double kMinSliceS = 2e-4;
 // Where the input can be polled, a task that runs until a deadline keeps going while the input
 // has not landed, up to this many times the predicted bubble: past that something else is
 // wrong (a peer gone), and the rank must reach its receive and its comm_timeout_s.
@@ -127,6 +126,9 @@ bool SideTaskExecutor::RunStep(int which, double deadline,
     last_not_ready = clock().Now();
     return false;
   };
+  // On Nsight's timeline, inside the bubble's range (to this function's end: its bookkeeping
+  // is microseconds).
+  FR_NVTX_RANGE(absl::StrCat("side task ", task.spec.name));
   const HostStep out = task.host->Step(deadline, watch ? watched : input_ready);
   const double end = start + out.ran_s;
   if (saw_ready) {
@@ -179,6 +181,7 @@ void SideTaskExecutor::Calibrate(Task& task) {
   std::vector<double> step_times;
   if (!task.host->fills_bubble()) {
     for (; steps < options_.calibration_steps && !task.host->done(); ++steps) {
+      FR_NVTX_RANGE(absl::StrCat("side task ", task.spec.name, " calibration"));
       const HostStep out =
           task.host->Step(clock().Now() + 2 * options_.step_timeout_s, kNever);
       if (out.kind != HostStep::Kind::kDone) {
@@ -212,7 +215,8 @@ void SideTaskExecutor::Calibrate(Task& task) {
   }
 }
 
-absl::Status SideTaskExecutor::AddTask(const SideTaskSpec& spec) {
+absl::StatusOr<int> SideTaskExecutor::AddTask(const SideTaskSpec& spec,
+                                              const std::string& results_dir) {
   auto owned = std::make_unique<Task>();
   Task& task = *owned;
   task.spec = spec;
@@ -222,9 +226,9 @@ absl::Status SideTaskExecutor::AddTask(const SideTaskSpec& spec) {
   HostOptions host;
   host.rank = options_.rank;
   host.stage = options_.stage;
-  host.results_dir = (std::filesystem::path(options_.results_dir) /
-                      absl::StrFormat("%s_r%d", spec.name, options_.rank))
-                         .string();
+  host.results_dir =
+      (std::filesystem::path(results_dir) / absl::StrFormat("%s_r%d", spec.name, options_.rank))
+          .string();
   host.step_timeout_s = options_.step_timeout_s;
   host.worker_path = options_.worker_path;
   host.clock = options_.clock;
@@ -235,26 +239,65 @@ absl::Status SideTaskExecutor::AddTask(const SideTaskSpec& spec) {
                         absl::StrFormat("side task '%s': %s", spec.name, made.status().message()));
   }
   task.host = *std::move(made);
-  tasks_.push_back(std::move(owned));
   // Argument errors are the config's: they stop the run before training. A crash, a hang or a
   // failing Load is the task's: it is FAILED and training goes on.
-  if (absl::Status s = task.host->Create(); !s.ok()) {
-    if (!absl::IsUnavailable(s)) {
-      return absl::Status(s.code(), absl::StrFormat("side task '%s' (%s): create: %s", spec.name,
-                                                    spec.type, s.message()));
-    }
+  if (absl::Status s = task.host->Create(); !s.ok() && !absl::IsUnavailable(s)) {
+    task.host->Release();
+    return absl::Status(s.code(), absl::StrFormat("side task '%s' (%s): create: %s", spec.name,
+                                                  spec.type, s.message()));
+  } else if (!s.ok()) {
     Fail(task, absl::StrFormat("create: %s", s.message()));
-    return absl::OkStatus();
+  } else {
+    task.state = TaskState::kCreated;
+    task.report.unit = task.host->unit_name();
+    if (absl::Status load = task.host->Load(); !load.ok()) {
+      Fail(task, absl::StrFormat("load: %s", load.message()));
+    } else {
+      task.state = TaskState::kLoaded;
+      Calibrate(task);
+    }
   }
-  task.state = TaskState::kCreated;
-  task.report.unit = task.host->unit_name();
-  if (absl::Status s = task.host->Load(); !s.ok()) {
-    Fail(task, absl::StrFormat("load: %s", s.message()));
-    return absl::OkStatus();
+  const int id = static_cast<int>(tasks_.size());
+  const int64_t priority = spec.priority;
+  tasks_.push_back(std::move(owned));
+  // After the tasks of its priority and above, before the lower ones.
+  order_.insert(
+      std::upper_bound(order_.begin(), order_.end(), priority,
+                       [&](int64_t p, int other) { return p > tasks_[other]->spec.priority; }),
+      id);
+  return id;
+}
+
+void SideTaskExecutor::StopTask(int id) {
+  Task& task = *tasks_[id];
+  if (task.state == TaskState::kFailed || task.state == TaskState::kFinished) return;
+  task.host->Release();
+  task.state = TaskState::kStopped;
+  FR_LOG(INFO) << "side task '" << task.spec.name << "' STOPPED";
+}
+
+TaskState SideTaskExecutor::task_state(int id) const { return tasks_[id]->state; }
+
+TaskReport SideTaskExecutor::task_report(int id) const {
+  const Task& task = *tasks_[id];
+  TaskReport report = task.report;
+  report.state = TaskStateName(task.state);
+  report.summary = task.host->summary();
+  report.memory_peak_bytes = task.host->memory_peak_bytes();
+  report.memory_peak_note = task.host->memory_peak_note();
+  return report;
+}
+
+bool SideTaskExecutor::fills_bubble(int id) const { return tasks_[id]->host->fills_bubble(); }
+
+double SideTaskExecutor::LongestPredictedBubble() const {
+  double longest = 0;
+  for (size_t i = 0; i < seen_in_step_.size(); ++i) {
+    if (seen_in_step_[i] != step_) continue;
+    const double own = predicted_[harvesting_][i];
+    longest = std::max(longest, own > 0 ? own : predicted_[!harvesting_][i]);
   }
-  task.state = TaskState::kLoaded;
-  Calibrate(task);
-  return absl::OkStatus();
+  return longest;
 }
 
 absl::StatusOr<std::unique_ptr<SideTaskExecutor>> SideTaskExecutor::Create(
@@ -262,13 +305,12 @@ absl::StatusOr<std::unique_ptr<SideTaskExecutor>> SideTaskExecutor::Create(
   std::unique_ptr<SideTaskExecutor> ex(new SideTaskExecutor(options));
   ex->report_.rank = options.rank;
   ex->report_.stage = options.stage;
+  // Higher priority first; the order among equals is the config's (order_).
   for (const SideTaskSpec& spec : specs) {
-    if (absl::Status s = ex->AddTask(spec); !s.ok()) return s;
+    if (absl::StatusOr<int> id = ex->AddTask(spec, options.results_dir); !id.ok()) {
+      return id.status();
+    }
   }
-  // Higher priority first; the order among equals is the config's.
-  std::stable_sort(ex->tasks_.begin(), ex->tasks_.end(), [](const auto& a, const auto& b) {
-    return a->spec.priority > b->spec.priority;
-  });
   return ex;
 }
 
@@ -288,18 +330,19 @@ SideTaskExecutor::Task* SideTaskExecutor::Pick(double remaining, bool pollable) 
   // Among runnable tasks of the highest priority that has one that fits, rotate; demoted tasks
   // come after all others.
   for (const bool demoted : {false, true}) {
-    for (size_t i = 0; i < tasks_.size();) {
+    for (size_t i = 0; i < order_.size();) {
+      const int64_t priority = tasks_[order_[i]]->spec.priority;
       size_t j = i;
-      while (j < tasks_.size() && tasks_[j]->spec.priority == tasks_[i]->spec.priority) ++j;
+      while (j < order_.size() && tasks_[order_[j]]->spec.priority == priority) ++j;
       const size_t n = j - i;
       for (size_t k = 0; k < n; ++k) {
-        const size_t index = i + (round_robin_ + k) % n;
+        const size_t index = order_[i + (round_robin_ + k) % n];
         Task& t = *tasks_[index];
         if (t.state != TaskState::kLoaded || t.demoted != demoted ||
-            (!active_.empty() && !active_[index])) {
+            (!active_.empty() && (index >= active_.size() || !active_[index]))) {
           continue;
         }
-        const bool fits = t.runs_until_deadline() ? pollable || remaining > kMinSliceS
+        const bool fits = t.runs_until_deadline() ? pollable || remaining > kMinSideSliceS
                                                   : StepNeeds(t) <= remaining;
         // A demoted task passed over decays its worst step towards its prediction, so that it
         // meets a bubble again where its steps can show that they fit.
@@ -322,6 +365,10 @@ void SideTaskExecutor::OnBubble(const pipeline::Instr& bubble, int index, double
   for (std::vector<double>& p : predicted_) {
     if (static_cast<int>(p.size()) <= index) p.resize(index + 1, -1.0);
   }
+  if (static_cast<int>(seen_in_step_.size()) <= index) seen_in_step_.resize(index + 1, -1);
+  if (index <= last_index_) ++step_;
+  last_index_ = index;
+  seen_in_step_[index] = step_;
   open_ = Open{};
   open_.index = index;
   open_.kind = bubble.bubble;
@@ -419,12 +466,8 @@ void SideTaskExecutor::Finish() {
 
 HarvestReport SideTaskExecutor::Report() const {
   HarvestReport r = report_;
-  for (const auto& t : tasks_) {
-    TaskReport tr = t->report;
-    tr.state = TaskStateName(t->state);
-    tr.summary = t->host->summary();
-    tr.memory_peak_bytes = t->host->memory_peak_bytes();
-    r.tasks.push_back(tr);
+  for (size_t id = 0; id < tasks_.size(); ++id) {
+    r.tasks.push_back(task_report(static_cast<int>(id)));
   }
   return r;
 }

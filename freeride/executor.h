@@ -12,6 +12,7 @@
 #pragma once
 
 #include <array>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -24,6 +25,10 @@
 #include "pipeline/stage_executor.h"
 
 namespace freeride {
+
+// Less than this left of a bubble is not offered to a task that runs until a deadline (a worker
+// or an imperative task): the switch would cost more than the work.
+inline constexpr double kMinSideSliceS = 2e-4;
 
 struct ExecutorOptions {
   int rank = 0;
@@ -51,6 +56,7 @@ struct TaskReport {
   int64_t pauses = 0;             // worker steps paused at a bubble's end
   int64_t restarts = 0;           // times it was done and began again on fresh input (repeat)
   int64_t memory_peak_bytes = 0;  // its arena's peak, or its worker's peak resident set
+  std::string memory_peak_note;   // what that counts, and how memory_limit capped it
 };
 
 struct SideStepEvent {
@@ -94,10 +100,28 @@ class SideTaskExecutor : public pipeline::BubbleHook {
   // out of the report (the overhead's reference blocks).
   void set_harvesting(bool on) { harvesting_ = on; }
   // Only the named tasks are offered bubbles (all when never called); an empty set harvests
-  // nothing while still measuring and counting the bubbles (a study's "training alone").
+  // nothing while still measuring and counting the bubbles (a study's "training alone"). Tasks
+  // added after the call are not among them.
   void set_active_tasks(const std::vector<std::string>& names);
   // Unloads every task: FINISHED if it was done, else STOPPED (FAILED stays FAILED).
   void Finish();
+
+  // Adds a task while training runs (a fill job): created, loaded and calibrated now, with its
+  // outputs under results_dir/<name>_r<rank>/. Returns the id the calls below take. An error
+  // of the spec's in Create (arguments, type, plugin) is returned and the task dropped; a
+  // crash, hang or failing Load leaves it FAILED with its reason, as at start.
+  absl::StatusOr<int> AddTask(const SideTaskSpec& spec, const std::string& results_dir);
+  // Unloads task `id` and offers it no more bubbles: STOPPED (FINISHED and FAILED stay).
+  void StopTask(int id);
+  TaskState task_state(int id) const;
+  TaskReport task_report(int id) const;
+  // Whether task `id` runs until each bubble's end (imperative): it has no step time to fit.
+  bool fills_bubble(int id) const;
+  // The longest of the bubbles of the last step, as predicted from those measured so far (0
+  // before any).
+  double LongestPredictedBubble() const;
+  double margin() const { return options_.margin; }
+  // Tasks in the order they were added (their ids), as SideStepEvent::task counts them.
   HarvestReport Report() const;
   const std::vector<SideStepEvent>& events() const { return events_; }
   // The bubbles since the last call (a step's, when called once per step), in order.
@@ -118,7 +142,6 @@ class SideTaskExecutor : public pipeline::BubbleHook {
     bool harvesting = false;  // counted in the report (blocks with harvesting off are not)
   };
   explicit SideTaskExecutor(const ExecutorOptions& options);
-  absl::Status AddTask(const SideTaskSpec& spec);
   void Calibrate(Task& task);
   Task* Pick(double remaining, bool pollable);
   // What an in-process task's next step is predicted to take, a restart included.
@@ -131,11 +154,20 @@ class SideTaskExecutor : public pipeline::BubbleHook {
   Clock& clock() const { return ClockOr(options_.clock); }
 
   ExecutorOptions options_;
+  // Ids are places in tasks_ (tasks are only ever appended); order_ lists them by priority,
+  // higher first, equals in the order they came.
   std::vector<std::unique_ptr<Task>> tasks_;
+  std::vector<int> order_;
   // Per harvesting state (off, on), per BUBBLE index; < 0 until measured. Kept apart because a
   // bubble can last longer while the peers harvest too (a late peer's cold caches), and
   // blocks that alternate would otherwise predict each from the other.
   std::vector<double> predicted_[2];
+  // Per BUBBLE index, the step it was last seen in: a step visits its bubbles in ascending
+  // order, so an index not above the last one begins the next step. Indices that a re-placed
+  // schedule no longer has keep their old predictions, which must not count.
+  std::vector<int64_t> seen_in_step_;
+  int64_t step_ = 0;
+  int last_index_ = std::numeric_limits<int>::max();
   std::vector<bool> active_;  // per task (in tasks_ order)
   bool harvesting_ = true;
   Open open_;

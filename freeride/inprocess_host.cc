@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "core/arena.h"
 #include "core/clock.h"
+#include "core/host_memory.h"
 #include "freeride/side_task.h"
 #include "freeride/task_host.h"
 
@@ -96,6 +97,13 @@ class InProcessHost : public TaskHost {
   std::string unit_name() const override { return impl_->UnitName(); }
   std::string summary() const override { return impl_->Summary(); }
   int64_t memory_peak_bytes() const override { return arena_.peak(); }
+  std::string memory_peak_note() const override {
+    if (spec_.memory_limit_bytes <= 0) return "what ctx.arena handed out; no memory_limit: no cap";
+    return absl::StrFormat(
+        "what ctx.arena handed out, capped at memory_limit %s; the task's allocations outside "
+        "the arena are neither counted nor capped",
+        FormatBytes(spec_.memory_limit_bytes));
+  }
   bool done() const override { return impl_->Done(); }
 
  private:

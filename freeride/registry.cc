@@ -78,6 +78,21 @@ absl::StatusOr<std::unique_ptr<SideTask>> CreateSideTask(const std::string& type
         "%d: rebuild the plugin",
         plugin, version(), kSideTaskAbiVersion));
   }
+  using IdentityFn = const char* (*)();
+  auto identity = reinterpret_cast<IdentityFn>(dlsym(handle, "freeride_side_task_build_identity"));
+  if (identity == nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "side task plugin %s lacks the symbol freeride_side_task_build_identity (define "
+        "FREERIDE_SIDE_TASK_PLUGIN(Type, \"name\") in it)",
+        plugin));
+  }
+  if (std::string(identity()) != FREERIDE_SIDE_TASK_BUILD_IDENTITY) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "side task plugin %s was built with %s; this freeride was built with %s: "
+        "std::string, std::function and absl::Status cross between them, so rebuild the plugin "
+        "with this freeride's compiler and abseil (docs/side_tasks.md: find_package(freeride))",
+        plugin, identity(), FREERIDE_SIDE_TASK_BUILD_IDENTITY));
+  }
   SideTask* task = create(type.c_str());
   if (task == nullptr) {
     return absl::NotFoundError(

@@ -14,14 +14,16 @@
 // deadline or until the awaited input is ready).
 //
 // Built-in tasks register with FREERIDE_REGISTER_SIDE_TASK(Type, "name"). Out-of-tree tasks
-// are shared objects that define both symbols of FREERIDE_SIDE_TASK_PLUGIN(Type, "name") and
-// are named in the config (`plugin = "path/to/libtask.so"`).
+// are shared objects that define the symbols of FREERIDE_SIDE_TASK_PLUGIN(Type, "name") and
+// are named in the config (`plugin = "path/to/libtask.so"`). This header is the plugin SDK's
+// (installed by `cmake --install`; `find_package(freeride)` gives `freeride::side_task`).
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <string>
 
+#include "absl/base/config.h"
 #include "absl/status/statusor.h"
 #include "core/arena.h"
 #include "core/clock.h"
@@ -92,18 +94,64 @@ std::vector<std::string> RegisteredSideTasks();
 absl::StatusOr<std::unique_ptr<SideTask>> CreateSideTask(const std::string& type,
                                                          const std::string& plugin);
 
-// Bumped whenever SideTask or SideTaskContext changes layout.
-inline constexpr int kSideTaskAbiVersion = 3;
+// Bumped whenever SideTask or SideTaskContext changes layout, or the symbols a plugin defines.
+inline constexpr int kSideTaskAbiVersion = 4;
 
 }  // namespace freeride
+
+// What else must match across dlopen: std::string, std::function and absl::Status cross it, and
+// a plugin calls abseil and freeride code in the binary. So a plugin records the abseil release
+// and inline namespace (Debian's options are in its name), the compiler family and major
+// version, and the C++ library with its std::string ABI it was compiled with, and freeride
+// refuses one whose record differs from its own.
+#define FREERIDE_STRINGIFY_(x) #x
+#define FREERIDE_STRINGIFY(x) FREERIDE_STRINGIFY_(x)
+#if defined(ABSL_LTS_RELEASE_VERSION)
+#define FREERIDE_ABSEIL_RELEASE                \
+  FREERIDE_STRINGIFY(ABSL_LTS_RELEASE_VERSION) \
+  "." FREERIDE_STRINGIFY(ABSL_LTS_RELEASE_PATCH_LEVEL)
+#else
+#define FREERIDE_ABSEIL_RELEASE "(not an LTS release)"
+#endif
+#if ABSL_OPTION_USE_INLINE_NAMESPACE
+#define FREERIDE_ABSEIL_NAMESPACE "absl::" FREERIDE_STRINGIFY(ABSL_OPTION_INLINE_NAMESPACE_NAME)
+#else
+#define FREERIDE_ABSEIL_NAMESPACE "absl"
+#endif
+#define FREERIDE_ABSEIL_IDENTITY \
+  "abseil " FREERIDE_ABSEIL_RELEASE " (namespace " FREERIDE_ABSEIL_NAMESPACE ")"
+#if defined(__clang__)
+#define FREERIDE_COMPILER_IDENTITY "clang " FREERIDE_STRINGIFY(__clang_major__)
+#elif defined(__GNUC__)
+#define FREERIDE_COMPILER_IDENTITY "GCC " FREERIDE_STRINGIFY(__GNUC__)
+#else
+#define FREERIDE_COMPILER_IDENTITY "an unknown compiler"
+#endif
+#if defined(_GLIBCXX_RELEASE) && _GLIBCXX_USE_CXX11_ABI
+#define FREERIDE_CXX_LIBRARY_IDENTITY \
+  "libstdc++ " FREERIDE_STRINGIFY(_GLIBCXX_RELEASE) " (C++11 std::string)"
+#elif defined(_GLIBCXX_RELEASE)
+#define FREERIDE_CXX_LIBRARY_IDENTITY \
+  "libstdc++ " FREERIDE_STRINGIFY(_GLIBCXX_RELEASE) " (old copy-on-write std::string)"
+#elif defined(_LIBCPP_VERSION)
+#define FREERIDE_CXX_LIBRARY_IDENTITY "libc++ " FREERIDE_STRINGIFY(_LIBCPP_VERSION)
+#else
+#define FREERIDE_CXX_LIBRARY_IDENTITY "an unknown C++ library"
+#endif
+// "abseil 20220623.1 (namespace absl::debian3), GCC 12 with libstdc++ 12 (C++11 std::string)"
+#define FREERIDE_SIDE_TASK_BUILD_IDENTITY \
+  FREERIDE_ABSEIL_IDENTITY ", " FREERIDE_COMPILER_IDENTITY " with " FREERIDE_CXX_LIBRARY_IDENTITY
 
 #define FREERIDE_REGISTER_SIDE_TASK(Type, name)                             \
   [[maybe_unused]] static const bool freeride_registered_##Type =           \
       ::freeride::RegisterSideTask(name, [] { return std::make_unique<Type>(); })
 
-// In a plugin's source: the two C symbols freeride looks for.
-#define FREERIDE_SIDE_TASK_PLUGIN(Type, name)                                              \
+// In a plugin's source: the three C symbols freeride looks for.
+#define FREERIDE_SIDE_TASK_PLUGIN(Type, name)                                                 \
   extern "C" int freeride_side_task_abi_version() { return ::freeride::kSideTaskAbiVersion; } \
-  extern "C" ::freeride::SideTask* freeride_create_side_task(const char* type) {          \
-    return std::string(type) == name ? new Type() : nullptr;                               \
+  extern "C" const char* freeride_side_task_build_identity() {                                \
+    return FREERIDE_SIDE_TASK_BUILD_IDENTITY;                                                 \
+  }                                                                                           \
+  extern "C" ::freeride::SideTask* freeride_create_side_task(const char* type) {              \
+    return std::string(type) == name ? new Type() : nullptr;                                  \
   }

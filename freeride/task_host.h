@@ -70,6 +70,8 @@ class TaskHost {
   virtual std::string unit_name() const = 0;
   virtual std::string summary() const = 0;
   virtual int64_t memory_peak_bytes() const = 0;  // arena peak, or the worker's peak RSS
+  // What memory_peak_bytes counts and whether (and how) memory_limit capped it, for the report.
+  virtual std::string memory_peak_note() const = 0;
   virtual bool done() const = 0;  // with repeat: done until the next Step restarts it
 };
 

@@ -119,6 +119,7 @@ class WorkerHost : public TaskHost {
     absl::StatusOr<Message> reply = Call({"load"}, "load");
     if (!reply.ok()) return reply.status();
     if ((*reply)[0] != "ok") return absl::ResourceExhaustedError(At(*reply, 1));
+    if (reply->size() > 1) cap_note_ = (*reply)[1];
     return absl::OkStatus();
   }
 
@@ -216,6 +217,10 @@ class WorkerHost : public TaskHost {
   std::string unit_name() const override { return unit_; }
   std::string summary() const override { return summary_; }
   int64_t memory_peak_bytes() const override { return peak_; }
+  std::string memory_peak_note() const override {
+    return "the worker process's peak resident set, its code and libraries included" +
+           (cap_note_.empty() ? std::string() : "; " + cap_note_);
+  }
   bool done() const override { return done_; }
 
  private:
@@ -286,6 +291,7 @@ class WorkerHost : public TaskHost {
   bool in_flight_ = false, fills_ = false, done_ = false;
   double step_ran_s_ = 0, declared_s_ = 0;
   std::string unit_ = "steps", summary_;
+  std::string cap_note_;  // how the worker applied memory_limit (its answer to load)
   int64_t peak_ = 0;
 };
 

@@ -75,7 +75,11 @@ class Worker {
   bool Serve(const Message& request) {
     const std::string& verb = request[0];
     if (verb == "create") return Answer(Create());
-    if (verb == "load") return Answer(Guarded([&] { return Load(); }));
+    if (verb == "load") {
+      Message m = Guarded([&] { return Load(); });
+      if (m[0] == "ok") m.push_back(cap_note_);
+      return Answer(m);
+    }
     if (verb == "step") return Answer(Step(request.size() > 1 ? request[1] : "0"));
     if (verb == "finish") {
       if (task_ != nullptr && loaded_) (void)task_->Unload(ctx_);
@@ -100,14 +104,25 @@ class Worker {
 
   absl::Status Load() {
     const int64_t limit = spec_.task.memory_limit_bytes;
-    if (limit > 0 && !OnGpu(spec_.task.args)) {
+    if (limit <= 0) {
+      cap_note_ = "no memory_limit: no cap";
+    } else if (OnGpu(spec_.task.args)) {
+      cap_note_ = absl::StrFormat(
+          "memory_limit %s holds the task's device memory, not this process's", FormatBytes(limit));
+    } else {
       WarmUpBlas();
-      const rlim_t cap = static_cast<rlim_t>(DataSegmentBytes() + limit + kRuntimeSlackBytes);
+      const int64_t held = DataSegmentBytes();
+      const rlim_t cap = static_cast<rlim_t>(held + limit + kRuntimeSlackBytes);
       const rlimit r{cap, cap};
       if (setrlimit(RLIMIT_DATA, &r) != 0) {
         return absl::InternalError(absl::StrFormat("setrlimit(RLIMIT_DATA): %s", strerror(errno)));
       }
       cap_text_ = FormatBytes(limit);
+      cap_note_ = absl::StrFormat(
+          "its data segment capped at %s: the %s it held before loading the task, memory_limit "
+          "%s and %s for its runtime",
+          FormatBytes(static_cast<int64_t>(cap)), FormatBytes(held), cap_text_,
+          FormatBytes(kRuntimeSlackBytes));
     }
     loaded_ = true;
     return task_->Load(ctx_);
@@ -194,6 +209,7 @@ class Worker {
   std::unique_ptr<SideTask> task_;
   bool loaded_ = false;
   std::string cap_text_;
+  std::string cap_note_;  // how memory_limit applies here, sent with the answer to load
 };
 
 int WorkerMain() {

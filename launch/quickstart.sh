@@ -18,14 +18,15 @@ echo "== devices"
 echo "== data: the King James Bible as GPT-2 tokens (data/kjv/)"
 "$root/launch/prepare_data.sh"
 echo "== train the default run (configs/tiny_cpu.toml, embedded): metrics in runs/tiny_cpu/"
-"$fr" train
+# --overwrite: run again, the quickstart replaces its own earlier runs.
+"$fr" train --overwrite
 echo "== a sample from the trained model"
 "$fr" sample --checkpoint runs/tiny_cpu/checkpoints --prompt "And God said" --tokens 48 \
   --temperature 0.8 --top_k 40
 echo "== the same model as a 2-stage pipeline (2 MPI ranks) with PageRank and an image pipeline"
 echo "   running in its bubbles; the harvest report comes at the end"
 "$root/launch/run.sh" -n 2 configs/tiny_cpu_pp2_freeride.toml --set train.steps=40 \
-  --set eval.every=0 2>&1 | grep -v "\] step "
+  --overwrite 2>&1 | grep -v "\] step "
 echo "== that run as one page to open in a browser (docs/report.md)"
 "$fr" report runs/tiny_cpu_pp2_freeride
 echo "== a 4-stage 1F1B schedule, 8 micro-batches: every idle slot is a BUBBLE instruction"

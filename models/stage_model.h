@@ -38,6 +38,9 @@ class StageModel {
   virtual int slots() const = 0;
   // Where it runs, for logs: "cpu fp32", "cuda:0 bf16".
   virtual std::string Describe() const = 0;
+  // Device memory the chunk holds (0 on the CPU). Allocated when it is created and never inside
+  // a step, so it is also the chunk's peak.
+  virtual int64_t DeviceBytes() const { return 0; }
 
   // A slot's inputs: tokens [B·T] (embedding stage), targets [B·T] (head stage), activations
   // [B·T·C] from the previous stage (others); and the gradient [B·T·C] of its outputs from the

@@ -107,6 +107,7 @@ absl::StatusOr<StepState> StageExecutor::AwaitState() {
 
 absl::Status StageExecutor::DiscardAhead() {
   if (!step_.begun) return absl::OkStatus();
+  EndNvtxBubble();
   if (step_.open_bubble >= 0) hook_->OnBubbleEnd(step_.open_bubble, clock().Now());
   // Every rank ran exactly its instructions before its validation point: a message was sent
   // ahead where its SEND is there on the peer. Those were made with the rolled-back weights:

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "pipeline/simulator.h"
 
@@ -283,6 +284,13 @@ absl::Status StageExecutor::RunUntil(size_t end, const MicrobatchData& data, flo
   const std::vector<Instr>& instrs = instructions();
   StepOutcome& out = step_.outcome;
   for (size_t i = step_.next; i < end; ++i) {
+    // On Nsight's timeline: each instruction (a BUBBLE's holds its side work), and each bubble
+    // from its start to the end of the first wait of the instruction it waits at.
+    FR_NVTX_RANGE(FormatInstr(instrs[i], layout_.chunks));
+    if (instrs[i].op == Op::kBubble && !nvtx_bubble_open_) {
+      FR_NVTX_RANGE_START(absl::StrCat("bubble ", BubbleKindName(instrs[i].bubble)), &nvtx_bubble_);
+      nvtx_bubble_open_ = true;
+    }
     const double start = clock().Now();
     if (instrs[i].op == Op::kBubble && hook_ != nullptr) {
       step_.open_bubble = static_cast<int>(i);
@@ -303,6 +311,7 @@ absl::Status StageExecutor::RunUntil(size_t end, const MicrobatchData& data, flo
     // the first sum and delayed the peer (stage 1 of the 2-rank CPU pipeline: cooldown bubble
     // 5 ms plain, 11 ms harvesting, steps +2.5%).
     const double waited = out.bubble_s - waited_before;
+    if (instrs[i].op != Op::kBubble) EndNvtxBubble();
     if (step_.open_bubble >= 0 && instrs[i].op != Op::kBubble) {
       hook_->OnBubbleEnd(step_.open_bubble,
                          first_wait_s_ >= 0 ? start + first_wait_s_ : clock().Now());

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/clock.h"
+#include "core/nvtx.h"
 #include "models/stage_model.h"
 #include "pipeline/comm/transport.h"
 #include "pipeline/cost_model.h"
@@ -161,6 +162,14 @@ class StageExecutor {
   void CountWait(double seconds, double* waited) {
     *waited += seconds;
     if (first_wait_s_ < 0) first_wait_s_ = seconds;
+    EndNvtxBubble();
+  }
+  // The open bubble's NVTX range ends where the bubble does: the awaited instruction's first
+  // wait, or its end when it never waited.
+  void EndNvtxBubble() {
+    if (!nvtx_bubble_open_) return;
+    FR_NVTX_RANGE_END(nvtx_bubble_);
+    nvtx_bubble_open_ = false;
   }
   absl::Status ReduceTied(double* waited);
   absl::Status ReduceDataParallel(double* waited);
@@ -181,6 +190,9 @@ class StageExecutor {
   Transport* transport_;
   double timeout_s_;
   double first_wait_s_ = -1;  // the current instruction's first wait; < 0 before it waits
+  // The NVTX range of the bubble in progress (CUDA builds only; core/nvtx.h).
+  [[maybe_unused]] uint64_t nvtx_bubble_ = 0;
+  bool nvtx_bubble_open_ = false;
   OptimizerHooks optimizer_;
   BubbleHook* hook_ = nullptr;
   Clock* clock_ = nullptr;

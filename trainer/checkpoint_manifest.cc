@@ -1,120 +1,16 @@
 #include "trainer/checkpoint_manifest.h"
 
 #include <filesystem>
-#include <map>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_format.h"
 #include "core/checksum.h"
 #include "core/files.h"
-#include "core/logging.h"
 
 namespace freeride {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Recorded {
-  int64_t bytes = 0;
-  std::string crc32c;
-};
-
-// The manifest's recorded checksums by file name; `*has_checksums` is false for a manifest
-// written before checksums were.
-absl::StatusOr<std::map<std::string, Recorded>> ReadChecksums(const std::string& dir,
-                                                               bool* has_checksums) {
-  const std::string path = (fs::path(dir) / kManifestFileName).string();
-  if (absl::Status s = CheckRegularFile(path); !s.ok()) return s;
-  absl::StatusOr<std::string> text = ReadFile(path);
-  if (!text.ok()) return text.status();
-  const nlohmann::json json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded() || !json.is_object() || json.value("format", "") != "freeride-checkpoint") {
-    return absl::DataLossError(absl::StrFormat(
-        "%s: not a freeride checkpoint manifest (unreadable JSON or no \"format\": "
-        "\"freeride-checkpoint\")",
-        path));
-  }
-  std::map<std::string, Recorded> recorded;
-  *has_checksums = json.contains("checksums");
-  if (!*has_checksums) return recorded;
-  const nlohmann::json& sums = json["checksums"];
-  if (!sums.is_object()) {
-    return absl::DataLossError(absl::StrFormat("%s: \"checksums\" is not an object", path));
-  }
-  for (const auto& [file, entry] : sums.items()) {
-    if (!entry.is_object() || !entry.contains("bytes") || !entry["bytes"].is_number_integer() ||
-        !entry.contains("crc32c") || !entry["crc32c"].is_string()) {
-      return absl::DataLossError(absl::StrFormat(
-          "%s: checksums[\"%s\"] needs \"bytes\" (an integer) and \"crc32c\" (a string)", path,
-          file));
-    }
-    recorded[file] = {entry["bytes"].get<int64_t>(), entry["crc32c"].get<std::string>()};
-  }
-  return recorded;
-}
-
-// `dir` without a trailing separator, so that its filename is the checkpoint's name.
-fs::path Normal(const std::string& dir) {
-  const fs::path path = fs::path(dir).lexically_normal();
-  return path.has_filename() ? path : path.parent_path();
-}
-
-// The newest complete checkpoint beside `dir` older than it, or "" when there is none.
-std::string PreviousCheckpoint(const std::string& dir) {
-  const fs::path own = Normal(dir);
-  int64_t own_step = 0;
-  if (!ParseCheckpointDirName(own.filename().string(), &own_step)) return "";
-  std::string best;
-  int64_t best_step = -1;
-  std::error_code ec;
-  for (const fs::directory_entry& entry : fs::directory_iterator(own.parent_path(), ec)) {
-    int64_t step = 0;
-    if (ParseCheckpointDirName(entry.path().filename().string(), &step) && step < own_step &&
-        step > best_step && entry.is_directory(ec)) {
-      best = entry.path().string();
-      best_step = step;
-    }
-  }
-  return best;
-}
-
-absl::Status Mismatch(const std::string& dir, const std::string& file, const std::string& what) {
-  const std::string previous = PreviousCheckpoint(dir);
-  return absl::DataLossError(absl::StrFormat(
-      "%s: %s: the checkpoint is corrupt; %s", (fs::path(dir) / file).string(), what,
-      previous.empty()
-          ? absl::StrFormat("no earlier checkpoint is beside it in %s",
-                            Normal(dir).parent_path().string())
-          : absl::StrFormat("use the previous checkpoint, %s", previous)));
-}
-
-// `file` in `dir` against what the manifest recorded of it.
-FileVerdict Check(const std::string& dir, const std::string& file,
-                  const std::map<std::string, Recorded>& recorded) {
-  FileVerdict verdict;
-  verdict.file = file;
-  auto it = recorded.find(file);
-  if (it == recorded.end()) {
-    verdict.status = Mismatch(dir, file, "the manifest records no checksum of it");
-    return verdict;
-  }
-  absl::StatusOr<FileChecksum> sum = ChecksumFile((fs::path(dir) / file).string());
-  if (!sum.ok()) {
-    verdict.status = Mismatch(dir, file, std::string(sum.status().message()));
-    return verdict;
-  }
-  verdict.bytes = sum->bytes;
-  verdict.crc32c = Crc32cHex(sum->crc32c);
-  if (sum->bytes != it->second.bytes || verdict.crc32c != it->second.crc32c) {
-    verdict.status = Mismatch(
-        dir, file,
-        absl::StrFormat("checksum mismatch: %d bytes with CRC-32C %s, but the manifest "
-                        "recorded %d bytes with %s",
-                        sum->bytes, verdict.crc32c, it->second.bytes, it->second.crc32c));
-  }
-  return verdict;
-}
 
 }  // namespace
 
@@ -146,42 +42,6 @@ absl::Status WriteCheckpointManifest(const std::string& dir, const RankState& st
   }
   json["checksums"] = sums;
   return WriteFileAtomically((fs::path(dir) / kManifestFileName).string(), json.dump() + "\n");
-}
-
-absl::Status VerifyCheckpointFile(const std::string& dir, const std::string& file) {
-  bool has_checksums = false;
-  absl::StatusOr<std::map<std::string, Recorded>> recorded = ReadChecksums(dir, &has_checksums);
-  if (!recorded.ok()) return recorded.status();
-  if (!has_checksums) {
-    FR_LOG(WARN) << (fs::path(dir) / file).string()
-                 << ": not verified: its manifest was written before checkpoints carried "
-                    "checksums";
-    return absl::OkStatus();
-  }
-  return Check(dir, file, *recorded).status;
-}
-
-absl::Status VerifyModelFile(const std::string& model_file) {
-  const fs::path path(model_file);
-  const std::string dir = path.has_parent_path() ? path.parent_path().string() : ".";
-  std::error_code ec;
-  if (!fs::exists(fs::path(dir) / kManifestFileName, ec)) return absl::OkStatus();
-  return VerifyCheckpointFile(dir, path.filename().string());
-}
-
-absl::StatusOr<std::vector<FileVerdict>> VerifyCheckpoint(const std::string& dir) {
-  bool has_checksums = false;
-  absl::StatusOr<std::map<std::string, Recorded>> recorded = ReadChecksums(dir, &has_checksums);
-  if (!recorded.ok()) return recorded.status();
-  if (!has_checksums) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "%s: its manifest records no checksums (written before checkpoints carried them): "
-        "nothing to verify against",
-        dir));
-  }
-  std::vector<FileVerdict> verdicts;
-  for (const auto& [file, unused] : *recorded) verdicts.push_back(Check(dir, file, *recorded));
-  return verdicts;
 }
 
 }  // namespace freeride

@@ -3,15 +3,80 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/files.h"
+#include "core/logging.h"
 #include "core/status.h"
 
 namespace freeride {
+namespace {
+
+namespace fs = std::filesystem;
+
+// What a run writes in run.dir besides config.toml; the first three mark a directory as
+// holding a run, the rest go with them on --overwrite.
+bool IsRunOutput(const std::string& name) {
+  return name == "metrics.jsonl" || name == "study.json" || name == "study.md" ||
+         name == "timeline.svg" || name == "trace.json" || name == "report.html" ||
+         name == "side_tasks" ||
+         (absl::StartsWith(name, "timeline_rank") && absl::EndsWith(name, ".json")) ||
+         (absl::StartsWith(name, "side_tasks_rank") && absl::EndsWith(name, ".jsonl"));
+}
+
+bool IsCheckpointEntry(const std::string& name) {
+  return name == "latest" || absl::StartsWith(name, "step_");
+}
+
+// The entries of `dir` that `keep` selects, sorted; none when it does not exist.
+std::vector<fs::path> Entries(const std::string& dir, bool (*keep)(const std::string&)) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (keep(it->path().filename().string())) out.push_back(it->path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// What in `outputs` and `checkpoints` shows another run was here: a metrics file with rows,
+// a study, a checkpoint. Empty when nothing does.
+std::vector<std::string> PreviousRun(const std::vector<fs::path>& outputs,
+                                     const std::vector<fs::path>& checkpoints) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const fs::path& p : outputs) {
+    const std::string name = p.filename().string();
+    if ((name == "metrics.jsonl" && fs::file_size(p, ec) > 0 && !ec) || name == "study.json") {
+      found.push_back(name);
+    }
+  }
+  std::vector<std::string> steps;
+  for (const fs::path& p : checkpoints) {
+    if (p.filename() != "latest") steps.push_back(p.filename().string());
+  }
+  if (!steps.empty()) {
+    found.push_back(absl::StrFormat("checkpoints %s in %s", absl::StrJoin(steps, ", "),
+                                    checkpoints.front().parent_path().string()));
+  }
+  return found;
+}
+
+}  // namespace
+
+std::string CheckpointDirOf(const Config& config) {
+  return config.checkpoint.dir.empty() ? (fs::path(config.run.dir) / "checkpoints").string()
+                                       : config.checkpoint.dir;
+}
 
 absl::Status CheckWritableDirectory(const std::string& dir, const std::string& key) {
   absl::Status made = MakeDirectories(dir);
@@ -31,10 +96,38 @@ absl::Status CheckWritableDirectory(const std::string& dir, const std::string& k
       key, dir, made.message()));
 }
 
-absl::StatusOr<DirectoryLock> PrepareRunDir(const Config& config) {
+absl::StatusOr<DirectoryLock> PrepareRunDir(const Config& config, const RunDirOptions& options) {
   FR_RETURN_IF_ERROR(CheckWritableDirectory(config.run.dir, "run.dir"));
   absl::StatusOr<DirectoryLock> lock = DirectoryLock::Acquire(config.run.dir);
   if (!lock.ok()) return lock.status();
+  // Under the lock, so that no run can start writing between the look and the decision.
+  const std::vector<fs::path> outputs = Entries(config.run.dir, IsRunOutput);
+  const std::vector<fs::path> checkpoints =
+      options.checkpoints ? Entries(CheckpointDirOf(config), IsCheckpointEntry)
+                          : std::vector<fs::path>{};
+  const std::vector<std::string> previous = PreviousRun(outputs, checkpoints);
+  // Resuming continues the run that is there (its metrics are appended to).
+  if (!previous.empty() && config.checkpoint.resume.empty()) {
+    if (!options.overwrite) {
+      return absl::AlreadyExistsError(absl::StrFormat(
+          "run.dir = \"%s\" holds another run (%s); a new run there would mix with it. "
+          "Continue it with --set checkpoint.resume=latest, give this run its own directory "
+          "with --set run.dir=DIR, or replace it with --overwrite",
+          config.run.dir, absl::StrJoin(previous, "; ")));
+    }
+    FR_LOG(WARN) << "--overwrite: removing the previous run in " << config.run.dir << " ("
+                 << absl::StrJoin(previous, "; ") << ")";
+    for (const std::vector<fs::path>* list : {&outputs, &checkpoints}) {
+      for (const fs::path& p : *list) {
+        std::error_code ec;
+        fs::remove_all(p, ec);
+        if (ec) {
+          return absl::PermissionDeniedError(
+              absl::StrFormat("--overwrite: cannot remove %s (%s)", p.string(), ec.message()));
+        }
+      }
+    }
+  }
   FR_RETURN_IF_ERROR(
       WriteFileAtomically(absl::StrCat(config.run.dir, "/config.toml"),
                           absl::StrCat("# Effective config of this run, every key spelled "

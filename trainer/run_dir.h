@@ -10,9 +10,26 @@
 
 namespace freeride {
 
+struct RunDirOptions {
+  // Replace what another run left in run.dir (its metrics, traces, study, checkpoints)
+  // instead of refusing to start there.
+  bool overwrite = false;
+  // Whether the command writes checkpoints (a study does not, so the checkpoints of the run
+  // it may resume from are not another run's output in its way).
+  bool checkpoints = true;
+};
+
+// Where a run's checkpoints go: checkpoint.dir, else run.dir/checkpoints.
+std::string CheckpointDirOf(const Config& config);
+
 // Creates run.dir, locks it against a second run (held until the lock is destroyed), and
-// writes the effective config to run.dir/config.toml (atomically).
-absl::StatusOr<DirectoryLock> PrepareRunDir(const Config& config);
+// writes the effective config to run.dir/config.toml (atomically). A new run (no
+// checkpoint.resume) into a directory holding another run's metrics, study or checkpoints is
+// refused with AlreadyExists, naming them and the ways out, unless `options.overwrite`, which
+// removes them first: two runs' rows in one metrics.jsonl, or a `latest` beside a later
+// step_N, would make the directory lie about both.
+absl::StatusOr<DirectoryLock> PrepareRunDir(const Config& config,
+                                            const RunDirOptions& options = {});
 
 // Creates `dir` if needed and proves that files can be created in it, so that a checkpoint
 // directory nobody can write is found before training instead of at its first checkpoint.

@@ -3,17 +3,22 @@
 // loss or gradient norm is not finite.
 #include <omp.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/files.h"
+#include "core/json_string.h"
 #include "core/logging.h"
 #include "core/stop_request.h"
+#include "trainer/jobs/job_runner.h"
 #include "trainer/trainer.h"
 
 namespace freeride {
@@ -25,13 +30,21 @@ std::string FormatDuration(double seconds) {
   return absl::StrFormat("%dh%02dm", int(seconds) / 3600, int(seconds) / 60 % 60);
 }
 
-// The "step" of a metrics row, or -1 for a row without one.
-int64_t RowStep(const std::string& line) {
-  const size_t at = line.find("\"step\": ");
+// The number under `key` in a metrics row, or -1 for a row without one.
+double RowNumber(const std::string& line, const std::string& key) {
+  const std::string field = "\"" + key + "\": ";
+  const size_t at = line.find(field);
   if (at == std::string::npos) return -1;
-  int64_t step = -1;
-  const size_t from = at + 8, to = line.find_first_of(",}", from);
-  return absl::SimpleAtoi(line.substr(from, to - from), &step) ? step : -1;
+  double value = -1;
+  const size_t from = at + field.size(), to = line.find_first_of(",}", from);
+  return absl::SimpleAtod(line.substr(from, to - from), &value) ? value : -1;
+}
+
+// A JSON list of per-stage byte counts.
+std::string Bytes(const std::vector<double>& bytes) {
+  std::vector<std::string> out;
+  for (double b : bytes) out.push_back(absl::StrFormat("%.0f", b));
+  return absl::StrJoin(out, ", ");
 }
 
 }  // namespace
@@ -46,16 +59,52 @@ absl::Status Trainer::TrimMetricsAfterResume() {
   int64_t dropped = 0;
   while (std::getline(in, line)) {
     // A row cut short by a kill (no closing brace) is dropped with the later ones.
-    if (RowStep(line) > step_ || line.empty() || line.back() != '}') {
+    if (RowNumber(line, "step") > static_cast<double>(step_) || line.empty() ||
+        line.back() != '}') {
       ++dropped;
       continue;
     }
     kept += line + "\n";
+    if (absl::StrContains(line, "\"kind\": \"train\"")) {
+      elapsed_before_s_ = std::max(elapsed_before_s_, RowNumber(line, "elapsed_s"));
+    }
   }
   if (dropped == 0) return absl::OkStatus();
   FR_LOG(INFO) << "metrics.jsonl: dropped " << dropped << " rows of steps after " << step_
                << " (written after the checkpoint by the run that stopped)";
   return WriteFileAtomically(path, kept);
+}
+
+void Trainer::StartMetrics() {
+  run_start_s_ = ClockOr(clock_).Now();
+  if (!leader()) return;
+  peak_ = ResolvePeakFlops(config_, chunks_[0]->Describe(), ClockOr(clock_).simulated());
+  const int64_t devices = config_.parallel.pp * config_.parallel.dp;
+  if (peak_.per_device > 0) {
+    FR_LOG(INFO) << absl::StrFormat("mfu: against %.4g TFLOP/s per device × %d devices (%s)",
+                                    peak_.per_device / 1e12, devices, peak_.source);
+  } else {
+    FR_LOG(INFO) << "mfu: none (" << peak_.source << ")";
+  }
+  WriteMetric(absl::StrFormat(
+      "{\"kind\": \"start\", \"step\": %d, \"time\": \"%s\", \"devices\": %d, "
+      "\"peak_flops_per_device\": %s, \"peak_flops_source\": %s, \"flops_per_step\": %.6e}",
+      step_, Iso8601Utc(std::chrono::system_clock::now()), devices,
+      peak_.per_device > 0 ? absl::StrFormat("%.6e", peak_.per_device) : "null",
+      JsonString(peak_.source), FlopsPerStep()));
+}
+
+double Trainer::FlopsPerStep() const {
+  const TrainConfig& tc = config_.train;
+  return TrainingFlopsPerToken(model_config_, tc.seq_len) *
+         static_cast<double>(tc.batch_size * layout_.dp * tc.seq_len);
+}
+
+double Trainer::Mfu(double step_s) const {
+  // Model FLOPs over what every device of the pipeline could have done in the step.
+  const double capacity =
+      step_s * peak_.per_device * static_cast<double>(config_.parallel.pp * config_.parallel.dp);
+  return capacity > 0 ? FlopsPerStep() / capacity : NAN;
 }
 
 absl::Status Trainer::WriteTrainMetric(const StepStats& s) {
@@ -64,11 +113,21 @@ absl::Status Trainer::WriteTrainMetric(const StepStats& s) {
   auto number = [](double v, int digits) {
     return std::isfinite(v) ? absl::StrFormat("%.*f", digits, v) : std::string("null");
   };
+  const double elapsed = elapsed_before_s_ + ClockOr(clock_).Now() - run_start_s_;
+  const TrainConfig& tc = config_.train;
   WriteMetric(absl::StrFormat(
       "{\"kind\": \"train\", \"step\": %d, \"loss\": %s, \"lr\": %.6e, \"grad_norm\": %s, "
-      "\"step_s\": %.6f, \"tokens_per_s\": %.1f, \"bubble_s\": [%s]%s}",
+      "\"step_s\": %.6f, \"tokens_per_s\": %.1f, \"bubble_s\": [%s], \"time\": \"%s\", "
+      "\"elapsed_s\": %.3f, \"tokens\": %d, \"harvesting\": %s, \"mfu\": %s, "
+      "\"host_peak_bytes\": [%s]%s%s}",
       s.step, number(s.loss, 6), s.lr, number(s.grad_norm, 6), s.step_s, s.tokens_per_s,
-      absl::StrJoin(bubbles, ", "), s.applied ? "" : ", \"nonfinite\": true, \"applied\": false"));
+      absl::StrJoin(bubbles, ", "), Iso8601Utc(std::chrono::system_clock::now()), elapsed,
+      s.step * tc.batch_size * layout_.dp * tc.seq_len, s.harvesting ? "true" : "false",
+      number(Mfu(s.step_s), 6), Bytes(s.host_peak_bytes),
+      config_.runtime.device == "cuda"
+          ? absl::StrFormat(", \"device_bytes\": [%s]", Bytes(s.device_bytes))
+          : "",
+      s.applied ? "" : ", \"nonfinite\": true, \"applied\": false"));
   // One record per BUBBLE run with side tasks: what was predicted when it began and what it
   // was; the errors feed the harvest report.
   constexpr int K = pipeline::kNumBubbleKinds;
@@ -93,6 +152,14 @@ absl::Status Trainer::StopAfterSignal(int64_t total) {
   const int signal_number = StopRequestedBy();
   const std::string by =
       signal_number != 0 ? StopSignalName(signal_number) : "a signal to another rank";
+  if (jobs_) {
+    if (absl::Status s = jobs_->Finish(step_, absl::StrFormat("queued again: the training "
+                                                              "stopped after step %d",
+                                                              step_));
+        !s.ok()) {
+      return s;
+    }
+  }
   if (side_) side_->Finish();
   if (config_.freeride.enabled) {
     if (absl::Status s = ReportHarvest(); !s.ok()) return s;
@@ -133,6 +200,7 @@ absl::Status Trainer::Run() {
     }
     return absl::OkStatus();
   }
+  StartMetrics();
   const GPT2Config& c = model_config_;
   FR_LOG(INFO) << absl::StrFormat(
       "model: %d layers, %d heads, width %d, vocab %d (padded %d), %d parameters; batch %d x %d "
@@ -154,7 +222,7 @@ absl::Status Trainer::Run() {
     absl::StatusOr<double> val = Evaluate();
     if (!val.ok()) return val.status();
     if (leader) {
-      FR_LOG(INFO) << absl::StrFormat("step %d | val loss %.4f", step_, *val);
+      FR_LOG(PROGRESS) << absl::StrFormat("step %d | val loss %.4f", step_, *val);
     }
     WriteMetric(absl::StrFormat("{\"kind\": \"val\", \"step\": %d, \"loss\": %s}", step_,
                                 std::isfinite(*val) ? absl::StrFormat("%.6f", *val) : "null"));
@@ -196,10 +264,12 @@ absl::Status Trainer::Run() {
     if (s.step > 1 || total == 1) elapsed += s.step_s, ++timed;
     const double eta = timed > 0 ? elapsed / timed * static_cast<double>(total - s.step) : 0;
     if (leader && s.applied && (s.step % config_.run.log_every == 0 || s.step == total)) {
-      FR_LOG(INFO) << absl::StrFormat(
-          "step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s | eta %s",
-          static_cast<int>(std::to_string(total).size()), s.step, total, s.loss, s.lr,
-          s.grad_norm, s.step_s * 1e3, s.tokens_per_s, FormatDuration(eta));
+      FR_LOG(PROGRESS) << absl::StrFormat(
+          "step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f ms | %.0f tok/s%s | eta %s",
+          static_cast<int>(std::to_string(total).size()), s.step, total, s.loss, s.lr, s.grad_norm,
+          s.step_s * 1e3, s.tokens_per_s,
+          std::isfinite(Mfu(s.step_s)) ? absl::StrFormat(" | mfu %.1f%%", 100 * Mfu(s.step_s)) : "",
+          FormatDuration(eta));
     }
     if (config_.eval.every > 0 && (s.step % config_.eval.every == 0 || s.step == total)) {
       if (absl::Status e = evaluate(); !e.ok()) return e;
@@ -209,9 +279,14 @@ absl::Status Trainer::Run() {
         s.step < total) {
       absl::StatusOr<std::string> dir = SaveCheckpoint();
       if (!dir.ok()) return dir.status();
-      if (leader) {
-        FR_LOG(INFO) << "checkpoint " << *dir;
-      }
+    }
+  }
+  if (jobs_) {
+    if (absl::Status s = jobs_->Finish(step_, absl::StrFormat("queued again: the training "
+                                                              "ended at step %d first",
+                                                              step_));
+        !s.ok()) {
+      return s;
     }
   }
   if (config_.freeride.enabled) {
@@ -224,7 +299,7 @@ absl::Status Trainer::Run() {
     absl::StatusOr<std::string> dir = SaveCheckpoint();
     if (!dir.ok()) return dir.status();
     if (leader) {
-      FR_LOG(INFO) << "final checkpoint " << *dir << " (model.bin is an llm.c checkpoint)";
+      FR_LOG(PROGRESS) << "final checkpoint " << *dir << " (model.bin is an llm.c checkpoint)";
     }
   }
   return absl::OkStatus();

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -13,9 +14,31 @@
 #include "core/json_string.h"
 #include "core/logging.h"
 #include "trainer/config/side_task_check.h"
+#include "trainer/jobs/job_runner.h"
+#include "trainer/study_stats.h"
 #include "trainer/trainer.h"
 
 namespace freeride {
+
+std::optional<Estimate> AlternatingOverhead(const std::vector<std::pair<bool, double>>& steps) {
+  // Runs of steps with the same state are the blocks; their mean step times are paired as a
+  // study pairs them (trainer/study_stats.h).
+  std::vector<Block> blocks;
+  std::vector<int> counts;
+  for (const auto& [harvesting, step_s] : steps) {
+    const int arm = harvesting ? 1 : 0;
+    if (blocks.empty() || blocks.back().arm != arm) {
+      blocks.push_back({arm, 0});
+      counts.push_back(0);
+    }
+    blocks.back().step_s += step_s;
+    ++counts.back();
+  }
+  for (size_t b = 0; b < blocks.size(); ++b) blocks[b].step_s /= counts[b];
+  const std::vector<double> ratios = PairedRatios(blocks, 2)[1];
+  if (ratios.empty()) return std::nullopt;
+  return MeanWithInterval(ratios);
+}
 
 absl::Status Trainer::CreateSideTasks() {
   if (!config_.freeride.enabled) return absl::OkStatus();
@@ -27,7 +50,8 @@ absl::Status Trainer::CreateSideTasks() {
                           task.stages.end();
     if (here) specs.push_back(SpecOf(task));
   }
-  if (specs.empty()) return absl::OkStatus();
+  // With fill jobs, every rank has an executor: a job may be placed on any stage.
+  if (specs.empty() && !config_.freeride.jobs) return absl::OkStatus();
   ExecutorOptions options;
   options.rank = transport_->rank();
   options.stage = layout_.stage;
@@ -41,6 +65,20 @@ absl::Status Trainer::CreateSideTasks() {
   if (!side.ok()) return side.status();
   side_ = *std::move(side);
   executor_->set_bubble_hook(side_.get());
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::CreateJobRunner() {
+  if (!side_ || !config_.freeride.jobs) return absl::OkStatus();
+  JobRunner::Options options;
+  options.config = &config_;
+  options.transport = transport_;
+  options.layout = layout_;
+  options.leader = leader();
+  options.executor = side_.get();
+  absl::StatusOr<std::unique_ptr<JobRunner>> jobs = JobRunner::Create(options);
+  if (!jobs.ok()) return jobs.status();
+  jobs_ = *std::move(jobs);
   return absl::OkStatus();
 }
 
@@ -63,9 +101,11 @@ absl::Status Trainer::ReportHarvest() {
   std::vector<double> table(static_cast<size_t>(pp) * 3 * K, 0.0);
   // Work done in bubbles in seconds of the tasks alone, and training device-seconds.
   std::vector<double> totals(2, 0.0);
-  totals[1] = on_s_ + off_s_;
+  for (const auto& [harvesting, step_s] : timed_steps_) totals[1] += step_s;
   const std::vector<int> world = transport_->AllRanks();
-  if (side_) {
+  // An executor that never had a task (kept only to place fill jobs) reports nothing: the
+  // table stays that of the stages that ran side work.
+  if (side_ && !side_->Report().tasks.empty()) {
     const HarvestReport report = side_->Report();
     if (layout_.replica == 0) {
       for (int k = 0; k < K; ++k) {
@@ -79,10 +119,10 @@ absl::Status Trainer::ReportHarvest() {
       totals[0] += t.units * t.standalone_unit_s;
       FR_LOG(INFO) << absl::StrFormat(
           "side task '%s' (%s, %s): %s, %d steps, %.6g %s in bubbles (%.3f s), alone %.3f "
-          "ms/step, overrun %.4f s, %d pauses, %d restarts, memory peak %s%s%s",
+          "ms/step, overrun %.4f s, %d pauses, %d restarts, memory peak %s (%s)%s%s",
           t.name, t.type, t.isolation, t.state, t.steps, t.units, t.unit, t.harvested_s,
           t.standalone_step_s * 1e3, t.overrun_s, t.pauses, t.restarts,
-          FormatByteSize(t.memory_peak_bytes),
+          FormatByteSize(t.memory_peak_bytes), t.memory_peak_note,
           t.reason.empty() ? "" : "; reason: " + t.reason,
           t.summary.empty() ? "" : "; " + t.summary);
       absl::StrAppendFormat(
@@ -91,11 +131,12 @@ absl::Status Trainer::ReportHarvest() {
           "\"type\": %s, \"isolation\": %s, \"state\": %s, \"steps\": %d, \"units\": %.6g, "
           "\"unit\": %s, \"harvested_s\": %.6f, \"standalone_step_s\": %.6f, \"overrun_s\": %.6f, "
           "\"overruns\": %d, \"pauses\": %d, \"restarts\": %d, \"memory_peak_bytes\": %d, "
-          "\"reason\": %s, \"summary\": %s}\n",
+          "\"memory_peak_note\": %s, \"reason\": %s, \"summary\": %s}\n",
           step_, transport_->rank(), layout_.stage, JsonString(t.name), JsonString(t.type),
           JsonString(t.isolation), JsonString(t.state), t.steps, t.units, JsonString(t.unit),
           t.harvested_s, t.standalone_step_s, t.overrun_s, t.overruns, t.pauses, t.restarts,
-          t.memory_peak_bytes, JsonString(t.reason), JsonString(t.summary));
+          t.memory_peak_bytes, JsonString(t.memory_peak_note), JsonString(t.reason),
+          JsonString(t.summary));
     }
     absl::Status s = WriteFileAtomically(
         (std::filesystem::path(config_.run.dir) /
@@ -150,22 +191,27 @@ absl::Status Trainer::ReportHarvest() {
         step_, st, bubble, harvested, util, overrun, absl::StrJoin(by_kind, ", ")));
   }
   const double reclaimed = totals[1] > 0 ? totals[0] / totals[1] : 0;
-  std::string overhead = "null";
-  if (on_steps_ > 0 && off_steps_ > 0) {
-    const double ratio = (on_s_ / on_steps_) / (off_s_ / off_steps_) - 1;
-    overhead = absl::StrFormat("%.6f", ratio);
-    FR_LOG(INFO) << absl::StrFormat(
-        "overhead: %+.2f%% (harvesting on: %d steps, mean %.4f s; off: %d steps, mean %.4f s)",
-        100 * ratio, on_steps_, on_s_ / on_steps_, off_steps_, off_s_ / off_steps_);
+  std::string overhead = "null", interval = "null";
+  if (std::optional<Estimate> e = AlternatingOverhead(timed_steps_)) {
+    overhead = absl::StrFormat("%.6f", e->mean);
+    if (e->known()) interval = absl::StrFormat("[%.6f, %.6f]", e->lo, e->hi);
+    FR_LOG(INFO) << "overhead: " << DescribeOverhead(*e)
+                 << (e->known()
+                         ? absl::StrFormat(" (95%% interval over %d blocks with side tasks, each "
+                                           "against the blocks without on either side, as "
+                                           "freeride study computes it)",
+                                           e->n)
+                         : std::string(": indicative only; `freeride study` measures it with an "
+                                       "interval, beside an A/A noise floor"));
   }
   FR_LOG(INFO) << absl::StrFormat(
       "reclaimed: %.2f%% (side work worth %.3f s of the tasks alone, over %.3f training "
       "device-seconds)",
       100 * reclaimed, totals[0], totals[1]);
   WriteMetric(absl::StrFormat(
-      "{\"kind\": \"harvest_summary\", \"step\": %d, \"overhead\": %s, \"reclaimed\": %.6f, "
-      "\"side_work_s\": %.6f, \"device_s\": %.6f}",
-      step_, overhead, reclaimed, totals[0], totals[1]));
+      "{\"kind\": \"harvest_summary\", \"step\": %d, \"overhead\": %s, \"overhead_ci\": %s, "
+      "\"reclaimed\": %.6f, \"side_work_s\": %.6f, \"device_s\": %.6f}",
+      step_, overhead, interval, reclaimed, totals[0], totals[1]));
   return absl::OkStatus();
 }
 

@@ -1,9 +1,11 @@
-// The measured timeline of a run: a Chrome trace per rank (every instruction of the first
-// measured steps, side-task steps on their own track) and one SVG of a recorded step (the last with side tasks running, if any)
-// across all stages, with side-task steps drawn inside the bubbles.
+// The measured timeline of a run: a Chrome trace per rank (every instruction of the steps
+// trace.steps names, side-task steps on their own track, message flows, counters) and one SVG
+// of a recorded step (the last with side tasks running, if any) across all stages, with
+// side-task steps drawn inside the bubbles.
 #include <filesystem>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/files.h"
 #include "pipeline/render.h"
 #include "pipeline/simulator.h"
@@ -11,30 +13,59 @@
 
 namespace freeride {
 
-// The measured steps as a Chrome trace (the schedule pictures' format): one process per rank,
-// one slice per instruction, BUBBLE slices named by their kind.
+// The flow event that ties a SEND to its RECV on another rank: both ends compute the same id
+// from (step, direction, replica, sending virtual stage, micro-batch). Empty for other ops.
+std::string Trainer::FlowEvent(int64_t step, const pipeline::Instr& in, double ts_us) const {
+  using pipeline::Op;
+  const bool send = in.op == Op::kSendAct || in.op == Op::kSendGrad;
+  const bool gradient = in.op == Op::kSendGrad || in.op == Op::kRecvGrad;
+  if (!send && in.op != Op::kRecvAct && in.op != Op::kRecvGrad) return "";
+  const int64_t V = static_cast<int64_t>(layout_.pp) * layout_.chunks;
+  const int64_t vs = VirtualStageOf(in.chunk);
+  const int64_t sender = send ? vs : gradient ? vs + 1 : vs - 1;
+  const int64_t M = executor_->schedule().microbatches;
+  const int64_t id =
+      (((step * 2 + (gradient ? 1 : 0)) * layout_.dp + layout_.replica) * V + sender) * M +
+      in.microbatch;
+  // A flow starts in the slice around its start and ends in the one around its end ("bp": "e").
+  return absl::StrFormat(
+      "{\"name\": \"%s\", \"cat\": \"message\", \"ph\": \"%s\", %s\"id\": %d, \"pid\": %d, "
+      "\"tid\": %d, \"ts\": %.3f}",
+      gradient ? "gradient" : "activation", send ? "s" : "f", send ? "" : "\"bp\": \"e\", ", id,
+      transport_->rank(), layout_.stage, ts_us);
+}
+
+// The recorded steps (trace.steps) as a Chrome trace: one process per rank, one slice per
+// instruction (BUBBLE slices named by their kind), side-task steps on a second track, an arrow
+// from each SEND to its RECV, and counters of each step's waiting and harvested time. Times are
+// the trainer's clock, which ranks on one machine share.
 absl::Status Trainer::WriteTimeline() const {
   if (timelines_.empty()) return absl::OkStatus();
   const auto& instrs = executor_->instructions();
-  std::string json = "{\"traceEvents\": [\n";
-  bool first = true;
-  double offset_us = 0;
+  const int rank = transport_->rank();
+  std::vector<std::string> events;
   for (size_t k = 0; k < timelines_.size(); ++k) {
     const auto& [step, timeline] = timelines_[k];
-    if (side_ && !timeline.empty()) {
+    if (timeline.empty()) continue;
+    const double t0 = timeline_starts_[k], t1 = t0 + timeline.back().end_s;
+    double harvested_s = 0;
+    if (side_) {
       // Side-task steps of this step's window, on the rank's second track.
-      const double t0 = timeline_starts_[k], t1 = t0 + timeline.back().end_s;
       const HarvestReport report = side_->Report();
       for (const SideStepEvent& e : side_->events()) {
         if (e.start_s < t0 || e.start_s > t1) continue;
-        json += absl::StrFormat(
-            "%s{\"name\": \"%s\", \"cat\": \"side_task\", \"ph\": \"X\", \"pid\": %d, "
+        harvested_s += e.end_s - e.start_s;
+        events.push_back(absl::StrFormat(
+            "{\"name\": \"%s\", \"cat\": \"side_task\", \"ph\": \"X\", \"pid\": %d, "
             "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"step\": %d}}",
-            first ? "" : ",\n", report.tasks[e.task].name, transport_->rank(), layout_.stage + 1000,
-            offset_us + (e.start_s - t0) * 1e6, (e.end_s - e.start_s) * 1e6, step);
-        first = false;
+            report.tasks[e.task].name, rank, layout_.stage + 1000, e.start_s * 1e6,
+            (e.end_s - e.start_s) * 1e6, step));
       }
     }
+    events.push_back(absl::StrFormat(
+        "{\"name\": \"time per step (ms)\", \"ph\": \"C\", \"pid\": %d, \"ts\": %.3f, "
+        "\"args\": {\"waiting\": %.3f, \"harvested\": %.3f}}",
+        rank, t0 * 1e6, timeline_bubble_s_[k] * 1e3, harvested_s * 1e3));
     for (const pipeline::InstrTiming& t : timeline) {
       // A BUBBLE is named by the prediction it began that step with (the side-task executor
       // corrects them step by step), else by the schedule's.
@@ -44,22 +75,32 @@ absl::Status Trainer::WriteTimeline() const {
           in.duration_ms = it->second;
         }
       }
-      json += absl::StrFormat(
-          "%s{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, "
+      events.push_back(absl::StrFormat(
+          "{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, "
           "\"ts\": %.3f, \"dur\": %.3f, \"args\": {\"step\": %d}}",
-          first ? "" : ",\n", pipeline::FormatInstr(in, layout_.chunks),
-          pipeline::OpName(in.op), transport_->rank(), layout_.stage,
-          offset_us + t.start_s * 1e6, (t.end_s - t.start_s) * 1e6, step);
-      first = false;
+          pipeline::FormatInstr(in, layout_.chunks), pipeline::OpName(in.op), rank, layout_.stage,
+          (t0 + t.start_s) * 1e6, (t.end_s - t.start_s) * 1e6, step));
+      // Emulated peers record no slices for a flow to end in.
+      if (!config_.runtime.emulate_peers) {
+        std::string flow = FlowEvent(step, in, (t0 + (t.start_s + t.end_s) / 2) * 1e6);
+        if (!flow.empty()) events.push_back(std::move(flow));
+      }
     }
-    if (!timeline.empty()) offset_us += timeline.back().end_s * 1e6;
+    if (k + 1 == timelines_.size()) {  // the counters end with the last step
+      events.push_back(absl::StrFormat(
+          "{\"name\": \"time per step (ms)\", \"ph\": \"C\", \"pid\": %d, \"ts\": %.3f, "
+          "\"args\": {\"waiting\": 0, \"harvested\": 0}}",
+          rank, t1 * 1e6));
+    }
   }
-  json += absl::StrFormat("\n], \"displayTimeUnit\": \"ms\", \"otherData\": {\"rank\": %d, "
-                          "\"stage\": %d, \"replica\": %d}}\n",
-                          transport_->rank(), layout_.stage, layout_.replica);
+  const std::string json = absl::StrFormat(
+      "{\"traceEvents\": [\n%s\n], \"displayTimeUnit\": \"ms\", \"otherData\": {\"rank\": %d, "
+      "\"stage\": %d, \"replica\": %d}}\n",
+      absl::StrJoin(events, ",\n"), rank, layout_.stage, layout_.replica);
   return WriteFileAtomically(
-      (std::filesystem::path(config_.run.dir) /
-       absl::StrFormat("timeline_rank%03d.json", transport_->rank())).string(), json);
+      (std::filesystem::path(config_.run.dir) / absl::StrFormat("timeline_rank%03d.json", rank))
+          .string(),
+      json);
 }
 
 absl::Status Trainer::WriteTimelineSvg() {

@@ -5,9 +5,7 @@
 #include <filesystem>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/strip.h"
 #include "core/files.h"
 #include "models/llmc_checkpoint.h"
 #include "trainer/checkpoint_manifest.h"
@@ -20,14 +18,6 @@ constexpr int kHeaderInts = 20;
 
 }  // namespace
 
-std::string CheckpointDirName(int64_t step) { return absl::StrFormat("step_%08d", step); }
-
-bool ParseCheckpointDirName(const std::string& name, int64_t* step) {
-  absl::string_view digits(name);
-  return absl::ConsumePrefix(&digits, "step_") && !digits.empty() &&
-         std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit) &&
-         absl::SimpleAtoi(digits, step);
-}
 std::string RankStateFileName(int stage) { return absl::StrFormat("state_r%03d.bin", stage); }
 
 absl::Status WriteRankState(const std::string& path, const RankState& s) {
@@ -182,6 +172,48 @@ absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
         file, name, dir));
   }
   return (fs::path(dir) / name).string();
+}
+
+absl::StatusOr<std::vector<std::string>> PruneCheckpoints(const std::string& dir,
+                                                          int64_t keep_last) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> removed;
+  if (keep_last <= 0) return removed;
+  std::vector<std::pair<int64_t, fs::path>> steps;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    int64_t step = 0;
+    if (it->is_directory() && ParseCheckpointDirName(it->path().filename().string(), &step)) {
+      steps.emplace_back(step, it->path());
+    }
+  }
+  if (ec) {
+    return absl::InternalError(absl::StrFormat("cannot list %s: %s", dir, ec.message()));
+  }
+  std::sort(steps.begin(), steps.end());
+  const absl::StatusOr<std::string> latest = LatestCheckpoint(dir);
+  const int64_t excess = static_cast<int64_t>(steps.size()) - keep_last;
+  for (int64_t i = 0; i < excess; ++i) {
+    const fs::path& path = steps[i].second;
+    if (latest.ok() && fs::path(*latest) == path) continue;
+    fs::remove_all(path, ec);
+    if (ec) {
+      return absl::InternalError(absl::StrFormat("checkpoint.keep_last: cannot remove %s: %s",
+                                                 path.string(), ec.message()));
+    }
+    removed.push_back(path.string());
+  }
+  return removed;
+}
+
+int64_t DirectoryBytes(const std::string& dir) {
+  namespace fs = std::filesystem;
+  int64_t bytes = 0;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->is_regular_file(ec)) bytes += static_cast<int64_t>(it->file_size(ec));
+  }
+  return bytes;
 }
 
 absl::StatusOr<std::string> ResolveCheckpoint(const std::string& resume, const std::string& dir) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "models/checkpoint_verify.h"  // CheckpointDirName, ParseCheckpointDirName
 #include "models/gpt2_config.h"
 #include "trainer/data/token_shards.h"
 
@@ -41,9 +42,6 @@ struct RankState {
 absl::Status WriteRankState(const std::string& path, const RankState& state);
 absl::StatusOr<RankState> ReadRankState(const std::string& path);
 
-std::string CheckpointDirName(int64_t step);
-// True for a name CheckpointDirName makes ("step_" and digits), with its step.
-bool ParseCheckpointDirName(const std::string& name, int64_t* step);
 std::string RankStateFileName(int stage);
 
 // Writing a checkpoint of `step` under `dir`, in three moves: the directory a checkpoint is
@@ -62,6 +60,14 @@ void AbandonCheckpoint(const std::string& dir, int64_t step);
 // The checkpoint `dir/latest` names. It must name a checkpoint directory inside `dir`
 // (step_NNNNNNNN): a `latest` holding a path is refused, never followed out of `dir`.
 absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir);
+
+// Removes the oldest step_N directories of checkpoint directory `dir` until `keep_last` remain
+// (0 keeps all), never the one `latest` names; returns the removed paths, oldest first.
+absl::StatusOr<std::vector<std::string>> PruneCheckpoints(const std::string& dir,
+                                                          int64_t keep_last);
+
+// The bytes of every file under `dir`.
+int64_t DirectoryBytes(const std::string& dir);
 
 // Resolves checkpoint.resume: "latest" reads `dir/latest`; anything else is a checkpoint
 // directory path. Errors say what is missing.

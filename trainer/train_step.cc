@@ -9,23 +9,33 @@
 #include <map>
 
 #include "core/stop_request.h"
+#include "trainer/jobs/job_runner.h"
 #include "trainer/optimizer.h"
+#include "trainer/run_metrics.h"
 #include "trainer/trainer.h"
 
 namespace freeride {
 
-std::vector<double> Trainer::StepSums(const pipeline::StepOutcome& outcome,
-                                      std::map<int, double>* predicted_here) {
+absl::StatusOr<std::vector<double>> Trainer::StepSums(const pipeline::StepOutcome& outcome,
+                                                      std::map<int, double>* predicted_here) {
   // Each stage's waiting time, as replica 0 measured it, and one value more: how many ranks
   // were asked to stop. Riding on this sum, the stop is agreed without a collective of its
   // own, and every rank stops after the same step.
   // With side tasks, every stage's bubbles of the step ride on it too: four values per BUBBLE
   // of the schedule (every rank knows it), filled in by the rank that ran it.
+  // Each stage's memory rides on it too: its process's peak resident set and device memory.
   const std::vector<std::pair<int, int>>& slots = bubble_slots_;
-  const size_t head = layout_.pp + 1;
+  const int pp = layout_.pp;
+  const size_t head = 3 * pp + 1;
   std::vector<double> sums(head + 4 * slots.size(), 0.0);
-  if (layout_.replica == 0) sums[layout_.stage] = outcome.bubble_s;
-  sums[layout_.pp] = StopRequestedBy() != 0 ? 1.0 : 0.0;
+  if (layout_.replica == 0) {
+    sums[layout_.stage] = outcome.bubble_s;
+    sums[pp + 1 + layout_.stage] = static_cast<double>(PeakRssBytes());
+    for (const auto& chunk : chunks_) {
+      sums[2 * pp + 1 + layout_.stage] += static_cast<double>(chunk->DeviceBytes());
+    }
+  }
+  sums[pp] = StopRequestedBy() != 0 ? 1.0 : 0.0;
   if (side_) {
     for (const BubbleRecord& r : side_->TakeBubbleRecords()) {
       if (r.predicted_s > 0) (*predicted_here)[r.index] = r.predicted_s * 1e3;
@@ -38,16 +48,30 @@ std::vector<double> Trainer::StepSums(const pipeline::StepOutcome& outcome,
       v[0] = 1, v[1] = r.predicted_s, v[2] = r.measured_s, v[3] = r.harvested_s;
     }
   }
+  // Fill jobs ride on it as well: an offer, cancellations, their progress (JobsAt).
+  if (jobs_) {
+    const size_t jobs_at = sums.size();
+    sums.resize(jobs_at + jobs_->exchange_size(), 0.0);
+    if (absl::Status s = jobs_->Fill(step_, &sums[jobs_at]); !s.ok()) return s;
+  }
   return sums;
 }
+
+size_t Trainer::JobsAt() const { return 3 * layout_.pp + 1 + 4 * bubble_slots_.size(); }
 
 absl::Status Trainer::FinishStep(const pipeline::StepOutcome& outcome,
                                  const std::vector<double>& sums, bool harvesting,
                                  std::map<int, double> predicted_here, StepStats* stats) {
   const std::vector<std::pair<int, int>>& slots = bubble_slots_;
-  const size_t head = layout_.pp + 1;
-  stats->stop_requested = sums[layout_.pp] > 0;
-  stats->bubble_s.assign(sums.begin(), sums.begin() + layout_.pp);
+  const int pp = layout_.pp;
+  const size_t head = 3 * pp + 1;
+  if (jobs_) {
+    if (absl::Status s = jobs_->Apply(stats->step, sums.data() + JobsAt()); !s.ok()) return s;
+  }
+  stats->stop_requested = sums[pp] > 0;
+  stats->bubble_s.assign(sums.begin(), sums.begin() + pp);
+  stats->host_peak_bytes.assign(sums.begin() + pp + 1, sums.begin() + 2 * pp + 1);
+  stats->device_bytes.assign(sums.begin() + 2 * pp + 1, sums.begin() + 3 * pp + 1);
   for (size_t k = 0; k < slots.size(); ++k) {
     const double* v = &sums[head + 4 * k];
     if (v[0] == 0) continue;  // a stage without side tasks, or not really run (emulated)
@@ -61,11 +85,11 @@ absl::Status Trainer::FinishStep(const pipeline::StepOutcome& outcome,
   if (stats->step == 1 && layout_.pp > 1) {
     if (absl::Status s = PlaceBubblesFromMeasuredCosts(outcome.timeline); !s.ok()) return s;
   }
-  constexpr size_t kTimelineSteps = 8;
-  if (stats->step > 1 && timelines_.size() < kTimelineSteps) {
+  if (stats->step >= config_.trace.steps[0] && stats->step <= config_.trace.steps[1]) {
     timelines_.emplace_back(stats->step, outcome.timeline);
     timeline_starts_.push_back(outcome.start_s);
     timeline_harvested_.push_back(side_ != nullptr && harvesting);
+    timeline_bubble_s_.push_back(outcome.bubble_s);
     timeline_predicted_.push_back(std::move(predicted_here));
   }
   return absl::OkStatus();
@@ -87,14 +111,15 @@ absl::StatusOr<StepStats> Trainer::Step() {
   if (side_) side_->set_harvesting(harvesting);
   absl::StatusOr<pipeline::StepOutcome> outcome = executor_->RunStep(Microbatches(), loss_scale);
   if (!outcome.ok()) return outcome.status();
-  if (step_ > 0) {  // the first step warms up: left out of the comparison
-    (harvesting ? on_s_ : off_s_) += outcome->step_s;
-    ++(harvesting ? on_steps_ : off_steps_);
-  }
+  // The first step warms up: left out of the comparison.
+  if (step_ > 0) timed_steps_.emplace_back(harvesting, outcome->step_s);
   StepStats stats;
   stats.step = ++step_;
+  stats.harvesting = config_.freeride.enabled && harvesting;
   std::map<int, double> predicted_here;
-  std::vector<double> sums = StepSums(*outcome, &predicted_here);
+  absl::StatusOr<std::vector<double>> summed = StepSums(*outcome, &predicted_here);
+  if (!summed.ok()) return summed.status();
+  std::vector<double>& sums = *summed;
   const double timeout = config_.runtime.comm_timeout_s;
   if (!post) {
     if (absl::Status s = transport_->AllReduceSum(sums.data(), static_cast<int64_t>(sums.size()),
@@ -124,10 +149,11 @@ absl::StatusOr<StepStats> Trainer::Step() {
     stats.loss = state->loss;
     // The next step's batch is loaded, unless a stop comes first: it goes back for the
     // checkpoint to resume from. After a rollback the next step runs anew on it.
-    next_batch_loaded_ = ahead && sums[layout_.pp] == 0;
-    if (ahead && (!*confirmed || sums[layout_.pp] > 0)) {
+    const bool stop = sums[layout_.pp] > 0;
+    next_batch_loaded_ = ahead && !stop;
+    if (ahead && (!*confirmed || stop)) {
       if (absl::Status s = executor_->DiscardAhead(); !s.ok()) return s;
-      if (sums[layout_.pp] > 0) train_->Seek(before);
+      if (stop) train_->Seek(before);
     }
   }
   stats.lr = last_lr_;

@@ -21,9 +21,9 @@
 #include "models/backend.h"
 #include "models/llmc_checkpoint.h"
 #include "pipeline/passes.h"
-#include "pipeline/simulator.h"
 #include "trainer/checkpoint_manifest.h"
 #include "trainer/emulation.h"
+#include "trainer/jobs/job_runner.h"
 #include "trainer/pipeline_plan.h"
 #include "trainer/run_dir.h"
 #include "trainer/train_state.h"
@@ -121,6 +121,7 @@ absl::Status CheckWorldSize(const Config& config, int world_size) {
       world_size, pp, dp, pp * dp, world_size, absl::StrJoin(fits, ", "), pp * dp));
 }
 
+Trainer::Trainer(const Config& config) : config_(config) {}
 Trainer::~Trainer() = default;
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
@@ -246,9 +247,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
       !s.ok()) {
     return s;
   }
-  t->checkpoint_dir_ = config.checkpoint.dir.empty()
-                           ? (std::filesystem::path(config.run.dir) / "checkpoints").string()
-                           : config.checkpoint.dir;
+  t->checkpoint_dir_ = CheckpointDirOf(config);
   // Only found at the first checkpoint otherwise, after the training it was meant to keep.
   if (!emulate && L.replica == 0) {
     if (absl::Status s = CheckWritableDirectory(
@@ -321,6 +320,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
     if (absl::Status s = t->Resume(*path); !s.ok()) return s;
   }
   if (absl::Status s = t->CreateSideTasks(); !s.ok()) return s;
+  if (absl::Status s = t->CreateJobRunner(); !s.ok()) return s;
   return t;
 }
 
@@ -406,83 +406,6 @@ absl::Status Trainer::OptimizerStep(const std::vector<double>& units, bool loss_
   return ApplyUpdate(step_ + 1, ClipScale(last_grad_norm_, config_.optim.grad_clip));
 }
 
-// The schedule was built with uniform costs, so its BUBBLEs sit where equal stages would wait.
-// After the first step each stage's measured F/B/I/W times place them where this model's
-// stages really wait: that is what side tasks are offered.
-absl::Status Trainer::PlaceBubblesFromMeasuredCosts(
-    const std::vector<pipeline::InstrTiming>& timeline) {
-  using pipeline::Op;
-  const auto& instrs = executor_->instructions();
-  const int pp = layout_.pp, V = pp * layout_.chunks;
-  // Per virtual stage: f, b, w (ms) of this rank's chunks from replica 0, zeros
-  // elsewhere, so a sum over the ranks assembles the pipeline's.
-  std::vector<double> costs(3 * V, 0.0);
-  if (layout_.replica == 0) {
-    std::map<std::pair<int, Op>, double> sum;
-    std::map<std::pair<int, Op>, int> count;
-    bool split = false;
-    for (const pipeline::InstrTiming& t : timeline) {
-      const pipeline::Instr& in = instrs[t.index];
-      sum[{in.chunk, in.op}] += (t.end_s - t.start_s) * 1e3;
-      ++count[{in.chunk, in.op}];
-      split = split || in.op == Op::kBackwardInput;
-    }
-    auto mean = [&](int c, Op op) { return count[{c, op}] ? sum[{c, op}] / count[{c, op}] : 0.0; };
-    for (int c = 0; c < layout_.chunks; ++c) {
-      const int v = VirtualStageOf(c);
-      costs[3 * v] = mean(c, Op::kForward);
-      costs[3 * v + 1] = split ? mean(c, Op::kBackwardInput) : mean(c, Op::kBackward);
-      costs[3 * v + 2] = split ? mean(c, Op::kBackwardWeight) : 0.0;
-    }
-  }
-  const bool emulate = config_.runtime.emulate_peers;
-  if (!emulate) {
-    if (absl::Status s = transport_->AllReduceSum(costs.data(), 3 * V, transport_->AllRanks(),
-                                                  config_.runtime.comm_timeout_s);
-        !s.ok()) {
-      return s;
-    }
-  }
-  // A stage's entry is the sum of its chunks'; with several chunks each keeps its own too.
-  std::vector<pipeline::StageCost> stages(pp, pipeline::StageCost{0, 0, 0}), chunks(V);
-  for (int v = 0; v < V; ++v) {
-    chunks[v] = {costs[3 * v], costs[3 * v + 1], costs[3 * v + 2]};
-    pipeline::StageCost& stage = stages[pipeline::StageOfVirtual(executor_->schedule(), v)];
-    stage.f += chunks[v].f;
-    stage.b += chunks[v].b;
-    stage.w += chunks[v].w;
-  }
-  pipeline::CostModel cost;
-  if (emulate) {
-    // The emulated stages keep their calibrated costs; the real one takes its measurement.
-    cost = emulation_cost_;
-    cost.stages[layout_.stage] = stages[layout_.stage];
-    for (int c = 0; c < layout_.chunks && !cost.chunks.empty(); ++c) {
-      cost.chunks[VirtualStageOf(c)] = chunks[VirtualStageOf(c)];
-    }
-  } else {
-    cost.stages = stages;
-    if (layout_.chunks > 1) cost.chunks = chunks;
-  }
-  pipeline::Schedule schedule = executor_->schedule();
-  if (absl::Status s = pipeline::InsertBubbles(&schedule, cost); !s.ok()) return s;
-  if (leader()) {
-    FR_LOG(INFO) << "bubbles placed from measured costs (ms): " << pipeline::FormatCostModel(cost);
-    // What the simulator expects of each stage with those costs, to hold the run against.
-    if (absl::StatusOr<pipeline::SimResult> sim = pipeline::Simulate(schedule, cost); sim.ok()) {
-      std::vector<std::string> idle;
-      for (const pipeline::StageResult& r : sim->stages) {
-        idle.push_back(absl::StrFormat("%.3f", sim->step_time > 0 ? r.bubble / sim->step_time : 0));
-      }
-      FR_LOG(INFO) << absl::StrFormat("simulated step %.3f ms; idle fraction per stage: %s",
-                                      sim->step_time, absl::StrJoin(idle, " "));
-    }
-  }
-  executor_->set_schedule(std::move(schedule));
-  IndexBubbles();
-  return absl::OkStatus();
-}
-
 absl::StatusOr<double> Trainer::Evaluate() {
   if (!val_) return NAN;
   val_->Reset();
@@ -509,10 +432,12 @@ void Trainer::WriteMetric(const std::string& json) {
 void Trainer::RecordEnd(const absl::Status& status) {
   if (!leader()) return;
   const char* state = status.ok() ? "finished" : absl::IsCancelled(status) ? "stopped" : "failed";
-  WriteMetric(absl::StrFormat(
-      "{\"kind\": \"end\", \"step\": %d, \"status\": \"%s\", \"reason\": %s}", step_, state,
-      JsonString(status.ok() ? "" : status.message())));
-  FR_LOG(INFO) << "to look at this run: freeride report " << config_.run.dir;
+  WriteMetric(
+      absl::StrFormat("{\"kind\": \"end\", \"step\": %d, \"time\": \"%s\", \"status\": \"%s\", "
+                      "\"reason\": %s}",
+                      step_, Iso8601Utc(std::chrono::system_clock::now()), state,
+                      JsonString(status.ok() ? "" : status.message())));
+  FR_LOG(PROGRESS) << "to look at this run: freeride report " << config_.run.dir;
 }
 
 }  // namespace freeride

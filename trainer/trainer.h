@@ -20,10 +20,14 @@
 #include "pipeline/cost_model.h"
 #include "pipeline/stage_executor.h"
 #include "trainer/config/config.h"
-#include "trainer/optimizer.h"
 #include "trainer/data/token_shards.h"
+#include "trainer/optimizer.h"
+#include "trainer/run_metrics.h"
+#include "trainer/study_stats.h"
 
 namespace freeride {
+
+class JobRunner;
 
 struct StepStats {
   int64_t step = 0;  // 1-based: the step just completed
@@ -39,6 +43,10 @@ struct StepStats {
   bool applied = true;
   // Some rank was asked to stop (a signal) before this step ended: every rank stops after it.
   bool stop_requested = false;
+  // Side tasks could run in this step's bubbles (freeride.enabled, in a harvesting block).
+  bool harvesting = false;
+  // Per stage (replica 0): its process's peak resident set and its chunks' device memory.
+  std::vector<double> host_peak_bytes, device_bytes;
 };
 
 // The model shape a config asks for. With model.init_from set, the checkpoint's header rules
@@ -47,6 +55,12 @@ absl::StatusOr<GPT2Config> ResolveModelConfig(const Config& config);
 
 // Refuses a world that is not parallel.pp × parallel.dp ranks, saying what would fit.
 absl::Status CheckWorldSize(const Config& config, int world_size);
+
+// The overhead of side tasks from a run's alternating blocks: `steps` is (harvesting, step
+// time) of each step in order; each block with side tasks is compared with the blocks without
+// on either side, and the ratios give a mean with its 95% interval (trainer/study_stats.h).
+// None without a block of each kind.
+std::optional<Estimate> AlternatingOverhead(const std::vector<std::pair<bool, double>>& steps);
 
 class Trainer {
  public:
@@ -101,7 +115,7 @@ class Trainer {
   const std::string& checkpoint_dir() const { return checkpoint_dir_; }
 
  private:
-  explicit Trainer(const Config& config) : config_(config) {}
+  explicit Trainer(const Config& config);
   absl::Status Resume(const std::string& path);
   absl::StatusOr<std::vector<double>> GradientUnits();
   absl::Status OptimizerStep(const std::vector<double>& summed_units, bool loss_finite);
@@ -109,8 +123,9 @@ class Trainer {
   absl::Status ApplyUpdate(int64_t step, double grad_scale);
   // The step's figures every rank adds up (waits, the stop flag, side tasks' bubbles), and
   // what the step leaves once they are summed (train_step.cc).
-  std::vector<double> StepSums(const pipeline::StepOutcome& outcome,
-                               std::map<int, double>* predicted_here);
+  absl::StatusOr<std::vector<double>> StepSums(const pipeline::StepOutcome& outcome,
+                                               std::map<int, double>* predicted_here);
+  size_t JobsAt() const;  // where the fill jobs' values start in those sums
   absl::Status FinishStep(const pipeline::StepOutcome& outcome, const std::vector<double>& sums,
                           bool harvesting, std::map<int, double> predicted_here,
                           StepStats* stats);
@@ -125,14 +140,24 @@ class Trainer {
   // Refuses a run whose host buffers would not fit in the memory this process may use.
   absl::Status CheckHostMemory(const std::vector<StageSpec>& chunks, int64_t micro_batch,
                                int slots, int microbatches) const;
-  // On resume: drops metrics rows of steps after the checkpoint (a killed run wrote them).
+  // On resume: drops metrics rows of steps after the checkpoint (a killed run wrote them), and
+  // takes the elapsed time the kept rows reached.
   absl::Status TrimMetricsAfterResume();
+  // The leader's peak FLOP/s for MFU, logged and recorded as the run's "start" record.
+  void StartMetrics();
+  // Model FLOPs of one optimizer step over every replica (forward and backward).
+  double FlopsPerStep() const;
+  // Model FLOPs utilisation of a step that took `step_s`; NaN without a known peak.
+  double Mfu(double step_s) const;
   absl::Status StopAfterSignal(int64_t total);
   absl::Status WriteTrainMetric(const StepStats& s);
   absl::Status Barrier();
   pipeline::MicrobatchData Microbatches() const;
   void WriteMetric(const std::string& json);
   absl::Status WriteTimeline() const;
+  // The Chrome-trace flow event of a SEND or RECV in recorded step `step` at `ts_us`; empty
+  // for other instructions.
+  std::string FlowEvent(int64_t step, const pipeline::Instr& in, double ts_us) const;
   absl::Status WriteTimelineSvg();
   // Fills bubble_slots_ from the executed schedule (with side tasks; else leaves it empty).
   void IndexBubbles();
@@ -143,6 +168,8 @@ class Trainer {
   }
   absl::Status PlaceBubblesFromMeasuredCosts(const std::vector<pipeline::InstrTiming>& timeline);
   absl::Status CreateSideTasks();
+  // Fill jobs (freeride.jobs): every rank takes part, the leader reads the queue.
+  absl::Status CreateJobRunner();
   absl::Status ReportHarvest();
 
   Config config_;
@@ -176,6 +203,7 @@ class Trainer {
   pipeline::CostModel emulation_cost_;
   std::vector<double> timeline_starts_;  // absolute start of each recorded step
   std::vector<bool> timeline_harvested_;  // whether side tasks ran in that step
+  std::vector<double> timeline_bubble_s_;  // this rank's waiting time in that step
   // (stage, instruction index) of every BUBBLE of the schedule, in order: where each stage's
   // bubble records go in the per-step sum (set with the schedule).
   std::vector<std::pair<int, int>> bubble_slots_;
@@ -183,11 +211,15 @@ class Trainer {
   std::vector<std::map<int, double>> timeline_predicted_;
   // |predicted - measured| of every predicted bubble, per stage × bubble kind (seconds).
   std::vector<std::vector<double>> prediction_errors_;
-  // Side tasks (freeride.enabled): this rank's executor, and step times with harvesting on
-  // and off (alternating blocks) for the overhead.
+  // Side tasks (freeride.enabled): this rank's executor, and whether each step after the first
+  // harvested, with its time (alternating blocks give the overhead).
   std::unique_ptr<SideTaskExecutor> side_;
-  double on_s_ = 0, off_s_ = 0;
-  int64_t on_steps_ = 0, off_steps_ = 0;
+  std::unique_ptr<JobRunner> jobs_;
+  std::vector<std::pair<bool, double>> timed_steps_;
+  // Metrics rows (leader): the peak MFU is taken against, and training time so far (on the
+  // trainer's clock; earlier runs' share from the rows a resume keeps).
+  PeakFlops peak_;
+  double run_start_s_ = 0, elapsed_before_s_ = 0;
 };
 
 }  // namespace freeride

@@ -1,12 +1,14 @@
 // Checkpoints of a training run: every stage's state (parameters, AdamW moments, data
 // position) and the whole model as an llm.c file, written atomically; and resuming from them.
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <tuple>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/host_memory.h"
 #include "core/logging.h"
 #include "models/llmc_checkpoint.h"
 #include "trainer/checkpoint_manifest.h"
@@ -192,13 +194,16 @@ absl::Status Trainer::Resume(const std::string& path) {
   step_ = first->step;
   train_->Seek(first->data);
   resumed_ = true;
-  FR_LOG(INFO) << "resumed from " << path << " at step " << step_;
+  FR_LOG(PROGRESS) << "resumed from " << path << " at step " << step_;
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
   const bool leader = transport_->rank() == 0;
+  // Disk time is real time, whatever clock the steps run on.
+  const auto start = std::chrono::steady_clock::now();
   if (leader) {
+    FR_LOG(PROGRESS) << "writing checkpoint " << CheckpointDirName(step_) << " to " << checkpoint_dir_;
     if (absl::Status s = StartCheckpoint(checkpoint_dir_, step_); !s.ok()) {
       AbandonCheckpoint(checkpoint_dir_, step_);
       return s;
@@ -260,6 +265,21 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
   if (leader) dir = FinishCheckpoint(checkpoint_dir_, state, whole.data());
   if (dir.ok()) std::move(abandon).Cancel();
   if (absl::Status s = Barrier(); !s.ok()) return s;
+  if (leader && dir.ok()) {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const int64_t bytes = DirectoryBytes(*dir);
+    FR_LOG(PROGRESS) << absl::StrFormat("checkpoint %s: %s in %.2f s (%.1f MB/s)", *dir,
+                                    FormatBytes(bytes), seconds,
+                                    static_cast<double>(bytes) / 1e6 / std::max(seconds, 1e-6));
+    absl::StatusOr<std::vector<std::string>> removed =
+        PruneCheckpoints(checkpoint_dir_, config_.checkpoint.keep_last);
+    if (!removed.ok()) return removed.status();
+    if (!removed->empty()) {
+      FR_LOG(INFO) << absl::StrFormat("checkpoint.keep_last = %d: removed %s",
+                                      config_.checkpoint.keep_last, absl::StrJoin(*removed, ", "));
+    }
+  }
   return dir;
 }
 

@@ -26,8 +26,9 @@ if [[ ! -d data/kjv ]]; then
 fi
 # Where the configs' gpt_infer tasks look for it.
 checkpoint=runs/gpt2_124m/checkpoints/step_00000050/model.bin
+# Without its checkpoint the run starts again, over what an earlier call left of it.
 train=("$freeride" train --config configs/gpt2_124m_cuda.toml --set 'run.dir="runs/gpt2_124m"'
-       --set train.steps=50 --set checkpoint.every=50 --set eval.every=0)
+       --set train.steps=50 --set checkpoint.every=50 --set eval.every=0 --overwrite)
 if [[ -f $checkpoint ]]; then
   say "reusing the checkpoint $checkpoint"
 else
@@ -45,13 +46,14 @@ for m in $ms; do
     say "dry run: config check skipped: it opens $checkpoint, which the training above makes"
   fi
   "$freeride" config memory "$config" || rc=1
+  # Each call measures afresh (--overwrite); the study writes into run.dir/study.
   gpu_run "$(remaining)" "$freeride" study --config "$config" --rounds "$rounds" \
     --block_steps "$block" --target_ci "$target" --max_rounds "$max_rounds" \
-    --set "run.dir=\"$state/study_m$m\"" || rc=1
+    --set "run.dir=\"$state/study_m$m\"" --overwrite || rc=1
   # The study's own files (tables, records; not its checkpoints) come back with the logs.
-  if [[ -d $state/study_m$m ]]; then
+  if [[ -d $state/study_m$m/study ]]; then
     mkdir -p "$out/study_m$m"
-    find "$state/study_m$m" -maxdepth 1 -type f -exec cp {} "$out/study_m$m/" \;
+    find "$state/study_m$m/study" -maxdepth 1 -type f -exec cp {} "$out/study_m$m/" \;
     cat "$out/study_m$m/study.md" 2>/dev/null
   fi
 done

@@ -22,6 +22,7 @@
 #include "core/status.h"
 #include "freeride/side_task.h"
 #include "freeride/tasks/task_model.h"
+#include "models/checkpoint_verify.h"
 #include "models/gpt2_decoder.h"
 #include "models/llmc_checkpoint.h"
 #include "models/sampling.h"
@@ -148,6 +149,9 @@ class GptInferTask : public SideTask {
   }
 
   absl::Status Load(SideTaskContext& ctx) override {
+    // A checkpoint's model.bin is checked against its manifest each time it is read: a corrupt
+    // one fails the task, by name, instead of generating from wrong numbers.
+    FR_RETURN_IF_ERROR(VerifyModelFile(path_));
     absl::StatusOr<LlmcModel> model = ReadLlmcModel(path_);
     if (!model.ok()) return model.status();
     if (recompute_) {

@@ -21,6 +21,7 @@
 #include "freeride/side_task.h"
 #include "freeride/tasks/serve_http.h"
 #include "freeride/tasks/serve_queue.h"
+#include "models/checkpoint_verify.h"
 #include "models/gpt2_decoder.h"
 #include "models/llmc_checkpoint.h"
 #include "models/sampling.h"
@@ -61,7 +62,7 @@ class ServeTask : public SideTask {
     auto path = args.String("checkpoint", "");
     auto tokenizer = args.String("tokenizer", kDefaultTokenizerPath);
     auto host = args.String("host", "127.0.0.1");
-    auto port = args.Int("port", 8090, 0, 65535);
+    auto port = args.Int("port", serve::kDefaultPort, 0, 65535);
     auto remote = args.Bool("allow_remote", false);
     auto batch = args.Int("max_batch", 4, 1, 256);
     auto queue = args.Int("max_queue", 32, 1, 1 << 20);
@@ -103,6 +104,9 @@ class ServeTask : public SideTask {
   }
 
   absl::Status Load(SideTaskContext& ctx) override {
+    // A checkpoint's model.bin is checked against its manifest each time it is read: a corrupt
+    // one fails the task, by name (training goes on), instead of serving wrong numbers.
+    FR_RETURN_IF_ERROR(VerifyModelFile(path_));
     FR_ASSIGN_OR_RETURN(LlmcModel model, ReadLlmcModel(path_));
     FR_ASSIGN_OR_RETURN(float* weights,
                         ctx.arena->AllocateArray<float>(static_cast<int64_t>(model.params.size()),

@@ -4,14 +4,15 @@
 #include <poll.h>
 #include <sys/socket.h>
 
-#include <cstdlib>
+#include <algorithm>
+#include <cmath>
 #include <ctime>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/timer.h"
+#include "freeride/tasks/serve_connections.h"
 
 namespace freeride::serve {
 namespace {
@@ -36,32 +37,6 @@ bool IntField(const json& body, const char* key, int64_t lo, int64_t hi, int64_t
   }
   *out = v.get<int64_t>();
   return true;
-}
-
-uint16_t PortOf(const sockaddr_storage& address) {
-  if (address.ss_family == AF_INET) {
-    return ntohs(reinterpret_cast<const sockaddr_in&>(address).sin_port);
-  }
-  if (address.ss_family == AF_INET6) {
-    return ntohs(reinterpret_cast<const sockaddr_in6&>(address).sin6_port);
-  }
-  return 0;
-}
-
-// The socket of the connection `request` came on (cpp-httplib does not hand it to handlers):
-// the one whose local and peer ports are the request's. -1 if none is found.
-int ConnectionOf(const httplib::Request& request) {
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
-    const int fd = std::atoi(entry.path().filename().c_str());
-    sockaddr_storage local{}, peer{};
-    socklen_t local_size = sizeof(local), peer_size = sizeof(peer);
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_size) != 0 ||
-        getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_size) != 0) {
-      continue;
-    }
-    if (PortOf(local) == request.local_port && PortOf(peer) == request.remote_port) return fd;
-  }
-  return -1;
 }
 
 // Whether the client hung up (or reset) the connection.
@@ -91,15 +66,24 @@ HttpFront::~HttpFront() { Stop(); }
 
 absl::StatusOr<int> HttpFront::Start() {
   httplib::Server& s = *server_;
-  // A thread for each request that may wait, `threads` more for quick answers; the backlog holds
-  // as many connections again, so that a burst is answered (429) rather than reset.
+  // A thread for each request that may wait, `threads` more for quick answers; a connection
+  // that finds them all busy is answered 429 at once (serve_connections.h).
   const int threads = static_cast<int>(options_.threads + options_.waiting_limit);
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  s.new_task_queue = [this, threads] {
+    return new ConnectionPool(threads, listen_fd_, options_.read_timeout_s,
+                              [this] { queue_->CountRejected(); });
+  };
   s.set_payload_max_length(1 << 20);
   s.set_keep_alive_max_count(1);
-  const auto read_timeout = static_cast<int64_t>(options_.read_timeout_s * 1e6);
-  s.set_read_timeout(read_timeout / 1000000, read_timeout % 1000000);
-  s.set_write_timeout(read_timeout / 1000000, read_timeout % 1000000);
+  // The pool's deadline for the whole request ends a slow one with a 408; cpp-httplib's own
+  // timeouts (the first byte, each read) are a second later, so that they never end a
+  // connection first and without an answer.
+  const double read_s = options_.read_timeout_s + 1;
+  s.set_keep_alive_timeout(static_cast<time_t>(std::ceil(read_s)));
+  s.set_read_timeout(static_cast<time_t>(read_s),
+                     static_cast<time_t>((read_s - std::floor(read_s)) * 1e6));
+  const auto write_timeout = static_cast<int64_t>(options_.read_timeout_s * 1e6);
+  s.set_write_timeout(write_timeout / 1000000, write_timeout % 1000000);
   // Not cpp-httplib's default SO_REUSEPORT, with which a second server on the port would take
   // half of the connections silently.
   s.set_socket_options([this](int fd) {
@@ -107,9 +91,17 @@ absl::StatusOr<int> HttpFront::Start() {
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     listen_fd_ = fd;
   });
+  // cpp-httplib's own answers (400 for a malformed request, 404, 413) come once the request is
+  // read: the pool's deadline is over for them too.
+  s.set_error_handler(
+      httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response&) {
+        ConnectionPool::EnterHandler();
+        return httplib::Server::HandlerResponse::Unhandled;
+      }));
   s.Post("/v1/completions",
          [this](const httplib::Request& req, httplib::Response& res) { Completions(req, res); });
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    ConnectionPool::EnterHandler();
     if (queue_->closed()) {
       res.status = 503;
       res.set_content(json{{"status", "stopped"}}.dump() + "\n", "application/json");
@@ -122,6 +114,7 @@ absl::StatusOr<int> HttpFront::Start() {
     res.set_content(body.dump() + "\n", "application/json");
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    ConnectionPool::EnterHandler();
     res.set_content(metrics_json_(), "application/json");
   });
   int port = options_.port;
@@ -132,7 +125,10 @@ absl::StatusOr<int> HttpFront::Start() {
     return absl::UnavailableError(absl::StrCat("could not bind ", options_.host, ":", port,
                                                " (in use, or not an address of this machine)"));
   }
-  if (listen(listen_fd_, 2 * threads) != 0) {
+  // The accept loop never waits (a busy pool answers 429 itself), so the backlog only has to
+  // hold the connections of a burst between two accepts; a SYN beyond it is dropped (the client
+  // retries it a second later), never reset.
+  if (listen(listen_fd_, std::max(2 * threads, 512)) != 0) {
     return absl::UnavailableError(absl::StrCat("could not listen on ", options_.host, ":", port));
   }
   listener_ = std::thread([this] { server_->listen_after_bind(); });
@@ -145,6 +141,7 @@ void HttpFront::Stop() {
 }
 
 void HttpFront::Completions(const httplib::Request& req, httplib::Response& res) {
+  const int connection = ConnectionPool::EnterHandler();
   const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded() || !body.is_object()) {
     return Error(res, 400, "the body is not a JSON object");
@@ -211,7 +208,6 @@ void HttpFront::Completions(const httplib::Request& req, httplib::Response& res)
   }
   // Until the request is done, the client hangs up, or the timeout.
   const double give_up = MonotonicSeconds() + options_.request_timeout_s;
-  const int connection = ConnectionOf(req);
   while (!queue_->WaitDone(c, 0.05)) {
     if (ClientLeft(connection)) {
       c->cancelled = true;

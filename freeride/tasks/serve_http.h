@@ -5,10 +5,11 @@
 // is full) and 503 (the server stopped) with Retry-After, 504 past the request timeout. While
 // it waits it watches the connection: a client that hangs up cancels its request, freeing the
 // slot. Under hostile clients: the listening socket is the task's alone (no SO_REUSEPORT: a
-// second task on the same port fails to bind), its backlog holds every connection the pool may
-// be asked to take (no resets in a burst), the pool has a thread for every request that may
-// wait (queued or decoding) and `threads` more for the quick answers, each connection serves
-// one request, and a read that stalls for read_timeout_s ends its connection.
+// second task on the same port fails to bind); the pool (serve_connections.h) has a thread for
+// every request that may wait (queued or decoding) and `threads` more for the quick answers,
+// and answers 429 at once where none is free (no queue, no resets in a burst); a request that
+// has not arrived whole within read_timeout_s is answered 408 and its connection ended (slow
+// clients cannot hold the threads); each connection serves one request.
 // /health is 503 "degraded" while requests wait and no bubble has served them lately.
 #pragma once
 
@@ -32,16 +33,19 @@ struct Response;
 
 namespace freeride::serve {
 
+// args.port where a config names none (`config check` knows it too: two servers on one port).
+inline constexpr int kDefaultPort = 8090;
+
 struct HttpOptions {
   std::string host = "127.0.0.1";
-  int port = 8090;                 // 0: any free port
+  int port = kDefaultPort;         // 0: any free port
   int64_t max_tokens_limit = 256;  // the most a request may ask for
   int64_t vocab_size = 0;          // the model's: prompt tokens must be below it
   int64_t max_seq_len = 0;         // prompt + completion must fit
   double request_timeout_s = 120;  // a request not done by then is answered with an error
   int threads = 16;                // connections served at once beside the waiting requests
   int64_t waiting_limit = 36;      // requests that may wait at once: max_queue + max_batch
-  double read_timeout_s = 5;       // a read that stalls this long ends its connection
+  double read_timeout_s = 5;       // a request must arrive whole within this (else 408)
   std::string model_name;
 };
 

@@ -44,6 +44,7 @@ class CudaStage final : public CudaStageModel {
   cudaStream_t stream() const override { return stream_; }
   int device() const override { return device_; }
   const MemoryPlan& memory_plan() const override { return plan_; }
+  int64_t DeviceBytes() const override { return plan_.TotalBytes(); }
 
   absl::Status SetTokens(int slot, const int32_t* tokens) override;
   absl::Status SetTargets(int slot, const int32_t* targets) override;

@@ -1,5 +1,8 @@
 #include "core/logging.h"
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "gtest/gtest.h"
@@ -45,6 +48,41 @@ TEST_F(LoggingTest, LevelThresholdFiltersAndSkipsEvaluation) {
   EXPECT_EQ(out.find("hidden"), std::string::npos);
   EXPECT_NE(out.find(" r1 E logging_test.cc:"), std::string::npos) << out;
   EXPECT_NE(out.find("] shown 1\n"), std::string::npos) << out;
+}
+
+TEST_F(LoggingTest, ProgressIsKeptAtEveryThresholdButError) {
+  for (LogLevel threshold : {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn}) {
+    SetLogLevel(threshold);
+    FR_LOG(PROGRESS) << "step " << static_cast<int>(threshold);
+  }
+  SetLogLevel(LogLevel::kError);
+  FR_LOG(PROGRESS) << "step hidden";
+  const std::string out = captured_.str();
+  for (const char* line : {"] step 0\n", "] step 1\n", "] step 2\n"}) {
+    EXPECT_NE(out.find(line), std::string::npos) << out;
+  }
+  EXPECT_EQ(out.find("hidden"), std::string::npos) << out;
+  EXPECT_NE(out.find(" I logging_test.cc:"), std::string::npos) << out;  // read as information
+}
+
+TEST_F(LoggingTest, LinesGoToTheLogFileBesideTheSink) {
+  const std::string path = ::testing::TempDir() + "/logging_test/run/log_rank000.txt";
+  std::filesystem::remove_all(::testing::TempDir() + "/logging_test");
+  WriteToLogFile("before any file");  // nowhere: no file yet
+  ASSERT_TRUE(SetLogFile(path).ok());
+  FR_LOG(INFO) << "to both";
+  WriteToLogFile("error: only in the file");
+  CloseLogFile();
+  FR_LOG(INFO) << "after the file";
+  std::ifstream in(path);
+  const std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(file.find("] to both\n"), std::string::npos) << file;
+  EXPECT_NE(file.find("\nerror: only in the file\n"), std::string::npos) << file;
+  EXPECT_EQ(file.find("before any file"), std::string::npos) << file;
+  EXPECT_EQ(file.find("after the file"), std::string::npos) << file;
+  EXPECT_NE(captured_.str().find("] to both\n"), std::string::npos);
+  EXPECT_EQ(captured_.str().find("only in the file"), std::string::npos);
+  EXPECT_FALSE(SetLogFile("/proc/no/such/dir/log.txt").ok());
 }
 
 TEST_F(LoggingTest, ParsesLevelNames) {

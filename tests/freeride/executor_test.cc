@@ -159,16 +159,17 @@ TEST(SideTaskExecutorTest, HigherPriorityFirstThenTheRest) {
   for (int i = 0; i < 4; ++i) Bubble(*ex, 0, 0.030);
   const HarvestReport r = ex->Report();
   ASSERT_EQ(r.tasks.size(), 2u);
-  EXPECT_EQ(r.tasks[0].name, "high");  // sorted by priority
-  EXPECT_EQ(r.tasks[0].state, "FINISHED");
-  EXPECT_EQ(r.tasks[0].steps, 8 - 3);  // 3 ran in calibration
-  EXPECT_GT(r.tasks[1].steps, 0);
+  // The report and the events name tasks in the order they came: "low" is 0, "high" 1.
+  EXPECT_EQ(r.tasks[1].name, "high");
+  EXPECT_EQ(r.tasks[1].state, "FINISHED");
+  EXPECT_EQ(r.tasks[1].steps, 8 - 3);  // 3 ran in calibration
+  EXPECT_GT(r.tasks[0].steps, 0);
   // "low" ran only after "high" was done.
   const auto& events = ex->events();
   size_t last_high = 0, first_low = events.size();
   for (size_t i = 0; i < events.size(); ++i) {
-    if (events[i].task == 0) last_high = i;
-    if (events[i].task == 1 && first_low == events.size()) first_low = i;
+    if (events[i].task == 1) last_high = i;
+    if (events[i].task == 0 && first_low == events.size()) first_low = i;
   }
   EXPECT_LT(last_high, first_low);
 }
@@ -254,6 +255,47 @@ TEST(SideTaskExecutorTest, ASumsBubbleIsLearntDownWhenSideWorkHidItsEnd) {
     measured += records[i].measured_s;
   }
   EXPECT_GT(harvested / measured, 0.6);
+}
+
+// A fill job joins a running executor: calibrated as it is added, offered bubbles by its
+// priority among the tasks already there, and out of them once stopped.
+TEST(SideTaskExecutorTest, ATaskAddedWhileRunningTakesItsPlaceByPriority) {
+  auto ex = MakeExecutor({Spin("low", 1.0, 0)});
+  ASSERT_NE(ex, nullptr);
+  Bubble(*ex, 0, 0.030);  // measured
+  absl::StatusOr<int> job = ex->AddTask(Spin("job", 1.0, 5), ResultsDir() + "/jobs/1");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(*job, 1);
+  EXPECT_EQ(ex->task_state(*job), TaskState::kLoaded);
+  EXPECT_NEAR(ex->task_report(*job).standalone_step_s, 1e-3, 1e-9);  // calibrated
+  EXPECT_TRUE(std::filesystem::is_directory(ResultsDir() + "/jobs/1/job_r0"));
+  Bubble(*ex, 0, 0.030);
+  EXPECT_GT(ex->task_report(*job).steps, 0);
+  EXPECT_EQ(ex->task_report(0).steps, 0);  // the higher priority took the whole bubble
+  ex->StopTask(*job);
+  EXPECT_EQ(ex->task_state(*job), TaskState::kStopped);
+  const int64_t job_steps = ex->task_report(*job).steps;
+  Bubble(*ex, 0, 0.030);
+  EXPECT_EQ(ex->task_report(*job).steps, job_steps);
+  EXPECT_GT(ex->task_report(0).steps, 0);
+  // An argument error is the job's own: returned, and nothing is left of it.
+  SideTaskSpec bad = Spin("bad", -1.0);
+  EXPECT_FALSE(ex->AddTask(bad, ResultsDir()).ok());
+  EXPECT_EQ(ex->Report().tasks.size(), 2u);
+}
+
+TEST(SideTaskExecutorTest, TheLongestBubbleIsOneOfTheLastStep) {
+  auto ex = MakeExecutor({});
+  ASSERT_NE(ex, nullptr);
+  EXPECT_EQ(ex->LongestPredictedBubble(), 0);
+  // A step with bubbles at 0 and 5, the next (its schedule re-placed) at 0 and 3 only: the
+  // 50 ms once measured at 5 is not a bubble any more.
+  Bubble(*ex, 0, 0.002);
+  Bubble(*ex, 5, 0.050);
+  EXPECT_NEAR(ex->LongestPredictedBubble(), 0.050, 1e-12);
+  Bubble(*ex, 0, 0.002);
+  Bubble(*ex, 3, 0.004);
+  EXPECT_NEAR(ex->LongestPredictedBubble(), 0.004, 1e-12);
 }
 
 }  // namespace

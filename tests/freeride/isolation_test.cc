@@ -2,7 +2,8 @@
 // abort, exit, exception, hang or memory overrun fails that task alone with its reason; a step
 // still running at the bubble's end is paused there and resumed later; a bubble whose input
 // cannot be polled ends at its deadline whatever runs in it; in-process overruns demote, then
-// fail, a task; no process a task started outlives it.
+// fail, a task, and a demotion lifts once its steps fit again; no process a task started
+// outlives it.
 //
 // Deadlines, demotion and hangs are tested on simulated time (exact, under any load). A worker's
 // own work runs on real time, so the tests where its steps must end (a worker's reports, pauses
@@ -183,6 +184,10 @@ TEST(IsolationTest, AWorkerRunsTheTaskAndReportsItsWork) {
   EXPECT_GT(t.steps, 10);
   EXPECT_NE(t.summary.find("spins"), std::string::npos) << t.summary;  // from the worker
   EXPECT_GT(t.memory_peak_bytes, 0);
+  // What that peak is, and that no cap applied to it.
+  EXPECT_EQ(t.memory_peak_note,
+            "the worker process's peak resident set, its code and libraries included; no "
+            "memory_limit: no cap");
 }
 
 TEST(IsolationTest, EveryFailureStaysWithItsTask) {
@@ -218,6 +223,15 @@ TEST(IsolationTest, EveryFailureStaysWithItsTask) {
   expect_failed("over_cap", "load: spin working memory");
   EXPECT_EQ(tasks["healthy"].state, "LOADED");
   EXPECT_GT(tasks["healthy"].steps, 0);
+  // The report says how each cap applied: the worker's data segment, the in-process arena.
+  EXPECT_NE(tasks["hog"].memory_peak_note.find("its data segment capped at "), std::string::npos)
+      << tasks["hog"].memory_peak_note;
+  EXPECT_NE(tasks["hog"].memory_peak_note.find(", memory_limit 32.0 MiB and 16.0 MiB for its "
+                                               "runtime"),
+            std::string::npos)
+      << tasks["hog"].memory_peak_note;
+  EXPECT_EQ(tasks["throw_inprocess"].memory_peak_note,
+            "what ctx.arena handed out; no memory_limit: no cap");
 }
 
 TEST(IsolationTest, AStepRunningAtTheBubblesEndIsPausedThenResumed) {
@@ -320,6 +334,45 @@ TEST(IsolationTest, InProcessOverrunsDemoteThenFailTheTask) {
   EXPECT_NE(tasks["slow"].reason.find("overran their bubbles 4 times"), std::string::npos)
       << tasks["slow"].reason;
   EXPECT_GT(tasks["steady"].steps, 0);  // it kept the bubbles while "slow" was demoted
+}
+
+TEST(IsolationTest, ADemotionLiftsOnceStepsFitAgain) {
+  // Steps of 1 ms in calibration, then two of 30 ms (a burst: each overruns a 20 ms bubble),
+  // then 1 ms ones again.
+  SideTaskSpec burst = Misbehave("burst", "slow", 2, "inprocess");
+  burst.args["slow_ms"] = 30.0;
+  burst.args["slow_steps"] = int64_t{2};
+  ExecutorOptions options;
+  options.results_dir = (std::filesystem::path(::testing::TempDir()) / "isolation").string();
+  options.calibration_steps = 2;
+  options.demote_after = 2;
+  SimulatedClock clock;  // the steps take exactly their time
+  options.clock = &clock;
+  auto made = SideTaskExecutor::Create({burst, Spin("steady", 1.0, "inprocess")}, options);
+  ASSERT_TRUE(made.ok()) << made.status();
+  SideTaskExecutor& ex = **made;
+  auto bubbles = [&](int n) {
+    for (int i = 0; i < n; ++i) Bubble(ex, 0.020, -1, /*pollable=*/false, 0, clock);
+    return ByName(ex.Report());
+  };
+  // The two overruns demoted it: beside a task that fills every bubble, it gets no step.
+  auto tasks = bubbles(12);
+  EXPECT_EQ(tasks["burst"].overruns, 2);
+  const int64_t steps_when_demoted = tasks["burst"].steps;
+  EXPECT_EQ(bubbles(6)["burst"].steps, steps_when_demoted);
+  // Alone, its worst step decays each bubble it is passed over, until a bubble takes a step;
+  // `demote_after` steps that fit lift the demotion.
+  ex.set_active_tasks({"burst"});
+  tasks = bubbles(12);
+  EXPECT_GT(tasks["burst"].steps, steps_when_demoted + options.demote_after);
+  EXPECT_EQ(tasks["burst"].overruns, 2);  // none since
+  // Restored: it shares the bubbles with the other task again.
+  ex.set_active_tasks({"burst", "steady"});
+  const int64_t steps_restored = tasks["burst"].steps;
+  tasks = bubbles(6);
+  EXPECT_GT(tasks["burst"].steps, steps_restored + 6);
+  EXPECT_EQ(tasks["burst"].state, "LOADED");
+  EXPECT_EQ(tasks["burst"].overruns, 2);
 }
 
 TEST(ChildProcessTest, AChildDiesWithTheProcessThatStartedIt) {

@@ -1,7 +1,16 @@
 // The serve task's parts below HTTP: the queue between the network threads and the bubbles
 // (capacity, cancelled requests dropped, failure on close, latency percentiles), which hosts
-// count as loopback, and the arguments Create refuses. tests/scripts/serve_pipeline.sh serves
-// real requests during a pipeline run.
+// count as loopback, the arguments Create refuses, and a corrupt checkpoint refused at load.
+// serve_http_test.cc has the HTTP side under hostile clients; tests/scripts/serve_pipeline.sh
+// serves real requests during a pipeline run.
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "core/checksum.h"
+#include "core/clock.h"
+#include "core/files.h"
+#include "freeride/executor.h"
 #include "freeride/side_task.h"
 #include "freeride/tasks/serve_http.h"
 #include "freeride/tasks/serve_queue.h"
@@ -82,6 +91,68 @@ TEST(ServeTaskTest, LoopbackUnlessAskedAndArgumentsChecked) {
             std::string::npos);
   EXPECT_NE(create({{"checkpoint", model}, {"port", int64_t{70000}}}).message().find("port"),
             std::string::npos);
+}
+
+// Bubbles of 20 ms on `clock`; the tasks' states by name afterwards.
+std::map<std::string, std::string> StatesAfterBubbles(SideTaskExecutor& ex, Clock& clock) {
+  pipeline::Instr bubble;
+  bubble.op = pipeline::Op::kBubble;
+  bubble.bubble = pipeline::BubbleKind::kSteady;
+  for (int i = 0; i < 5; ++i) {
+    const double start = clock.Now();
+    ex.OnBubble(bubble, 0, start, [&] { return clock.Now() >= start + 0.020; });
+    clock.SpinUntil(start + 0.020);
+    ex.OnBubbleEnd(0, clock.Now());
+  }
+  std::map<std::string, std::string> states;
+  for (const TaskReport& t : ex.Report().tasks) states[t.name] = t.state + " " + t.reason;
+  return states;
+}
+
+TEST(ServeTaskTest, ACheckpointThatDoesNotMatchItsManifestFailsTheTaskByName) {
+  // A checkpoint directory: the golden model as its model.bin, and a manifest with its checksum.
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / "serve_checkpoints" / "step_00000010";
+  std::filesystem::create_directories(dir);
+  const std::string model = (dir / "model.bin").string();
+  std::filesystem::copy_file("tests/data/gpt2_golden/model.bin", model,
+                             std::filesystem::copy_options::overwrite_existing);
+  absl::StatusOr<FileChecksum> sum = ChecksumFile(model);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  ASSERT_TRUE(WriteFileAtomically((dir / "manifest.json").string(),
+                                  "{\"format\": \"freeride-checkpoint\", \"checksums\": "
+                                  "{\"model.bin\": {\"bytes\": " +
+                                      std::to_string(sum->bytes) + ", \"crc32c\": \"" +
+                                      Crc32cHex(sum->crc32c) + "\"}}}\n")
+                  .ok());
+  const std::vector<SideTaskSpec> specs = {
+      {"serve", "serve", "", 0, 0, {{"checkpoint", model}, {"port", int64_t{0}}}},
+      {"spin", "spin", "", 0, 0, {{"step_ms", 1.0}}}};
+  ExecutorOptions options;
+  options.results_dir = (std::filesystem::path(::testing::TempDir()) / "serve_results").string();
+  options.calibration_steps = 1;
+  auto run = [&] {
+    SimulatedClock clock;
+    options.clock = &clock;
+    absl::StatusOr<std::unique_ptr<SideTaskExecutor>> ex = SideTaskExecutor::Create(specs, options);
+    EXPECT_TRUE(ex.ok()) << ex.status();  // a task's failed load never stops the run
+    return ex.ok() ? StatesAfterBubbles(**ex, clock) : std::map<std::string, std::string>{};
+  };
+  // As written: served.
+  std::map<std::string, std::string> states = run();
+  EXPECT_EQ(states["serve"].rfind("LOADED", 0), 0u) << states["serve"];
+
+  // 4 KiB overwritten inside the weights: the task FAILS naming the file; the other runs on.
+  {
+    std::fstream f(model, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(64 << 10);
+    const std::string junk(4096, '\x5a');
+    f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  }
+  states = run();
+  EXPECT_EQ(states["serve"].rfind("FAILED load: " + model + ": checksum mismatch", 0), 0u)
+      << states["serve"];
+  EXPECT_EQ(states["spin"].rfind("LOADED", 0), 0u) << states["spin"];
 }
 
 }  // namespace

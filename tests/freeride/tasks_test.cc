@@ -68,6 +68,18 @@ TEST(SideTaskRegistryTest, PluginErrorsAreClear) {
             std::string::npos);
 }
 
+TEST(SideTaskRegistryTest, PluginOfAnotherAbseilAndCompilerIsRefusedNamingBoth) {
+  const std::string message = ErrorOf("x", FREERIDE_OTHER_IDENTITY_PLUGIN);
+  EXPECT_NE(message.find("was built with abseil 20240116.2 (namespace absl::lts_20240116), "
+                         "clang 17 with libc++ 170000; this freeride was built with " +
+                         std::string(FREERIDE_SIDE_TASK_BUILD_IDENTITY)),
+            std::string::npos)
+      << message;
+  // This build's own record, as the in-tree plugins carry it.
+  EXPECT_NE(std::string(FREERIDE_SIDE_TASK_BUILD_IDENTITY).find("abseil 20"), std::string::npos);
+  EXPECT_EQ(std::string(FREERIDE_SIDE_TASK_BUILD_IDENTITY).find("unknown"), std::string::npos);
+}
+
 TEST(SideTaskArgsTest, BadArgumentsNameTaskAndArgument) {
   ExecutorOptions options;
   options.results_dir = Temp("args");
@@ -227,6 +239,12 @@ TEST(CommandTaskTest, RunsOnlyInsideBubbles) {
   }
   ASSERT_TRUE(written()) << "the child never ran inside a bubble";
   const int pid = std::stoi(*pid_text);
+  // The step returns once the supervisor has stopped; the program, sent the same SIGSTOP, stops
+  // as soon as it is next scheduled, which a loaded machine may delay: waited for, up to 10 s.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (ProcessState(pid) != 'T' && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   EXPECT_EQ(ProcessState(pid), 'T') << "outside a bubble the command must be stopped";
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(ProcessState(pid), 'T');

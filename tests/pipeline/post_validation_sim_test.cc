@@ -152,5 +152,13 @@ TEST(PostValidationSimTest, BucketedAllReduceOverlapsTheLastBackward) {
   }
 }
 
+TEST(PostValidationSimTest, CostSpecTakesABucketCount) {
+  absl::StatusOr<CostModel> cost = ParseCostSpec("reduce=4,buckets=8");
+  ASSERT_TRUE(cost.ok()) << cost.status();
+  EXPECT_EQ(cost->reduce_buckets, 8);
+  EXPECT_NE(FormatCostModel(*cost).find("buckets=8"), std::string::npos);
+  EXPECT_FALSE(ParseCostSpec("buckets=2.5").ok());
+}
+
 }  // namespace
 }  // namespace freeride::pipeline

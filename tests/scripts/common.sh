@@ -35,3 +35,24 @@ import json, sys
 print([r["loss"] for r in map(json.loads, open(sys.argv[1])) if r["kind"] == "train"])' \
     "$1/metrics.jsonl"
 }
+
+# A mark for the processes of one run: pass `FREERIDE_RUN_MARK=$mark` in the environment of the
+# command that starts the run (never export it in the script itself). Every process the run
+# makes inherits it, including those that escape its process tree (setsid, double forks), and
+# nothing else carries it: `marked_processes` finds exactly them.
+new_run_mark() { od -An -N8 -tx8 /dev/urandom | tr -d ' '; }
+
+# The pids of live processes whose environment holds FREERIDE_RUN_MARK=MARK (zombies, whose
+# environment is gone, are not listed), one a line.
+#   marked_processes MARK
+marked_processes() {
+  grep -laF "FREERIDE_RUN_MARK=$1" /proc/[0-9]*/environ 2> /dev/null |
+    sed -E 's#^/proc/([0-9]+)/environ$#\1#' || true
+}
+
+# SIGKILLs every process marked MARK (the cleanup on every exit path of a script).
+#   kill_marked MARK
+kill_marked() {
+  local pid
+  for pid in $(marked_processes "$1"); do kill -KILL "$pid" 2> /dev/null || true; done
+}

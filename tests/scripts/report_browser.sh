@@ -39,8 +39,9 @@ config=$root/configs/tiny_cpu_pp2_freeride.toml
   --set run.dir="$work/pipeline" > "$work/pipeline.log" 2>&1 || fail "pipeline run failed"
 grep -q "freeride report $work/pipeline" "$work/pipeline.log" ||
   fail "the training log does not end with the report command"
+# A study writes into run.dir/study: here $work/study.
 "$root/launch/run.sh" -n 1 --study "$config" "${data[@]}" --set runtime.emulate_peers=true \
-  --set run.dir="$work/study" --rounds 1 --block_steps 2 > "$work/study.log" 2>&1 ||
+  --set run.dir="$work" --rounds 1 --block_steps 2 > "$work/study.log" 2>&1 ||
   fail "study failed"
 if "$freeride" train "${data[@]}" --set optim.lr=1e12 --set optim.on_nonfinite=stop \
   --set train.steps=20 --set run.dir="$work/failed" > "$work/failed.log" 2>&1; then

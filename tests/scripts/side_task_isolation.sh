@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Side tasks that cannot hurt training (issue 17), on a 2-rank CPU pipeline. One run carries, at
-# once: a plugin that segfaults, a `command` that ignores SIGTERM and never ends, a task over its
-# memory cap at load, one that outgrows its cap while running, one that throws, and PageRank.
-# Passes when the run completes every step with losses bit-identical to the same run with
-# freeride.enabled = false, each failure is reported FAILED with its reason, no process of the
-# run is left afterwards, and the healthy tasks harvest >= 70% of stage 0's bubbles.
+# once: a plugin that segfaults, a `command` that ignores SIGTERM, never ends and leaves a child
+# in a session of its own, a task over its memory cap at load, one that outgrows its cap while
+# running, one that throws, and PageRank. Passes when the run completes every step with losses
+# bit-identical to the same run with freeride.enabled = false, each failure is reported FAILED
+# with its reason, no process of the run is left afterwards (escaped or not: found by a mark in
+# their environment), and stage 0 harvests some of its bubbles.
 #   tests/scripts/side_task_isolation.sh --build DIR --plugin PATH [--steps N]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -19,12 +20,15 @@ while (($#)); do
 done
 [[ -n $plugin ]] || { echo "--plugin (the misbehave test plugin) is required" >&2; exit 2; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+source "$root/tests/scripts/common.sh"
 work=$(mktemp -d /tmp/freeride_isolation.XXXXXX)
-trap 'pkill -KILL -f "$work" 2>/dev/null || true; rm -rf "$work"' EXIT
+# Every process of the two runs carries this mark in its environment (common.sh): how the end
+# finds what is left of them, escaped or not, and nothing else.
+mark=$(new_run_mark)
+trap 'kill_marked "$mark"; rm -rf "$work"' EXIT
 freeride=$build/freeride
 fail() { echo "FAIL: $*" >&2; tail -40 "$work/log.txt" >&2 || true; exit 1; }
 
-source "$root/tests/scripts/common.sh"
 prepare_corpus "$freeride" "$root" "$work/data" 512
 cat > "$work/run.toml" <<TOML
 [run]
@@ -67,7 +71,7 @@ after = 40
 type = "command"
 name = "stubborn"
 [side_tasks.args]
-argv = ["sh", "-c", "trap '' TERM; while :; do :; done # $work"]
+argv = ["sh", "-c", "setsid sh -c 'trap : TERM HUP; while :; do sleep 1; done' & trap '' TERM; while :; do :; done"]
 
 [[side_tasks]]
 type = "spin"
@@ -106,7 +110,8 @@ TOML
   fail "config check refused the run's config"
 run() {  # run.dir, extra --set...
   local dir=$1; shift
-  mpirun -n 2 --oversubscribe --bind-to none "$freeride" train --config "$work/run.toml" \
+  FREERIDE_RUN_MARK=$mark mpirun -n 2 --oversubscribe --bind-to none "$freeride" train \
+    --config "$work/run.toml" \
     --set "run.dir=\"$dir\"" "$@" >> "$work/log.txt" 2>&1
 }
 losses() { grep '"kind": "train"' "$1/metrics.jsonl" | sed -E 's/.*"step": ([0-9]+).*"loss": ([^,]+),.*/\1 \2/'; }
@@ -136,15 +141,17 @@ for rank in 000 001; do
   done
 done
 
-# Nothing of the run is left: workers, the command, its children. They are killed as the ranks
-# end; a loaded machine may take a moment to reap them, so this waits (up to 60 s) for them to
-# go rather than for a fixed time.
+# Nothing of the run is left: workers, the command, its children, the one that escaped into a
+# session of its own (all carry the mark). They are killed as the ranks end; a loaded machine
+# may take a moment to reap them, so this waits (up to 60 s) for them to go rather than for a
+# fixed time.
 for ((w = 0; w < 600; ++w)); do
-  pgrep -f "$work" > /dev/null || break
+  [[ -z $(marked_processes "$mark") ]] && break
   sleep 0.1
 done
-if pgrep -f "$work" > /dev/null; then
-  fail "processes of the run survived it by 60 s: $(pgrep -af "$work")"
+if [[ -n $(marked_processes "$mark") ]]; then
+  left=$(marked_processes "$mark" | paste -sd,)
+  fail "processes of the run survived it by 60 s: $(ps -o pid=,args= -p "$left" || true)"
 fi
 
 # Stage 0 harvested its bubbles despite the failing tasks beside PageRank. How much of them

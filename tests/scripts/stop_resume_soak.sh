@@ -82,7 +82,8 @@ launch "$work/reference" || { tail -20 "$work/log.txt"; echo "soak: reference ru
 dir=$work/soak
 declare -A outcomes=()
 for ((c = 1; c <= cycles; ++c)); do
-  resume=()
+  # Killed before its first checkpoint, a run is started again: over what it had written.
+  resume=(--overwrite)
   [[ -f $dir/checkpoints/latest ]] && resume=(--set checkpoint.resume=latest)
   started=$(grep -c "run_loop.cc.*model:" "$work/log.txt" || true)
   launch "$dir" "${resume[@]}" &
@@ -113,7 +114,7 @@ for ((c = 1; c <= cycles; ++c)); do
     exit 1
   fi
 done
-resume=()
+resume=(--overwrite)
 [[ -f $dir/checkpoints/latest ]] && resume=(--set checkpoint.resume=latest)
 launch "$dir" "${resume[@]}" || { tail -20 "$work/log.txt"; echo "soak: the final run failed" >&2; exit 1; }
 

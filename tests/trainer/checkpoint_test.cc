@@ -1,10 +1,12 @@
 // Checkpoints that cannot be trusted are refused: files changed on disk after they were written
 // (checked against the manifest's checksums on resume, eval, sample and `checkpoint verify`), a
 // `latest` that points out of the checkpoint directory, and checkpoints that failed half way
-// (their staging directory is removed).
+// (their staging directory is removed). checkpoint.keep_last keeps the newest; each write is
+// logged with its size, time and rate.
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -17,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "tests/trainer/tiny_run.h"
 #include "trainer/cli/cli.h"
+#include "trainer/train_state.h"
 
 namespace freeride {
 namespace {
@@ -167,6 +170,49 @@ TEST(CheckpointIntegrityTest, AFailedCheckpointLeavesNoPartialDirectory) {
   EXPECT_FALSE(std::filesystem::exists(dir + "/checkpoints/step_00000002.partial"));
   EXPECT_FALSE(std::filesystem::exists(dir + "/checkpoints/step_00000002"));
   EXPECT_EQ(*ReadFile(dir + "/checkpoints/latest"), "step_00000001\n");
+}
+
+}  // namespace
+}  // namespace freeride
+
+namespace freeride {
+namespace {
+
+TEST(CheckpointKeepTest, KeepsTheNewestAndLogsEachWriteWithItsSizeAndRate) {
+  const std::string shard = WriteRandomShard("keep.bin", 4000, 64, 31);
+  const std::string run = Temp("keep_last"), config = Temp("keep_last.toml");
+  std::filesystem::remove_all(run);
+  ASSERT_TRUE(WriteFileAtomically(config, TinyToml(shard, run)).ok());
+  CliResult train = RunFreeride({"train", "--config", config, "--set", "checkpoint.every=1",
+                                 "--set", "checkpoint.keep_last=2"});
+  ASSERT_EQ(train.status, kExitOk) << train.err;
+  std::vector<std::string> kept;
+  for (const auto& entry : std::filesystem::directory_iterator(run + "/checkpoints")) {
+    kept.push_back(entry.path().filename().string());
+  }
+  std::sort(kept.begin(), kept.end());
+  EXPECT_EQ(kept, (std::vector<std::string>{"latest", "step_00000005", "step_00000006"}));
+  EXPECT_THAT(train.err, HasSubstr("writing checkpoint step_00000006 to " + run + "/checkpoints"));
+  EXPECT_THAT(train.err, ::testing::ContainsRegex("checkpoint " + run +
+                                                  "/checkpoints/step_00000006: [0-9.]+ KiB in "
+                                                  "[0-9.]+ s \\([0-9.]+ MB/s\\)"));
+  EXPECT_THAT(train.err,
+              HasSubstr("checkpoint.keep_last = 2: removed " + run + "/checkpoints/step_00000004"));
+}
+
+TEST(CheckpointKeepTest, PruningNeverRemovesTheCheckpointLatestNames) {
+  const std::string dir = Temp("keep_latest");
+  std::filesystem::remove_all(dir);
+  for (const char* step : {"step_00000001", "step_00000002", "step_00000003"}) {
+    ASSERT_TRUE(MakeDirectories(dir + "/" + step).ok());
+  }
+  ASSERT_TRUE(WriteFileAtomically(dir + "/latest", "step_00000001\n").ok());
+  absl::StatusOr<std::vector<std::string>> removed = PruneCheckpoints(dir, 1);
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_EQ(*removed, std::vector<std::string>{dir + "/step_00000002"});
+  EXPECT_TRUE(std::filesystem::exists(dir + "/step_00000001"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/step_00000003"));
+  EXPECT_TRUE(PruneCheckpoints(dir, 0)->empty());  // 0 keeps every one
 }
 
 }  // namespace

@@ -5,32 +5,19 @@
 #include <iostream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "core/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/trainer/run_cli.h"
 
 namespace freeride {
 namespace {
 
 using testing::HasSubstr;
 using testing::Not;
-
-struct CliResult {
-  int status;
-  std::string out;
-  std::string err;
-};
-
-CliResult RunCommand(const std::vector<std::string>& args) {
-  std::ostringstream out, err;
-  std::streambuf* old_out = std::cout.rdbuf(out.rdbuf());
-  std::streambuf* old_err = std::cerr.rdbuf(err.rdbuf());
-  int status = RunCli(args);
-  std::cout.rdbuf(old_out);
-  std::cerr.rdbuf(old_err);
-  return {status, out.str(), err.str()};
-}
 
 std::string WriteTemp(const std::string& name, const std::string& text) {
   std::string path = testing::TempDir() + name;
@@ -73,6 +60,69 @@ TEST(CliTest, VersionReportsBuildFacts) {
   EXPECT_THAT(result.out, HasSubstr("cuDNN"));
   EXPECT_THAT(result.out, HasSubstr("NCCL"));
 #endif
+}
+
+TEST(CliTest, VersionIsAlsoAnOption) {
+  CliResult option = RunCommand({"--version"});
+  EXPECT_EQ(option.status, kExitOk);
+  EXPECT_EQ(option.out, RunCommand({"version"}).out);
+}
+
+// The command names `freeride --help` lists ("config check", "train", ...).
+std::vector<std::string> ListedCommands() {
+  std::vector<std::string> names;
+  std::istringstream lines(RunCommand({"--help"}).out);
+  bool in_list = false;
+  for (std::string line; std::getline(lines, line);) {
+    if (line == "commands:") in_list = true;
+    if (!in_list || line.rfind("  ", 0) != 0) continue;
+    names.push_back(line.substr(2, line.find("  ", 2) - 2));
+  }
+  return names;
+}
+
+TEST(CliTest, EveryCommandAndGroupHasHelp) {
+  const std::vector<std::string> names = ListedCommands();
+  ASSERT_GE(names.size(), 15u);
+  for (const std::string& name : names) {
+    std::vector<std::string> args = absl::StrSplit(name, ' ');
+    args.push_back("--help");
+    CliResult help = RunCommand(args);
+    EXPECT_EQ(help.status, kExitOk) << name;
+    EXPECT_THAT(help.out, testing::StartsWith("usage: freeride " + name)) << name;
+    args.back() = "-h";
+    EXPECT_EQ(RunCommand(args).out, help.out) << name;
+  }
+  for (const std::string group : {"config", "checkpoint"}) {
+    CliResult help = RunCommand({group, "--help"});
+    EXPECT_EQ(help.status, kExitOk) << group;
+    EXPECT_THAT(help.out, HasSubstr("usage: freeride " + group + " SUBCOMMAND"));
+    EXPECT_EQ(RunCommand({"help", group}).out, help.out);
+    CliResult bare = RunCommand({group});
+    EXPECT_EQ(bare.status, kExitUsage) << group;
+    EXPECT_EQ(bare.err, help.out);
+  }
+  EXPECT_THAT(RunCommand({"config", "--help"}).out,
+              testing::AllOf(HasSubstr("config check"), HasSubstr("config memory"),
+                             HasSubstr("config docs")));
+  CliResult typo = RunCommand({"config", "chek"});
+  EXPECT_EQ(typo.status, kExitUsage);
+  EXPECT_THAT(typo.err, HasSubstr("unknown command 'config chek'"));
+  EXPECT_THAT(typo.err, HasSubstr("config check"));
+  // Usage lines name what the issue found missing.
+  EXPECT_THAT(RunCommand({"sample", "--help"}).out, HasSubstr("[--format text|jsonl]"));
+  EXPECT_THAT(RunCommand({"schedule", "--help"}).out, HasSubstr("text|csv|torch|json"));
+}
+
+TEST(CliTest, ASpaceInsteadOfEqualsInSetIsSaid) {
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"train", "--set", "train.steps", "5"},
+        std::vector<std::string>{"config", "check", "--set", "train.steps", "5"}}) {
+    CliResult result = RunCommand(args);
+    EXPECT_EQ(result.status, kExitUsage);
+    EXPECT_THAT(result.err, HasSubstr("error: --set train.steps 5: a space instead of '=' "
+                                      "(write --set train.steps=5)"));
+  }
 }
 
 TEST(CliTest, DevicesAlwaysListsTheCpu) {
@@ -164,6 +214,35 @@ TEST(CliTest, ACommandTaskCannotRunInProcess) {
   EXPECT_EQ(result.status, kExitFailure);
   EXPECT_THAT(result.err, HasSubstr(path + ":5:13: side_tasks[0].isolation: expected \"process\" "
                                     "for a `command` task"));
+}
+
+// Two servers on one port would collide on a host their ranks share: two serve tasks on one
+// port, and one task on a port bound by each of its ranks, are refused with the lines of both.
+TEST(CliTest, ServeTasksThatWouldShareAPortAreRefused) {
+  auto task = [](const std::string& name, const std::string& stages, int port) {
+    return absl::StrCat("[[side_tasks]]\ntype = \"serve\"\nname = \"", name,
+                        "\"\nstages = ", stages, "\n[side_tasks.args]\n",
+                        "checkpoint = \"tests/data/gpt2_golden/model.bin\"\nport = ", port, "\n");
+  };
+  const std::string head = "[data]\ntrain = \"x_*.bin\"\n[parallel]\npp = 2\n";  // 4 lines
+  // Tasks on lines 5-11, 12-18 and 19-25; their ports on lines 11, 18 and 25.
+  const std::string path =
+      WriteTemp("ports.toml", head + task("a", "[0]", 8200) + task("b", "[1]", 8200) +
+                                  task("c", "\"all\"", 8300));
+  CliResult result = RunCommand({"config", "check", path});
+  EXPECT_EQ(result.status, kExitFailure);
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 2) << result.err;
+  EXPECT_THAT(result.err,
+              HasSubstr(path + ":18:8: side_tasks[1].args.port = 8200: side_tasks[0] ('a', " +
+                        path + ":11:8) serves on this port too"));
+  EXPECT_THAT(result.err, HasSubstr(path + ":25:8: side_tasks[2].args.port = 8300: the task runs "
+                                           "on 2 ranks (2 stages x parallel.dp = 1)"));
+  // One port each, and port = 0 (any free port) on every rank: accepted.
+  const std::string fine =
+      WriteTemp("ports_ok.toml",
+                head + task("a", "[0]", 8200) + task("b", "[1]", 8201) + task("c", "\"all\"", 0));
+  result = RunCommand({"config", "check", fine});
+  EXPECT_EQ(result.status, kExitOk) << result.err;
 }
 
 TEST(CliTest, SideTaskNamesThatArePathsAreRefusedWithTheirLine) {

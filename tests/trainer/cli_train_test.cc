@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/files.h"
+#include "core/logging.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "trainer/cli/cli.h"
@@ -50,13 +51,23 @@ TEST(CliTrainTest, PrepareTrainEvalSample) {
   ASSERT_EQ(prep.status, kExitOk) << prep.err;
   EXPECT_THAT(prep.out, HasSubstr("val_000000.bin (200 tokens)"));
 
+  // Progress is kept at the warn threshold, in the log file as on stderr.
+  const LogLevel level = GetLogLevel();
+  SetLogLevel(LogLevel::kWarn);
   CliResult train = RunFreeride({"train", "--set", "run.dir=\"" + run + "\"", "--set",
                          "data.train=\"" + data + "/train_*.bin\"", "--set",
                          "data.val=\"" + data + "/val_*.bin\"", "--set", "model.n_layer=1",
                          "--set", "model.n_embd=16", "--set", "model.n_head=2", "--set",
                          "train.steps=4", "--set", "train.seq_len=16", "--set", "eval.every=2",
                          "--set", "eval.batches=1"});
+  SetLogLevel(level);
   ASSERT_EQ(train.status, kExitOk) << train.err;
+  absl::StatusOr<std::string> log = ReadFile(run + "/log_rank000.txt");
+  ASSERT_TRUE(log.ok()) << log.status();
+  EXPECT_THAT(*log, HasSubstr("] step 4/4 | loss "));
+  EXPECT_THAT(*log, HasSubstr("] step 2 | val loss "));
+  EXPECT_THAT(*log, HasSubstr("] final checkpoint "));
+  EXPECT_THAT(*log, ::testing::Not(HasSubstr("] model: ")));  // an INFO line, below warn
   auto metrics = ReadFile(run + "/metrics.jsonl");
   ASSERT_TRUE(metrics.ok());
   EXPECT_THAT(*metrics, HasSubstr("{\"kind\": \"train\", \"step\": 4, \"loss\": "));

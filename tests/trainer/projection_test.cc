@@ -1,7 +1,8 @@
 // The scale projection on cases with closed forms: the α–β all-reduce formulas, dp = 1 giving
 // exactly the simulator's pipeline, 1F1B's bubble (p−1)/(m+p−1) at 8,192 GPUs with uniform
 // costs, the tied-embedding sum over the stage link, and the executor's packing rule (no
-// in-process step fits: nothing; a worker: the bubble less its margin, sync waits left out).
+// in-process step fits: nothing; a worker: the bubble less its margin, sync waits left out);
+// post-validated steps and the all-reduce in buckets as the simulator times them.
 #include "trainer/study/projection.h"
 
 #include "gtest/gtest.h"
@@ -152,6 +153,41 @@ TEST(ProjectionTest, TheTiedEmbeddingSumCrossesTheStageLinkAndIsNotHarvested) {
   EXPECT_GT(sync, 0);
   // The runtime leaves waits for sums inside OPTIMIZER: a worker fills all other bubbles.
   EXPECT_NEAR(row->harvested_fraction, 0.9 * (row->bubble_fraction - sync), 1e-12);
+}
+
+// Post-validated, ZB-H2 on even stages (f = b = w = 4 ms, m = 8 ≥ 2p − 1) takes the
+// bubble-free 3 × 4 × 8 ms; behind the barrier (p − 1)·f more.
+TEST(ProjectionTest, PostValidatedZeroBubbleScheduleTakesItsBubbleFreeStep) {
+  ProjectionOptions options = Uniform({4}, 8);
+  options.kinds = {ScheduleKind::kZBH2};
+  absl::StatusOr<Projection> barrier = Project(Model(8), options);
+  options.step_sync = pipeline::StepSync::kPostValidate;
+  absl::StatusOr<Projection> post = Project(Model(8), options);
+  ASSERT_TRUE(barrier.ok() && post.ok());
+  EXPECT_NEAR(Row(*barrier, 4, 4)->step_ms, 96 + 3 * 4, 1e-6);
+  EXPECT_NEAR(Row(*post, 4, 4)->step_ms, 96, 1e-6);
+  EXPECT_NEAR(Row(*post, 4, 4)->bubble_fraction, 0, 1e-9);
+}
+
+// One stage, two replicas (f = b = w = 16 ms, m = 4): the whole all-reduce is exposed after the
+// last backward; in buckets (free latency) the last W hides part of it, at most its 16 ms.
+TEST(ProjectionTest, BucketedAllReduceHidesBehindTheLastBackward) {
+  ProjectionOptions options = Uniform({2}, 8);
+  options.network = {0, 1e-4};  // 100 kB/s: an all-reduce far longer than a W
+  absl::StatusOr<Projection> whole = Project(Model(8), options);
+  options.dp_bucket_mb = 1e-3;
+  absl::StatusOr<Projection> buckets = Project(Model(8), options);
+  ASSERT_TRUE(whole.ok() && buckets.ok());
+  const ProjectionRow* w = Row(*whole, 2, 1);
+  const ProjectionRow* b = Row(*buckets, 2, 1);
+  ASSERT_NE(w, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_NEAR(w->exposed_sync_ms, w->allreduce_ms, 1e-6);
+  EXPECT_NEAR(w->step_ms, 4 * 48 + w->allreduce_ms, 1e-6);
+  EXPECT_NEAR(b->allreduce_ms, w->allreduce_ms, 1e-6 * w->allreduce_ms);  // no latency
+  EXPECT_LT(b->exposed_sync_ms, w->exposed_sync_ms - 15);
+  EXPECT_GE(b->exposed_sync_ms, b->allreduce_ms - 16 - 1e-6);
+  EXPECT_NEAR(b->step_ms, 4 * 48 + b->exposed_sync_ms, 1e-6);
 }
 
 TEST(ProjectionTest, ThePlotHasOneLinePerKindAndAPointPerGpuCount) {

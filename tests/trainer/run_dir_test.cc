@@ -2,11 +2,41 @@
 
 #include <unistd.h>
 
+#include <filesystem>
+
 #include "core/files.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace freeride {
 namespace {
+
+using ::testing::HasSubstr;
+
+Config RunIn(const std::string& name) {
+  absl::StatusOr<Config> config = ParseConfig("[data]\ntrain = \"t.bin\"\n", "test.toml", {});
+  EXPECT_TRUE(config.ok()) << config.status();
+  config->run.dir = testing::TempDir() + name + "_" + std::to_string(getpid());
+  std::filesystem::remove_all(config->run.dir);
+  return *config;
+}
+
+// Writes `text` to `path`, creating its directories.
+absl::Status Write(const std::string& path, const std::string& text) {
+  absl::Status made = MakeDirectories(std::filesystem::path(path).parent_path().string());
+  return made.ok() ? WriteFileAtomically(path, text) : made;
+}
+
+// What a finished run leaves: metrics, a timeline, side-task records and two checkpoints.
+void LeaveARun(const Config& config) {
+  const std::string dir = config.run.dir;
+  ASSERT_TRUE(Write(dir + "/metrics.jsonl", "{\"kind\": \"train\"}\n").ok());
+  ASSERT_TRUE(Write(dir + "/timeline_rank000.json", "{}").ok());
+  ASSERT_TRUE(Write(dir + "/side_tasks/spin/out.txt", "x").ok());
+  ASSERT_TRUE(Write(dir + "/checkpoints/step_00000150/model.bin", "x").ok());
+  ASSERT_TRUE(Write(dir + "/checkpoints/step_00000030/model.bin", "x").ok());
+  ASSERT_TRUE(Write(dir + "/checkpoints/latest", "step_00000030\n").ok());
+}
 
 TEST(RunDirTest, WritesTheEffectiveConfigThatParsesBack) {
   absl::StatusOr<Config> config = ParseConfig("[data]\ntrain = \"t.bin\"\n", "test.toml",
@@ -18,6 +48,57 @@ TEST(RunDirTest, WritesTheEffectiveConfigThatParsesBack) {
   ASSERT_TRUE(saved.ok()) << saved.status();
   EXPECT_EQ(saved->train.steps, 5);
   EXPECT_EQ(ConfigToToml(*saved), ConfigToToml(*config));
+}
+
+TEST(RunDirTest, ANewRunIntoAnotherRunsDirectoryIsRefusedWithTheWaysOut) {
+  Config config = RunIn("reused");
+  LeaveARun(config);
+  absl::StatusOr<DirectoryLock> lock = PrepareRunDir(config);
+  ASSERT_FALSE(lock.ok());
+  EXPECT_TRUE(absl::IsAlreadyExists(lock.status())) << lock.status();
+  const std::string message(lock.status().message());
+  EXPECT_THAT(message, HasSubstr("run.dir = \"" + config.run.dir + "\" holds another run"));
+  EXPECT_THAT(message, HasSubstr("metrics.jsonl"));
+  EXPECT_THAT(message, HasSubstr("checkpoints step_00000030, step_00000150"));
+  EXPECT_THAT(message, HasSubstr("--set checkpoint.resume=latest"));
+  EXPECT_THAT(message, HasSubstr("--set run.dir=DIR"));
+  EXPECT_THAT(message, HasSubstr("--overwrite"));
+  // Nothing of the previous run was touched, its config included.
+  EXPECT_TRUE(std::filesystem::exists(config.run.dir + "/checkpoints/step_00000150"));
+  EXPECT_FALSE(std::filesystem::exists(config.run.dir + "/config.toml"));
+}
+
+TEST(RunDirTest, ResumingContinuesTheRunThatIsThere) {
+  Config config = RunIn("resumed");
+  LeaveARun(config);
+  config.checkpoint.resume = "latest";
+  EXPECT_TRUE(PrepareRunDir(config).ok());
+  EXPECT_TRUE(std::filesystem::exists(config.run.dir + "/metrics.jsonl"));
+}
+
+TEST(RunDirTest, OverwriteRemovesThePreviousRunsOutputsOnly) {
+  Config config = RunIn("overwritten");
+  LeaveARun(config);
+  ASSERT_TRUE(Write(config.run.dir + "/notes.txt", "mine").ok());
+  absl::StatusOr<DirectoryLock> lock = PrepareRunDir(config, {.overwrite = true});
+  ASSERT_TRUE(lock.ok()) << lock.status();
+  for (const char* gone : {"metrics.jsonl", "timeline_rank000.json", "side_tasks",
+                           "checkpoints/step_00000150", "checkpoints/latest"}) {
+    EXPECT_FALSE(std::filesystem::exists(config.run.dir + "/" + gone)) << gone;
+  }
+  EXPECT_TRUE(std::filesystem::exists(config.run.dir + "/notes.txt"));
+  EXPECT_TRUE(std::filesystem::exists(config.run.dir + "/config.toml"));
+}
+
+TEST(RunDirTest, ACommandWithoutCheckpointsIsNotStoppedByTheRunsCheckpoints) {
+  Config config = RunIn("study_base");
+  ASSERT_TRUE(Write(config.run.dir + "/checkpoints/latest", "step_00000030\n").ok());
+  ASSERT_TRUE(Write(config.run.dir + "/checkpoints/step_00000030/model.bin", "x").ok());
+  EXPECT_FALSE(PrepareRunDir(config).ok());
+  EXPECT_TRUE(PrepareRunDir(config, {.checkpoints = false}).ok());
+  // A study left there is a previous run too.
+  ASSERT_TRUE(Write(config.run.dir + "/study.json", "{}").ok());
+  EXPECT_FALSE(PrepareRunDir(config, {.checkpoints = false}).ok());
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // The study's statistics on synthetic block times: the t quantile against the integrated
 // density, a known effect recovered through drift and noise and covered by its interval, the
 // A/A arm's interval covering 0, and the interval's coverage near 95% over many replicates.
-#include "trainer/study/study_stats.h"
+#include "trainer/study_stats.h"
 
 #include <algorithm>
 #include <cmath>
@@ -32,14 +32,24 @@ TEST(StudyStatsTest, TQuantileHoldsTwoAndAHalfPercentInEachTail) {
   EXPECT_TRUE(std::isinf(StudentT975(0)));
 }
 
+TEST(StudyStatsTest, TQuantileMatchesPublishedValues) {
+  // qt(0.975, df) to 15 digits, as R and SciPy give them.
+  EXPECT_NEAR(StudentT975(1), 12.706204736174707, 1e-9);
+  EXPECT_NEAR(StudentT975(2), 4.302652729749464, 1e-9);
+  EXPECT_NEAR(StudentT975(3), 3.182446305284263, 1e-9);
+  EXPECT_NEAR(StudentT975(10), 2.228138851986274, 1e-9);
+  EXPECT_NEAR(StudentT975(30), 2.042272456301238, 1e-9);
+  EXPECT_NEAR(StudentT975(100), 1.983971518523552, 1e-9);
+}
+
 TEST(StudyStatsTest, MeanWithIntervalMatchesTheFormula) {
   const Estimate e = MeanWithInterval({1.0, 2.0, 3.0, 4.0});
   EXPECT_EQ(e.n, 4);
   EXPECT_DOUBLE_EQ(e.mean, 2.5);
-  // s = sqrt(5/3), t(3) = 3.1824
-  const double half = 3.1824 * std::sqrt(5.0 / 3.0) / 2;
-  EXPECT_NEAR(e.lo, 2.5 - half, 1e-12);
-  EXPECT_NEAR(e.hi, 2.5 + half, 1e-12);
+  // s = sqrt(5/3), t(3) = 3.182446305284263
+  const double half = 3.182446305284263 * std::sqrt(5.0 / 3.0) / 2;
+  EXPECT_NEAR(e.lo, 2.5 - half, 1e-9);
+  EXPECT_NEAR(e.hi, 2.5 + half, 1e-9);
   const Estimate one = MeanWithInterval({0.7});
   EXPECT_FALSE(one.known());
   EXPECT_DOUBLE_EQ(one.mean, 0.7);

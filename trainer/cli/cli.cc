@@ -13,6 +13,7 @@
 #include "core/device.h"
 #include "core/files.h"
 #include "trainer/cli/cmd_checkpoint.h"
+#include "trainer/cli/cmd_jobs.h"
 #include "trainer/cli/cmd_prepare.h"
 #include "trainer/cli/cmd_project.h"
 #include "trainer/cli/cmd_report.h"
@@ -35,8 +36,9 @@ struct Command {
   std::string summary;
   std::vector<FlagSpec> flags;
   std::function<int(const ParsedFlags&)> run;
-  // The one positional argument the command takes ("FILE"), or "" for none: anything more is
-  // refused before the command runs, so a forgotten option name never runs another job.
+  // The positional arguments the command takes ("FILE", "RUN_DIR JOB.toml"), or "" for none:
+  // anything more is refused before the command runs, so a forgotten option name never runs
+  // another job.
   std::string operand = "";
 };
 
@@ -142,15 +144,26 @@ const std::vector<Command>& Commands() {
        PrepareCommand},
       {"sample",
        "freeride sample --checkpoint PATH [--prompt TEXT] [--tokens N] [--temperature X] "
-       "[--top_k K] [--seed N]",
+       "[--top_k K] [--seed N] [--format text|jsonl] [--tokenizer FILE]",
        "generate text from a checkpoint", SampleFlags(), SampleCommand},
       {"eval", "freeride eval --checkpoint PATH --data GLOB [--batch_size B] [--seq_len T]",
        "mean loss of a checkpoint on token shards", EvalFlags(), EvalCommand},
       {"schedule",
        "freeride schedule --kind 1f1b --stages 4 --microbatches 8 [--chunks V] "
-       "[--cost f=1,b=2,w=1,comm=0.1 | --cost-file FILE] [--format text|csv|json|chrome|svg]",
+       "[--cost f=1,b=2,w=1,comm=0.1 | --cost-file FILE] [--dp] [--input FILE | --config FILE] "
+       "[--format text|csv|torch|json|chrome|svg] [--out FILE]",
        "build, validate and print a pipeline schedule with its BUBBLE instructions",
        ScheduleFlags(), ScheduleCommand},
+      {"submit", "freeride submit RUN_DIR JOB.toml [--name N] [--priority P] [--work SECONDS]",
+       "queue a fill job (one [[side_tasks]] table) for the training in RUN_DIR: placed at a "
+       "step boundary in the bubbles its step and memory fit; prints its id",
+       SubmitFlags(), SubmitCommand, "RUN_DIR JOB.toml"},
+      {"jobs", "freeride jobs RUN_DIR [--format text|json]",
+       "every fill job of RUN_DIR: state, stages, work done, bubble time, time to finish, reason",
+       JobsFlags(), JobsCommand, "RUN_DIR"},
+      {"cancel", "freeride cancel RUN_DIR ID",
+       "cancel a fill job (a running training ends it at its next step boundary)", {},
+       CancelCommand, "RUN_DIR ID"},
       {"checkpoint verify", "freeride checkpoint verify DIR",
        "check a checkpoint's files (or every checkpoint's in a checkpoint.dir) against the "
        "sizes and CRC-32Cs its manifest recorded",
@@ -165,9 +178,9 @@ const std::vector<Command>& Commands() {
 
 void PrintHelp(std::ostream& out) {
   out << "freeride: a GPT trainer with pipeline parallelism whose bubbles run side tasks\n\n"
-         "usage: freeride COMMAND [options]\n\ncommands:\n";
+         "usage: freeride COMMAND [options]\n       freeride --version\n\ncommands:\n";
   for (const Command& command : Commands()) {
-    out << absl::StrFormat("  %-17s %s\n", command.name, command.summary);
+    out << absl::StrFormat("  %-19s %s\n", command.name, command.summary);
   }
   out << "\n`freeride help COMMAND` or `freeride COMMAND --help` shows a command's options.\n";
 }
@@ -175,6 +188,44 @@ void PrintHelp(std::ostream& out) {
 void PrintCommandHelp(const Command& command, std::ostream& out) {
   out << "usage: " << command.usage << "\n\n" << command.summary << "\n";
   if (!command.flags.empty()) out << "\noptions:\n" << FlagsHelp(command.flags);
+}
+
+// The commands of a group ("config": check, memory, docs), or none when `word` names no group.
+std::vector<const Command*> GroupCommands(const std::string& word) {
+  std::vector<const Command*> group;
+  for (const Command& command : Commands()) {
+    if (absl::StartsWith(command.name, word + " ")) group.push_back(&command);
+  }
+  return group;
+}
+
+void PrintGroupHelp(const std::string& group, const std::vector<const Command*>& commands,
+                    std::ostream& out) {
+  out << "usage: freeride " << group << " SUBCOMMAND [options]\n\nsubcommands:\n";
+  for (const Command* command : commands) {
+    out << absl::StrFormat("  %-19s %s\n", command->name, command->summary);
+  }
+  out << "\n`freeride " << group << " SUBCOMMAND --help` shows a subcommand's options.\n";
+}
+
+bool AsksForHelp(const std::vector<std::string>& args) {
+  return std::any_of(args.begin(), args.end(),
+                     [](const std::string& a) { return a == "--help" || a == "-h"; });
+}
+
+// `--set train.steps 5`: the parser would take "train.steps" as the assignment and 5 as an
+// operand, and complain about the operand; say what happened instead.
+absl::Status CheckSetSpelling(const std::vector<std::string>& args) {
+  for (size_t i = 0; i + 2 < args.size(); ++i) {
+    if (args[i] != "--set" || args[i + 1].find('=') != std::string::npos ||
+        absl::StartsWith(args[i + 2], "--")) {
+      continue;
+    }
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--set %s %s: a space instead of '=' (write --set %s=%s)", args[i + 1], args[i + 2],
+        args[i + 1], args[i + 2]));
+  }
+  return absl::OkStatus();
 }
 
 // The longest command name that prefixes `args` ("config check" before "config").
@@ -206,10 +257,11 @@ absl::Status CheckArguments(const Command& command, const ParsedFlags& flags) {
                                    ")")
                     : ""));
   }
-  if (positional.size() > 1) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s takes one %s, found '%s'", command.name,
-                                                      command.operand,
-                                                      absl::StrJoin(positional, "' '")));
+  const std::vector<std::string> operands = absl::StrSplit(command.operand, ' ');
+  if (positional.size() > operands.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s takes %s%s, found '%s'", command.name, operands.size() == 1 ? "one " : "",
+        absl::StrJoin(operands, " and "), absl::StrJoin(positional, "' '")));
   }
   for (const std::string& assignment : flags.GetAll("set")) {
     if (assignment.find('=') == std::string::npos || assignment[0] == '=') {
@@ -242,17 +294,34 @@ int RunCli(const std::vector<std::string>& args) {
   }
   const bool help = args[0] == "help";
   std::vector<std::string> rest(args.begin() + (help ? 1 : 0), args.end());
+  if (rest[0] == "--version") rest[0] = "version";
   size_t consumed = 0;
   const Command* command = FindCommand(rest, &consumed);
   if (command == nullptr) {
+    // A group without its subcommand ("config --help", "config"): its subcommands.
+    const std::vector<const Command*> group = GroupCommands(rest[0]);
+    const bool bare = rest.size() == 1;
+    if (!group.empty() && (help || bare || AsksForHelp(rest))) {
+      PrintGroupHelp(rest[0], group, help || !bare ? std::cout : std::cerr);
+      return help || !bare ? kExitOk : kExitUsage;
+    }
     std::cerr << "error: unknown command '" << absl::StrJoin(rest, " ") << "'\n\n";
-    PrintHelp(std::cerr);
+    if (group.empty()) {
+      PrintHelp(std::cerr);
+    } else {
+      PrintGroupHelp(rest[0], group, std::cerr);
+    }
     return kExitUsage;
   }
   rest.erase(rest.begin(), rest.begin() + consumed);
-  if (help || std::find(rest.begin(), rest.end(), "--help") != rest.end()) {
+  if (help || AsksForHelp(rest)) {
     PrintCommandHelp(*command, std::cout);
     return kExitOk;
+  }
+  if (absl::Status s = CheckSetSpelling(rest); !s.ok()) {
+    std::cerr << "error: " << s.message() << "\n\n";
+    PrintCommandHelp(*command, std::cerr);
+    return kExitUsage;
   }
   absl::StatusOr<ParsedFlags> flags = ParseFlags(rest, command->flags);
   absl::Status usage = flags.ok() ? CheckArguments(*command, *flags) : flags.status();

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <optional>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/match.h"
@@ -38,9 +40,31 @@ namespace {
 int Fail(const absl::Status& status) {
   for (absl::string_view line : absl::StrSplit(status.message(), '\n')) {
     std::cerr << "error: " << line << "\n";
+    WriteToLogFile(absl::StrCat("error: ", line));
   }
   return kExitFailure;
 }
+
+// Every rank's log lines go to run.dir/log_rankNNN.txt beside stderr (appended on a resume),
+// until the command returns.
+absl::Status LogToRunDir(const Config& config, int rank) {
+  return SetLogFile(
+      (std::filesystem::path(config.run.dir) / absl::StrFormat("log_rank%03d.txt", rank))
+          .string());
+}
+struct RunLogCloser {
+  ~RunLogCloser() { CloseLogFile(); }
+};
+
+// A run.dir that holds another run is refused as bad usage: the command line needs a resume,
+// another run.dir or --overwrite.
+int ExitCodeOfRunDir(const absl::Status& status) {
+  return absl::IsAlreadyExists(status) ? kExitUsage : kExitFailure;
+}
+
+constexpr char kOverwriteHelp[] =
+    "replace what another run left in run.dir (metrics, traces, study, checkpoints) instead "
+    "of refusing to start there";
 
 template <typename N>
 bool ParseNumber(const ParsedFlags& flags, const std::string& name, N* value) {
@@ -82,7 +106,8 @@ absl::StatusOr<std::unique_ptr<GPT2Stage<float>>> LoadModel(const std::string& c
 
 std::vector<FlagSpec> TrainFlags() {
   return {{"config", "FILE", "the run's TOML config (default: the embedded tiny CPU run)"},
-          {"set", "SECTION.KEY=VALUE", "override one config key", true}};
+          {"set", "SECTION.KEY=VALUE", "override one config key", true},
+          {"overwrite", "", kOverwriteHelp}};
 }
 
 // True when an MPI launcher (mpirun, srun with PMI/PMIx) started this process.
@@ -97,6 +122,7 @@ bool LaunchedByMpi() {
 // as an error: the stop was asked for and the checkpoint is written).
 int Stopped(const absl::Status& status) {
   std::cerr << status.message() << "\n";
+  WriteToLogFile(status.message());
   return kExitStopped;
 }
 
@@ -104,7 +130,8 @@ int Stopped(const absl::Status& status) {
 // failure on any rank then ends the whole job: the others would wait for it until their
 // timeouts). SIGTERM, SIGINT and SIGUSR1 ask the run to stop at the next step boundary.
 // `adjust` fits the config to the command, or refuses it, before run.dir is created.
-int WithTrainer(const ParsedFlags& flags, const std::function<absl::Status(Config&)>& adjust,
+int WithTrainer(const ParsedFlags& flags, RunDirOptions run_dir,
+                const std::function<absl::Status(Config&)>& adjust,
                 const std::function<absl::Status(Trainer&, const Config&)>& work) {
   const std::vector<std::string> overrides = flags.GetAll("set");
   absl::StatusOr<Config> config =
@@ -113,9 +140,15 @@ int WithTrainer(const ParsedFlags& flags, const std::function<absl::Status(Confi
   if (!config.ok()) return Fail(config.status());
   if (absl::Status s = adjust(*config); !s.ok()) return Fail(s);
   InstallStopHandlers();
+  const RunLogCloser close_log;
+  run_dir.overwrite = flags.Has("overwrite");
   if (!LaunchedByMpi()) {
-    absl::StatusOr<DirectoryLock> lock = PrepareRunDir(*config);
-    if (!lock.ok()) return Fail(lock.status());
+    absl::StatusOr<DirectoryLock> lock = PrepareRunDir(*config, run_dir);
+    if (!lock.ok()) {
+      Fail(lock.status());
+      return ExitCodeOfRunDir(lock.status());
+    }
+    if (absl::Status s = LogToRunDir(*config, 0); !s.ok()) return Fail(s);
     absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*config);
     if (!trainer.ok()) return Fail(trainer.status());
     absl::Status s = work(**trainer, *config);
@@ -128,19 +161,22 @@ int WithTrainer(const ParsedFlags& flags, const std::function<absl::Status(Confi
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   SetLogRank(rank);
-  auto fail = [&](const absl::Status& status) {
+  auto fail = [&](const absl::Status& status, int code = kExitFailure) {
     const bool named = absl::StartsWith(status.message(), "rank ");
     Fail(named ? status
                : absl::Status(status.code(), absl::StrFormat("rank %d: %s", rank, status.message())));
-    MPI_Abort(MPI_COMM_WORLD, kExitFailure);
-    return kExitFailure;
+    MPI_Abort(MPI_COMM_WORLD, code);
+    return code;
   };
   std::optional<DirectoryLock> lock;
   if (rank == 0) {
-    absl::StatusOr<DirectoryLock> locked = PrepareRunDir(*config);
-    if (!locked.ok()) return fail(locked.status());
+    absl::StatusOr<DirectoryLock> locked = PrepareRunDir(*config, run_dir);
+    if (!locked.ok()) return fail(locked.status(), ExitCodeOfRunDir(locked.status()));
     lock = *std::move(locked);
   }
+  // Rank 0 has made run.dir (or aborted the job): every rank logs there from now on.
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (absl::Status s = LogToRunDir(*config, rank); !s.ok()) return fail(s);
   bool stopped = false;
   {
     std::unique_ptr<pipeline::Transport> transport = pipeline::MakeMpiTransport();
@@ -161,8 +197,9 @@ int WithTrainer(const ParsedFlags& flags, const std::function<absl::Status(Confi
 }
 
 int TrainCommand(const ParsedFlags& flags) {
-  return WithTrainer(flags, [](Config&) { return absl::OkStatus(); },
-                     [](Trainer& trainer, const Config&) { return trainer.Run(); });
+  return WithTrainer(
+      flags, RunDirOptions{}, [](Config&) { return absl::OkStatus(); },
+      [](Trainer& trainer, const Config&) { return trainer.Run(); });
 }
 
 std::vector<FlagSpec> StudyFlags() {
@@ -172,7 +209,8 @@ std::vector<FlagSpec> StudyFlags() {
           {"block_steps", "N", "training steps per block (default 4)"},
           {"target_ci", "PCT",
            "add rounds until every arm's overhead interval is within ±PCT percent (e.g. 2)"},
-          {"max_rounds", "R", "with --target_ci: at most this many rounds (default 20)"}};
+          {"max_rounds", "R", "with --target_ci: at most this many rounds (default 20)"},
+          {"overwrite", "", kOverwriteHelp}};
 }
 
 int StudyCommand(const ParsedFlags& flags) {
@@ -210,10 +248,13 @@ int StudyCommand(const ParsedFlags& flags) {
   options.block_steps = static_cast<int>(block);
   options.max_rounds = static_cast<int>(max_rounds);
   options.target_ci = target_pct / 100;
+  // A study writes no checkpoint: those of the run it may resume from are not in its way.
   return WithTrainer(
-      flags,
+      flags, RunDirOptions{.checkpoints = false},
       // The study decides when side tasks run and how many steps there may be.
       [&](Config& config) {
+        // Its arms are measured against each other: fill jobs would run in all of them.
+        config.freeride.jobs = false;
         PrepareStudyConfig(config, options);
         return CheckStudyConfig(config);
       },

@@ -50,12 +50,16 @@ std::string Describe(const toml::node& node) {
   }
 }
 
+}  // namespace
+
 bool IsPlainName(absl::string_view name) {
   return !name.empty() && name.size() <= 64 && name[0] != '.' && name[0] != '-' &&
          std::all_of(name.begin(), name.end(), [](char ch) {
            return absl::ascii_isalnum(ch) || ch == '_' || ch == '-' || ch == '.';
          });
 }
+
+namespace {
 
 class Loader {
  public:
@@ -455,6 +459,11 @@ void Loader::CheckCrossField() {
                         c.parallel.layers_per_stage.size(), " entries, sum ", sum, ")"));
     }
   }
+  const std::vector<int64_t>& trace = c.trace.steps;
+  if (trace.size() != 2 || trace[0] < 1 || trace[1] < trace[0] || trace[1] - trace[0] >= 1000) {
+    fail("trace.steps", "[first, last] with 1 <= first <= last and at most 1000 steps",
+         absl::StrCat("[", absl::StrJoin(trace, ", "), "]"));
+  }
   if (c.runtime.precision == "bf16" && c.runtime.device != "cuda") {
     fail("runtime.precision", "\"fp32\" on the cpu device (bf16 needs runtime.device = \"cuda\")",
          "\"bf16\"");
@@ -496,6 +505,12 @@ void Loader::CheckCrossField() {
   }
 }
 
+absl::Status SyntaxError(const toml::parse_error& e, absl::string_view source) {
+  return absl::InvalidArgumentError(absl::StrCat(source, ":", e.source().begin.line, ":",
+                                                 e.source().begin.column, ": TOML syntax error: ",
+                                                 std::string(e.description())));
+}
+
 }  // namespace
 
 absl::StatusOr<Config> ParseConfig(absl::string_view text, absl::string_view source,
@@ -505,9 +520,7 @@ absl::StatusOr<Config> ParseConfig(absl::string_view text, absl::string_view sou
     toml::table root = toml::parse(std::string_view(text.data(), text.size()), std::string(source));
     loader.LoadDocument(root);
   } catch (const toml::parse_error& e) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ":", e.source().begin.line, ":",
-                                                   e.source().begin.column,
-                                                   ": TOML syntax error: ", std::string(e.description())));
+    return SyntaxError(e, source);
   }
   for (const std::string& assignment : overrides) loader.ApplyOverride(assignment);
   loader.CheckRequired();
@@ -523,6 +536,35 @@ absl::StatusOr<Config> ParseConfig(absl::string_view text, absl::string_view sou
     task.origins = loader.SideTaskOrigins(i);
   }
   return loader.config;
+}
+
+absl::StatusOr<SideTaskConfig> ParseSideTaskFile(absl::string_view text, absl::string_view source,
+                                                 const Config& run) {
+  Loader loader(source);
+  loader.config = run;
+  loader.config.side_tasks.clear();
+  toml::table root;
+  try {
+    root = toml::parse(std::string_view(text.data(), text.size()), std::string(source));
+  } catch (const toml::parse_error& e) {
+    return SyntaxError(e, source);
+  }
+  const toml::array* tables = root["side_tasks"].as_array();
+  const size_t found = tables == nullptr ? 0 : tables->size();
+  const bool others = root.size() > (tables == nullptr ? 0u : 1u);
+  if (found != 1 || others) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": expected one [[side_tasks]] table and nothing else, found ", found,
+                     " [[side_tasks]] table(s)", others ? " and other keys or sections" : ""));
+  }
+  loader.LoadDocument(root);
+  if (loader.errors.empty()) loader.CheckCrossField();
+  if (!loader.errors.empty()) return absl::InvalidArgumentError(absl::StrJoin(loader.errors, "\n"));
+  SideTaskConfig task = loader.config.side_tasks[0];
+  if (task.name.empty()) task.name = task.type;
+  if (task.isolation.empty()) task.isolation = DefaultIsolation(task);
+  task.origins = loader.SideTaskOrigins(0);
+  return task;
 }
 
 std::string DefaultIsolation(const SideTaskConfig& task) {

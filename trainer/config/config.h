@@ -70,6 +70,7 @@ struct CheckpointConfig {
   int64_t every = 0;
   std::string dir;
   std::string resume;
+  int64_t keep_last = 0;
 };
 
 struct ParallelConfig {
@@ -91,6 +92,7 @@ struct RuntimeConfig {
   int64_t emulated_stage = 0;
   double link_bandwidth_gbs = 25.0;
   int64_t threads = 0;
+  double peak_tflops = 0;
 };
 
 struct FreerideConfig {
@@ -100,8 +102,14 @@ struct FreerideConfig {
   double margin = 0.1;
   double step_timeout_s = 60;
   int64_t demote_after = 3;
+  bool jobs = true;
+  std::string job_policy = "fifo";
+  double job_age_limit_s = 600;
 };
 
+struct TraceConfig {
+  std::vector<int64_t> steps = {2, 9};  // [first, last]: step 1 warms caches and thread pools
+};
 
 struct SideTaskConfig {
   std::string type;
@@ -119,6 +127,10 @@ struct SideTaskConfig {
   std::map<std::string, std::string> origins;
 };
 
+// Letters, digits, '_', '-' and '.', not starting with '.' or '-', at most 64 characters: a
+// side task's name, which names its files and directories in run.dir.
+bool IsPlainName(absl::string_view name);
+
 // "process" for plugins and `command`, "inprocess" for the other built-in tasks.
 std::string DefaultIsolation(const SideTaskConfig& task);
 
@@ -133,6 +145,7 @@ struct Config {
   ParallelConfig parallel;
   RuntimeConfig runtime;
   FreerideConfig freeride;
+  TraceConfig trace;
   std::vector<SideTaskConfig> side_tasks;
   // "section.key" of every key the file or an override set (the rest kept their defaults):
   // lets a checkpoint's architecture rule where the config is silent.
@@ -146,6 +159,12 @@ struct Config {
 // was expected and what was found.
 absl::StatusOr<Config> ParseConfig(absl::string_view text, absl::string_view source,
                                    const std::vector<std::string>& overrides = {});
+
+// Parses a fill job's file (`freeride submit`): exactly one [[side_tasks]] table and nothing
+// else, with the keys, checks and file:line:column errors of a task in a config. `run` is the
+// config of the run it goes to (its parallel.pp bounds the stages).
+absl::StatusOr<SideTaskConfig> ParseSideTaskFile(absl::string_view text, absl::string_view source,
+                                                 const Config& run);
 
 // Reads and parses a config file.
 absl::StatusOr<Config> LoadConfigFile(const std::string& path,

@@ -120,6 +120,10 @@ std::vector<KeySpec> BuildSchema() {
           .Doc("Resume training from a checkpoint directory (one written by "
                "this project), or \"latest\" for the newest one in "
                "checkpoint.dir; empty starts afresh."),
+      FR_KEY(checkpoint, keep_last)
+          .Min(0)
+          .Doc("Keep only the newest this many checkpoints of checkpoint.dir (older step_N "
+               "directories are removed once a new one is complete); 0 keeps every one."),
 
       FR_KEY(parallel, pp).Min(1).Max(4096).Doc("Pipeline stages."),
       FR_KEY(parallel, dp).Min(1).Max(4096).Doc("Data-parallel replicas; world size is pp × dp."),
@@ -171,6 +175,11 @@ std::vector<KeySpec> BuildSchema() {
           .Doc("With runtime.emulate_peers: bandwidth (GB/s) of the link between stages, for the "
                "emulated transfer time of an activation or gradient."),
       FR_KEY(runtime, threads).Min(0).Doc("CPU threads per rank; 0: the cores available."),
+      FR_KEY(runtime, peak_tflops)
+          .Min(0)
+          .Doc("Peak TFLOP/s of one rank's device, the denominator of metrics.jsonl's mfu. 0: "
+               "the dense peak of a known GPU at runtime.precision (H100, H200, A100, L40S; "
+               "another GPU has no mfu), on the CPU a single-precision GEMM measured at start."),
 
       FR_KEY(freeride, enabled).Doc("Run the configured side tasks inside pipeline bubbles."),
       FR_KEY(freeride, alternate_every)
@@ -197,6 +206,24 @@ std::vector<KeySpec> BuildSchema() {
           .Doc("In-process steps that overrun their bubble (over twice their predicted time, past "
                "the "
                "bubble's end) before the task is demoted; twice as many fail it."),
+      FR_KEY(freeride, jobs)
+          .Doc("Take fill jobs (`freeride submit RUN_DIR JOB.toml`) at step boundaries and run "
+               "them in the bubbles they fit (docs/side_tasks.md#fill-jobs)."),
+      FR_KEY(freeride, job_policy)
+          .Choices({"fifo", "priority", "shortest_first"})
+          .Doc("Which pending job is placed next: in submission order; the highest `priority` "
+               "first (equals in submission order; lower ones may wait for ever); or the least "
+               "estimated work first (`submit --work`; unknown last), except that a job pending "
+               "longer than freeride.job_age_limit_s goes before every other."),
+      FR_KEY(freeride, job_age_limit_s)
+          .Min(0)
+          .Doc("Under job_policy = \"shortest_first\": a job pending this long (wall-clock "
+               "seconds since it was submitted) is placed before shorter ones, oldest first."),
+
+      FR_KEY(trace, steps)
+          .Doc("[first, last]: the steps timeline_rankNNN.json records (and the trace.json "
+               "freeride report merges from them), at most 1000; each is kept in memory until "
+               "the run ends."),
   };
 }
 
@@ -210,7 +237,7 @@ const std::vector<KeySpec>& Schema() {
 const std::vector<std::string>& SectionNames() {
   static const std::vector<std::string> names = {"run",     "model",    "data",       "train",
                                                  "optim",   "eval",     "checkpoint", "parallel",
-                                                 "runtime", "freeride", "side_tasks"};
+                                                 "runtime", "freeride", "trace",      "side_tasks"};
   return names;
 }
 
@@ -225,6 +252,7 @@ std::string SectionDoc(absl::string_view section) {
   if (section == "parallel") return "Pipeline and data parallelism.";
   if (section == "runtime") return "Device, precision and communication.";
   if (section == "freeride") return "Side-task harvesting of pipeline bubbles.";
+  if (section == "trace") return "The measured timeline of each rank.";
   if (section == "side_tasks") {
     return "Side tasks to run in bubbles: an array of tables, one `[[side_tasks]]` each.";
   }

@@ -4,10 +4,13 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "freeride/tasks/serve_http.h"
 
 namespace freeride {
 namespace {
@@ -34,6 +37,54 @@ std::string Problem(const SideTaskConfig& task, size_t index, const std::string&
                     absl::string_view message) {
   return absl::StrFormat("%s%sside_tasks[%d] ('%s', %s): %s", where, where.empty() ? "" : ": ",
                          index, task.name.empty() ? task.type : task.name, task.type, message);
+}
+
+// Where side_tasks[i]'s `key` was set: "file:line:column", or the task's table when the key
+// has its default.
+std::string OriginOf(const SideTaskConfig& task, const std::string& key) {
+  auto it = task.origins.find(key);
+  if (it == task.origins.end()) it = task.origins.find("");
+  return it != task.origins.end() ? it->second : "";
+}
+
+// Each built-in serve task's port is bound by every rank that runs it: two servers (two tasks,
+// or one task on several ranks) on one port collide on a host they share. Which ranks share a
+// host is not known before launch, so any two are refused here rather than left to fail to
+// bind at run time; port = 0 takes any free port on each rank.
+void CheckServePorts(const Config& config, std::vector<std::string>* problems) {
+  const int64_t pp = config.parallel.pp, dp = config.parallel.dp;
+  std::map<int64_t, size_t> first_on_port;
+  for (size_t i = 0; i < config.side_tasks.size(); ++i) {
+    const SideTaskConfig& task = config.side_tasks[i];
+    if (task.type != "serve" || !task.plugin.empty()) continue;
+    int64_t port = serve::kDefaultPort;
+    const auto it = task.args.find("port");
+    if (it != task.args.end()) {
+      if (!std::holds_alternative<int64_t>(it->second)) continue;  // the task's Create says why
+      port = std::get<int64_t>(it->second);
+    }
+    if (port == 0) continue;
+    const std::string where = OriginOf(task, "args.port");
+    const std::string port_text = absl::StrCat(port, it == task.args.end() ? " (the default)" : "");
+    const int64_t stages = task.stages.empty() ? pp : static_cast<int64_t>(task.stages.size());
+    if (stages * dp > 1) {
+      problems->push_back(absl::StrFormat(
+          "%s: side_tasks[%d].args.port = %s: the task runs on %d ranks (%d stage%s x "
+          "parallel.dp = %d), each a server on this port, and ranks on one host cannot share "
+          "one: give it one stage (stages = [0]) with dp = 1, or port = 0 (any free port, "
+          "written to side_tasks/%s_r<rank>/address)",
+          where, i, port_text, stages * dp, stages, stages == 1 ? "" : "s", dp, task.name));
+    }
+    auto [first, inserted] = first_on_port.emplace(port, i);
+    if (!inserted) {
+      const SideTaskConfig& other = config.side_tasks[first->second];
+      problems->push_back(absl::StrFormat(
+          "%s: side_tasks[%d].args.port = %s: side_tasks[%d] ('%s', %s) serves on this port "
+          "too, and two servers on one host cannot share one: give each its own port, or "
+          "port = 0 (any free port, written to side_tasks/<name>_r<rank>/address)",
+          where, i, port_text, first->second, other.name, OriginOf(other, "args.port")));
+    }
+  }
 }
 
 int64_t FreeHostBytes() {
@@ -77,6 +128,7 @@ absl::Status CheckSideTaskPlacement(const Config& config) {
           FormatByteSize(task.memory_limit_bytes), FormatByteSize(available)));
     }
   }
+  CheckServePorts(config, &problems);
   if (problems.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrJoin(problems, "\n"));
 }

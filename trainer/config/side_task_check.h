@@ -1,7 +1,7 @@
 // Side-task validation that `config check` and `train` share: stages within the pipeline,
-// memory limits within what the machine has free, and each task built as `train` builds it
-// (type or plugin found with the right ABI, arguments accepted by its Create), in a worker
-// process where its isolation says so. Errors name the config file and line.
+// memory limits within what the machine has free, one server per port, and each task built as
+// `train` builds it (type or plugin found with the right ABI, arguments accepted by its
+// Create), in a worker process where its isolation says so. Errors name the config file and line.
 #pragma once
 
 #include <string>
@@ -16,7 +16,8 @@ namespace freeride {
 // The executor's spec of side_tasks[index].
 SideTaskSpec SpecOf(const SideTaskConfig& task);
 
-// Stages and memory limits of every task (cheap: no task is built). One line per problem.
+// Stages and memory limits of every task, and serve tasks' ports (no two servers on one port,
+// counting each rank a task runs on); cheap: no task is built. One line per problem.
 absl::Status CheckSideTaskPlacement(const Config& config);
 
 // CheckSideTaskPlacement, then every task created (and released) as training would create it.

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "core/build_info.h"
 #include "trainer/config/config.h"
+#include "trainer/report/report_jobs.h"
 #include "trainer/report/svg_plot.h"
 
 namespace freeride {
@@ -277,6 +278,7 @@ std::string RenderReport(const RunFiles& run) {
   html += Training(run, cfg);
   html += Bubbles(run);
   html += SideTasks(run);
+  html += JobsSection(run);
   html += Study(run);
   if (!run.timeline_svg.empty()) {
     absl::StrAppend(&html,

@@ -1,8 +1,8 @@
 // `freeride report`: one self-contained HTML page of a run (inline SVG and CSS, no script, no
 // network): its state, loss, speed, learning rate and gradient norm over the steps, bubbles
 // and the side work in them per stage and kind, predicted against measured bubbles, the side
-// tasks, overhead and reclaimed work, the timeline of a measured step, a study's arms and the
-// config. Sections without data in the run are left out.
+// tasks, overhead and reclaimed work, the fill jobs, the timeline of a measured step, a study's
+// arms and the config. Sections without data in the run are left out.
 #pragma once
 
 #include <string>

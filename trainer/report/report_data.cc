@@ -114,6 +114,10 @@ absl::StatusOr<RunFiles> LoadRunFiles(const std::string& dir) {
     }
     run.timelines.push_back(std::move(trace));
   }
+  if (absl::StatusOr<std::vector<Job>> jobs = LoadJobs(dir); jobs.ok()) {
+    for (const Job& job : *jobs) run.job_progress[job.id] = ReadJobProgress(dir, job.id);
+    run.jobs = *std::move(jobs);
+  }
   if (absl::StatusOr<std::string> t = ReadFile((root / "config.toml").string()); t.ok()) {
     run.config_toml = *t;
   }

@@ -1,14 +1,16 @@
 // What `freeride report` reads from a run directory: metrics.jsonl, side_tasks_rankNNN.jsonl,
-// config.toml, timeline_rankNNN.json, timeline.svg, and a study's study.json. A run still
-// writing may end a file mid-line: such a line is left out with a note, never an error.
+// config.toml, timeline_rankNNN.json, timeline.svg, a study's study.json, and fill jobs. A run
+// still writing may end a file mid-line: such a line is left out with a note, never an error.
 #pragma once
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trainer/jobs/job_store.h"
 
 namespace freeride {
 
@@ -18,6 +20,8 @@ struct RunFiles {
   std::vector<nlohmann::json> side_tasks;  // the last record of each (rank, task)
   std::optional<nlohmann::json> study;     // study.json
   std::vector<nlohmann::json> timelines;   // timeline_rankNNN.json, by rank
+  std::vector<Job> jobs;                   // fill jobs (jobs/, jobs.jsonl), by id
+  std::map<int64_t, std::vector<std::pair<int64_t, JobProgress>>> job_progress;  // by step
   std::string config_toml;
   std::string timeline_svg;
   std::vector<std::string> notes;  // what was left out and why

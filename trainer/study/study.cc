@@ -14,8 +14,9 @@
 #include "absl/strings/str_join.h"
 #include "core/files.h"
 #include "core/logging.h"
+#include "trainer/run_dir.h"
 #include "trainer/study/study_report.h"
-#include "trainer/study/study_stats.h"
+#include "trainer/study_stats.h"
 
 namespace freeride {
 namespace {
@@ -150,6 +151,11 @@ int64_t StudySteps(const Config& config, const StudyOptions& options) {
 }
 
 void PrepareStudyConfig(Config& config, const StudyOptions& options) {
+  // Its own directory: a study beside a training run must not replace that run's config,
+  // timelines or side-task records. Checkpoints stay where the config put them, so that
+  // checkpoint.resume = "latest" still names the training run's.
+  config.checkpoint.dir = CheckpointDirOf(config);
+  config.run.dir = (std::filesystem::path(config.run.dir) / "study").string();
   config.train.steps = StudySteps(config, options);
   config.freeride.alternate_every = 0;
   config.eval.every = 0;

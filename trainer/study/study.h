@@ -7,7 +7,7 @@
 // task arm so every task has started; none of it counted), a plain block (training alone), then
 // per round every arm once in an order shuffled with run.seed, each arm block followed by a
 // plain block. Each arm block is compared with the plain blocks on either side of it
-// (trainer/study/study_stats.h). An A/A arm — training alone, measured exactly like a task arm — is
+// (trainer/study_stats.h). An A/A arm — training alone, measured exactly like a task arm — is
 // in every study: its interval is the machine's noise floor. With a target, rounds are added
 // until every arm's overhead interval is within ±target or max_rounds is reached.
 #pragma once
@@ -34,9 +34,10 @@ int StudyRoundsAtMost(const StudyOptions& options);
 // Steps a study may need (its longest run): warm-up, then every block of every round.
 int64_t StudySteps(const Config& config, const StudyOptions& options);
 
-// What a study sets in the config it runs: the steps, no alternation or evaluation of its own,
-// and repeat = true for every task that does not say otherwise (an arm whose task ran out of
-// work would measure nothing).
+// What a study sets in the config it runs: its own directory, run.dir/study (checkpoint.dir
+// stays the run's), the steps, no alternation or evaluation of its own, and repeat = true for
+// every task that does not say otherwise (an arm whose task ran out of work would measure
+// nothing).
 void PrepareStudyConfig(Config& config, const StudyOptions& options);
 
 // OK when the config has side tasks to compare (freeride.enabled and [[side_tasks]]); checked

@@ -1,4 +1,4 @@
-// What a harvest study measured, turned into figures with intervals (trainer/study/study_stats.h) and
+// What a harvest study measured, turned into figures with intervals (trainer/study_stats.h) and
 // written as study.md and study.json (trainer/study/study.h runs the blocks).
 #pragma once
 
@@ -8,7 +8,7 @@
 #include "freeride/executor.h"
 #include "trainer/config/config.h"
 #include "trainer/study/study.h"
-#include "trainer/study/study_stats.h"
+#include "trainer/study_stats.h"
 
 namespace freeride {
 

@@ -1,7 +1,8 @@
 // A side task that misbehaves on purpose, for the isolation tests: after `after` good steps
 // (each `step_ms` of busy work) it segfaults, aborts, throws, exits, hangs, grows its memory by
-// 16 MiB a step (`hog`), or takes `slow_ms` per step, times `growth` more each step (`slow`).
-// `mode = "ok"` never misbehaves.
+// 16 MiB a step (`hog`), or takes `slow_ms` per step, times `growth` more each step (`slow`;
+// `slow_steps` > 0: that many slow steps, then `step_ms` ones again). `mode = "ok"` never
+// misbehaves.
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -17,7 +18,9 @@ class MisbehaveTask : public freeride::SideTask {
  public:
   absl::Status Create(freeride::SideTaskContext& ctx) override {
     freeride::ArgReader args(ctx.name, *ctx.args);
-    if (absl::Status s = args.OnlyKnown({"mode", "after", "step_ms", "slow_ms", "growth"}); !s.ok()) {
+    if (absl::Status s =
+            args.OnlyKnown({"mode", "after", "step_ms", "slow_ms", "growth", "slow_steps"});
+        !s.ok()) {
       return s;
     }
     absl::StatusOr<std::string> mode = args.Choice(
@@ -26,8 +29,9 @@ class MisbehaveTask : public freeride::SideTask {
     absl::StatusOr<double> step_ms = args.Number("step_ms", 1.0, 0.0, 1e4);
     absl::StatusOr<double> slow_ms = args.Number("slow_ms", 50.0, 0.0, 1e5);
     absl::StatusOr<double> growth = args.Number("growth", 1.0, 1.0, 100.0);
-    for (const absl::Status& s : {mode.status(), after.status(), step_ms.status(),
-                                  slow_ms.status(), growth.status()}) {
+    absl::StatusOr<int64_t> slow_steps = args.Int("slow_steps", 0, 0, int64_t{1} << 40);
+    for (const absl::Status& s : {mode.status(), after.status(), step_ms.status(), slow_ms.status(),
+                                  growth.status(), slow_steps.status()}) {
       if (!s.ok()) return s;
     }
     mode_ = *mode;
@@ -35,12 +39,14 @@ class MisbehaveTask : public freeride::SideTask {
     step_s_ = *step_ms * 1e-3;
     slow_s_ = *slow_ms * 1e-3;
     growth_ = *growth;
+    slow_steps_ = *slow_steps;
     return absl::OkStatus();
   }
 
   absl::StatusOr<double> Step(freeride::SideTaskContext& ctx) override {
     if (steps_++ >= after_) Misbehave();
-    if (mode_ == "slow" && steps_ > after_) {
+    if (mode_ == "slow" && steps_ > after_ &&
+        (slow_steps_ == 0 || steps_ <= after_ + slow_steps_)) {
       Busy(ctx, slow_s_);
       slow_s_ *= growth_;
     } else {
@@ -82,7 +88,7 @@ class MisbehaveTask : public freeride::SideTask {
   }
 
   std::string mode_;
-  int64_t after_ = 0, steps_ = 0;
+  int64_t after_ = 0, steps_ = 0, slow_steps_ = 0;
   double step_s_ = 1e-3, slow_s_ = 0.05, growth_ = 1;
   std::vector<std::vector<char>> hoard_;
 };

@@ -29,7 +29,7 @@ struct Estimate {
   bool known() const { return n >= 2; }
 };
 
-// The 97.5% quantile of Student's t with `df` >= 1 degrees of freedom.
+// The 97.5% quantile of Student's t with `df` >= 1 degrees of freedom (Boost.Math); +inf below.
 double StudentT975(int df);
 
 // Mean of `values` with the t-interval mean ± t(n−1) · s / √n.

@@ -1,4 +1,4 @@
-#include "trainer/study/study_stats.h"
+#include "trainer/study_stats.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,24 +6,13 @@
 #include <numeric>
 
 #include "absl/strings/str_format.h"
+#include "boost/math/distributions/students_t.hpp"
 
 namespace freeride {
 
 double StudentT975(int df) {
-  // Exact to 4 decimals for small df, where the interval matters most and the expansion below
-  // is poor; beyond, the Cornish–Fisher expansion around the normal quantile is better than
-  // 1e-4 (it is checked against the integrated density in study_stats_test).
-  static constexpr double kTable[] = {
-      12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
-      2.2010,  2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,
-      2.0796,  2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423};
-  constexpr int kTableSize = sizeof(kTable) / sizeof(kTable[0]);
   if (df < 1) return std::numeric_limits<double>::infinity();
-  if (df <= kTableSize) return kTable[df - 1];
-  const double z = 1.959963984540054, v = df;
-  const double z3 = z * z * z, z5 = z3 * z * z, z7 = z5 * z * z;
-  return z + (z3 + z) / (4 * v) + (5 * z5 + 16 * z3 + 3 * z) / (96 * v * v) +
-         (3 * z7 + 19 * z5 + 17 * z3 - 15 * z) / (384 * v * v * v);
+  return boost::math::quantile(boost::math::students_t_distribution<double>(df), 0.975);
 }
 
 Estimate MeanWithInterval(const std::vector<double>& values) {

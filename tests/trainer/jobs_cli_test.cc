@@ -1,0 +1,110 @@
+// `freeride submit`, `jobs` and `cancel` on a run directory with no training in it (the
+// training's side is tests/pipeline/fill_jobs_test.cc and tests/scripts/fill_jobs.sh).
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "core/files.h"
+#include "core/run_lock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/trainer/run_cli.h"
+#include "trainer/config/config.h"
+#include "trainer/jobs/job_store.h"
+
+namespace freeride {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A run directory as `freeride train` leaves it: its effective config.
+std::string RunDir(const std::string& name) {
+  const std::string dir = (std::filesystem::path(::testing::TempDir()) / name).string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  absl::StatusOr<Config> config = ParseConfig(
+      "[data]\ntrain = \"x.bin\"\n[parallel]\npp = 2\n[freeride]\nenabled = true\n", "run.toml");
+  EXPECT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(WriteFileAtomically(dir + "/config.toml", ConfigToToml(*config)).ok());
+  return dir;
+}
+
+std::string JobFile(const std::string& name, const std::string& text) {
+  const std::string path = (std::filesystem::path(::testing::TempDir()) / name).string();
+  EXPECT_TRUE(WriteFileAtomically(path, text).ok());
+  return path;
+}
+
+TEST(JobsCliTest, SubmitQueuesAJobAndPrintsItsId) {
+  const std::string run = RunDir("cli_submit");
+  const std::string job =
+      JobFile("spin_job.toml", "[[side_tasks]]\ntype = \"spin\"\n[side_tasks.args]\nsteps = 5\n");
+  CliResult first =
+      RunCommand({"submit", run, job, "--name", "warm", "--priority", "3", "--work", "12.5"});
+  ASSERT_EQ(first.status, kExitOk) << first.err;
+  EXPECT_EQ(first.out, "1\n");
+  EXPECT_EQ(RunCommand({"submit", run, job}).out, "2\n");
+  CliResult table = RunCommand({"jobs", run});
+  ASSERT_EQ(table.status, kExitOk) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("warm"));
+  EXPECT_THAT(table.out, HasSubstr("PENDING"));
+  CliResult json = RunCommand({"jobs", run, "--format", "json"});
+  ASSERT_EQ(json.status, kExitOk) << json.err;
+  const nlohmann::json jobs = nlohmann::json::parse(json.out);
+  ASSERT_EQ(jobs.size(), 2u);
+  EXPECT_EQ(jobs[0]["name"], "warm");
+  EXPECT_EQ(jobs[0]["priority"], 3);
+  EXPECT_EQ(jobs[0]["work_s"], 12.5);
+  EXPECT_EQ(jobs[1]["name"], "spin");
+  EXPECT_EQ(jobs[1]["state"], "PENDING");
+  EXPECT_EQ(ReadJobToml(run, 1).value(), ReadFile(job).value());
+}
+
+TEST(JobsCliTest, ABadJobIsRefusedAsConfigCheckRefusesATask) {
+  const std::string run = RunDir("cli_bad_job");
+  const std::string args = JobFile(
+      "bad_args.toml", "[[side_tasks]]\ntype = \"spin\"\n[side_tasks.args]\nstep_ms = -1\n");
+  CliResult bad = RunCommand({"submit", run, args});
+  EXPECT_EQ(bad.status, kExitFailure);
+  EXPECT_THAT(bad.err, HasSubstr(args + ":4:11: side_tasks[0] ('spin', spin): "));
+  const std::string stage =
+      JobFile("bad_stage.toml", "[[side_tasks]]\ntype = \"spin\"\nstages = [5]\n");
+  CliResult beyond = RunCommand({"submit", run, stage});
+  EXPECT_EQ(beyond.status, kExitFailure);
+  EXPECT_THAT(beyond.err, HasSubstr(stage + ":3:10: side_tasks[0].stages"));
+  EXPECT_EQ(RunCommand({"submit", run, args, "--priority", "high"}).status, kExitUsage);
+  EXPECT_EQ(RunCommand({"submit", run, args, "--name", "../x"}).status, kExitUsage);
+  EXPECT_EQ(RunCommand({"submit", run}).status, kExitUsage);
+  EXPECT_EQ(RunCommand({"jobs", run, "--format", "xml"}).status, kExitUsage);
+  CliResult no_run = RunCommand({"submit", run + "/nowhere", args});
+  EXPECT_EQ(no_run.status, kExitFailure);
+  EXPECT_THAT(no_run.err, HasSubstr("holds no config.toml"));
+  EXPECT_TRUE(ListJobIds(run).empty());
+}
+
+TEST(JobsCliTest, CancelEndsAJobAtOnceOrAsksTheTrainingThatHoldsTheDirectory) {
+  const std::string run = RunDir("cli_cancel");
+  const std::string job = JobFile("cancel_job.toml", "[[side_tasks]]\ntype = \"spin\"\n");
+  ASSERT_EQ(RunCommand({"submit", run, job}).status, kExitOk);
+  ASSERT_EQ(RunCommand({"submit", run, job}).status, kExitOk);
+  CliResult now = RunCommand({"cancel", run, "1"});
+  ASSERT_EQ(now.status, kExitOk) << now.err;
+  EXPECT_EQ(now.out, "job 1 CANCELLED\n");
+  EXPECT_TRUE(std::filesystem::exists(JobDir(run, 1) + "/status.json"));
+  CliResult again = RunCommand({"cancel", run, "1"});
+  EXPECT_EQ(again.status, kExitFailure);
+  EXPECT_THAT(again.err, HasSubstr("job 1 is CANCELLED already"));
+  {
+    absl::StatusOr<DirectoryLock> training = DirectoryLock::Acquire(run);
+    ASSERT_TRUE(training.ok());
+    CliResult asked = RunCommand({"cancel", run, "2"});
+    ASSERT_EQ(asked.status, kExitOk) << asked.err;
+    EXPECT_THAT(asked.out, HasSubstr("cancellation requested"));
+  }
+  EXPECT_TRUE(CancelRequested(run, 2));
+  EXPECT_THAT(RunCommand({"jobs", run}).out, HasSubstr("(cancel requested)"));
+  EXPECT_EQ(RunCommand({"cancel", run, "9"}).status, kExitFailure);
+  EXPECT_EQ(RunCommand({"cancel", run, "x"}).status, kExitUsage);
+}
+
+}  // namespace
+}  // namespace freeride

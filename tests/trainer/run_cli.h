@@ -1,0 +1,29 @@
+// The command line run in-process with stdout and stderr captured, for CLI tests.
+#pragma once
+
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "trainer/cli/cli.h"
+
+namespace freeride {
+
+struct CliResult {
+  int status;
+  std::string out;
+  std::string err;
+};
+
+inline CliResult RunCommand(const std::vector<std::string>& args) {
+  std::ostringstream out, err;
+  std::streambuf* old_out = std::cout.rdbuf(out.rdbuf());
+  std::streambuf* old_err = std::cerr.rdbuf(err.rdbuf());
+  int status = RunCli(args);
+  std::cout.rdbuf(old_out);
+  std::cerr.rdbuf(old_err);
+  return {status, out.str(), err.str()};
+}
+
+}  // namespace freeride

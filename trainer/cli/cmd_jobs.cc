@@ -1,0 +1,202 @@
+#include "trainer/cli/cmd_jobs.h"
+
+#include <iostream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "core/files.h"
+#include "core/run_lock.h"
+#include "trainer/cli/cli.h"
+#include "trainer/config/config.h"
+#include "trainer/config/side_task_check.h"
+#include "trainer/jobs/job_store.h"
+
+namespace freeride {
+namespace {
+
+int Fail(const absl::Status& status) {
+  for (absl::string_view line : absl::StrSplit(status.message(), '\n')) {
+    std::cerr << "error: " << line << "\n";
+  }
+  return kExitFailure;
+}
+
+int Usage(const std::string& message) {
+  std::cerr << "error: " << message << "\n";
+  return kExitUsage;
+}
+
+// The run a job goes to, by the effective config `freeride train` wrote in its directory.
+absl::StatusOr<Config> ConfigOfRun(const std::string& run_dir) {
+  const std::string path = run_dir + "/config.toml";
+  if (absl::Status s = CheckRegularFile(path); !s.ok()) return s;
+  absl::StatusOr<Config> config = LoadConfigFile(path);
+  if (!config.ok() && absl::IsNotFound(config.status())) {
+    return absl::NotFoundError(absl::StrCat(
+        run_dir, " holds no config.toml: a run directory is one that `freeride train` wrote"));
+  }
+  return config;
+}
+
+std::string Duration(double s) {
+  if (s < 0) return "-";
+  if (s < 60) return absl::StrFormat("%.0fs", s);
+  if (s < 3600) return absl::StrFormat("%dm%02ds", int(s) / 60, int(s) % 60);
+  return absl::StrFormat("%dh%02dm", int(s) / 3600, int(s) / 60 % 60);
+}
+
+std::string JobsTable(const std::vector<Job>& jobs) {
+  std::string out =
+      absl::StrFormat("%-4s %-16s %-10s %-9s %-7s %8s %-18s %9s %7s  %s\n", "ID", "NAME", "TYPE",
+                      "STATE", "STAGES", "STEPS", "UNITS", "BUBBLE_S", "ETA", "REASON");
+  for (const Job& job : jobs) {
+    const JobProgress& p = job.progress;
+    absl::StrAppendFormat(
+        &out, "%-4d %-16s %-10s %-9s %-7s %8d %-18s %9.3f %7s  %s%s\n", job.id, job.name, job.type,
+        JobStateName(job.state), job.stages.empty() ? "-" : absl::StrJoin(job.stages, ","), p.steps,
+        absl::StrFormat("%.6g %s", p.units, p.unit.empty() ? "units" : p.unit), p.bubble_s,
+        IsTerminal(job.state) ? "-" : Duration(p.eta_s),
+        job.cancel_requested && !IsTerminal(job.state) ? "(cancel requested) " : "", job.reason);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<FlagSpec> SubmitFlags() {
+  return {{"name", "N", "the job's name (default: the table's name, else its type)"},
+          {"priority", "P", "its priority, an integer (default: the table's, else 0)"},
+          {"work", "SECONDS",
+           "an estimate of its work in seconds of it running alone: what "
+           "job_policy = \"shortest_first\" orders by, and the time to finish is estimated from"}};
+}
+
+int SubmitCommand(const ParsedFlags& flags) {
+  if (flags.positional().size() != 2) return Usage("submit takes RUN_DIR and JOB.toml");
+  const std::string run_dir = flags.positional()[0], path = flags.positional()[1];
+  int64_t priority = 0;
+  double work = 0;
+  if (flags.Has("priority") && !absl::SimpleAtoi(flags.Get("priority"), &priority)) {
+    return Usage(
+        absl::StrCat("--priority: expected an integer, found '", flags.Get("priority"), "'"));
+  }
+  if (flags.Has("work") && (!absl::SimpleAtod(flags.Get("work"), &work) || !(work > 0))) {
+    return Usage(absl::StrCat("--work: expected seconds > 0, found '", flags.Get("work"), "'"));
+  }
+  if (flags.Has("name") && !IsPlainName(flags.Get("name"))) {
+    return Usage(
+        absl::StrCat("--name: expected letters, digits, '_', '-' and '.', not starting "
+                     "with '.' or '-', at most 64 characters (it names files), found '",
+                     flags.Get("name"), "'"));
+  }
+  absl::StatusOr<Config> run = ConfigOfRun(run_dir);
+  if (!run.ok()) return Fail(run.status());
+  if (absl::Status s = CheckRegularFile(path); !s.ok()) return Fail(s);
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return Fail(text.status());
+  // Its table reaches every rank in one broadcast (a value a byte): a task's table is small.
+  constexpr size_t kMaxJobFileBytes = 64 << 10;
+  if (text->size() > kMaxJobFileBytes) {
+    return Fail(absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %d bytes; a job file holds one [[side_tasks]] table of at most %d bytes (put large "
+        "inputs in files its arguments name)",
+        path, text->size(), kMaxJobFileBytes)));
+  }
+  // Checked as `config check` checks a task: its keys, then built as the training would.
+  absl::StatusOr<SideTaskConfig> task = ParseSideTaskFile(*text, path, *run);
+  if (!task.ok()) return Fail(task.status());
+  if (flags.Has("name")) task->name = flags.Get("name");
+  if (flags.Has("priority")) task->priority = priority;
+  Config check = *run;
+  check.side_tasks = {*task};
+  std::vector<std::string> warnings;
+  absl::Status built = ValidateSideTasks(check, &warnings);
+  for (const std::string& w : warnings) std::cerr << "warning: " << w << "\n";
+  if (!built.ok()) return Fail(built);
+  if (!run->freeride.enabled || !run->freeride.jobs) {
+    std::cerr << "warning: " << run_dir << "'s run has freeride."
+              << (run->freeride.enabled ? "jobs" : "enabled")
+              << " = false: the job waits for a run there that takes jobs\n";
+  }
+  JobSubmission job;
+  job.toml = *text;
+  job.name = task->name;
+  job.type = task->type;
+  job.priority = task->priority;
+  job.work_s = work;
+  absl::StatusOr<int64_t> id = SubmitJob(run_dir, job, WallClockSeconds());
+  if (!id.ok()) return Fail(id.status());
+  std::cerr << absl::StrFormat("job %d '%s' (%s) PENDING in %s\n", *id, job.name, job.type,
+                               JobDir(run_dir, *id));
+  std::cout << *id << "\n";
+  return kExitOk;
+}
+
+std::vector<FlagSpec> JobsFlags() {
+  return {{"format", "text|json", "a table (default), or a JSON array of the jobs"}};
+}
+
+int JobsCommand(const ParsedFlags& flags) {
+  if (flags.positional().size() != 1) return Usage("jobs takes one RUN_DIR");
+  const std::string format = flags.Get("format", "text");
+  if (format != "text" && format != "json") {
+    return Usage(absl::StrCat("--format: expected text or json, found '", format, "'"));
+  }
+  absl::StatusOr<std::vector<Job>> jobs = LoadJobs(flags.positional()[0]);
+  if (!jobs.ok()) return Fail(jobs.status());
+  if (format == "json") {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (const Job& job : *jobs) out.push_back(JobToJson(job));
+    std::cout << out.dump(2) << "\n";
+  } else {
+    std::cout << JobsTable(*jobs);
+  }
+  return kExitOk;
+}
+
+int CancelCommand(const ParsedFlags& flags) {
+  if (flags.positional().size() != 2) return Usage("cancel takes RUN_DIR and a job ID");
+  const std::string run_dir = flags.positional()[0];
+  int64_t id = 0;
+  if (!absl::SimpleAtoi(flags.positional()[1], &id) || id < 1) {
+    return Usage(absl::StrCat("cancel: expected a job ID (an integer >= 1), found '",
+                              flags.positional()[1], "'"));
+  }
+  absl::StatusOr<std::vector<Job>> jobs = LoadJobs(run_dir);
+  if (!jobs.ok()) return Fail(jobs.status());
+  auto job = std::find_if(jobs->begin(), jobs->end(), [&](const Job& j) { return j.id == id; });
+  if (job == jobs->end()) {
+    return Fail(absl::NotFoundError(absl::StrFormat("no job %d in %s/jobs", id, run_dir)));
+  }
+  if (IsTerminal(job->state)) {
+    return Fail(absl::FailedPreconditionError(
+        absl::StrFormat("job %d is %s already", id, JobStateName(job->state))));
+  }
+  // No training holds the run directory: nobody else changes the job, so it ends here.
+  if (absl::StatusOr<DirectoryLock> lock = DirectoryLock::Acquire(run_dir); lock.ok()) {
+    JobRecord record;
+    record.id = id;
+    record.state = JobState::kCancelled;
+    record.time_s = WallClockSeconds();
+    record.step = job->step;
+    record.reason = "cancelled while no training ran";
+    record.progress = job->progress;
+    if (absl::Status s = AppendJobRecord(run_dir, record); !s.ok()) return Fail(s);
+    job->state = record.state;
+    job->reason = record.reason;
+    job->updated_s = record.time_s;
+    if (absl::Status s = WriteJobStatus(run_dir, *job); !s.ok()) return Fail(s);
+    std::cout << absl::StrFormat("job %d CANCELLED\n", id);
+    return kExitOk;
+  }
+  if (absl::Status s = RequestCancel(run_dir, id); !s.ok()) return Fail(s);
+  std::cout << absl::StrFormat(
+      "job %d: cancellation requested; the training in %s ends it at its next step boundary\n", id,
+      run_dir);
+  return kExitOk;
+}
+
+}  // namespace freeride
