@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "absl/strings/str_format.h"
+#include "core/status.h"
 #include "pipeline/stage_executor.h"
 
 namespace freeride::pipeline {
@@ -65,7 +66,17 @@ absl::Status StageExecutor::StartGlobalState(double head_loss, double* waited) {
       state_.data(), static_cast<int64_t>(state_.size()), transport_->AllRanks());
   if (!r.ok()) return r.status();
   state_request_ = *r;
-  return speculate ? optimizer_.speculate() : absl::OkStatus();
+  if (!speculate) return absl::OkStatus();
+  if (!prepared_) FR_RETURN_IF_ERROR(Prepare());
+  return optimizer_.speculate();
+}
+
+absl::Status StageExecutor::Prepare() {
+  const double start = clock().Now();
+  absl::Status s = optimizer_.prepare ? optimizer_.prepare() : absl::OkStatus();
+  prepare_s_ = clock().Now() - start;
+  prepared_ = true;
+  return s;
 }
 
 absl::Status StageExecutor::RunAhead(const MicrobatchData& data, float loss_scale) {

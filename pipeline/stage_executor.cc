@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/status.h"
 #include "pipeline/simulator.h"
 
 namespace freeride::pipeline {
@@ -254,6 +255,23 @@ std::function<bool()> StageExecutor::InputReady(size_t bubble_index) const {
 }
 
 absl::Status StageExecutor::BeginStep() {
+  if (PostValidated() && !groups_ready_) {
+    // MPI builds a group's communicator the first time the group sums, collectively over its
+    // members. A post-validated head stage starts the tied sum mid-step, while the embedding's
+    // stage may still wait for this stage's gradients of another chunk: built there, the
+    // communicator would wait for a rank that waits for it. One sum over each group here,
+    // where every rank begins its first step, builds them in the same order everywhere.
+    double token[1] = {0};
+    FR_RETURN_IF_ERROR(transport_->AllReduceSum(token, 1, transport_->AllRanks(), timeout_s_));
+    const int head_stage = StageOfVirtual(schedule_, NumVirtualStages() - 1);
+    if (head_stage != 0 && (layout_.stage == 0 || layout_.stage == head_stage)) {
+      FR_RETURN_IF_ERROR(transport_->AllReduceSum(
+          token, 1,
+          {layout_.RankOf(0, layout_.replica), layout_.RankOf(head_stage, layout_.replica)},
+          timeout_s_));
+    }
+    groups_ready_ = true;
+  }
   const double t0 = clock().Now();
   transport_->OnStepStart(t0);
   step_ = Progress{};
@@ -283,7 +301,15 @@ absl::Status StageExecutor::BeginStep() {
 absl::Status StageExecutor::RunUntil(size_t end, const MicrobatchData& data, float loss_scale) {
   const std::vector<Instr>& instrs = instructions();
   StepOutcome& out = step_.outcome;
+  const size_t validation_point = ValidationPoint(instrs);
   for (size_t i = step_.next; i < end; ++i) {
+    // Post-validated: what a rollback needs is kept in a bubble long enough to hold it (after
+    // the validation point: the last step's weights are final there), not on the step's path.
+    if (PostValidated() && !running_ahead_ && !prepared_ && prepare_s_ >= 0 &&
+        instrs[i].op == Op::kBubble && i >= validation_point &&
+        instrs[i].duration_ms * 1e-3 >= prepare_s_) {
+      if (absl::Status s = Prepare(); !s.ok()) return s;
+    }
     // On Nsight's timeline: each instruction (a BUBBLE's holds its side work), and each bubble
     // from its start to the end of the first wait of the instruction it waits at.
     FR_NVTX_RANGE(FormatInstr(instrs[i], layout_.chunks));
@@ -335,7 +361,9 @@ absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, f
     if (absl::Status s = BeginStep(); !s.ok()) return s;
   }
   // Here, not at the step's start: a post-validated step that ran ahead began before the last
-  // step's validation, which may still have needed that step's gradients.
+  // step's validation, which may still have needed that step's gradients (and the weights it
+  // left, which its validation may still have changed).
+  prepared_ = false;
   if (has_backward_) {
     for (StageModel* chunk : chunks_) {
       if (absl::Status s = chunk->ZeroGrads(); !s.ok()) return s;

@@ -74,9 +74,13 @@ struct MicrobatchData {
 struct OptimizerHooks {
   std::function<absl::StatusOr<std::vector<double>>()> units;
   std::function<absl::Status(const std::vector<double>& summed, bool loss_finite)> apply;
-  // Post-validated steps instead of `apply`: whether this rank steps before the global state
-  // is known, judged from its own units (zeros elsewhere) and its head's loss; then the step
-  // itself, which keeps what a rollback needs. The global state comes later (AwaitState).
+  // Post-validated steps instead of `apply`: keeping what a rollback needs (the weights and
+  // optimizer state as the last step left them: the executor calls it once a step, in the
+  // first BUBBLE after the validation point predicted to hold it, else before `speculate`);
+  // whether this rank steps before the global state is known, judged from its own units
+  // (zeros elsewhere) and its head's loss; then that step. The global state comes later
+  // (AwaitState).
+  std::function<absl::Status()> prepare;
   std::function<bool(const std::vector<double>& own, bool loss_finite)> will_speculate;
   std::function<absl::Status()> speculate;
 };
@@ -154,6 +158,7 @@ class StageExecutor {
   // Post-validated: REDUCE_TIED starts the tied sum; what needs it next waits for it.
   absl::Status StartTiedSum();
   absl::Status FinishTiedSum(double* waited);
+  absl::Status Prepare();  // OptimizerHooks::prepare, timed
   // Post-validated OPTIMIZER: the units and the flags into the global state's sum, then the
   // speculative step.
   absl::Status StartGlobalState(double head_loss, double* waited);
@@ -213,6 +218,9 @@ class StageExecutor {
   int64_t tied_offset_ = 0, tied_n_ = 0;
   Transport::Request state_request_ = -1;
   std::vector<double> state_;
+  bool groups_ready_ = false;  // post-validated: every group's sum has run once (BeginStep)
+  bool prepared_ = false;   // this step's OptimizerHooks::prepare has run
+  double prepare_s_ = -1;   // how long it took last (unknown: < 0)
 };
 
 }  // namespace freeride::pipeline

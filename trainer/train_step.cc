@@ -203,8 +203,7 @@ bool Trainer::WillSpeculate(const std::vector<double>& own, bool loss_finite) co
          ClipScale(std::sqrt(squares), config_.optim.grad_clip) == 1.0;
 }
 
-absl::Status Trainer::Speculate() {
-  last_lr_ = LearningRate(config_.optim, step_, config_.train.steps);
+absl::Status Trainer::KeepBackup() {
   backup_.resize(chunks_.size());
   for (size_t c = 0; c < chunks_.size(); ++c) {
     const int64_t n = chunks_[c]->num_params();
@@ -213,6 +212,11 @@ absl::Status Trainer::Speculate() {
     if (absl::Status s = chunks_[c]->GetParams(b.params.data()); !s.ok()) return s;
     if (absl::Status s = chunks_[c]->GetOptimizerState(b.m.data(), b.v.data()); !s.ok()) return s;
   }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Speculate() {
+  last_lr_ = LearningRate(config_.optim, step_, config_.train.steps);
   speculated_ = true;
   return ApplyUpdate(step_ + 1, 1.0);
 }

@@ -287,6 +287,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
                                [self](const std::vector<double>& units, bool loss_finite) {
                                  return self->OptimizerStep(units, loss_finite);
                                },
+                               [self] { return self->KeepBackup(); },
                                [self](const std::vector<double>& own, bool loss_finite) {
                                  return self->WillSpeculate(own, loss_finite);
                                },

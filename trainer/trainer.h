@@ -129,10 +129,11 @@ class Trainer {
   absl::Status FinishStep(const pipeline::StepOutcome& outcome, const std::vector<double>& sums,
                           bool harvesting, std::map<int, double> predicted_here,
                           StepStats* stats);
-  // Post-validated steps (optim.step_sync): whether this rank steps before the global state
-  // (its own share of it clean), the speculative step with its backup, the validation
+  // Post-validated steps (optim.step_sync): the copy a rollback needs, whether this rank steps
+  // before the global state (its own share of it clean), the speculative step, the validation
   // (true: confirmed; else rolled back and redone as the barrier would have), and whether the
   // next step may run ahead of it.
+  absl::Status KeepBackup();
   bool WillSpeculate(const std::vector<double>& own, bool loss_finite) const;
   absl::Status Speculate();
   absl::StatusOr<bool> Validate(const pipeline::StepState& state);
