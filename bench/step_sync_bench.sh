@@ -22,6 +22,7 @@ rounds=${1:-8}
 steps=${2:-24}
 warmup=${3:-4}
 pipelines=${PIPELINES:-emulated two_ranks}
+exec 3>&1  # each pipeline's log gets only its own lines
 kinds=${KINDS:-gpipe 1f1b interleaved zbh1 zbh2 zbv dualpipev}
 mkdir -p bench/results runs
 data=$(mktemp -d)
@@ -69,7 +70,7 @@ EOF
 
 for setup in $pipelines; do
   log="bench/results/$(date +%F)-step-sync-${setup//_/-}.log"
-  exec > >(tee "$log") 2>&1
+  exec > >(tee "$log" >&3) 2>&1
   echo "== $(date -u) $(git rev-parse --short HEAD 2>/dev/null || echo unknown); $(nproc) CPUs;" \
     "load $(cut -d' ' -f1-3 /proc/loadavg); rounds $rounds, steps $steps, warm-up $warmup"
   echo "== $setup: $([ $setup = emulated ] && echo '4 stages, stage 0 real, one process' ||

@@ -98,7 +98,7 @@ absl::Status Trainer::FinishStep(const pipeline::StepOutcome& outcome,
 absl::StatusOr<StepStats> Trainer::Step() {
   const TrainConfig& tc = config_.train;
   const bool post = config_.optim.step_sync == "post_validate";
-  // A batch loaded for a step that ran ahead and was rolled back is that step's batch still.
+  // A step that ran ahead (kept, or rolled back to run anew) has its batch loaded already.
   if (!next_batch_loaded_) train_->Next(inputs_.data(), targets_.data());
   next_batch_loaded_ = false;
   const float loss_scale = 1.0f / static_cast<float>(tc.batch_size * layout_.dp * tc.seq_len);
