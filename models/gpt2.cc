@@ -300,8 +300,8 @@ void GPT2Stage<T>::LayerBackwardInput(Slot& s, int64_t l, const T* x, T* dx) {
 template <typename T>
 void GPT2Stage<T>::HeadWteGrad(const Slot& s) {
   const int64_t BT = B_ * T_;
-  cpu::MatmulBackwardWeight<T>(head_wte_grad_.data(), nullptr, s.dlogits.data(), s.lnf.data(),
-                               BT, config().n_embd, config().padded_vocab_size);
+  cpu::MatmulBackwardWeight<T>(head_wte_grad_.data(), nullptr, s.dlogits.data(), s.lnf.data(), BT,
+                               config().n_embd, config().padded_vocab_size);
 }
 
 template <typename T>

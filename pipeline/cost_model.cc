@@ -87,11 +87,11 @@ std::string FormatCostModel(const CostModel& model) {
     absl::StrAppend(&out, model.stages.size() == 1 ? "" : absl::StrCat("stage", s, " "),
                     absl::StrFormat("f=%g b=%g w=%g; ", c.f, c.b, c.w));
   }
-  absl::StrAppend(&out, absl::StrFormat("comm=%g reduce=%g ", model.comm, model.reduce),
-                  model.reduce_buckets > 0
-                      ? absl::StrFormat("buckets=%d ", model.reduce_buckets) : "",
-                  model.tied ? absl::StrFormat("tied=%g ", *model.tied) : "",
-                  absl::StrFormat("opt=%g (ms)", model.optimizer));
+  absl::StrAppend(
+      &out, absl::StrFormat("comm=%g reduce=%g ", model.comm, model.reduce),
+      model.reduce_buckets > 0 ? absl::StrFormat("buckets=%d ", model.reduce_buckets) : "",
+      model.tied ? absl::StrFormat("tied=%g ", *model.tied) : "",
+      absl::StrFormat("opt=%g (ms)", model.optimizer));
   return out;
 }
 

@@ -59,8 +59,7 @@ void InsertCommunication(Schedule* schedule, bool data_parallel) {
     // stage, which needs the sum before its next step's first forward, need not wait for the
     // head stage's deferred Ws.
     const int embedding = StageOfVirtual(*schedule, 0), head = StageOfVirtual(*schedule, last);
-    if (embedding != head && stage == head &&
-        schedule->step_sync == StepSync::kPostValidate) {
+    if (embedding != head && stage == head && schedule->step_sync == StepSync::kPostValidate) {
       size_t after = out.size();
       for (size_t i = 0; i < out.size(); ++i) {
         if (IsBackward(out[i].op) && VirtualStage(*schedule, out[i]) == last) after = i + 1;

@@ -41,7 +41,7 @@ absl::Status StageExecutor::FinishTiedSum(double* waited) {
 }
 
 absl::Status StageExecutor::StartGlobalState(double head_loss, double* waited) {
-  absl::Status s = tied_reduced_          ? absl::OkStatus()
+  absl::Status s = tied_reduced_        ? absl::OkStatus()
                    : tied_request_ >= 0 ? FinishTiedSum(waited)
                                         : ReduceTied(waited);
   tied_reduced_ = true;
@@ -100,10 +100,10 @@ absl::StatusOr<StepState> StageExecutor::AwaitState() {
   if (step_.begun) step_.outcome.bubble_s += clock().Now() - start;
   state_request_ = -1;
   if (!s.ok()) {
-    return absl::Status(s.code(), absl::StrFormat("rank %d (stage %d, replica %d) waiting for "
-                                                  "the last step's global state: %s",
-                                                  layout_.rank(), layout_.stage,
-                                                  layout_.replica, s.message()));
+    return absl::Status(
+        s.code(), absl::StrFormat("rank %d (stage %d, replica %d) waiting for "
+                                  "the last step's global state: %s",
+                                  layout_.rank(), layout_.stage, layout_.replica, s.message()));
   }
   StepState state;
   const size_t u = state_.size() - 2 - layout_.dp;
@@ -136,10 +136,10 @@ absl::Status StageExecutor::DiscardAhead() {
     bool sent_ahead = false;
     for (size_t j = 0; j < ValidationPoint(theirs); ++j) {
       const Instr& t = theirs[j];
-      sent_ahead = sent_ahead || (t.op == (grad ? Op::kSendGrad : Op::kSendAct) &&
-                                  t.microbatch == in.microbatch &&
-                                  VirtualStageOf(schedule_.placement, layout_.pp, in.peer,
-                                                 t.chunk) == sender);
+      sent_ahead =
+          sent_ahead ||
+          (t.op == (grad ? Op::kSendGrad : Op::kSendAct) && t.microbatch == in.microbatch &&
+           VirtualStageOf(schedule_.placement, layout_.pp, in.peer, t.chunk) == sender);
     }
     if (!sent_ahead) continue;
     const int cell = in.chunk * m + in.microbatch;

@@ -127,7 +127,8 @@ absl::string_view OpName(Op op);  // "FORWARD", "SEND_ACT", ...
 std::string FormatInstr(const Instr& instr, int chunks);
 absl::StatusOr<Instr> ParseInstr(absl::string_view token, int stage);
 
-// Text form: a header comment naming kind, p, m, v, placement and step sync, then "stageN: tok tok ..." per stage.
+// Text form: a header comment naming kind, p, m, v, placement and step sync, then
+// "stageN: tok tok ..." per stage.
 std::string ScheduleToText(const Schedule& schedule);
 // Reads the text form. Without the header, p is the number of stage lines and m, v are
 // inferred from the tokens and the placement is loop. Peers and buffers are derived (see passes.h).

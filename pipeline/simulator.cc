@@ -23,13 +23,23 @@ class Simulation {
   // Runs `steps` consecutive steps (1 with a barrier: every step is the same) and reports the
   // one before the last.
   Simulation(const Schedule& schedule, const CostModel& cost, int steps)
-      : s_(schedule), cost_(cost), p_(schedule.stages),
-        virtual_stages_(schedule.stages * schedule.chunks), m_(schedule.microbatches),
-        steps_(steps), report_(std::max(0, steps - 2)),
-        per_step_messages_(2L * virtual_stages_ * m_), state_(schedule.stages),
-        arrival_(steps * per_step_messages_, kUnknown), waiter_(arrival_.size(), -1),
-        tied_posted_(steps, 0), tied_last_post_(steps, 0), tied_waiters_(steps),
-        state_posted_(steps, 0), state_time_(steps, 0), state_waiters_(steps) {
+      : s_(schedule),
+        cost_(cost),
+        p_(schedule.stages),
+        virtual_stages_(schedule.stages * schedule.chunks),
+        m_(schedule.microbatches),
+        steps_(steps),
+        report_(std::max(0, steps - 2)),
+        per_step_messages_(2L * virtual_stages_ * m_),
+        state_(schedule.stages),
+        arrival_(steps * per_step_messages_, kUnknown),
+        waiter_(arrival_.size(), -1),
+        tied_posted_(steps, 0),
+        tied_last_post_(steps, 0),
+        tied_waiters_(steps),
+        state_posted_(steps, 0),
+        state_time_(steps, 0),
+        state_waiters_(steps) {
     result_.stages.resize(p_);
     for (int st = 0; st < p_; ++st) {
       const auto& instrs = s_.per_stage[st];
@@ -212,9 +222,9 @@ class Simulation {
         case Op::kSendGrad: {
           const long index = MessageIndex(in, step);
           if (index < 0) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                "stage ", st, " position ", i, ": ", FormatInstr(in, s_.chunks),
-                " has no peer stage in this pipeline"));
+            return absl::InvalidArgumentError(absl::StrCat("stage ", st, " position ", i, ": ",
+                                                           FormatInstr(in, s_.chunks),
+                                                           " has no peer stage in this pipeline"));
           }
           if (in.op == Op::kSendAct || in.op == Op::kSendGrad) {
             arrival_[index] = state.clock + cost_.comm;

@@ -196,7 +196,7 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
       return PostValidated() ? StartTiedSum() : absl::OkStatus();
     case Op::kReduceGrads: {
       // The head's share of wte lives outside grads() until the tied sum folds it in.
-      absl::Status s = tied_reduced_          ? absl::OkStatus()
+      absl::Status s = tied_reduced_        ? absl::OkStatus()
                        : tied_request_ >= 0 ? FinishTiedSum(waited)
                                             : ReduceTied(waited);
       tied_reduced_ = true;

@@ -219,8 +219,8 @@ class StageExecutor {
   Transport::Request state_request_ = -1;
   std::vector<double> state_;
   bool groups_ready_ = false;  // post-validated: every group's sum has run once (BeginStep)
-  bool prepared_ = false;   // this step's OptimizerHooks::prepare has run
-  double prepare_s_ = -1;   // how long it took last (unknown: < 0)
+  bool prepared_ = false;      // this step's OptimizerHooks::prepare has run
+  double prepare_s_ = -1;      // how long it took last (unknown: < 0)
 };
 
 }  // namespace freeride::pipeline

@@ -178,9 +178,13 @@ class Checker {
           for (const auto& [key, at] : *made) {
             if (key.first != chunk) continue;
             if (at > i) {
-              return Fail(st, i, "tied", absl::StrCat("the tied gradient's share of virtual "
-                                                      "stage ", vs, " is made after it, at "
-                                                      "position ", at));
+              return Fail(st, i, "tied",
+                          absl::StrCat("the tied gradient's share of virtual "
+                                       "stage ",
+                                       vs,
+                                       " is made after it, at "
+                                       "position ",
+                                       at));
             }
           }
         }

@@ -39,8 +39,8 @@ absl::StatusOr<std::vector<double>> Trainer::StepSums(const pipeline::StepOutcom
   if (side_) {
     for (const BubbleRecord& r : side_->TakeBubbleRecords()) {
       if (r.predicted_s > 0) (*predicted_here)[r.index] = r.predicted_s * 1e3;
-      const auto it = std::lower_bound(slots.begin(), slots.end(),
-                                       std::pair<int, int>{layout_.stage, r.index});
+      const auto it =
+          std::lower_bound(slots.begin(), slots.end(), std::pair<int, int>{layout_.stage, r.index});
       if (layout_.replica != 0 || it == slots.end() || *it != std::pair{layout_.stage, r.index}) {
         continue;
       }
@@ -76,9 +76,8 @@ absl::Status Trainer::FinishStep(const pipeline::StepOutcome& outcome,
     const double* v = &sums[head + 4 * k];
     if (v[0] == 0) continue;  // a stage without side tasks, or not really run (emulated)
     const auto [stage, index] = slots[k];
-    stats->bubbles.push_back({stage, index,
-                              executor_->schedule().per_stage[stage][index].bubble, v[1], v[2],
-                              v[3]});
+    stats->bubbles.push_back(
+        {stage, index, executor_->schedule().per_stage[stage][index].bubble, v[1], v[2], v[3]});
   }
   last_timeline_ = outcome.timeline;
   last_step_start_s_ = outcome.start_s;

@@ -127,8 +127,7 @@ class Trainer {
                                                std::map<int, double>* predicted_here);
   size_t JobsAt() const;  // where the fill jobs' values start in those sums
   absl::Status FinishStep(const pipeline::StepOutcome& outcome, const std::vector<double>& sums,
-                          bool harvesting, std::map<int, double> predicted_here,
-                          StepStats* stats);
+                          bool harvesting, std::map<int, double> predicted_here, StepStats* stats);
   // Post-validated steps (optim.step_sync): the copy a rollback needs, whether this rank steps
   // before the global state (its own share of it clean), the speculative step, the validation
   // (true: confirmed; else rolled back and redone as the barrier would have), and whether the

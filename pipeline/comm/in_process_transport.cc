@@ -189,9 +189,9 @@ class InProcessTransport : public Transport {
     Hub::Reduction& r = hub_->reductions[{p.group, p.seq}];
     if (!hub_->cv.wait_for(lock, std::chrono::duration<double>(timeout_s),
                            [&] { return r.done; })) {
-      return absl::DeadlineExceededError(absl::StrFormat(
-          "sum over ranks {%s} did not complete within %.1f s", absl::StrJoin(p.group, ","),
-          timeout_s));
+      return absl::DeadlineExceededError(
+          absl::StrFormat("sum over ranks {%s} did not complete within %.1f s",
+                          absl::StrJoin(p.group, ","), timeout_s));
     }
     const int64_t n = p.bytes / (p.is_double ? 8 : 4);
     for (int64_t i = 0; i < n; ++i) {

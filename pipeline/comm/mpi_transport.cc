@@ -56,8 +56,8 @@ class MpiTransport : public Transport {
   absl::StatusOr<Request> Irecv(void* data, int64_t bytes, int peer, int tag) override {
     MPI_Request r;
     MPI_CHECK(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, tag, MPI_COMM_WORLD, &r));
-    return Store({r}, absl::StrFormat("receive of %d bytes from rank %d (tag %d)", bytes, peer,
-                                      tag));
+    return Store({r},
+                 absl::StrFormat("receive of %d bytes from rank %d (tag %d)", bytes, peer, tag));
   }
 
   absl::Status Wait(Request request, double timeout_s) override {

@@ -66,8 +66,7 @@ TEST(PostValidationSimTest, PeriodIsBubbleFreeTimePlusTheClosedForm) {
         const SimResult r = MustSimulate(s, CostModel::Uniform());
         EXPECT_NEAR(r.step_time, free + c.bubble, 1e-9);
         EXPECT_NEAR(r.schedule_bubble, c.bubble, 1e-9);
-        EXPECT_LE(r.step_time,
-                  StepTime(c.kind, p, m, c.v, StepSync::kBarrier) + 1e-9);
+        EXPECT_LE(r.step_time, StepTime(c.kind, p, m, c.v, StepSync::kBarrier) + 1e-9);
         // One steady step per stage: its bubbles are its window less its compute.
         for (const StageResult& stage : r.stages) {
           EXPECT_NEAR(stage.bubble + stage.busy, r.step_time, 1e-9) << "stage " << stage.stage;
@@ -111,9 +110,9 @@ TEST(PostValidationSimTest, HeadStagePostsTheTiedSumAfterItsLastInputGradient) {
   absl::StatusOr<Schedule> back = ScheduleFromText(ScheduleToText(s));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->step_sync, StepSync::kPostValidate);
-  EXPECT_NE(SummaryJson(s, MustSimulate(s, CostModel::Uniform())).find(
-                "\"step_sync\":\"post_validate\""),
-            std::string::npos);
+  EXPECT_NE(
+      SummaryJson(s, MustSimulate(s, CostModel::Uniform())).find("\"step_sync\":\"post_validate\""),
+      std::string::npos);
 }
 
 TEST(PostValidationSimTest, ValidatorRefusesATiedSumBeforeItsShareIsMade) {

@@ -267,8 +267,9 @@ std::vector<FlagSpec> ProjectFlags() {
           {"dp_bucket_mb", "X",
            "data-parallel all-reduce in X MiB buckets, each started as the last backward makes "
            "it (default: one all-reduce after the last backward)"},
-          {"step_sync", "SYNC", "barrier or post_validate: how a step's end meets the next "
-                                "(default optim.step_sync)"},
+          {"step_sync", "SYNC",
+           "barrier or post_validate: how a step's end meets the next "
+           "(default optim.step_sync)"},
           {"format", "FORMAT", "md, csv, json or svg (a plot against GPU count; default md)"},
           {"out", "FILE", "write to FILE instead of standard output"}};
 }

@@ -31,12 +31,14 @@ std::vector<FlagSpec> CommonFlags() {
       {"kind", "KIND", "gpipe, 1f1b, interleaved, zbh1, zbh2, zbv or dualpipev (default 1f1b)"},
       {"stages", "P", "pipeline stages (default 4)"},
       {"microbatches", "M", "micro-batches per step (default 8)"},
-      {"chunks", "V", "model chunks per stage (default 1; interleaved needs >= 2; zbv, dualpipev: 2)"},
+      {"chunks", "V",
+       "model chunks per stage (default 1; interleaved needs >= 2; zbv, dualpipev: 2)"},
       {"cost", "SPEC", "per-op milliseconds, e.g. f=1,b=2,w=1,comm=0.1 (also reduce=, opt=)"},
       {"cost-file", "FILE", "TOML cost model: f, b, w (a number or one per stage), comm, ..."},
       {"dp", "", "data-parallel: add REDUCE_GRADS before the optimizer"},
-      {"step-sync", "SYNC", "barrier or post_validate: how a step's end meets the next "
-                            "(default barrier; with --config, optim.step_sync)"},
+      {"step-sync", "SYNC",
+       "barrier or post_validate: how a step's end meets the next "
+       "(default barrier; with --config, optim.step_sync)"},
       {"input", "FILE", "load a schedule (text, CSV or torch CSV form) instead of generating one"},
       {"config", "FILE", "a training config's schedule and model split (FLOP-model costs)"},
       {"out", "FILE", "write to FILE instead of standard output"},
@@ -148,7 +150,8 @@ absl::StatusOr<Request> ParseRequest(const ParsedFlags& flags) {
   options.microbatches = static_cast<int>(microbatches);
   options.chunks = static_cast<int>(chunks);
   options.data_parallel = flags.Has("dp");
-  FR_ASSIGN_OR_RETURN(options.step_sync, pipeline::ParseStepSync(flags.Get("step-sync", "barrier")));
+  FR_ASSIGN_OR_RETURN(options.step_sync,
+                      pipeline::ParseStepSync(flags.Get("step-sync", "barrier")));
   return request;
 }
 

@@ -104,18 +104,17 @@ absl::StatusOr<Projection> Project(const GPT2Config& model, const ProjectionOpti
         schedule.cost.comm = pp > 1 ? pipeline::PointToPointMs(options.link, activation_bytes) : 0;
         const double grad_bytes =
             static_cast<double>(plan.max_rank_params * options.bytes_per_value);
-        schedule.cost.reduce = pipeline::AllReduceMs(options.algorithm, options.network,
-                                                     grad_bytes, dp);
+        schedule.cost.reduce =
+            pipeline::AllReduceMs(options.algorithm, options.network, grad_bytes, dp);
         if (options.dp_bucket_mb > 0 && dp > 1) {
           // Equal buckets per chunk, each an all-reduce of its own (its latency included).
           const double bucket_bytes = options.dp_bucket_mb * (1 << 20);
-          const int buckets = static_cast<int>(
-              std::max(1.0, std::ceil(grad_bytes / chunks / bucket_bytes)));
+          const int buckets =
+              static_cast<int>(std::max(1.0, std::ceil(grad_bytes / chunks / bucket_bytes)));
           schedule.cost.reduce_buckets = buckets;
-          schedule.cost.reduce =
-              chunks * buckets *
-              pipeline::AllReduceMs(options.algorithm, options.network,
-                                    grad_bytes / (chunks * buckets), dp);
+          schedule.cost.reduce = chunks * buckets *
+                                 pipeline::AllReduceMs(options.algorithm, options.network,
+                                                       grad_bytes / (chunks * buckets), dp);
         }
         // GPT-2 ties the head to the embedding: where they are on different ranks, those two
         // sum the matrix's gradient over the stage link before the update.
@@ -137,9 +136,9 @@ absl::StatusOr<Projection> Project(const GPT2Config& model, const ProjectionOpti
         row.allreduce_ms = schedule.cost.reduce;
         row.bubble_fraction = sim.bubble_fraction;
         for (const pipeline::StageResult& stage : sim.stages) {
-          row.exposed_sync_ms = std::max(
-              row.exposed_sync_ms,
-              stage.bubble_by_kind[static_cast<int>(pipeline::BubbleKind::kSync)]);
+          row.exposed_sync_ms =
+              std::max(row.exposed_sync_ms,
+                       stage.bubble_by_kind[static_cast<int>(pipeline::BubbleKind::kSync)]);
         }
         const double gpu_ms = static_cast<double>(pp) * sim.step_time;
         double packed = 0;
@@ -224,8 +223,8 @@ std::string ProjectionMarkdown(const GPT2Config& model, const Projection& projec
     absl::StrAppendFormat(
         &md, "| %d | %s | %d × %d | %d | %.4g | %.4g | %.3g | %.3g | %.1f%% | %.1f | %.1f |\n",
         r.gpus, pipeline::ScheduleKindName(r.kind), r.pp, r.dp, r.microbatches, r.step_ms,
-        r.tokens_per_s, r.allreduce_ms, r.exposed_sync_ms, 100 * r.bubble_fraction,
-        r.bubble_gpus(), r.reclaimed_gpus());
+        r.tokens_per_s, r.allreduce_ms, r.exposed_sync_ms, 100 * r.bubble_fraction, r.bubble_gpus(),
+        r.reclaimed_gpus());
   }
   if (!projection.skipped.empty()) {
     absl::StrAppend(&md, "\nNothing fits:\n\n- ", absl::StrJoin(projection.skipped, "\n- "), "\n");
@@ -247,11 +246,11 @@ std::string ProjectionCsv(const Projection& projection) {
   }
   csv += "\n";
   for (const ProjectionRow& r : projection.rows) {
-    absl::StrAppendFormat(&csv, "%d,%s,%d,%d,%d,%d,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g",
-                          r.gpus, pipeline::ScheduleKindName(r.kind), r.chunks, r.pp, r.dp,
-                          r.microbatches, r.step_ms, r.tokens_per_s, r.allreduce_ms,
-                          r.exposed_sync_ms, r.bubble_fraction, r.bubble_gpus(),
-                          r.harvested_fraction, r.reclaimed_gpus());
+    absl::StrAppendFormat(&csv, "%d,%s,%d,%d,%d,%d,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g", r.gpus,
+                          pipeline::ScheduleKindName(r.kind), r.chunks, r.pp, r.dp, r.microbatches,
+                          r.step_ms, r.tokens_per_s, r.allreduce_ms, r.exposed_sync_ms,
+                          r.bubble_fraction, r.bubble_gpus(), r.harvested_fraction,
+                          r.reclaimed_gpus());
     for (double f : r.bubble_by_kind) absl::StrAppendFormat(&csv, ",%.6g", f);
     csv += "\n";
   }
@@ -274,8 +273,7 @@ std::string ProjectionJson(const Projection& projection) {
         "\"bubble_gpus\": %.6g, \"harvested_fraction\": %.6g, \"reclaimed_gpus\": %.6g}",
         r.gpus, pipeline::ScheduleKindName(r.kind), r.chunks, r.pp, r.dp, r.microbatches, r.step_ms,
         r.tokens_per_s, r.allreduce_ms, r.exposed_sync_ms, r.bubble_fraction,
-        absl::StrJoin(kinds, ", "),
-        r.bubble_gpus(), r.harvested_fraction, r.reclaimed_gpus()));
+        absl::StrJoin(kinds, ", "), r.bubble_gpus(), r.harvested_fraction, r.reclaimed_gpus()));
   }
   std::vector<std::string> skipped;
   for (const std::string& s : projection.skipped) skipped.push_back(JsonString(s));

@@ -56,8 +56,8 @@ struct ProjectionRow {
   pipeline::ScheduleKind kind = pipeline::ScheduleKind::k1F1B;
   int chunks = 1;
   double step_ms = 0;
-  double allreduce_ms = 0;      // the data-parallel all-reduce of the largest rank's gradients
-  double exposed_sync_ms = 0;   // the most any stage waits for its own sums (`sync` bubble)
+  double allreduce_ms = 0;     // the data-parallel all-reduce of the largest rank's gradients
+  double exposed_sync_ms = 0;  // the most any stage waits for its own sums (`sync` bubble)
   double bubble_fraction = 0;  // of all GPU time
   std::array<double, pipeline::kNumBubbleKinds> bubble_by_kind{};  // fractions of GPU time
   double harvested_fraction = 0;  // side work packed into bubbles, of all GPU time
