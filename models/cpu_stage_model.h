@@ -50,6 +50,9 @@ class CpuStageModel final : public StageModel {
   void SetHeadGradInBackwardInput(bool in_input) override {
     model_.set_head_grad_in_backward_input(in_input);
   }
+  void SetWeightGradProgress(std::function<void(int part)> progress) override {
+    model_.set_weight_grad_progress(std::move(progress));
+  }
 
   absl::StatusOr<float*> HostGrads(int64_t offset, int64_t) override {
     return model_.grads() + offset;

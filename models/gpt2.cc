@@ -363,12 +363,19 @@ void GPT2Stage<T>::BackwardWeight(int slot) {
                                  s.dlnf.data(), output_activations(slot), s.lnf_mean.data(),
                                  s.lnf_rstd.data(), BT, C);
   }
-  for (int64_t l = stage().num_layers() - 1; l >= 0; --l) {
+  const int64_t L = stage().num_layers();
+  auto done = [&](int64_t part) {
+    if (weight_grad_progress_) weight_grad_progress_(static_cast<int>(part));
+  };
+  if (stage().has_head) done(0);
+  for (int64_t l = L - 1; l >= 0; --l) {
     LayerBackwardWeight(s, l, LayerInput(s, l));
+    done(L - l);
   }
   if (stage().has_embedding) {
     cpu::EncoderBackwardWeight(grad(ParamTensor::kWte), grad(ParamTensor::kWpe),
                                s.dinput.data(), s.tokens.data(), B_, T_, C);
+    done(L + 1);
   }
 }
 

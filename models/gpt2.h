@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -88,6 +89,10 @@ class GPT2Stage {
   // The head's share of the wte gradient accumulates in BackwardInput instead of
   // BackwardWeight (StageModel::SetHeadGradInBackwardInput).
   void set_head_grad_in_backward_input(bool in_input) { head_grad_in_input_ = in_input; }
+  // Called in BackwardWeight as each part of the weights is done (StageModel's numbering).
+  void set_weight_grad_progress(std::function<void(int part)> progress) {
+    weight_grad_progress_ = std::move(progress);
+  }
 
   // Per-token losses of the slot's last Forward (head stage).
   const T* losses(int slot) const;
@@ -111,6 +116,7 @@ class GPT2Stage {
   int64_t B_, T_;
   std::vector<T> params_, grads_, head_wte_grad_;
   bool head_grad_in_input_ = false;
+  std::function<void(int part)> weight_grad_progress_;
   std::vector<std::unique_ptr<Slot>> slots_;
   // Scratch shared by all slots (only one slot computes at a time).
   std::vector<T> scratch_4c_, scratch_c_;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,14 @@ class StageModel {
   // BackwardWeight, so that a post-validated pipeline can sum the tied gradient once the head's
   // last I is done. The same bits when the head's Is run in its Ws' micro-batch order.
   virtual void SetHeadGradInBackwardInput(bool in_input) = 0;
+  // `progress(part)` is called inside BackwardWeight as soon as the call has written its
+  // last contribution to a part of the weights: 0 the head's final LayerNorm, 1 + k the k-th
+  // of the chunk's blocks counted from its last, num_layers() + 1 the position embedding (wte
+  // is never reported: the tied sum still adds to it). A data-parallel bucket starts summing
+  // from there (pipeline/grad_buckets.h). Null: not called. Backends whose writes land later
+  // than the call returns (CUDA's stream) ignore it: their buckets start when the
+  // instruction ends.
+  virtual void SetWeightGradProgress(std::function<void(int part)> /*progress*/) {}
 
   // Gradient elements [offset, offset + n) of the stage's buffer in host memory, for a sum
   // across ranks; CommitHostGrads makes the (summed) host copy the gradient again.

@@ -33,9 +33,11 @@ StageExecutor::StageExecutor(Schedule schedule, RankLayout layout, std::vector<S
   const int m = schedule_.microbatches, cells = layout_.chunks * m;
   slot_of_.assign(cells, 0);
   bool tied_here = false;
+  weight_instrs_.assign(layout_.chunks, 0);
   for (const Instr& in : instructions()) {
     if (in.op == Op::kForward) slot_of_[in.chunk * m + in.microbatch] = in.buffer;
     if (IsBackward(in.op)) has_backward_ = true;
+    if (in.op == Op::kBackward || in.op == Op::kBackwardWeight) ++weight_instrs_[in.chunk];
     tied_here = tied_here || in.op == Op::kReduceTied;
   }
   // A post-validated head posts the tied sum after its last I (see InsertCommunication).
@@ -122,7 +124,25 @@ absl::Status StageExecutor::ReduceTied(double* waited) {
   return s.ok() ? owner->CommitHostGrads(offset, n) : s;
 }
 
+void StageExecutor::set_dp_bucket_mb(double mib) {
+  buckets_.reset();
+  if (mib <= 0 || layout_.dp <= 1 || !has_backward_) return;
+  const int64_t floats = std::max<int64_t>(1, std::llround(mib * (1 << 20) / sizeof(float)));
+  buckets_ =
+      std::make_unique<GradBuckets>(chunks_, floats, transport_, layout_.DataParallelGroup());
+}
+
 absl::Status StageExecutor::ReduceDataParallel(double* waited) {
+  if (buckets_) {
+    // Most buckets are on their way since the last backward; wte's start now, after the tied
+    // sum. What is left to wait for is the exposed part of the sum.
+    FR_RETURN_IF_ERROR(buckets_->StartRemaining());
+    FR_RETURN_IF_ERROR(Arrive(layout_.DataParallelGroup(), waited));
+    const double start = clock().Now();
+    absl::Status s = buckets_->Finish(timeout_s_);
+    CountWait(clock().Now() - start, waited);
+    return s;
+  }
   if (absl::Status s = Arrive(layout_.DataParallelGroup(), waited); !s.ok()) return s;
   for (StageModel* chunk : chunks_) {
     const int64_t n = chunk->num_params();
@@ -166,14 +186,21 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
       if (chunk->stage().has_head) *head_loss += *loss;
       return absl::OkStatus();
     }
-    case Op::kBackward: {
-      absl::Status s = chunk->BackwardInput(slot, loss_scale);
-      return s.ok() ? chunk->BackwardWeight(slot) : s;
+    case Op::kBackward:
+    case Op::kBackwardWeight: {
+      if (in.op == Op::kBackward) FR_RETURN_IF_ERROR(chunk->BackwardInput(slot, loss_scale));
+      // The chunk's last weight gradients: its buckets start as they are made.
+      const bool last = --weight_left_[in.chunk] == 0 && buckets_;
+      if (last) buckets_->BeginLastBackward(in.chunk);
+      absl::Status s = chunk->BackwardWeight(slot);
+      if (last) {
+        absl::Status started = buckets_->EndLastBackward(in.chunk);
+        if (s.ok()) s = started;
+      }
+      return s;
     }
     case Op::kBackwardInput:
       return chunk->BackwardInput(slot, loss_scale);
-    case Op::kBackwardWeight:
-      return chunk->BackwardWeight(slot);
     case Op::kSendAct:
     case Op::kSendGrad: {
       const bool grad = in.op == Op::kSendGrad;
@@ -279,6 +306,8 @@ absl::Status StageExecutor::BeginStep() {
   step_.t0 = t0;
   step_.outcome.start_s = t0;
   tied_reduced_ = false;
+  weight_left_ = weight_instrs_;
+  if (buckets_) buckets_->Reset();
   if (receives_posted_) return absl::OkStatus();
   // Every receive of the step is posted now, into its own staging buffer.
   const int m = schedule_.microbatches;
@@ -325,6 +354,7 @@ absl::Status StageExecutor::RunUntil(size_t end, const MicrobatchData& data, flo
     const double waited_before = out.bubble_s;
     first_wait_s_ = -1;
     absl::Status s = Execute(instrs[i], data, loss_scale, &step_.head_loss, &out.bubble_s);
+    if (buckets_) buckets_->Poll();  // the buckets' sums move on between instructions too
     // After the instruction, its waits included: for OPTIMIZER that puts its compute after
     // its sums, which the simulated runs' cost models make free (optimizer = 0).
     if (compute_ && clock().simulated()) {

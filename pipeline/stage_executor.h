@@ -16,6 +16,7 @@
 #include "models/stage_model.h"
 #include "pipeline/comm/transport.h"
 #include "pipeline/cost_model.h"
+#include "pipeline/grad_buckets.h"
 #include "pipeline/schedule.h"
 
 namespace freeride::pipeline {
@@ -113,6 +114,15 @@ class StageExecutor {
   // communication order; e.g. from measured costs). Between steps only.
   void set_schedule(Schedule schedule) { schedule_ = std::move(schedule); }
   const Schedule& schedule() const { return schedule_; }
+  // The data-parallel sum in buckets of about `mib` MiB, each started as the step's last
+  // backward finishes its gradients (grad_buckets.h); 0: one sum per chunk at REDUCE_GRADS.
+  // Between steps only; no effect without a data-parallel group or a backward.
+  void set_dp_bucket_mb(double mib);
+  // Tests: the buckets check their gradients did not change after their sums began.
+  void set_verify_buckets(bool verify) {
+    if (buckets_) buckets_->set_verify(verify);
+  }
+  const GradBuckets* buckets() const { return buckets_.get(); }
   const std::vector<Instr>& instructions() const { return schedule_.per_stage[layout_.stage]; }
 
   // The message tag of an activation (gradient = false) or gradient sent by virtual stage
@@ -210,6 +220,8 @@ class StageExecutor {
   bool tied_reduced_ = false;
   bool has_backward_ = false;  // a forward-only (validation) schedule leaves gradients alone
   Progress step_;
+  std::unique_ptr<GradBuckets> buckets_;          // parallel.dp_bucket_mb > 0
+  std::vector<int> weight_instrs_, weight_left_;  // per chunk: its Bs and Ws, those still to run
   bool receives_posted_ = false;  // the step's receives (RunAhead's, or posted again after it)
   bool running_ahead_ = false;
   // Post-validated: the tied sum in flight (its owner's wte gradient), the global state's.

@@ -293,6 +293,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
                                },
                                [self] { return self->Speculate(); }});
   t->executor_->set_clock(clock, compute);
+  t->executor_->set_dp_bucket_mb(config.parallel.dp_bucket_mb);
   t->IndexBubbles();
 
   // The global batch: dp replicas × batch_size sequences, replica r taking its own rows.

@@ -105,6 +105,8 @@ class Trainer {
   const pipeline::RankLayout& layout() const { return layout_; }
   // This rank's schedule and the measured timing of each of its instructions in the last step.
   const pipeline::Schedule& schedule() const { return executor_->schedule(); }
+  // The training step's executor (tests reach its checks through it).
+  pipeline::StageExecutor& executor() { return *executor_; }
   const std::vector<pipeline::InstrTiming>& last_timeline() const { return last_timeline_; }
   double last_step_start_s() const { return last_step_start_s_; }  // on the trainer's clock
   pipeline::Transport& transport() { return *transport_; }

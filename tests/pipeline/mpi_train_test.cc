@@ -1,6 +1,7 @@
 // Pipeline training across processes (run by ctest under `mpirun -n 4 --oversubscribe`): every
 // 4-rank layout reproduces the single-process trainer, which each rank also runs alone; a
-// post-validated run reproduces the barrier's.
+// post-validated run reproduces the barrier's, and the data-parallel sum in buckets the one
+// sum's.
 #include <mpi.h>
 
 #include <bit>
@@ -73,6 +74,9 @@ std::vector<uint64_t> MpiRunBits(const Config& config) {
   auto trainer = Trainer::Create(config, transport.get());
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   if (!trainer.ok()) return bits;
+  // Buckets where asked for, each checked against the gradients it started with.
+  EXPECT_EQ((*trainer)->executor().buckets() != nullptr, config.parallel.dp_bucket_mb > 0);
+  (*trainer)->executor().set_verify_buckets(true);
   for (int i = 0; i < 5; ++i) {
     auto s = (*trainer)->Step();
     EXPECT_TRUE(s.ok()) << s.status();
@@ -105,6 +109,27 @@ TEST_F(MpiTrainTest, PostValidatedStepsMatchTheBarrierBitForBit) {
     const std::vector<uint64_t> barrier = MpiRunBits(config);
     config.optim.step_sync = "post_validate";
     EXPECT_TRUE(MpiRunBits(config) == barrier);
+  }
+}
+
+// The data-parallel sum in buckets (MPI_Iallreduce, started inside the last backward) against
+// one sum per chunk: pp 2 × dp 2, both step ends, many small buckets (tensors split) and a few.
+TEST_F(MpiTrainTest, DataParallelBucketsMatchOneSumBitForBit) {
+  const std::string shard = ParityShard();
+  for (auto [schedule, sync] :
+       {std::tuple{"1f1b", "barrier"}, std::tuple{"zbh1", "post_validate"},
+        std::tuple{"interleaved", "barrier"}, std::tuple{"zbv", "post_validate"}}) {
+    Config config = ParityConfig(shard, schedule, 2, 2, 8);
+    config.parallel.partition = "even";
+    config.optim.grad_clip = 0.36;
+    config.optim.step_sync = sync;
+    const std::vector<uint64_t> whole = MpiRunBits(config);
+    for (double floats : {64.0, 1000.0}) {
+      SCOPED_TRACE(
+          absl::StrFormat("%s %s pp=2 dp=2, buckets of %g floats", schedule, sync, floats));
+      config.parallel.dp_bucket_mb = floats * 4 / (1 << 20);
+      EXPECT_TRUE(MpiRunBits(config) == whole);
+    }
   }
 }
 

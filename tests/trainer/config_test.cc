@@ -103,6 +103,19 @@ TEST(ConfigTest, OutOfRangeNamesTheBound) {
             "string (\"pipedream\")");
 }
 
+TEST(ConfigTest, DpBucketMbIsANumberAtLeastZero) {
+  EXPECT_EQ(ErrorOf("[data]\ntrain = \"x\"\n[parallel]\ndp_bucket_mb = -1.5\n"),
+            "test.toml:4:16: parallel.dp_bucket_mb: expected a number >= 0.0, found a number "
+            "(-1.5)");
+  EXPECT_EQ(ErrorOf("[data]\ntrain = \"x\"\n[parallel]\ndp_bucket_mb = \"4MB\"\n"),
+            "test.toml:4:16: parallel.dp_bucket_mb: expected a number >= 0.0, found a string "
+            "(\"4MB\")");
+  absl::StatusOr<Config> c =
+      ParseConfig("[data]\ntrain = \"x\"\n[parallel]\ndp_bucket_mb = 25\n", "test.toml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->parallel.dp_bucket_mb, 25.0);
+}
+
 TEST(ConfigTest, MissingRequiredKeyIsNamed) {
   EXPECT_THAT(ErrorOf("[train]\nsteps = 3\n"),
               HasSubstr("test.toml: data.train: required key missing"));

@@ -81,6 +81,7 @@ struct ParallelConfig {
   int64_t chunks = 1;
   std::string partition = "balanced";
   std::vector<int64_t> layers_per_stage;
+  double dp_bucket_mb = 0;  // 0: one data-parallel sum per chunk at REDUCE_GRADS
 };
 
 struct RuntimeConfig {

@@ -148,6 +148,14 @@ std::vector<KeySpec> BuildSchema() {
       FR_KEY(parallel, layers_per_stage)
           .Doc("Blocks in each of the pp × chunks model chunks, in pipeline order; must sum to "
                "model.n_layer. Empty: split by parallel.partition."),
+      FR_KEY(parallel, dp_bucket_mb)
+          .Min(0)
+          .Doc("With dp > 1: the data-parallel gradient sum in buckets of this many MiB, each "
+               "started as soon as the step's last backward has made its gradients final "
+               "(blocks from the last, then the embedding; the tied wte after its sum), so the "
+               "sum overlaps the backward; REDUCE_GRADS waits for what is left. 0: one sum per "
+               "model chunk after its last backward. The same bits either way "
+               "(docs/training.md#data-parallel-buckets)."),
 
       FR_KEY(runtime, device).Choices({"cpu", "cuda"}).Doc("Backend that runs the model."),
       FR_KEY(runtime, precision)

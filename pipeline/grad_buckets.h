@@ -1,0 +1,89 @@
+// The data-parallel gradient sum in buckets (parallel.dp_bucket_mb), overlapped with the
+// step's last backward. Each model chunk's weight gradients are listed in the order its
+// backward makes them final and cut into buckets of a fixed size; a bucket's non-blocking sum
+// over the data-parallel group starts as soon as the chunk's last weight-gradient instruction
+// (its last B, or W in zero-bubble schedules) has written every element of it, and
+// REDUCE_GRADS waits for them all. Each element is summed once, over the same dp values as the
+// unbucketed sum of the whole buffer: the layout moves where an element travels, not what is
+// added (docs/training.md#data-parallel-buckets).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "models/gpt2_config.h"
+#include "models/stage_model.h"
+#include "pipeline/comm/transport.h"
+
+namespace freeride::pipeline {
+
+// Elements [offset, offset + n) of a chunk's gradient buffer, final once the chunk's last
+// BackwardWeight has reported `part` (StageModel::SetWeightGradProgress's numbering).
+struct GradPiece {
+  int64_t offset = 0, n = 0;
+  int part = 0;
+};
+
+// One all-reduce: its pieces packed back to back, in order.
+struct GradBucket {
+  std::vector<GradPiece> pieces;
+  int64_t floats = 0;
+  int ready_part = 0;  // the latest part among its pieces: the bucket starts after it
+};
+
+// wte's part: after every part the backward reports (the tied sum adds to it at REDUCE_GRADS).
+inline int TiedPart(const StageSpec& stage) { return static_cast<int>(stage.num_layers()) + 2; }
+
+// The fixed layout: the chunk's tensors in the order BackwardWeight finishes them (the final
+// LayerNorm's lnf_b, lnf_w; then each block from the last, its tensors in reverse llm.c order,
+// fc_proj_b first, ln1_w last; then wpe; then wte, after the tied sum), cut into consecutive
+// buckets of `bucket_floats` (the last one shorter); a tensor may be split between two.
+std::vector<GradBucket> LayoutGradBuckets(const ParamLayout& layout, int64_t bucket_floats);
+
+class GradBuckets {
+ public:
+  // `group`: the data-parallel group (this rank's stage in every replica), at least 2 ranks.
+  GradBuckets(std::vector<StageModel*> chunks, int64_t bucket_floats, Transport* transport,
+              std::vector<int> group);
+
+  // A check for tests: every bucket's gradients are compared, when its sum is waited for,
+  // with what they were when it started (an error if any changed: the bucket started before
+  // its gradients were final).
+  void set_verify(bool verify) { verify_ = verify; }
+  const std::vector<GradBucket>& buckets(int chunk) const { return chunks_[chunk].buckets; }
+
+  // A new step: no bucket started.
+  void Reset();
+  // Around the chunk's last weight-gradient instruction: its buckets start as the backward
+  // reports their parts final, and when it returns those ready then (all but wte's).
+  void BeginLastBackward(int chunk);
+  absl::Status EndLastBackward(int chunk);
+  // Makes progress on the sums in flight (MPI moves a non-blocking sum on inside its calls).
+  void Poll();
+  // REDUCE_GRADS, after the tied sum: starts what is left (wte's buckets), every chunk in
+  // order.
+  absl::Status StartRemaining();
+  // Waits for every bucket and puts the sums back into the chunks' gradients.
+  absl::Status Finish(double timeout_s);
+
+ private:
+  struct Chunk {
+    StageModel* model = nullptr;
+    std::vector<GradBucket> buckets;
+    std::vector<int64_t> start;        // each bucket's place in `staging`
+    std::vector<float> staging, sent;  // packed buckets; `sent`: their contributions (verify)
+    std::vector<Transport::Request> requests;
+    size_t next = 0;  // the first bucket not started
+  };
+  // Starts chunk `c`'s buckets in order while they are ready after `part`.
+  absl::Status StartReady(int c, int part);
+
+  std::vector<Chunk> chunks_;
+  Transport* transport_;
+  std::vector<int> group_;
+  bool verify_ = false;
+  absl::Status progress_error_;  // an error inside the backward's progress callback
+};
+
+}  // namespace freeride::pipeline
