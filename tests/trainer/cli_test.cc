@@ -425,6 +425,12 @@ TEST(CliProjectTest, ProjectsEveryFittingLayoutAndRefusesBadFlags) {
   CliResult flops = RunCommand({"project", "--config", "configs/tiny_cpu_pp2.toml", "--gpus", "2",
                                 "--costs", "flops"});
   EXPECT_THAT(flops.err, HasSubstr("--costs flops needs --tflops"));
+  // The data-parallel buckets default to the config's parallel.dp_bucket_mb.
+  CliResult buckets =
+      RunCommand({"project", "--config", "configs/tiny_cpu_pp2.toml", "--gpus", "4", "--costs",
+                  "block=2", "--set", "parallel.dp_bucket_mb=4"});
+  ASSERT_EQ(buckets.status, kExitOk) << buckets.err;
+  EXPECT_THAT(buckets.out, HasSubstr("in 4 MiB buckets overlapping the last backward"));
 }
 
 TEST(CliProjectTest, ASideTaskThatCannotRunHereIsGivenItsStepTime) {

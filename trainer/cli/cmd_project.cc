@@ -195,6 +195,8 @@ absl::StatusOr<std::string> RunProjection(const ParsedFlags& flags) {
   options.margin = config.freeride.margin;
   FR_ASSIGN_OR_RETURN(options.step_sync,
                       pipeline::ParseStepSync(flags.Get("step_sync", config.optim.step_sync)));
+  // The run's own buckets unless the flag says otherwise.
+  options.dp_bucket_mb = config.parallel.dp_bucket_mb;
   if (flags.Has("dp_bucket_mb")) {
     FR_ASSIGN_OR_RETURN(options.dp_bucket_mb, PositiveNumberFlag(flags, "dp_bucket_mb", 0));
   }
@@ -266,7 +268,7 @@ std::vector<FlagSpec> ProjectFlags() {
           {"allreduce", "ALG", "ring or tree (default ring)"},
           {"dp_bucket_mb", "X",
            "data-parallel all-reduce in X MiB buckets, each started as the last backward makes "
-           "it (default: one all-reduce after the last backward)"},
+           "it (default parallel.dp_bucket_mb; 0: one all-reduce after the last backward)"},
           {"step_sync", "SYNC",
            "barrier or post_validate: how a step's end meets the next "
            "(default optim.step_sync)"},
