@@ -1,8 +1,8 @@
 // The data-parallel sum in buckets (parallel.dp_bucket_mb): the fixed layout, buckets started
 // inside the last backward while earlier blocks' gradients are still being made, a bucket
 // whose gradients change after its sum began caught, and training bit-identical to the one
-// sum per chunk for several bucket sizes, schedule kinds, pp and both step ends (dp = 2,
-// ranks as threads, every bucket checked).
+// sum per chunk for several bucket sizes, schedule kinds, pp 1, 2 and 4 and both step ends
+// (dp = 2, ranks as threads, every bucket checked).
 #include <cblas.h>
 #include <omp.h>
 
@@ -206,7 +206,10 @@ class DpBucketsTrainTest : public ::testing::TestWithParam<std::tuple<std::strin
 TEST_P(DpBucketsTrainTest, BitIdenticalToOneSumPerChunk) {
   const auto& [kind, sync] = GetParam();
   const std::string shard = testing::ParityShard();
-  for (int pp : {2, 4}) {
+  // pp 1 (1F1B only: one stage holds embedding and head, the tied fold at REDUCE_GRADS).
+  std::vector<int> pps = {2, 4};
+  if (kind == "1f1b") pps.insert(pps.begin(), 1);
+  for (int pp : pps) {
     Config config = testing::ParityConfig(shard, kind, pp, /*dp=*/2, 8);
     config.parallel.partition = "even";  // the same split in every run
     config.optim.step_sync = sync;
