@@ -47,6 +47,9 @@ TEST(ReportFormatTest, TicksReadAsPeopleWriteThem) {
   EXPECT_EQ(HumanNumber(0.0123, NumberKind::kSeconds), "12.3 ms");
   EXPECT_EQ(HumanNumber(0.253, NumberKind::kPercent), "25.3%");
   EXPECT_EQ(HumanNumber(std::nan("")), "—");
+  // A loss that diverged: past the largest multiplier, an exponent, never "4e+11T".
+  EXPECT_EQ(HumanNumber(4.136e23), "4.14e+23");
+  EXPECT_THAT(TickLabels({0, 2e23, 4e23}, NumberKind::kCount), ElementsAre("0", "2e+23", "4e+23"));
 }
 
 TEST(ReportFormatTest, OneColourPerStageNeverARunsColour) {
@@ -94,6 +97,26 @@ TEST(SvgPlotTest, LegendsSitRightOfTheDataAreaAndRatesStartAtZero) {
   EXPECT_THAT(svg, HasSubstr(">6K</text>"));
 }
 
+TEST(SvgPlotTest, TickLabelsDoNotRunIntoEachOther) {
+  PlotSpec spec{"Bubbles", "predicted", "measured"};
+  spec.diagonal = true, spec.legend = true;
+  spec.x_kind = spec.y_kind = NumberKind::kSeconds;
+  const std::string svg = LinePlot(spec, {{"stage 0", {{0.01, 0.012}, {0.4, 0.43}}, true}});
+  // Every x label about 7 px a character plus a gap, side by side within the frame.
+  std::smatch frame;
+  ASSERT_TRUE(std::regex_search(svg, frame, std::regex("width=\"([\\d.]+)\"[^>]*class=\"frame\"")));
+  const std::regex label("text-anchor=\"middle\">([^<]+)</text>");
+  double used = 0;
+  int labels = 0;
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), label); it != std::sregex_iterator();
+       ++it, ++labels) {
+    used += 7.0 * (*it)[1].length() + 8;
+  }
+  EXPECT_GE(labels, 2);
+  EXPECT_LE(used, std::stod(frame[1])) << svg;
+  EXPECT_THAT(svg, HasSubstr(">stage 0</text>"));  // one series, but its stage is named
+}
+
 class ReportPageTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -133,7 +156,7 @@ class ReportPageTest : public ::testing::Test {
     Write(sub + "/metrics.jsonl", metrics);
     absl::StatusOr<Config> config =
         ParseConfig("[data]\ntrain = \"t.bin\"\n", "test.toml",
-                    {absl::StrCat("train.steps=", steps), "run.dir=\"" + sub + "\""});
+                    {absl::StrCat("train.steps=", steps), "run.dir=\"" + sub + "\"", "optim.lr=3e-3"});
     ASSERT_TRUE(config.ok()) << config.status();
     Write(sub + "/config.toml", ConfigToToml(*config));
     Write(sub + "/run.json",
@@ -175,7 +198,7 @@ TEST_F(ReportPageTest, HarvestingStepsAreShadedAndRatesStartAtZero) {
   }
   EXPECT_THAT(PlotOf(html, "Throughput"), HasSubstr(">0</text>"));
   EXPECT_THAT(PlotOf(html, "Step time"), HasSubstr(">0 ms</text>"));
-  EXPECT_THAT(PlotOf(html, "Loss against tokens"), HasSubstr(">2.0K</text>"));
+  EXPECT_THAT(PlotOf(html, "Loss against tokens"), HasSubstr(">2K</text>"));
   EXPECT_THAT(html, Not(HasSubstr("e+0")));
 }
 
@@ -206,6 +229,7 @@ TEST_F(ReportPageTest, TheConfigIsShownAsChangesFromTheDefaultsWithTheWholeFileF
   EXPECT_THAT(html, HasSubstr("<tr><td class=\"text\"><code>train.steps</code></td><td "
                               "class=\"text\">4</td>"));
   EXPECT_THAT(html, HasSubstr("<code>data.train</code>"));
+  EXPECT_THAT(html, HasSubstr("<code>optim.lr</code></td><td class=\"text\">0.003</td>"));
   // A key left at its default is only in the folded file.
   const size_t folded = html.find("<details><summary>The whole config.toml");
   ASSERT_NE(folded, std::string::npos);

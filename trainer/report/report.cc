@@ -31,7 +31,7 @@ h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 17px; margin-top: 28
 .plots { display: flex; flex-wrap: wrap; gap: 12px; }
 table { border-collapse: collapse; margin: 8px 0; } td, th { border: 1px solid #ccc;
   padding: 3px 8px; text-align: right; } th { background: #f3f3f3; }
-td.text, th.text { text-align: left; } pre { background: #f7f7f7; padding: 10px; overflow: auto; }
+td.text, th.text { text-align: left; } td { white-space: nowrap; } td.text { white-space: normal; } pre { background: #f7f7f7; padding: 10px; overflow: auto; }
 .note { color: #666; } .reason { color: #b00; white-space: pre-wrap; }
 svg .title { font-size: 13px; font-weight: 600; } svg .tick, svg .legend { font-size: 11px; }
 svg .axis { font-size: 12px; } svg .frame { fill: none; stroke: #999; }
@@ -164,7 +164,7 @@ std::string Training(const RunFiles& run, const Config* config) {
         PerStage(train, key, [](const json&, double bytes) { return bytes; });
     if (memory.empty()) continue;
     PlotSpec spec{title, "step", key[0] == 'h' ? "resident set, per stage" : "held, per stage"};
-    spec.y_from_zero = true, spec.y_kind = NumberKind::kBytes;
+    spec.y_from_zero = true, spec.y_kind = NumberKind::kBytes, spec.legend = true;
     html += LinePlot(spec, memory);
   }
   html += LinePlot({"Learning rate", "step", "lr"}, {{"lr", StepSeries(train, "lr")}});
@@ -219,7 +219,8 @@ std::string Bubbles(const RunFiles& run) {
   }
   if (!scatter.empty()) {
     PlotSpec spec{"Bubbles: predicted against measured", "predicted", "measured"};
-    spec.diagonal = true, spec.x_kind = spec.y_kind = NumberKind::kSeconds;
+    spec.diagonal = true, spec.legend = true;
+    spec.x_kind = spec.y_kind = NumberKind::kSeconds;
     html += LinePlot(spec, scatter);
   }
   return html + "</div>\n";
@@ -258,7 +259,7 @@ std::string SideTasks(const RunFiles& run) {
         HtmlEscape(t.value("isolation", "")), HtmlEscape(t.value("state", "")), t.value("steps", 0),
         HumanNumber(Num(t, "units")), HtmlEscape(t.value("unit", "")),
         HumanNumber(Num(t, "harvested_s"), NumberKind::kSeconds), t.value("overruns", 0),
-        Fmt(Num(t, "overrun_s")), t.value("restarts", 0), reason.empty() ? "" : " reason",
+        HumanNumber(Num(t, "overrun_s"), NumberKind::kSeconds), t.value("restarts", 0), reason.empty() ? "" : " reason",
         HtmlEscape(reason.empty() ? t.value("summary", "") : reason));
   }
   return html + "</table>\n";

@@ -49,8 +49,21 @@ NumberUnit UnitFor(NumberKind kind, double top) {
   return {pick.scale, pick.suffix};
 }
 
+// Past the largest unit (a loss that diverged to 4e23) only an exponent stays readable.
+bool BeyondUnits(double value, const NumberUnit& unit) {
+  return std::abs(value / unit.scale) >= 1e5;
+}
+
+// "4.14e+23": a multiplier (K, M, ...) gives way to the exponent; a unit of measure stays.
+std::string WithExponent(double value, const NumberUnit& unit) {
+  const bool multiplier = !unit.suffix.empty() && unit.suffix[0] != ' ' && unit.suffix != "%";
+  return multiplier ? absl::StrFormat("%.3g", value)
+                    : absl::StrFormat("%.3g", value / unit.scale) + unit.suffix;
+}
+
 std::string FormatInUnit(double value, const NumberUnit& unit, double step) {
   if (!std::isfinite(value)) return "—";
+  if (BeyondUnits(value, unit) || BeyondUnits(step, unit)) return WithExponent(value, unit);
   const double scaled = value / unit.scale;
   // Enough decimals that neighbouring ticks differ (step 0.25 in the unit: two), at most 6.
   int decimals = 0;
@@ -74,6 +87,7 @@ std::string FormatInUnit(double value, const NumberUnit& unit, double step) {
 std::string HumanNumber(double value, NumberKind kind) {
   if (!std::isfinite(value)) return "—";
   const NumberUnit unit = UnitFor(kind, value);
+  if (BeyondUnits(value, unit)) return WithExponent(value, unit);
   const double scaled = std::abs(value / unit.scale);
   // Three significant figures, trailing zeros dropped: 8.1M, 12.3K, 950.
   const int decimals = scaled >= 100 ? 0 : scaled >= 10 ? 1 : 2;

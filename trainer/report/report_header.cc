@@ -3,6 +3,7 @@
 #include <toml++/toml.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,14 @@ namespace {
 using nlohmann::json;
 
 std::string Printed(const toml::node& node) {
+  // toml++ prints 3e-3 as 0.0030000000000000001: the shortest text that reads back the same.
+  if (const auto* f = node.as_floating_point()) {
+    const double v = f->get();
+    for (int digits = 1; digits <= 17; ++digits) {
+      const std::string text = absl::StrFormat("%.*g", digits, v);
+      if (std::strtod(text.c_str(), nullptr) == v) return text;
+    }
+  }
   std::ostringstream out;
   node.visit([&](const auto& n) { out << n; });
   return out.str();

@@ -12,10 +12,10 @@ namespace {
 constexpr int kLeft = 72, kRight = 16, kTop = 30, kBottom = 40;
 constexpr int kLegendWidth = 128;  // a column right of the data area
 
-// Ticks at 1, 2 or 5 times a power of ten covering [lo, hi], about five of them.
-std::vector<double> NiceTicks(double lo, double hi) {
+// Ticks at 1, 2 or 5 times a power of ten covering [lo, hi], about `count` of them.
+std::vector<double> NiceTicks(double lo, double hi, int count = 5) {
   const double span = hi - lo;
-  const double raw = span / 5, power = std::pow(10, std::floor(std::log10(raw)));
+  const double raw = span / count, power = std::pow(10, std::floor(std::log10(raw)));
   const double step = raw / power < 1.5 ? power : raw / power < 3.5 ? 2 * power : 5 * power;
   std::vector<double> ticks;
   for (double t = std::ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) {
@@ -24,11 +24,18 @@ std::vector<double> NiceTicks(double lo, double hi) {
   return ticks;
 }
 
-// Nice ticks in the unit the axis is written in (0, 50, 100 MiB rather than every 47.68 MiB).
-std::vector<double> AxisTicks(double lo, double hi, NumberKind kind) {
+// Nice ticks in the unit the axis is written in (0, 50, 100 MiB rather than every 47.68 MiB),
+// fewer where their labels would not fit `length` pixels side by side.
+std::vector<double> AxisTicks(double lo, double hi, NumberKind kind, double length) {
   const double scale = UnitFor(kind, std::max(std::abs(lo), std::abs(hi))).scale;
-  std::vector<double> ticks = NiceTicks(lo / scale, hi / scale);
-  for (double& t : ticks) t *= scale;
+  std::vector<double> ticks;
+  for (int count = 5; count >= 2; --count) {
+    ticks = NiceTicks(lo / scale, hi / scale, count);
+    for (double& t : ticks) t *= scale;
+    size_t widest = 0;
+    for (const std::string& label : TickLabels(ticks, kind)) widest = std::max(widest, label.size());
+    if (static_cast<double>(ticks.size() * (widest * 7 + 8)) <= length) break;
+  }
   return ticks;
 }
 
@@ -90,8 +97,9 @@ std::string LinePlot(const PlotSpec& spec, const std::vector<PlotSeries>& series
   auto [x0, x1] = Range(xs);
   auto [y0, y1] = Range(ys);
   if (spec.diagonal) x0 = y0 = std::min(x0, y0), x1 = y1 = std::max(x1, y1);
-  if (spec.y_from_zero) y0 = std::min(0.0, y0), y1 = std::max(0.0, y1);
-  const bool legend = series.size() > 1 || !spec.shaded.empty();
+  // Headroom, so that a flat line at the top does not hide in the frame.
+  if (spec.y_from_zero) y0 = std::min(0.0, y0), y1 = std::max(0.0, y1 + 0.05 * (y1 - y0));
+  const bool legend = series.size() > 1 || !spec.shaded.empty() || spec.legend;
   const double pw = w - kLeft - kRight - (legend ? kLegendWidth : 0), ph = h - kTop - kBottom;
   auto px = [&](double x) { return kLeft + (x - x0) / (x1 - x0) * pw; };
   auto py = [&](double y) { return kTop + ph - (y - y0) / (y1 - y0) * ph; };
@@ -107,8 +115,8 @@ std::string LinePlot(const PlotSpec& spec, const std::vector<PlotSeries>& series
   absl::StrAppendFormat(
       &svg, "<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%.1f\" class=\"frame\"/>\n", kLeft,
       kTop, pw, ph);
-  const std::vector<double> x_ticks = AxisTicks(x0, x1, spec.x_kind);
-  const std::vector<double> y_ticks = AxisTicks(y0, y1, spec.y_kind);
+  const std::vector<double> x_ticks = AxisTicks(x0, x1, spec.x_kind, pw);
+  const std::vector<double> y_ticks = AxisTicks(y0, y1, spec.y_kind, 1e9);
   const std::vector<std::string> x_labels = TickLabels(x_ticks, spec.x_kind);
   const std::vector<std::string> y_labels = TickLabels(y_ticks, spec.y_kind);
   for (size_t i = 0; i < x_ticks.size(); ++i) {
