@@ -154,9 +154,9 @@ class ReportPageTest : public ::testing::Test {
         "\"measured_s\": 0.018}\n"
         "{\"kind\": \"val\", \"step\": 4, \"loss\": 6.5}\n";
     Write(sub + "/metrics.jsonl", metrics);
-    absl::StatusOr<Config> config =
-        ParseConfig("[data]\ntrain = \"t.bin\"\n", "test.toml",
-                    {absl::StrCat("train.steps=", steps), "run.dir=\"" + sub + "\"", "optim.lr=3e-3"});
+    absl::StatusOr<Config> config = ParseConfig(
+        "[data]\ntrain = \"t.bin\"\n", "test.toml",
+        {absl::StrCat("train.steps=", steps), "run.dir=\"" + sub + "\"", "optim.lr=3e-3"});
     ASSERT_TRUE(config.ok()) << config.status();
     Write(sub + "/config.toml", ConfigToToml(*config));
     Write(sub + "/run.json",

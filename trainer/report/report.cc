@@ -259,7 +259,8 @@ std::string SideTasks(const RunFiles& run) {
         HtmlEscape(t.value("isolation", "")), HtmlEscape(t.value("state", "")), t.value("steps", 0),
         HumanNumber(Num(t, "units")), HtmlEscape(t.value("unit", "")),
         HumanNumber(Num(t, "harvested_s"), NumberKind::kSeconds), t.value("overruns", 0),
-        HumanNumber(Num(t, "overrun_s"), NumberKind::kSeconds), t.value("restarts", 0), reason.empty() ? "" : " reason",
+        HumanNumber(Num(t, "overrun_s"), NumberKind::kSeconds), t.value("restarts", 0),
+        reason.empty() ? "" : " reason",
         HtmlEscape(reason.empty() ? t.value("summary", "") : reason));
   }
   return html + "</table>\n";

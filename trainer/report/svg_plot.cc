@@ -33,7 +33,8 @@ std::vector<double> AxisTicks(double lo, double hi, NumberKind kind, double leng
     ticks = NiceTicks(lo / scale, hi / scale, count);
     for (double& t : ticks) t *= scale;
     size_t widest = 0;
-    for (const std::string& label : TickLabels(ticks, kind)) widest = std::max(widest, label.size());
+    for (const std::string& label : TickLabels(ticks, kind))
+      widest = std::max(widest, label.size());
     if (static_cast<double>(ticks.size() * (widest * 7 + 8)) <= length) break;
   }
   return ticks;

@@ -27,7 +27,8 @@ struct PlotSpec {
   NumberKind x_kind = NumberKind::kCount;
   NumberKind y_kind = NumberKind::kCount;
   bool y_from_zero = false;
-  bool legend = false;  // a legend even for one series (which stage it is)  // rates: a bar-like reading needs the axis to start at 0
+  bool legend = false;  // a legend even for one series (which stage it is)  // rates: a bar-like
+                        // reading needs the axis to start at 0
   // x intervals drawn as a light band behind the data (the steps that harvested), named
   // `shaded_name` in the legend.
   std::vector<std::pair<double, double>> shaded = {};
