@@ -8,7 +8,10 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "core/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/trainer/run_cli.h"
@@ -275,6 +278,33 @@ TEST_F(ReportPageTest, TheCommandComparesRunsIntoOneFileAndNamesADirectoryWithou
   EXPECT_EQ(bad.status, kExitUsage);
   EXPECT_THAT(bad.err, HasSubstr((dir_ / "nothing").string() + " is not a run directory"));
   EXPECT_FALSE(fs::exists(dir_ / "bad.html"));
+}
+
+// The quickstart's showcase run (launch/quickstart.sh: the 2-stage pipeline with side tasks,
+// then `freeride report` of it) evaluates often enough that its report draws a validation
+// curve, not one or two dots.
+TEST(QuickstartShowcaseTest, EvaluatesOftenEnoughForAValidationCurve) {
+  absl::StatusOr<std::string> script = ReadFile("launch/quickstart.sh");
+  ASSERT_TRUE(script.ok()) << script.status();
+  std::vector<std::string> overrides;
+  std::string config;
+  for (absl::string_view line : absl::StrSplit(*script, '\n')) {
+    if (!absl::StrContains(line, "run.sh") || !absl::StrContains(line, ".toml")) continue;
+    std::vector<std::string> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    for (size_t i = 0; i < words.size(); ++i) {
+      if (absl::EndsWith(words[i], ".toml")) config = words[i];
+      if (words[i] == "--set" && i + 1 < words.size()) overrides.push_back(words[i + 1]);
+    }
+  }
+  ASSERT_EQ(config, "configs/tiny_cpu_pp2_freeride.toml");
+  absl::StatusOr<Config> c = LoadConfigFile(config, overrides);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_GT(c->eval.every, 0);
+  // At step 0, every eval.every steps, and at the last.
+  const int64_t evaluations =
+      1 + c->train.steps / c->eval.every + (c->train.steps % c->eval.every != 0);
+  EXPECT_GE(evaluations, 4) << "train.steps " << c->train.steps << ", eval.every "
+                            << c->eval.every;
 }
 
 }  // namespace
