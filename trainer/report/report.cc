@@ -205,18 +205,18 @@ std::string Bubbles(const RunFiles& run) {
     html +=
         BarPlot("Bubble and harvested time by stage and kind", "s", "bubble", "harvested", rows);
   }
-  std::vector<PlotSeries> scatter;
-  std::map<int, size_t> by_stage;
+  std::map<int, PlotSeries> by_stage;  // legends list the stages in order
   for (const json* b : bubbles) {
     const double predicted = Num(*b, "predicted_s");
     if (!std::isfinite(predicted)) continue;
     const int stage = b->value("stage", 0);
     if (!by_stage.count(stage)) {
-      by_stage[stage] = scatter.size();
-      scatter.push_back({absl::StrFormat("stage %d", stage), {}, true, StageColor(stage)});
+      by_stage[stage] = {absl::StrFormat("stage %d", stage), {}, true, StageColor(stage)};
     }
-    scatter[by_stage[stage]].points.push_back({predicted, Num(*b, "measured_s")});
+    by_stage[stage].points.push_back({predicted, Num(*b, "measured_s")});
   }
+  std::vector<PlotSeries> scatter;
+  for (auto& [stage, series] : by_stage) scatter.push_back(std::move(series));
   if (!scatter.empty()) {
     PlotSpec spec{"Bubbles: predicted against measured", "predicted", "measured"};
     spec.diagonal = true, spec.legend = true;
@@ -246,7 +246,7 @@ std::string SideTasks(const RunFiles& run) {
   html +=
       "<h2>Side tasks</h2>\n<table><tr><th>rank</th><th class=\"text\">task</th>"
       "<th class=\"text\">type</th><th class=\"text\">isolation</th><th class=\"text\">state</th>"
-      "<th>steps</th><th>work done</th><th>harvested</th><th>overruns</th><th>overrun s</th>"
+      "<th>steps</th><th>work done</th><th>harvested</th><th>overruns</th><th>overrun</th>"
       "<th>restarts</th><th class=\"text\">summary or failure</th></tr>\n";
   for (const json& t : run.side_tasks) {
     const std::string reason = t.value("reason", "");
