@@ -28,10 +28,11 @@ inline constexpr int kWarpRows = kTileRows / kWarps;  // 16
 // Each lane owns half of one of its warp's 16 rows: row lane / 2, columns from (lane % 2)·n/2.
 inline constexpr int kLanesPerRow = 2;
 
-// Head sizes the kernels are instantiated for (a WMMA fragment is 16 wide; 128 is what a
-// 2048-wide model with 16 heads needs, 64 GPT-2's every size).
+// Head sizes the kernels are instantiated for: multiples of a WMMA fragment's 16 up to 64,
+// GPT-2's at every size. (At 128 the dK/dV kernel's two accumulators alone take 128 registers
+// a thread and ptxas spills; such models run the reference path.)
 FR_HOST_DEVICE constexpr bool HeadSizeSupported(int64_t hs) {
-  return hs == 16 || hs == 32 || hs == 64 || hs == 128;
+  return hs == 16 || hs == 32 || hs == 64;
 }
 
 FR_HOST_DEVICE constexpr int64_t NumTiles(int64_t n, int64_t tile) { return (n + tile - 1) / tile; }
@@ -122,8 +123,8 @@ FR_HOST_DEVICE inline float SoftmaxGrad(float p, float dp, float D) { return p *
 
 // Element d of head h's q (which = 0), k (1) or v (2) at position t of sequence b, in the
 // fused qkv buffer [B, T, 3, NH, hs] that the qkv projection writes; rows are 3·C apart.
-FR_HOST_DEVICE constexpr int64_t QkvIndex(int64_t b, int64_t t, int64_t which, int64_t h,
-                                          int64_t d, int64_t T, int64_t NH, int64_t hs) {
+FR_HOST_DEVICE constexpr int64_t QkvIndex(int64_t b, int64_t t, int64_t which, int64_t h, int64_t d,
+                                          int64_t T, int64_t NH, int64_t hs) {
   return ((b * T + t) * 3 + which) * NH * hs + h * hs + d;
 }
 // Element d of head h at (b, t) in the output [B, T, C] (and its gradient); rows C apart.
@@ -131,8 +132,7 @@ FR_HOST_DEVICE constexpr int64_t OutIndex(int64_t b, int64_t t, int64_t h, int64
                                           int64_t NH, int64_t hs) {
   return (b * T + t) * NH * hs + h * hs + d;
 }
-FR_HOST_DEVICE constexpr int64_t StatIndex(int64_t b, int64_t h, int64_t t, int64_t T,
-                                           int64_t NH) {
+FR_HOST_DEVICE constexpr int64_t StatIndex(int64_t b, int64_t h, int64_t t, int64_t T, int64_t NH) {
   return (b * NH + h) * T + t;
 }
 
@@ -147,11 +147,12 @@ FR_HOST_DEVICE constexpr int64_t FloatPitch(int64_t n) { return n + 4; }
 // Byte offsets of each kernel's regions in its dynamic shared memory. Tiles shared by the block
 // ([rows, hs] bf16: q, k, v, dO) and, per warp, a float scratch of 16 rows (scores, dP, a
 // product before it joins the accumulator) and bf16 tiles of 16 rows (P, dS) that feed the
-// next product. Regions absent from a kernel have size 0.
+// next product. Regions absent from a kernel are left at offset 0 with no bytes.
 struct SmemLayout {
   int64_t q = 0, k = 0, v = 0, dout = 0;  // block tiles
   int64_t scratch = 0, p = 0, ds = 0;     // per-warp regions: warp w's at offset + w·stride
   int64_t scratch_stride = 0, p_stride = 0, ds_stride = 0;
+  int64_t stats = 0;  // dK/dV's: the query tile's lse and D, kTileRows floats each
   int64_t bytes = 0;
 };
 enum class Kernel { kForward, kBackwardKv, kBackwardQ };
@@ -174,6 +175,7 @@ FR_HOST_DEVICE constexpr SmemLayout Layout(Kernel kernel, int64_t hs) {
   s.scratch = at, at += kWarps * scratch;
   if (kernel != Kernel::kBackwardQ) s.p_stride = small, s.p = at, at += kWarps * small;
   if (kernel != Kernel::kForward) s.ds_stride = small, s.ds = at, at += kWarps * small;
+  if (kernel == Kernel::kBackwardKv) s.stats = at, at += AlignUp(2 * kTileRows * 4, kAlign);
   s.bytes = at;
   return s;
 }

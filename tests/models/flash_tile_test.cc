@@ -1,7 +1,8 @@
 // The flash attention's tile arithmetic (models/cuda/flash_tile.h), run on the CPU exactly as
 // the kernels of flash_attention.cu walk their tiles (in float, the kernels' accumulation
 // precision) and held to a float64 closed-form attention; the causal tile bounds pair by pair;
-// the shared-memory layout, grid and vector-load alignment for the shapes the project trains.
+// the shared-memory layout, grid and 16-byte alignment of vector loads (against the memory
+// plan's buffers) for the shapes the project trains.
 #include "models/cuda/flash_tile.h"
 
 #include <algorithm>
@@ -137,7 +138,8 @@ Result Tiled(const Shape& s, const std::vector<double>& qkv64, const std::vector
             }
           }
           if (q >= T) continue;
-          for (int64_t d = 0; d < hs; ++d) out[OutIndex(b, q, h, d, T, NH, hs)] = o[d] * InverseSum(st);
+          for (int64_t d = 0; d < hs; ++d)
+            out[OutIndex(b, q, h, d, T, NH, hs)] = o[d] * InverseSum(st);
           lse[StatIndex(b, h, q, T, NH)] = LogSumExp(st);
           D[StatIndex(b, h, q, T, NH)] = RowDot(&dout[OutIndex(b, q, h, 0, T, NH, hs)],
                                                 &out[OutIndex(b, q, h, 0, T, NH, hs)], hs);
@@ -216,8 +218,8 @@ void ExpectTiledMatchesReference(const Shape& s, int64_t rows, int64_t cols) {
   const auto qkv = Random(s.B * s.T * 3 * s.C(), 1 + s.T, 1.5);
   const auto dout = Random(s.B * s.T * s.C(), 2 + s.T, 1.0);
   const Result want = Reference(s, qkv, dout), got = Tiled(s, qkv, dout, rows, cols);
-  SCOPED_TRACE(::testing::Message() << "T " << s.T << " hs " << s.hs << " tiles " << rows << "×"
-                                    << cols);
+  SCOPED_TRACE(::testing::Message()
+               << "T " << s.T << " hs " << s.hs << " tiles " << rows << "×" << cols);
   EXPECT_LT(RelativeError(got.out, want.out), kTolerance);
   EXPECT_LT(RelativeError(got.lse, want.lse), kTolerance);
   EXPECT_LT(RelativeError(got.dqkv, want.dqkv), kTolerance);
@@ -323,6 +325,111 @@ TEST(FlashTileTest, QkvAndOutputStridesMatchTheReferenceLayout) {
         }
       }
     }
+  }
+}
+
+// The attention shapes the project trains: the GPU tests' tiny model (B 4, T 32, C 64, 4
+// heads), configs/tiny_cpu.toml's (micro-batch 2, T 64, C 128, 4 heads), the side model of
+// configs/freeride_1b_*.toml (C 256, 4 heads, T 256), GPT-2 124M at T 1024 over the micro-batch
+// sizes bench/gpu/bench.sh runs, and a T no tile divides.
+std::vector<Shape> ProjectShapes() {
+  std::vector<Shape> shapes = {{4, 4, 16, 32}, {2, 4, 32, 64}, {8, 4, 64, 256}, {3, 12, 64, 1000}};
+  for (int64_t B : {4, 8, 16, 32}) shapes.push_back({B, 12, 64, 1024});
+  return shapes;
+}
+
+TEST(FlashGeometryTest, GridAndSharedMemoryFitTheH100) {
+  for (const Shape& s : ProjectShapes()) {
+    SCOPED_TRACE(::testing::Message()
+                 << "B " << s.B << " NH " << s.NH << " hs " << s.hs << " T " << s.T);
+    EXPECT_TRUE(ShapeSupported(s.B, s.NH, s.hs, s.T));
+    const Grid g = TileGrid(s.B, s.NH, s.T);
+    EXPECT_EQ(g.x * kTileRows >= s.T && (g.x - 1) * kTileRows < s.T, true);
+    EXPECT_EQ(g.y, s.B * s.NH);
+    EXPECT_LE(g.x, kMaxGridX);
+    EXPECT_LE(g.y, kMaxGridY);
+    for (Kernel k : {Kernel::kForward, Kernel::kBackwardKv, Kernel::kBackwardQ}) {
+      const SmemLayout L = Layout(k, s.hs);
+      EXPECT_LE(L.bytes, kMaxSmemPerBlock);
+      // The regions a kernel uses, [offset, offset + size), apart and inside the block's bytes.
+      const int64_t tile = kTileRows * Bf16Pitch(s.hs) * 2;
+      std::vector<std::pair<int64_t, int64_t>> regions = {
+          {L.q, tile}, {L.k, tile}, {L.v, tile}, {L.scratch, kWarps * L.scratch_stride}};
+      if (k != Kernel::kForward) regions.push_back({L.dout, tile});
+      if (k != Kernel::kBackwardQ) regions.push_back({L.p, kWarps * L.p_stride});
+      if (k != Kernel::kForward) regions.push_back({L.ds, kWarps * L.ds_stride});
+      if (k == Kernel::kBackwardKv) regions.push_back({L.stats, 2 * kTileRows * 4});
+      std::sort(regions.begin(), regions.end());
+      for (size_t i = 0; i < regions.size(); ++i) {
+        EXPECT_EQ(regions[i].first % 32, 0) << "WMMA wants 256-bit aligned fragment pointers";
+        if (i > 0) EXPECT_GE(regions[i].first, regions[i - 1].first + regions[i - 1].second);
+      }
+      EXPECT_LE(regions.back().first + regions.back().second, L.bytes);
+      // A warp's scratch holds 16 rows of the wider of a score tile and an accumulator; its
+      // P and dS tiles 16 rows of kTileCols.
+      EXPECT_GE(L.scratch_stride, kWarpRows * FloatPitch(std::max<int64_t>(s.hs, kTileCols)) * 4);
+      for (int64_t stride : {L.scratch_stride, L.p_stride, L.ds_stride}) EXPECT_EQ(stride % 32, 0);
+      if (k != Kernel::kBackwardQ) EXPECT_GE(L.p_stride, kWarpRows * Bf16Pitch(kTileCols) * 2);
+      if (k != Kernel::kForward) EXPECT_GE(L.ds_stride, kWarpRows * Bf16Pitch(kTileCols) * 2);
+    }
+  }
+  // A model with 128-wide heads (configs/freeride_1b_*: C 2048, 16 heads) runs the reference.
+  EXPECT_FALSE(ShapeSupported(8, 16, 128, 1024));
+  EXPECT_FALSE(ShapeSupported(1, 70000, 64, 64)) << "grid y past 65535";
+}
+
+// Every fragment a warp loads or stores starts 32 bytes aligned with a legal leading dimension
+// (a multiple of 8 elements for bf16, of 4 for float), at every row and column it steps to.
+TEST(FlashGeometryTest, FragmentPointersAndPitchesSuitWmma) {
+  for (int64_t hs : {16, 32, 64}) {
+    EXPECT_EQ(Bf16Pitch(hs) % 8, 0);
+    EXPECT_EQ(Bf16Pitch(kTileCols) % 8, 0);
+    EXPECT_EQ(FloatPitch(std::max<int64_t>(hs, kTileCols)) % 4, 0);
+    for (int64_t row = 0; row < kTileRows; row += 16) {
+      for (int64_t col = 0; col < std::max<int64_t>(hs, kTileCols); col += 16) {
+        EXPECT_EQ((row * Bf16Pitch(hs) + col) * 2 % 32, 0) << "tile " << row << "," << col;
+        EXPECT_EQ((col * FloatPitch(std::max<int64_t>(hs, kTileCols))) * 4 % 32, 0);
+        EXPECT_EQ(col * 4 % 32, 0);
+      }
+    }
+    EXPECT_EQ(16 * Bf16Pitch(kTileCols) * 2 % 32, 0);
+  }
+}
+
+// The kernels move rows in 16-byte vectors: every row of q, k, v, out and their gradients, and
+// each lane's half row, must start 16 bytes aligned, in every layer's slice of the planned
+// buffers (cudaMalloc gives 256), and every shared tile row too.
+TEST(FlashGeometryTest, VectorLoadsAndStoresAre16ByteAligned) {
+  for (const Shape& s : ProjectShapes()) {
+    SCOPED_TRACE(::testing::Message() << "B " << s.B << " hs " << s.hs << " T " << s.T);
+    absl::StatusOr<GPT2Config> cfg = MakeGPT2Config(3, s.NH, s.C(), s.T, 50257);
+    ASSERT_TRUE(cfg.ok());
+    MemoryPlan plan;
+    const StageBufferIds ids = PlanStageMemory(*cfg, WholeModel(*cfg), s.B, s.T, 2, 2, &plan);
+    ASSERT_TRUE(ids.flash_attention);
+    const int64_t BTC = s.B * s.T * s.C();
+    for (const auto& slot : ids.slots) {
+      for (auto [id, per_layer] : {std::pair{slot.qkv, 3 * BTC}, std::pair{slot.dqkv, 3 * BTC},
+                                   std::pair{slot.atty, BTC}}) {
+        for (int64_t l = 0; l < 3; ++l) {
+          EXPECT_EQ((plan.buffer(id).offset + l * per_layer * 2) % 16, 0) << plan.buffer(id).name;
+        }
+      }
+    }
+    for (int64_t b = 0; b < s.B; ++b) {
+      for (int64_t t = 0; t < s.T; t += 7) {
+        for (int64_t h = 0; h < s.NH; ++h) {
+          for (int64_t half = 0; half < kLanesPerRow; ++half) {
+            const int64_t d = half * s.hs / kLanesPerRow;
+            for (int64_t which = 0; which < 3; ++which) {
+              ASSERT_EQ(QkvIndex(b, t, which, h, d, s.T, s.NH, s.hs) * 2 % 16, 0);
+            }
+            ASSERT_EQ(OutIndex(b, t, h, d, s.T, s.NH, s.hs) * 2 % 16, 0);
+          }
+        }
+      }
+    }
+    EXPECT_EQ(Bf16Pitch(s.hs) * 2 % 16, 0);
   }
 }
 
