@@ -40,9 +40,10 @@ class TestServer {
     absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(kDefaultTokenizerPath);
     EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
     tokenizer_ = *std::move(tokenizer);
-    front_ = std::make_unique<HttpFront>(
-        options, &queue_, tokenizer_.get(), [] { return std::string("{}\n"); },
-        [] { return std::string(); });
+    HttpHooks hooks;
+    hooks.metrics_json = [] { return std::string("{}\n"); };
+    hooks.degraded = [] { return std::string(); };
+    front_ = std::make_unique<HttpFront>(options, &queue_, tokenizer_.get(), std::move(hooks));
     absl::StatusOr<int> port = front_->Start();
     EXPECT_TRUE(port.ok()) << port.status();
     port_ = port.ok() ? *port : 0;
