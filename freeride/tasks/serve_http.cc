@@ -61,6 +61,7 @@ struct StreamState {
   int64_t prompt_tokens = 0;
   bool include_usage = false;
   double give_up = 0;
+  int connection = -1;  // its socket, watched for the client hanging up
 };
 
 bool IsLoopback(const std::string& host) {
@@ -295,6 +296,7 @@ void HttpFront::Completions(Endpoint endpoint, const httplib::Request& req,
   state->prompt_tokens = prompt_tokens;
   state->include_usage = r.include_usage;
   state->give_up = MonotonicSeconds() + options_.request_timeout_s;
+  state->connection = connection;
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
@@ -322,6 +324,7 @@ bool HttpFront::Stream(StreamState& st, httplib::DataSink& sink) {
   int64_t seen = 0, completion_tokens = 0;
   for (size_t finished = 0; finished < st.cs.size();) {
     seen = queue_->WaitChange(st.cs, seen, 0.05);
+    if (ClientLeft(st.connection)) return false;
     for (size_t i = 0; i < st.cs.size(); ++i) {
       if (st.finished[i]) continue;
       const Completion& c = *st.cs[i];

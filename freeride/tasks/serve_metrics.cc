@@ -1,7 +1,8 @@
 #include "freeride/tasks/serve_metrics.h"
 
+#include <charconv>
+
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 
 namespace freeride::serve {
 namespace {
@@ -9,7 +10,12 @@ namespace {
 // Seconds: a token in a bubble takes milliseconds, a request in a busy pipeline seconds.
 const std::vector<double> kBounds = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
 
-std::string Number(double v) { return absl::StrFormat("%.17g", v); }
+// The shortest text that reads back as `v` (0.025, not 0.025000000000000001).
+std::string Number(double v) {
+  char buffer[32];
+  const std::to_chars_result r = std::to_chars(buffer, buffer + sizeof(buffer), v);
+  return std::string(buffer, r.ptr);
+}
 
 void Family(std::string* out, const char* name, const char* type, const char* help) {
   absl::StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");

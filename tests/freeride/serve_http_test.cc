@@ -1,12 +1,14 @@
 // The serve task's HTTP side under hostile clients on 127.0.0.1, with a stand-in for the
 // bubbles (a thread that answers each queued request with two tokens): clients that send their
 // headers a byte at a time and bursts of 200 connections at once get only answers (200, 429,
-// other 4xx), never a reset or silence, and a valid request is served once they are gone.
+// other 4xx), never a reset or silence, and a valid request is served once they are gone; and
+// the OpenAI subset over a real socket (streams, errors, models, Prometheus metrics).
 // Real time: the server's deadlines are on the clock its clients see. The test asserts no
 // duration; its waits are capped far beyond what an idle machine needs (60 s per client).
 #include "freeride/tasks/serve_http.h"
 
 #include <arpa/inet.h>
+#include <httplib.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -19,6 +21,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,8 +54,11 @@ class TestServer {
       while (!stop_) {
         queue_.WaitForWork(0.01);
         for (const std::shared_ptr<Completion>& c : queue_.Take(2)) {
+          queue_.Emit(c, 64);  // "a"
+          queue_.Emit(c, 65);  // "b"
           c->generated = {64, 65};
           c->text = "ab";
+          c->finish_reason = "length";
           queue_.Finish(c, MonotonicSeconds());
         }
       }
@@ -223,6 +229,92 @@ TEST(ServeHttpTest, AClientThatNeverSendsIsAnswered408) {
   const int fd = Connect(server.port());
   ASSERT_GE(fd, 0);
   EXPECT_EQ(ReadAnswer(fd).status, 408);
+}
+
+// The OpenAI subset over a real socket, with httplib's own client: a streamed completion is
+// server-sent events ending with [DONE], whose texts make the answer; unknown routes and
+// models are 404s in OpenAI's error shape; /v1/models names the model; /metrics is Prometheus
+// text that counted them.
+TEST(ServeHttpTest, SpeaksOpenAiStreamsModelsErrorsAndPrometheus) {
+  HttpOptions options;
+  options.port = 0;
+  options.vocab_size = 50257;
+  options.max_seq_len = 64;
+  options.model_name = "step_00000010";
+  options.slots = 2;
+  TestServer server(options);
+  ASSERT_GT(server.port(), 0);
+  httplib::Client client("127.0.0.1", server.port());
+  client.set_read_timeout(static_cast<time_t>(kClientCapS), 0);
+
+  const httplib::Result streamed = client.Post(
+      "/v1/completions", R"({"prompt": "And", "max_tokens": 2, "stream": true})",
+      "application/json");
+  ASSERT_TRUE(streamed) << httplib::to_string(streamed.error());
+  EXPECT_EQ(streamed->status, 200);
+  EXPECT_EQ(streamed->get_header_value("Content-Type"), "text/event-stream");
+  std::vector<std::string> events;
+  for (size_t at = 0, end; (end = streamed->body.find("\n\n", at)) != std::string::npos;
+       at = end + 2) {
+    events.push_back(streamed->body.substr(at, end - at));
+  }
+  ASSERT_GE(events.size(), 2u) << streamed->body;
+  EXPECT_EQ(events.back(), "data: [DONE]");
+  std::string text, finish;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    ASSERT_EQ(events[i].rfind("data: ", 0), 0u) << events[i];
+    const nlohmann::json chunk = nlohmann::json::parse(events[i].substr(6));
+    EXPECT_EQ(chunk["object"], "text_completion");
+    EXPECT_EQ(chunk["model"], "step_00000010");
+    text += chunk["choices"][0]["text"].get<std::string>();
+    if (!chunk["choices"][0]["finish_reason"].is_null()) finish = chunk["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(text, "ab");
+  EXPECT_EQ(finish, "length");
+
+  const httplib::Result plain =
+      client.Post("/v1/completions", R"({"prompt": ["And", "Or"], "max_tokens": 2})",
+                  "application/json");
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->status, 200);
+  EXPECT_EQ(plain->body.front(), '{');  // nothing before the JSON
+  const nlohmann::json answer = nlohmann::json::parse(plain->body);
+  ASSERT_EQ(answer["choices"].size(), 2u);
+  EXPECT_EQ(answer["choices"][1]["index"], 1);
+  EXPECT_EQ(answer["usage"]["completion_tokens"], 4);
+
+  const httplib::Result unknown = client.Get("/v1/embeddings");
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 404);
+  EXPECT_EQ(nlohmann::json::parse(unknown->body)["error"]["code"], "unknown_url");
+  const httplib::Result model = client.Post(
+      "/v1/completions", R"({"prompt": "And", "model": "gpt-4"})", "application/json");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(model->status, 404);
+  EXPECT_EQ(nlohmann::json::parse(model->body)["error"]["param"], "model");
+  const httplib::Result models = client.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(nlohmann::json::parse(models->body)["data"][0]["id"], "step_00000010");
+
+  // Counted once written: polled, up to the client cap.
+  std::string text_metrics;
+  const std::string want = "freeride_serve_requests_total{route=\"other\",status=\"404\"} 1\n";
+  for (const double give_up = MonotonicSeconds() + kClientCapS;
+       text_metrics.find(want) == std::string::npos && MonotonicSeconds() < give_up;) {
+    const httplib::Result metrics = client.Get("/metrics");
+    ASSERT_TRUE(metrics);
+    EXPECT_EQ(metrics->get_header_value("Content-Type"),
+              "text/plain; version=0.0.4; charset=utf-8");
+    text_metrics = metrics->body;
+  }
+  EXPECT_NE(text_metrics.find(want), std::string::npos) << text_metrics;
+  EXPECT_NE(text_metrics.find("freeride_serve_requests_total{route=\"/v1/completions\","
+                              "status=\"200\"} 2\n"),
+            std::string::npos)
+      << text_metrics;
+  EXPECT_NE(text_metrics.find("freeride_serve_completion_tokens_total 6\n"), std::string::npos)
+      << text_metrics;
+  EXPECT_NE(text_metrics.find("freeride_serve_slots 2\n"), std::string::npos) << text_metrics;
 }
 
 }  // namespace
