@@ -63,7 +63,7 @@ step(`streamed in ${events} events`);
 // Two ASCII letters from the text, nearest its middle.
 const text = plain.choices[0].text;
 const middle = Math.floor(text.length / 2);
-const at = [...text.keys()].sort((x, y) => Math.abs(x - middle) - Math.abs(y - middle))
+const at = Array.from({ length: text.length }, (_, i) => i).sort((x, y) => Math.abs(x - middle) - Math.abs(y - middle))
   .find((i) => i > 0 && /^[A-Za-z]{2}$/.test(text.slice(i, i + 2)));
 assert.ok(at !== undefined, `no two ASCII letters in ${JSON.stringify(text)}`);
 const stop = text.slice(at, at + 2);
