@@ -5,8 +5,8 @@
 # models, plain, streamed, stop, a list of prompts, n, chat (plain and streamed), usage, and
 # errors as the client's own exception classes (tests/scripts/serve_openai_client.mjs). The
 # server listens on a port the kernel picks (port = 0: no clash with another test).
-# Without node at all the test is SKIPPED; with node but without the client it FAILS (CI runs
-# launch/install_deps.sh, which installs it).
+# Without node at all the test is SKIPPED (exit 77); with node but without the client it FAILS
+# (CI runs launch/install_deps.sh, which installs it).
 #   tests/scripts/serve_openai_client.sh --build DIR
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -14,7 +14,7 @@ source "$root/tests/scripts/common.sh"
 build_and_steps "$root" 100000 "$@"
 if ! command -v node >/dev/null; then
   echo "SKIPPED: node is not installed (launch/install_deps.sh installs it with npm)"
-  exit 0
+  exit 77
 fi
 client=$root/data/npm/node_modules/openai
 [[ -f $client/package.json ]] || {
