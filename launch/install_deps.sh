@@ -9,8 +9,9 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config git
           libabsl-dev libtomlplusplus-dev nlohmann-json3-dev libcpp-httplib-dev libgtest-dev libgmock-dev
           libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libpcre2-dev
-          libboost-math-dev
+          libboost-math-dev libcli11-dev
           bible-kjv
+          iproute2   # the two-host test makes network namespaces (ip netns)
           chromium)  # the report test renders `freeride report` pages headless
 # npm often comes with a Node.js that is not Debian's (nodesource bundles it, and conflicts
 # with Debian's npm package): ask for Debian's only when no npm is on PATH.

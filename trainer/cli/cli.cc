@@ -20,6 +20,7 @@
 #include "trainer/cli/cmd_schedule.h"
 #include "trainer/cli/cmd_train.h"
 #include "trainer/config/config.h"
+#include "trainer/config/config_schema.h"
 #include "trainer/config/default_config.h"
 #include "trainer/config/flags.h"
 #include "trainer/memory_report.h"
@@ -229,6 +230,26 @@ absl::Status CheckSetSpelling(const std::vector<std::string>& args) {
 }
 
 // The longest command name that prefixes `args` ("config check" before "config").
+// " (did you mean 'config check'?)" for a misspelt command or subcommand (`group`: the commands
+// of the group that args[0] names, if it names one), or "".
+std::string CommandSuggestion(const std::vector<std::string>& args,
+                              const std::vector<const Command*>& group) {
+  std::vector<std::string> candidates;
+  for (const Command& command : Commands()) {
+    std::vector<std::string> words = absl::StrSplit(command.name, ' ');
+    if (group.empty()) {
+      candidates.push_back(words[0]);
+    } else if (words.size() > 1 && words[0] == args[0]) {
+      candidates.push_back(words[1]);
+    }
+  }
+  if (!group.empty() && args.size() < 2) return "";
+  const std::string word = group.empty() ? args[0] : args[1];
+  const std::string best = config_internal::Suggest(word, candidates);
+  if (best.empty()) return "";
+  return absl::StrCat(" (did you mean '", group.empty() ? "" : args[0] + " ", best, "'?)");
+}
+
 const Command* FindCommand(const std::vector<std::string>& args, size_t* consumed) {
   const Command* best = nullptr;
   for (const Command& command : Commands()) {
@@ -305,7 +326,8 @@ int RunCli(const std::vector<std::string>& args) {
       PrintGroupHelp(rest[0], group, help || !bare ? std::cout : std::cerr);
       return help || !bare ? kExitOk : kExitUsage;
     }
-    std::cerr << "error: unknown command '" << absl::StrJoin(rest, " ") << "'\n\n";
+    std::cerr << "error: unknown command '" << absl::StrJoin(rest, " ") << "'"
+              << CommandSuggestion(rest, group) << "\n\n";
     if (group.empty()) {
       PrintHelp(std::cerr);
     } else {
