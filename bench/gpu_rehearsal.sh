@@ -70,8 +70,9 @@ else
 fi
 say "collecting the kit (collect-debs.sh)"
 apt-get update -q >/dev/null
-# Boost.Math's headers (the study's t quantiles) beyond the kit's own list.
-"$kit/collect-debs.sh" "$work/.gpu-kit/debs" libboost1.74-dev
+# What the project needs beyond the kit's own list (Boost.Math's and CLI11's headers, ...).
+# shellcheck disable=SC2046  # one package a word
+"$kit/collect-debs.sh" "$work/.gpu-kit/debs" $(sed 's/#.*//' "$root/bench/gpu/kit-extras")
 cp "$kit/unpack-debs.sh" "$work/.gpu-kit/"
 
 # 3. In the root, in a mount namespace of its own (nothing stays mounted): /usr/local/cuda

@@ -16,6 +16,8 @@ add_compile_definitions(OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
 find_package(absl REQUIRED CONFIG)
 find_package(tomlplusplus REQUIRED CONFIG)
 find_package(nlohmann_json 3 REQUIRED CONFIG)
+# The command line's option parsing (Debian: libcli11-dev, header-only).
+find_package(CLI11 2 REQUIRED CONFIG)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 freeride_report_dependency("MPI" "${MPI_C_LIBRARIES}")
 freeride_report_dependency("abseil" "${absl_DIR}")

@@ -135,14 +135,19 @@ bool SideTaskExecutor::RunStep(int which, double deadline,
     open_.late = std::max(0.0, clock().Now() - last_not_ready);
     open_.late_known = true;
   }
-  task.report.harvested_s += out.ran_s;
-  open_.harvested += out.ran_s;
+  // A step that only waited for work (SideTaskContext::idle) used the bubble for nothing: it
+  // is neither harvested time, nor a step, nor on the timeline.
+  const double worked_s = out.idle ? 0.0 : out.ran_s;
+  task.report.harvested_s += worked_s;
+  open_.harvested += worked_s;
   if (out.restarted) {
     task.report.restarts += 1;
     task.restart_s = out.restart_s;
   }
   open_.last_task = which;
-  if (events_.size() < kMaxEvents) events_.push_back({which, open_.index, start, end});
+  if (!out.idle && events_.size() < kMaxEvents) {
+    events_.push_back({which, open_.index, start, end});
+  }
   if (out.kind == HostStep::Kind::kFailed) {
     Fail(task, out.reason);
     return false;
@@ -155,7 +160,7 @@ bool SideTaskExecutor::RunStep(int which, double deadline,
     }
     return false;
   }
-  task.report.steps += 1;
+  if (!out.idle) task.report.steps += 1;
   task.report.units += out.units;
   if (!task.runs_until_deadline()) {
     // A restart is not the step's own time: Pick adds restart_s where one comes first.

@@ -54,6 +54,7 @@ class InProcessHost : public TaskHost {
     }
     absl::StatusOr<double> units = absl::InternalError("no result");
     const double clock_before = ctx_.clock->Now();
+    ctx_.idle = false;
     try {
       units = impl_->Step(ctx_);
     } catch (const std::bad_alloc&) {
@@ -77,6 +78,7 @@ class InProcessHost : public TaskHost {
       return out;
     }
     out.units = *units;
+    out.idle = ctx_.idle;
     out.finished = impl_->Done() && !spec_.repeat;
     return out;
   }

@@ -50,6 +50,9 @@ struct SideTaskContext {
   // The time deadline_s is on (null: the system clock; ClockOr): steps that wait or spin for a
   // while do it on this clock, so a test on simulated time sees them take the time they say.
   Clock* clock = nullptr;
+  // Set by a Step that found no work and only waited for some (a server with no request): its
+  // time is not harvested work, and the report leaves it out. Cleared before each Step.
+  bool idle = false;
 };
 
 class SideTask {
@@ -95,7 +98,7 @@ absl::StatusOr<std::unique_ptr<SideTask>> CreateSideTask(const std::string& type
                                                          const std::string& plugin);
 
 // Bumped whenever SideTask or SideTaskContext changes layout, or the symbols a plugin defines.
-inline constexpr int kSideTaskAbiVersion = 4;
+inline constexpr int kSideTaskAbiVersion = 5;
 
 }  // namespace freeride
 

@@ -44,6 +44,7 @@ struct HostStep {
   std::string reason;      // kFailed: why
   double ran_s = 0;        // how long the task ran in this call
   double late_s = 0;       // paused at a ready input: bound on how long it ran past it
+  bool idle = false;       // the step found no work and only waited (SideTaskContext::idle)
 };
 
 class TaskHost {

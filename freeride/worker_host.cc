@@ -162,6 +162,7 @@ class WorkerHost : public TaskHost {
           out.restarted = true;
           (void)absl::SimpleAtod((*reply)[4], &out.restart_s);
         }
+        out.idle = reply->size() >= 6 && (*reply)[5] == "1";
         return out;
       }
       if (!fills_ && step_ran_s_ + (now - start) > options_.step_timeout_s) {

@@ -128,7 +128,7 @@ class Worker {
     return task_->Load(ctx_);
   }
 
-  // Answers "ok", units, done, restarted, restart seconds.
+  // Answers "ok", units, done, restarted, restart seconds, idle.
   // The deadline is on the system clock (MonotonicSeconds), the same in both processes.
   Message Step(const std::string& deadline) {
     (void)absl::SimpleAtod(deadline, &ctx_.deadline_s);
@@ -143,10 +143,15 @@ class Worker {
       }
       const double restart_s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      ctx_.idle = false;
       absl::StatusOr<double> units = task_->Step(ctx_);
       if (!units.ok()) return {"error", std::string(units.status().message())};
-      return {"ok", absl::StrFormat("%.17g", *units), task_->Done() ? "1" : "0",
-              restarted ? "1" : "0", absl::StrFormat("%.9f", restarted ? restart_s : 0.0)};
+      return {"ok",
+              absl::StrFormat("%.17g", *units),
+              task_->Done() ? "1" : "0",
+              restarted ? "1" : "0",
+              absl::StrFormat("%.9f", restarted ? restart_s : 0.0),
+              ctx_.idle ? "1" : "0"};
     });
   }
 

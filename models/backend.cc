@@ -63,6 +63,11 @@ absl::StatusOr<std::unique_ptr<StageModel>> MakeStageModel(const BackendOptions&
     return absl::InvalidArgumentError(absl::StrCat("runtime.", fuse_gelu.status().message()));
   }
   cuda.fuse_gelu = *fuse_gelu;
+  absl::StatusOr<cuda::AttentionMode> attention = cuda::ParseAttentionMode(options.attention);
+  if (!attention.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("runtime.", attention.status().message()));
+  }
+  cuda.attention = *attention;
   cuda.low_priority = options.low_priority;
   cuda.inference_only = options.inference_only;
   absl::StatusOr<std::unique_ptr<CudaStageModel>> m =

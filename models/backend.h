@@ -16,6 +16,7 @@ struct BackendOptions {
   std::string precision = "fp32";  // "fp32" | "bf16" (cuda only)
   int device_index = 0;            // which CUDA device (the node-local rank, mod the count)
   std::string fuse_gelu = "auto";  // runtime.fuse_gelu: "auto" | "on" | "off" (cuda only)
+  std::string attention = "auto";  // runtime.attention: "auto" | "reference" (cuda only)
   // Side work (a side task's model): on CUDA its stream has the lowest priority, so its
   // kernels yield to training's when they overlap.
   bool low_priority = false;

@@ -50,7 +50,7 @@ std::string MemoryPlan::Report() const {
 
 StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage, int64_t B,
                                int64_t T, int slots, int compute_bytes, MemoryPlan* plan,
-                               bool training) {
+                               bool training, cuda::AttentionMode attention) {
   const ParamLayout layout = MakeParamLayout(config, stage);
   const int64_t P = layout.total, BT = B * T, C = config.n_embd, NH = config.n_head;
   const int64_t L = stage.num_layers(), Vp = config.padded_vocab_size, X = compute_bytes;
@@ -106,11 +106,15 @@ StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage,
   }
   ids.scratch_4c = plan->Add(kWorkspace, "scratch 4C", G * BT * 4 * C * X);
   ids.scratch_c = plan->Add(kWorkspace, "scratch C", BT * C * X);
-  ids.attn_qkv = plan->Add(kWorkspace, "attention q k v", 3 * BT * C * X);
-  ids.attn_dqkv = plan->Add(kWorkspace, "attention dq dk dv", G * 3 * BT * C * X);
-  ids.attn_probs = plan->Add(kWorkspace, "attention probabilities", B * NH * T * T * X);
-  ids.attn_scores = plan->Add(kWorkspace, "attention score gradient", G * B * NH * T * T * X);
-  ids.attn_y = plan->Add(kWorkspace, "attention y", BT * C * X);
+  ids.flash_attention = cuda::UseFlashAttention(attention, X == 2, B, NH, C / NH, T);
+  const int64_t R = ids.flash_attention ? 0 : 1;  // multiplies what only the reference path needs
+  ids.attn_qkv = plan->Add(kWorkspace, "attention q k v", R * 3 * BT * C * X);
+  ids.attn_dqkv = plan->Add(kWorkspace, "attention dq dk dv", R * G * 3 * BT * C * X);
+  ids.attn_probs = plan->Add(kWorkspace, "attention probabilities", R * B * NH * T * T * X);
+  ids.attn_scores = plan->Add(kWorkspace, "attention score gradient", R * G * B * NH * T * T * X);
+  ids.attn_y = plan->Add(kWorkspace, "attention y", R * BT * C * X);
+  ids.attn_rowsum =
+      plan->Add(kWorkspace, "attention row sums (flash)", (1 - R) * G * B * NH * T * 4);
   ids.column_partials = plan->Add(kWorkspace, "column partial sums",
                                   G * kColumnChunks * std::max(4 * C, Vp) * 4);
   ids.reduce_partials = plan->Add(kWorkspace, "reduction partial sums",

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "models/cuda/stage_policy.h"
 #include "models/device_reductions.h"
 #include "models/gpt2_config.h"
 
@@ -65,26 +66,33 @@ struct StageBufferIds {
     int dres3, dfch, dln2, dres2, dqkv, dln1, dinput, dlnf;
   };
   std::vector<Slot> slots;
+  // Attention by the flash kernels (cuda::UseFlashAttention): they read q, k, v from each
+  // layer's qkv and write its output in place, so the reference path's buffers below get no
+  // space, and backward needs only D per row (attn_rowsum).
+  bool flash_attention = false;
   // Shared by every slot (one computes at a time).
   int scratch_4c = -1, scratch_c = -1;            // [BT·4C], [BT·C]
-  int attn_qkv = -1, attn_dqkv = -1;              // q, k, v in [B, NH, T, hs] layout, ×3
-  // [B, NH, T, T] each: the probabilities of the layer at hand (kept for no layer: backward
-  // recomputes them from the scores and each row's log-sum-exp) and their gradient.
+  // The reference path's: q, k, v in [B, NH, T, hs] layout (×3), and [B, NH, T, T] each the
+  // probabilities of the layer at hand (kept for no layer: backward recomputes them from the
+  // scores and each row's log-sum-exp) and their gradient.
+  int attn_qkv = -1, attn_dqkv = -1;
   int attn_probs = -1, attn_scores = -1;
   int attn_y = -1;                                // [B, NH, T, hs]
+  int attn_rowsum = -1;                           // flash: fp32 [B·NH·T], Σ dout ∘ out per row
   int column_partials = -1;                       // fp32 [kColumnChunks · max(Vp... , 4C)]
   int reduce_partials = -1;                       // fp64 partial sums
   int cublaslt_workspace = -1;
   int staging = -1;                               // fp32 [BT·C] for precision conversions
 };
 
-
 // The plan of a chunk of `config` for stage `stage`, micro-batch B, sequence length T, `slots`
 // micro-batches in flight; `compute_bytes` = 2 (bf16) or 4 (fp32) per element of weights and
 // activations. Without `training` (inference: forward only) the gradients, optimizer state,
-// the gradients backward stashes and backward's workspace get no space.
+// the gradients backward stashes and backward's workspace get no space. `attention` picks the
+// attention path as CudaStage will (cuda::UseFlashAttention).
 StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage, int64_t B,
                                int64_t T, int slots, int compute_bytes, MemoryPlan* plan,
-                               bool training = true);
+                               bool training = true,
+                               cuda::AttentionMode attention = cuda::AttentionMode::kAuto);
 
 }  // namespace freeride

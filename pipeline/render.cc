@@ -125,7 +125,7 @@ std::string ChromeTrace(const Schedule& s, const SimResult& sim) {
 
 std::string GanttSvg(const Schedule& s, const SimResult& sim,
                      const std::vector<std::vector<std::pair<double, double>>>* side_steps,
-                     const std::string& title) {
+                     const std::string& title, const std::vector<std::string>* row_notes) {
   const double label = 70, right = 20, top = 36, row = 26, gap = 6;
   // Wide enough for the legend (nine entries, plus the side-task bar when drawn).
   const double width = std::max(std::clamp(200.0 + 14.0 * s.microbatches * s.chunks * 3, 900.0,
@@ -154,6 +154,12 @@ std::string GanttSvg(const Schedule& s, const SimResult& sim,
     const double y = top + st * (row + gap);
     absl::StrAppend(&out, absl::StrFormat("<text x=\"6\" y=\"%.1f\">stage %d</text>\n",
                                           y + row * 0.65, st));
+    if (row_notes != nullptr && st < static_cast<int>(row_notes->size()) &&
+        !(*row_notes)[st].empty()) {
+      absl::StrAppend(&out, absl::StrFormat("<text x=\"%.0f\" y=\"%.1f\" fill=\"#666666\" "
+                                            "font-style=\"italic\">%s</text>\n",
+                                            label + 8, y + row * 0.65, (*row_notes)[st]));
+    }
     const StageResult& r = sim.stages[st];
     for (const BubbleSpan& b : r.bubbles) {
       absl::StrAppend(&out, absl::StrFormat(

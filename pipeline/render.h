@@ -19,10 +19,11 @@ std::string SummaryText(const Schedule& schedule, const SimResult& sim);
 std::string ChromeTrace(const Schedule& schedule, const SimResult& sim);
 // Stages × time, compute coloured by op, bubbles shaded by kind, with a legend. `side_steps`
 // (per stage, [start, end] in the same time unit) draws side-task steps as bars along the
-// bottom of each stage's row; `title` replaces the default heading.
-std::string GanttSvg(const Schedule& schedule, const SimResult& sim,
-                     const std::vector<std::vector<std::pair<double, double>>>* side_steps =
-                         nullptr,
-                     const std::string& title = "");
+// bottom of each stage's row; `title` replaces the default heading; `row_notes` (per stage,
+// may be empty) is written across that stage's row, e.g. why it holds no measurement.
+std::string GanttSvg(
+    const Schedule& schedule, const SimResult& sim,
+    const std::vector<std::vector<std::pair<double, double>>>* side_steps = nullptr,
+    const std::string& title = "", const std::vector<std::string>* row_notes = nullptr);
 
 }  // namespace freeride::pipeline

@@ -23,6 +23,9 @@ absl::StatusOr<std::string> DeviceMemoryReport(const Config& config) {
   const std::vector<StageSpec>& specs = pipeline_plan->specs;
   const int64_t micro_batch = config.train.batch_size / config.train.microbatches;
   const int bytes = config.runtime.precision == "bf16" ? 2 : 4;
+  absl::StatusOr<cuda::AttentionMode> attention =
+      cuda::ParseAttentionMode(config.runtime.attention);
+  if (!attention.ok()) return attention.status();
   std::string out = absl::StrFormat(
       "device memory per rank on the CUDA backend: %s, micro-batch %d × %d, %s schedule, "
       "%d stage(s) × %d chunk(s); a rank also keeps %.2f GiB free beyond its plan (lazily "
@@ -34,7 +37,8 @@ absl::StatusOr<std::string> DeviceMemoryReport(const Config& config) {
     MemoryPlan plan;
     for (int c = 0; c < chunks; ++c) {
       const StageSpec& spec = specs[pipeline::VirtualStageOf(pipeline_plan->placement, pp, s, c)];
-      PlanStageMemory(*model, spec, micro_batch, config.train.seq_len, slots, bytes, &plan);
+      PlanStageMemory(*model, spec, micro_batch, config.train.seq_len, slots, bytes, &plan, true,
+                      *attention);
     }
     out += absl::StrFormat("stage %d: layers %s; %d activation slot(s): %s\n", s,
                            DescribeStageChunks(*pipeline_plan, pp, s), slots, plan.Report());

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <system_error>
 #include <vector>
 
@@ -14,9 +16,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/build_info.h"
 #include "core/files.h"
 #include "core/logging.h"
 #include "core/status.h"
+#include "trainer/run_metrics.h"
 
 namespace freeride {
 namespace {
@@ -71,6 +75,34 @@ std::vector<std::string> PreviousRun(const std::vector<fs::path>& outputs,
   return found;
 }
 
+// This process's command line as it was given (the kernel's copy; empty where there is none).
+std::vector<std::string> CommandLine() {
+  std::vector<std::string> words;
+  absl::StatusOr<std::string> raw = ReadFile("/proc/self/cmdline");
+  if (!raw.ok()) return words;
+  for (size_t start = 0; start < raw->size();) {
+    const size_t end = raw->find('\0', start);
+    words.push_back(raw->substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return words;
+}
+
+std::string RunInfoJson(const RunOrigin& origin) {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  nlohmann::json info = {{"command", CommandLine()},
+                         {"config_file", origin.config_file},
+                         {"overrides", origin.overrides},
+                         {"host", std::string(host)},
+                         {"time", Iso8601Utc(std::chrono::system_clock::now())}};
+  for (const auto& [name, value] : BuildInfo()) {
+    if (name == "version" || name == "commit") info[name] = value;
+  }
+  return info.dump(2) + "\n";
+}
+
 }  // namespace
 
 std::string CheckpointDirOf(const Config& config) {
@@ -96,7 +128,8 @@ absl::Status CheckWritableDirectory(const std::string& dir, const std::string& k
       key, dir, made.message()));
 }
 
-absl::StatusOr<DirectoryLock> PrepareRunDir(const Config& config, const RunDirOptions& options) {
+absl::StatusOr<DirectoryLock> PrepareRunDir(const Config& config, const RunDirOptions& options,
+                                            const RunOrigin& origin) {
   FR_RETURN_IF_ERROR(CheckWritableDirectory(config.run.dir, "run.dir"));
   absl::StatusOr<DirectoryLock> lock = DirectoryLock::Acquire(config.run.dir);
   if (!lock.ok()) return lock.status();
@@ -133,6 +166,8 @@ absl::StatusOr<DirectoryLock> PrepareRunDir(const Config& config, const RunDirOp
                           absl::StrCat("# Effective config of this run, every key spelled "
                                        "out; `freeride config check` reads it back.\n",
                                        ConfigToToml(config))));
+  FR_RETURN_IF_ERROR(
+      WriteFileAtomically(absl::StrCat(config.run.dir, "/run.json"), RunInfoJson(origin)));
   return lock;
 }
 

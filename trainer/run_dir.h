@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/run_lock.h"
@@ -19,17 +20,25 @@ struct RunDirOptions {
   bool checkpoints = true;
 };
 
+// How the run was asked for, written to run.dir/run.json for its report: the config file
+// (empty: the embedded default) and the --set overrides, in order.
+struct RunOrigin {
+  std::string config_file;
+  std::vector<std::string> overrides;
+};
+
 // Where a run's checkpoints go: checkpoint.dir, else run.dir/checkpoints.
 std::string CheckpointDirOf(const Config& config);
 
 // Creates run.dir, locks it against a second run (held until the lock is destroyed), and
-// writes the effective config to run.dir/config.toml (atomically). A new run (no
-// checkpoint.resume) into a directory holding another run's metrics, study or checkpoints is
-// refused with AlreadyExists, naming them and the ways out, unless `options.overwrite`, which
+// writes the effective config to run.dir/config.toml and how this start was made to
+// run.dir/run.json (command line, config file, overrides, host, commit, time; atomically). A new
+// run (no checkpoint.resume) into a directory holding another run's metrics, study or checkpoints
+// is refused with AlreadyExists, naming them and the ways out, unless `options.overwrite`, which
 // removes them first: two runs' rows in one metrics.jsonl, or a `latest` beside a later
 // step_N, would make the directory lie about both.
-absl::StatusOr<DirectoryLock> PrepareRunDir(const Config& config,
-                                            const RunDirOptions& options = {});
+absl::StatusOr<DirectoryLock> PrepareRunDir(const Config& config, const RunDirOptions& options = {},
+                                            const RunOrigin& origin = {});
 
 // Creates `dir` if needed and proves that files can be created in it, so that a checkpoint
 // directory nobody can write is found before training instead of at its first checkpoint.

@@ -112,10 +112,29 @@ absl::Status Trainer::WriteTimelineSvg() {
   for (int st = 0; st < layout_.pp; ++st) {
     offset[st + 1] = offset[st] + static_cast<int64_t>(schedule.per_stage[st].size());
   }
-  // The last recorded step, or the last with side tasks running when there is one.
+  // The last recorded step in which side steps ran on some rank, else the last that could
+  // harvest, else the last: a study's recorded steps end in blocks without side tasks (its A/A
+  // and plain arms), where a picture of harvesting shows none. Every rank counts its own side
+  // steps, and a sum makes them agree on the step (the gather below is collective).
   size_t pick = timelines_.empty() ? 0 : timelines_.size() - 1;
   for (size_t k = 0; k < timelines_.size(); ++k) {
     if (timeline_harvested_[k]) pick = k;
+  }
+  if (!timelines_.empty()) {
+    std::vector<double> side_steps(timelines_.size(), 0.0);
+    for (size_t k = 0; side_ && k < timelines_.size(); ++k) {
+      const double t0 = timeline_starts_[k];
+      const double t1 = t0 + (timelines_[k].second.empty() ? 0 : timelines_[k].second.back().end_s);
+      for (const SideStepEvent& e : side_->events())
+        side_steps[k] += e.start_s >= t0 && e.start_s <= t1;
+    }
+    absl::Status s =
+        transport_->AllReduceSum(side_steps.data(), static_cast<int64_t>(side_steps.size()),
+                                 transport_->AllRanks(), config_.runtime.comm_timeout_s);
+    if (!s.ok()) return s;
+    for (size_t k = 0; k < timelines_.size(); ++k) {
+      if (side_steps[k] > 0) pick = k;
+    }
   }
   std::vector<double> times(3 * offset[layout_.pp], 0.0);
   std::vector<double> side(static_cast<size_t>(layout_.pp) * (1 + 2 * kMaxSideSteps), 0.0);
@@ -186,8 +205,20 @@ absl::Status Trainer::WriteTimelineSvg() {
       "measured step %d: %s, p=%d, m=%d; %.1f ms, waiting %.1f%% of stage time%s",
       timelines_[pick].first, config_.parallel.schedule, layout_.pp, schedule.microbatches,
       sim.step_time, 100 * sim.bubble_fraction, side_ ? "; bars: side-task steps" : "");
-  return WriteFileAtomically((std::filesystem::path(config_.run.dir) / "timeline.svg").string(),
-                             pipeline::GanttSvg(schedule, sim, side_ ? &steps : nullptr, title));
+  // An emulated run measured one stage; the others' rows say so instead of looking broken.
+  std::vector<std::string> notes(layout_.pp);
+  if (config_.runtime.emulate_peers) {
+    for (int st = 0; st < layout_.pp; ++st) {
+      if (st != layout_.stage) {
+        notes[st] =
+            "emulated (runtime.emulate_peers): this process stood in for the stage's "
+            "messages, nothing ran here to measure";
+      }
+    }
+  }
+  return WriteFileAtomically(
+      (std::filesystem::path(config_.run.dir) / "timeline.svg").string(),
+      pipeline::GanttSvg(schedule, sim, side_ ? &steps : nullptr, title, &notes));
 }
 
 }  // namespace freeride

@@ -171,7 +171,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
 
   const int64_t micro_batch = tc.batch_size / tc.microbatches;
   const BackendOptions backend{config.runtime.device, config.runtime.precision, NodeLocalRank(),
-                               config.runtime.fuse_gelu};
+                               config.runtime.fuse_gelu, config.runtime.attention};
   std::optional<PartCosts> part_costs;
   if (NeedsPartCosts(config) && simulated) {
     part_costs = SimulatedPartCosts(*model, micro_batch, tc.seq_len);

@@ -5,7 +5,10 @@
 // while the measured round time still fits before the bubble's deadline. Tokens are drawn as
 // `freeride sample` draws them (models/sampling.h), so a request's text equals sample's for the
 // same checkpoint, prompt and seed. Unloaded and loaded again (preemption), a slot replays its
-// prompt and the tokens it had made, without drawing: the text does not change.
+// prompt and the tokens it had made, without drawing: the text does not change. A request ends
+// at max_tokens ("length") or where one of its stop sequences appears in its text ("stop": the
+// text is cut before it). A step that finds no request only waits for one: it says so
+// (ctx.idle), and the report does not count that time as harvested.
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
@@ -15,11 +18,12 @@
 #include <optional>
 
 #include "absl/strings/str_format.h"
-#include "core/status.h"
 #include "core/clock.h"
+#include "core/status.h"
 #include "core/timer.h"
 #include "freeride/side_task.h"
 #include "freeride/tasks/serve_http.h"
+#include "freeride/tasks/serve_openai.h"
 #include "freeride/tasks/serve_queue.h"
 #include "models/checkpoint_verify.h"
 #include "models/gpt2_decoder.h"
@@ -99,7 +103,12 @@ class ServeTask : public SideTask {
     http_.request_timeout_s = *timeout, http_.threads = static_cast<int>(*threads);
     http_.waiting_limit = *queue + *batch, http_.read_timeout_s = *read_timeout;
     http_.vocab_size = config_.vocab_size, http_.max_seq_len = config_.max_seq_len;
-    http_.model_name = std::filesystem::path(*path).filename().string();
+    http_.slots = *batch;
+    // The checkpoint's directory names it (runs write .../step_00000010/model.bin).
+    const std::filesystem::path checkpoint(*path);
+    http_.model_name = checkpoint.filename() == "model.bin" && checkpoint.has_parent_path()
+                           ? checkpoint.parent_path().filename().string()
+                           : checkpoint.filename().string();
     return absl::OkStatus();
   }
 
@@ -134,6 +143,7 @@ class ServeTask : public SideTask {
     Admit(last_step_s_);
     if (Active() == 0) {
       queue_->WaitForWork(std::clamp(ctx.deadline_s - start, 0.0, 0.002));
+      ctx.idle = true;
       return 0.0;
     }
     double units = 0;
@@ -170,9 +180,12 @@ class ServeTask : public SideTask {
   absl::Status StartServer(SideTaskContext& ctx) {
     queue_ = std::make_unique<serve::Queue>(max_queue_);
     last_step_s_ = MonotonicSeconds();
-    front_ = std::make_unique<serve::HttpFront>(
-        http_, queue_.get(), tokenizer_.get(), [this] { return MetricsJson(); },
-        [this] { return Degraded(); });
+    serve::HttpHooks hooks;
+    hooks.metrics_json = [this] { return MetricsJson(); };
+    hooks.degraded = [this] { return Degraded(); };
+    hooks.active_slots = [this] { return static_cast<int64_t>(active_.load()); };
+    front_ =
+        std::make_unique<serve::HttpFront>(http_, queue_.get(), tokenizer_.get(), std::move(hooks));
     absl::StatusOr<int> port = front_->Start();
     if (!port.ok()) {
       return absl::UnavailableError(
@@ -232,14 +245,24 @@ class ServeTask : public SideTask {
     c.generated.push_back(next);
     ++generated_;
     if (c.generated.size() == 1) c.first_token_s = MonotonicSeconds();
-    if (static_cast<int64_t>(c.generated.size()) < c.max_tokens) {
-      slot.logits = slot.decoder->Step(&next);
-      ++slot.fed;
-      return 1;
+    const bool full = static_cast<int64_t>(c.generated.size()) >= c.max_tokens;
+    if (full || !c.stop.empty()) {
+      absl::StatusOr<std::string> text = tokenizer_->Decode(c.generated);
+      if (!text.ok()) {
+        Release(slot, std::string(text.status().message()));
+        return 1;
+      }
+      const size_t stop = serve::FindStop(*text, c.stop);
+      if (full || stop != std::string::npos) {
+        c.text = text->substr(0, stop);
+        c.finish_reason = stop != std::string::npos ? "stop" : "length";
+        Release(slot, "");
+        return 1;
+      }
     }
-    absl::StatusOr<std::string> text = tokenizer_->Decode(c.generated);
-    c.text = text.ok() ? *text : "";
-    Release(slot, text.ok() ? "" : std::string(text.status().message()));
+    queue_->Emit(slot.request, next);
+    slot.logits = slot.decoder->Step(&next);
+    ++slot.fed;
     return 1;
   }
 

@@ -11,10 +11,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "core/timer.h"
+#include "freeride/tasks/serve_openai.h"
 
 namespace freeride::serve {
 namespace {
@@ -67,8 +67,7 @@ thread_local ConnectionPool* ConnectionPool::current_pool_ = nullptr;
 thread_local std::shared_ptr<ConnectionPool::Connection> ConnectionPool::current_;
 
 std::string RawErrorResponse(int status, const std::string& message, const std::string& type) {
-  const std::string body =
-      nlohmann::json{{"error", {{"message", message}, {"type", type}}}}.dump() + "\n";
+  const std::string body = ErrorBody({status, message, type, "", type});
   return absl::StrCat("HTTP/1.1 ", status, " ", Reason(status),
                       "\r\nContent-Type: application/json\r\nContent-Length: ", body.size(),
                       status == 429 ? "\r\nRetry-After: 1" : "", "\r\nConnection: close\r\n\r\n",

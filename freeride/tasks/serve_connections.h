@@ -95,8 +95,8 @@ class ConnectionPool : public httplib::TaskQueue {
   std::thread watchdog_;
 };
 
-// The raw HTTP/1.1 answer the pool sends by itself: `status` (408, 429 or 503) with a JSON
-// error body as the handlers write them, closing the connection.
+// The raw HTTP/1.1 answer the pool sends by itself: `status` (408, 429 or 503) with OpenAI's
+// error body as the handlers write them (`type` is its code too), closing the connection.
 std::string RawErrorResponse(int status, const std::string& message, const std::string& type);
 
 }  // namespace freeride::serve

@@ -33,6 +33,16 @@ bool Queue::Push(std::shared_ptr<Completion> c) {
   return true;
 }
 
+bool Queue::PushAll(const std::vector<std::shared_ptr<Completion>>& cs) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_ || static_cast<int64_t>(waiting_.size() + cs.size()) > capacity_) return false;
+    waiting_.insert(waiting_.end(), cs.begin(), cs.end());
+  }
+  arrived_.notify_all();
+  return true;
+}
+
 bool Queue::closed() const {
   std::lock_guard<std::mutex> lock(mu_);
   return closed_;
@@ -62,6 +72,7 @@ void Queue::Finish(const std::shared_ptr<Completion>& c, double now_s, const std
   {
     std::lock_guard<std::mutex> lock(mu_);
     c->done = true;
+    ++c->changes;
     c->done_s = now_s;
     c->error = error;
     if (error.empty()) {
@@ -78,6 +89,32 @@ void Queue::Finish(const std::shared_ptr<Completion>& c, double now_s, const std
 bool Queue::WaitDone(const std::shared_ptr<Completion>& c, double timeout_s) {
   std::unique_lock<std::mutex> lock(mu_);
   return finished_.wait_for(lock, Seconds(timeout_s), [&] { return c->done; });
+}
+
+void Queue::Emit(const std::shared_ptr<Completion>& c, int32_t token) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    c->emitted.push_back(token);
+    ++c->changes;
+  }
+  finished_.notify_all();
+}
+
+int64_t Queue::WaitChange(const std::vector<std::shared_ptr<Completion>>& cs, int64_t seen,
+                          double timeout_s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto changes = [&] {
+    int64_t n = 0;
+    for (const auto& c : cs) n += c->changes;
+    return n;
+  };
+  finished_.wait_for(lock, Seconds(timeout_s), [&] { return changes() != seen; });
+  return changes();
+}
+
+Queue::Progress Queue::Snapshot(const std::shared_ptr<Completion>& c) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {c->emitted, c->done};
 }
 
 void Queue::Close(const std::string& reason, double now_s) {

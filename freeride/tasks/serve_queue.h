@@ -1,7 +1,8 @@
 // The `serve` task's requests between the HTTP threads and the bubbles: the network side only
 // validates and queues a completion and waits for it; the model side (serve.cc, in bubble
 // steps) admits queued requests into decoding slots and fills them in. A request whose client
-// went away is cancelled and its slot freed at the next step.
+// went away is cancelled and its slot freed at the next step. A streamed request's handler
+// reads each token as it is drawn (Emit, Progress).
 #pragma once
 
 #include <atomic>
@@ -23,14 +24,21 @@ struct Completion {
   double temperature = 1;
   int64_t top_k = 40;
   uint64_t seed = 1337;
+  std::vector<std::string> stop;  // generation ends before the first of these in the text
 
   // Filled in by the model side.
   std::vector<int32_t> generated;
-  std::string text;
+  std::string text;           // once done: cut before its stop sequence, if one came
+  std::string finish_reason;  // once done: "stop" (a stop sequence) or "length" (max_tokens)
   std::string error;  // set when it can never finish (the task stopped)
   double arrived_s = 0, admitted_s = 0, first_token_s = 0, done_s = 0;
   bool done = false;
   std::atomic<bool> cancelled{false};
+
+  // Guarded by the queue's lock: the tokens drawn so far that no stop sequence took back, and
+  // a count of changes (a token emitted, done) that handlers wait on.
+  std::vector<int32_t> emitted;
+  int64_t changes = 0;
 };
 
 // Latency percentiles over the most recent requests.
@@ -44,6 +52,8 @@ class Queue {
 
   // False when full (the caller answers 429) or closed (503).
   bool Push(std::shared_ptr<Completion> c);
+  // All of `cs` (the choices of one request), or none where they do not all fit.
+  bool PushAll(const std::vector<std::shared_ptr<Completion>>& cs);
   bool closed() const;
   // Up to `n` waiting completions, oldest first (cancelled ones dropped).
   std::vector<std::shared_ptr<Completion>> Take(size_t n);
@@ -53,6 +63,17 @@ class Queue {
   void Finish(const std::shared_ptr<Completion>& c, double now_s, const std::string& error = "");
   // Waits up to `timeout_s` for `c` to finish; true when it did.
   bool WaitDone(const std::shared_ptr<Completion>& c, double timeout_s);
+  // The model side: `c` drew `token`, which stays in its text.
+  void Emit(const std::shared_ptr<Completion>& c, int32_t token);
+  // Waits up to `timeout_s` for any of `cs` to change (a token, done) past `seen` changes in
+  // all; returns their changes now.
+  int64_t WaitChange(const std::vector<std::shared_ptr<Completion>>& cs, int64_t seen,
+                     double timeout_s);
+  struct Progress {
+    std::vector<int32_t> tokens;  // emitted so far
+    bool done = false;
+  };
+  Progress Snapshot(const std::shared_ptr<Completion>& c) const;
   // No more completions: the waiting and the queued ones fail with `reason`.
   void Close(const std::string& reason, double now_s);
 

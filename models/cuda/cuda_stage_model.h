@@ -33,6 +33,9 @@ struct CudaStageOptions {
   // kernels (the reference the GPU tests hold the fused path to); auto: fused in bf16 only
   // (stage_policy.h says why).
   cuda::GeluFusionMode fuse_gelu = cuda::GeluFusionMode::kAuto;
+  // The flash kernels in bf16 where their shapes fit, else the reference path (runtime.attention,
+  // stage_policy.h).
+  cuda::AttentionMode attention = cuda::AttentionMode::kAuto;
   // The chunk's stream at the device's lowest priority (side work), else its highest
   // (training).
   bool low_priority = false;

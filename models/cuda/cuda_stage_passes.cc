@@ -1,9 +1,13 @@
 // Forward and backward of a CUDA chunk: the same sequence of layers as GPT2Stage on the CPU
-// (models/gpt2.cc), on device buffers, with the attention products batched over heads.
+// (models/gpt2.cc), on device buffers. Attention runs the flash kernels (flash_attention.h) where
+// the plan chose them (bf16, shapes they take), else the reference path: heads split out, the
+// T × T products batched over heads, softmax kernels.
 #include <cmath>
+#include <type_traits>
 
 #include "core/cuda_check.h"
 #include "models/cuda/cuda_stage.h"
+#include "models/cuda/flash_attention.h"
 
 namespace freeride::cuda {
 
@@ -39,6 +43,14 @@ template <typename T>
 absl::Status CudaStage<T>::AttentionForward(const Slot& s, int64_t l) {
   const int64_t C = layout_.config.n_embd, NH = layout_.config.n_head, hs = C / NH;
   const int64_t BTC = B_ * T_ * C, heads = B_ * NH;
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (ids_.flash_attention) {  // straight from qkv to the layer's output, no T × T
+      FR_KERNEL(l, FlashAttentionForward, Act(s.atty, l, BTC),
+                Ptr<float>(s.att_lse) + l * heads * T_, Act(s.qkv, l, 3 * BTC), B_, T_, NH, hs,
+                stream_);
+      return absl::OkStatus();
+    }
+  }
   T* v = Ptr<T>(ids_.attn_qkv) + 2 * BTC;
   T* att = Ptr<T>(ids_.attn_probs);
   T* y = Ptr<T>(ids_.attn_y);
@@ -121,6 +133,14 @@ template <typename T>
 absl::Status CudaStage<T>::AttentionBackward(const Slot& s, int64_t l, const T* datty) {
   const int64_t C = layout_.config.n_embd, NH = layout_.config.n_head, hs = C / NH;
   const int64_t BTC = B_ * T_ * C, heads = B_ * NH;
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (ids_.flash_attention) {
+      FR_KERNEL(l, FlashAttentionBackward, Act(s.dqkv, l, 3 * BTC), Ptr<float>(ids_.attn_rowsum),
+                datty, Act(s.qkv, l, 3 * BTC), Act(s.atty, l, BTC),
+                Ptr<float>(s.att_lse) + l * heads * T_, B_, T_, NH, hs, stream_);
+      return absl::OkStatus();
+    }
+  }
   T* q = Ptr<T>(ids_.attn_qkv);
   T* k = q + BTC;
   T* v = k + BTC;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "models/cuda/flash_tile.h"
 
 namespace freeride::cuda {
 
@@ -25,6 +26,18 @@ bool FuseGelu(GeluFusionMode mode, bool bf16) {
       break;
   }
   return bf16;
+}
+
+absl::StatusOr<AttentionMode> ParseAttentionMode(absl::string_view text) {
+  if (text == "auto") return AttentionMode::kAuto;
+  if (text == "reference") return AttentionMode::kReference;
+  return absl::InvalidArgumentError(
+      absl::StrCat("attention \"", text, "\": expected \"auto\" or \"reference\""));
+}
+
+bool UseFlashAttention(AttentionMode mode, bool bf16, int64_t B, int64_t NH, int64_t hs,
+                       int64_t T) {
+  return mode == AttentionMode::kAuto && bf16 && flash::ShapeSupported(B, NH, hs, T);
 }
 
 uint32_t PointerAlignment(const void* p) {

@@ -22,6 +22,14 @@ enum class GeluFusionMode { kAuto, kOn, kOff };
 absl::StatusOr<GeluFusionMode> ParseGeluFusionMode(absl::string_view text);
 bool FuseGelu(GeluFusionMode mode, bool bf16);
 
+// runtime.attention: "auto" runs the flash kernels (flash_attention.h) in bf16 where
+// flash::ShapeSupported, and the reference path (heads split out, batched GEMMs over the T × T
+// scores, softmax kernels) in fp32 and for other shapes; "reference" runs the reference path
+// always (what the GPU tests hold the flash kernels to, and a way around them).
+enum class AttentionMode { kAuto, kReference };
+absl::StatusOr<AttentionMode> ParseAttentionMode(absl::string_view text);
+bool UseFlashAttention(AttentionMode mode, bool bf16, int64_t B, int64_t NH, int64_t hs, int64_t T);
+
 // The largest power of two, at most 256, that divides the address: what cuBLASLt's
 // MIN_ALIGNMENT preferences want (its heuristic otherwise assumes 256-byte pointers and may
 // pick a kernel that faults on the 64-byte-aligned tensors of a small model). Null: 256.

@@ -56,6 +56,28 @@ class GrowingTask : public SideTask {
 };
 FREERIDE_REGISTER_SIDE_TASK(GrowingTask, "test_growing");
 
+// A server with no request for `idle_steps` steps (each waits 1 ms for one and says it only
+// waited), then one that works 1 ms per step.
+class WaitingTask : public SideTask {
+ public:
+  absl::Status Create(SideTaskContext& ctx) override {
+    absl::StatusOr<int64_t> idle = ArgReader(ctx.name, *ctx.args).Int("idle_steps", 0, 0, 1 << 30);
+    idle_steps_ = idle.ok() ? *idle : 0;
+    return idle.status();
+  }
+  absl::StatusOr<double> Step(SideTaskContext& ctx) override {
+    ctx.clock->Busy(1e-3);
+    if (++calls_ <= 3) return 1.0;  // calibration
+    if (calls_ - 3 <= idle_steps_) {
+      ctx.idle = true;
+      return 0.0;
+    }
+    return 1.0;
+  }
+  int64_t idle_steps_ = 0, calls_ = 0;
+};
+FREERIDE_REGISTER_SIDE_TASK(WaitingTask, "test_waiting");
+
 std::string ResultsDir() {
   return (std::filesystem::path(::testing::TempDir()) / "side_results").string();
 }
@@ -296,6 +318,39 @@ TEST(SideTaskExecutorTest, TheLongestBubbleIsOneOfTheLastStep) {
   Bubble(*ex, 0, 0.002);
   Bubble(*ex, 3, 0.004);
   EXPECT_NEAR(ex->LongestPredictedBubble(), 0.004, 1e-12);
+}
+
+}  // namespace
+}  // namespace freeride
+
+namespace freeride {
+namespace {
+
+// Idle polling is not harvested work: a task that only waited for work in a bubble harvested
+// none of it (no time, no steps, no timeline events); once it works, its steps count.
+TEST(SideTaskExecutorTest, StepsThatOnlyWaitedAreNotHarvested) {
+  SideTaskSpec spec{"test_waiting", "server", "", 0, 0, {{"idle_steps", int64_t{1000}}}};
+  auto ex = MakeExecutor({spec});
+  ASSERT_NE(ex, nullptr);
+  Bubble(*ex, 0, 0.05);  // measured
+  for (int i = 0; i < 5; ++i) Bubble(*ex, 0, 0.05);
+  HarvestReport idle = ex->Report();
+  EXPECT_EQ(idle.total_harvested_s(), 0.0);
+  EXPECT_GT(idle.total_bubble_s(), 0.2);
+  EXPECT_EQ(idle.tasks[0].steps, 0);
+  EXPECT_EQ(idle.tasks[0].harvested_s, 0.0);
+  EXPECT_TRUE(ex->events().empty());
+
+  spec.args["idle_steps"] = int64_t{0};
+  spec.name = "busy";
+  auto busy = MakeExecutor({spec});
+  ASSERT_NE(busy, nullptr);
+  Bubble(*busy, 0, 0.05);
+  Bubble(*busy, 0, 0.05);
+  const HarvestReport worked = busy->Report();
+  EXPECT_GT(worked.total_harvested_s(), 0.03);
+  EXPECT_GT(worked.tasks[0].steps, 30);
+  EXPECT_EQ(static_cast<int64_t>(busy->events().size()), worked.tasks[0].steps);
 }
 
 }  // namespace

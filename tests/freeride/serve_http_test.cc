@@ -1,12 +1,14 @@
 // The serve task's HTTP side under hostile clients on 127.0.0.1, with a stand-in for the
 // bubbles (a thread that answers each queued request with two tokens): clients that send their
 // headers a byte at a time and bursts of 200 connections at once get only answers (200, 429,
-// other 4xx), never a reset or silence, and a valid request is served once they are gone.
+// other 4xx), never a reset or silence, and a valid request is served once they are gone; and
+// the OpenAI subset over a real socket (streams, errors, models, Prometheus metrics).
 // Real time: the server's deadlines are on the clock its clients see. The test asserts no
 // duration; its waits are capped far beyond what an idle machine needs (60 s per client).
 #include "freeride/tasks/serve_http.h"
 
 #include <arpa/inet.h>
+#include <httplib.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -19,6 +21,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,25 +36,31 @@ namespace {
 
 constexpr double kClientCapS = 60;  // no answer by then: a hang
 
-// An HttpFront on any free port of 127.0.0.1, whose queued requests a thread finishes.
+// An HttpFront on any free port of 127.0.0.1, whose queued requests a thread finishes (not
+// while the bubbles are held: none comes).
 class TestServer {
  public:
   explicit TestServer(const HttpOptions& options) : queue_(4) {
     absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(kDefaultTokenizerPath);
     EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
     tokenizer_ = *std::move(tokenizer);
-    front_ = std::make_unique<HttpFront>(
-        options, &queue_, tokenizer_.get(), [] { return std::string("{}\n"); },
-        [] { return std::string(); });
+    HttpHooks hooks;
+    hooks.metrics_json = [] { return std::string("{}\n"); };
+    hooks.degraded = [] { return std::string(); };
+    front_ = std::make_unique<HttpFront>(options, &queue_, tokenizer_.get(), std::move(hooks));
     absl::StatusOr<int> port = front_->Start();
     EXPECT_TRUE(port.ok()) << port.status();
     port_ = port.ok() ? *port : 0;
     bubbles_ = std::thread([this] {
       while (!stop_) {
         queue_.WaitForWork(0.01);
+        if (held_) continue;
         for (const std::shared_ptr<Completion>& c : queue_.Take(2)) {
+          queue_.Emit(c, 64);  // "a"
+          queue_.Emit(c, 65);  // "b"
           c->generated = {64, 65};
           c->text = "ab";
+          c->finish_reason = "length";
           queue_.Finish(c, MonotonicSeconds());
         }
       }
@@ -64,13 +73,14 @@ class TestServer {
     front_->Stop();
   }
   int port() const { return port_; }
+  void HoldBubbles(bool held) { held_ = held; }
 
  private:
   Queue queue_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<HttpFront> front_;
   int port_ = 0;
-  std::atomic<bool> stop_{false};
+  std::atomic<bool> stop_{false}, held_{false};
   std::thread bubbles_;
 };
 
@@ -222,6 +232,140 @@ TEST(ServeHttpTest, AClientThatNeverSendsIsAnswered408) {
   const int fd = Connect(server.port());
   ASSERT_GE(fd, 0);
   EXPECT_EQ(ReadAnswer(fd).status, 408);
+}
+
+// The OpenAI subset over a real socket, with httplib's own client: a streamed completion is
+// server-sent events ending with [DONE], whose texts make the answer; unknown routes and
+// models are 404s in OpenAI's error shape; /v1/models names the model; /metrics is Prometheus
+// text that counted them.
+TEST(ServeHttpTest, SpeaksOpenAiStreamsModelsErrorsAndPrometheus) {
+  HttpOptions options;
+  options.port = 0;
+  options.vocab_size = 50257;
+  options.max_seq_len = 64;
+  options.model_name = "step_00000010";
+  options.slots = 2;
+  TestServer server(options);
+  ASSERT_GT(server.port(), 0);
+  httplib::Client client("127.0.0.1", server.port());
+  client.set_read_timeout(static_cast<time_t>(kClientCapS), 0);
+
+  const httplib::Result streamed = client.Post(
+      "/v1/completions", R"({"prompt": "And", "max_tokens": 2, "stream": true})",
+      "application/json");
+  ASSERT_TRUE(streamed) << httplib::to_string(streamed.error());
+  EXPECT_EQ(streamed->status, 200);
+  EXPECT_EQ(streamed->get_header_value("Content-Type"), "text/event-stream");
+  std::vector<std::string> events;
+  for (size_t at = 0, end; (end = streamed->body.find("\n\n", at)) != std::string::npos;
+       at = end + 2) {
+    events.push_back(streamed->body.substr(at, end - at));
+  }
+  ASSERT_GE(events.size(), 2u) << streamed->body;
+  EXPECT_EQ(events.back(), "data: [DONE]");
+  std::string text, finish;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    ASSERT_EQ(events[i].rfind("data: ", 0), 0u) << events[i];
+    const nlohmann::json chunk = nlohmann::json::parse(events[i].substr(6));
+    EXPECT_EQ(chunk["object"], "text_completion");
+    EXPECT_EQ(chunk["model"], "step_00000010");
+    text += chunk["choices"][0]["text"].get<std::string>();
+    if (!chunk["choices"][0]["finish_reason"].is_null()) finish = chunk["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(text, "ab");
+  EXPECT_EQ(finish, "length");
+
+  const httplib::Result plain =
+      client.Post("/v1/completions", R"({"prompt": ["And", "Or"], "max_tokens": 2})",
+                  "application/json");
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->status, 200);
+  EXPECT_EQ(plain->body.front(), '{');  // nothing before the JSON
+  const nlohmann::json answer = nlohmann::json::parse(plain->body);
+  ASSERT_EQ(answer["choices"].size(), 2u);
+  EXPECT_EQ(answer["choices"][1]["index"], 1);
+  EXPECT_EQ(answer["usage"]["completion_tokens"], 4);
+
+  const httplib::Result unknown = client.Get("/v1/embeddings");
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 404);
+  EXPECT_EQ(nlohmann::json::parse(unknown->body)["error"]["code"], "unknown_url");
+  const httplib::Result model = client.Post(
+      "/v1/completions", R"({"prompt": "And", "model": "gpt-4"})", "application/json");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(model->status, 404);
+  EXPECT_EQ(nlohmann::json::parse(model->body)["error"]["param"], "model");
+  const httplib::Result models = client.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(nlohmann::json::parse(models->body)["data"][0]["id"], "step_00000010");
+
+  // Counted once written (a server thread may count its answer after the client read it):
+  // polled, up to the client cap.
+  const std::vector<std::string> wanted = {
+      "freeride_serve_requests_total{route=\"other\",status=\"404\"} 1\n",
+      "freeride_serve_requests_total{route=\"/v1/completions\",status=\"200\"} 2\n",
+      "freeride_serve_requests_total{route=\"/v1/completions\",status=\"404\"} 1\n",
+      "freeride_serve_completion_tokens_total 6\n", "freeride_serve_slots 2\n"};
+  auto missing = [&wanted](const std::string& text) {
+    for (const std::string& line : wanted) {
+      if (text.find(line) == std::string::npos) return line;
+    }
+    return std::string();
+  };
+  std::string text_metrics;
+  for (const double give_up = MonotonicSeconds() + kClientCapS;
+       !missing(text_metrics).empty() && MonotonicSeconds() < give_up;) {
+    const httplib::Result metrics = client.Get("/metrics");
+    ASSERT_TRUE(metrics);
+    EXPECT_EQ(metrics->get_header_value("Content-Type"),
+              "text/plain; version=0.0.4; charset=utf-8");
+    text_metrics = metrics->body;
+  }
+  EXPECT_EQ(missing(text_metrics), "") << text_metrics;
+}
+
+// A stream waiting for a bubble sends SSE comment lines, and only those, until its tokens come:
+// the bubbles are held until the client has read a keep-alive line.
+TEST(ServeHttpTest, AStreamWaitingForBubblesSendsCommentLinesNotPadding) {
+  HttpOptions options;
+  options.port = 0;
+  options.vocab_size = 50257;
+  options.max_seq_len = 64;
+  options.keep_alive_s = 0.05;
+  TestServer server(options);
+  ASSERT_GT(server.port(), 0);
+  server.HoldBubbles(true);
+  const int fd = Connect(server.port());
+  ASSERT_GE(fd, 0);
+  const std::string body = R"({"prompt": "And", "max_tokens": 2, "stream": true})";
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(request.size()));
+  std::string got;
+  char buffer[4096];
+  ssize_t n;
+  while (got.find(kSseKeepAlive) == std::string::npos &&
+         (n = recv(fd, buffer, sizeof(buffer), 0)) > 0) {
+    got.append(buffer, static_cast<size_t>(n));
+  }
+  const size_t head_end = got.find("\r\n\r\n");
+  ASSERT_NE(head_end, std::string::npos) << got;
+  EXPECT_NE(got.find("Content-Type: text/event-stream"), std::string::npos) << got;
+  EXPECT_NE(got.find(kSseKeepAlive, head_end), std::string::npos) << got;
+  EXPECT_EQ(got.find("data: "), std::string::npos) << got;  // nothing but comments yet
+  EXPECT_EQ(got.find("  "), std::string::npos) << got;      // and no padding
+  server.HoldBubbles(false);
+  while ((n = recv(fd, buffer, sizeof(buffer), 0)) > 0) got.append(buffer, static_cast<size_t>(n));
+  close(fd);
+  std::string text;  // the events' texts, read through the chunked framing
+  for (size_t at = 0, end; (end = got.find('\n', at)) != std::string::npos; at = end + 1) {
+    if (got.compare(at, 7, "data: {") == 0) {
+      text += nlohmann::json::parse(got.substr(at + 6, end - at - 6))["choices"][0]["text"];
+    }
+  }
+  EXPECT_EQ(text, "ab") << got;
+  EXPECT_NE(got.find("data: [DONE]\n\n"), std::string::npos) << got;
 }
 
 }  // namespace

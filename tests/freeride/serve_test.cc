@@ -54,6 +54,24 @@ TEST(ServeQueueTest, FinishWakesTheWaiterAndCountsLatency) {
   EXPECT_NEAR(s.first_token_ms.p95, 96, 1e-9);
 }
 
+TEST(ServeQueueTest, PushAllTakesEveryChoiceOrNoneAndEmitWakesStreams) {
+  Queue queue(3);
+  auto a = std::make_shared<Completion>(), b = std::make_shared<Completion>();
+  EXPECT_TRUE(queue.PushAll({a, b}));
+  EXPECT_FALSE(queue.PushAll({std::make_shared<Completion>(), std::make_shared<Completion>()}));
+  EXPECT_EQ(queue.waiting(), 2u);  // the request that did not fit left nothing behind
+
+  // A stream waits for changes (tokens, done) of any of its choices.
+  EXPECT_EQ(queue.WaitChange({a, b}, 0, 0), 0);
+  queue.Emit(b, 7);
+  EXPECT_EQ(queue.WaitChange({a, b}, 0, 0), 1);
+  EXPECT_EQ(queue.Snapshot(b).tokens, std::vector<int32_t>{7});
+  EXPECT_FALSE(queue.Snapshot(b).done);
+  queue.Finish(a, 1.0);
+  EXPECT_EQ(queue.WaitChange({a, b}, 1, 0), 2);
+  EXPECT_TRUE(queue.Snapshot(a).done);
+}
+
 TEST(ServeQueueTest, CloseFailsWhatWaitsAndRefusesMore) {
   Queue queue(4);
   auto c = std::make_shared<Completion>();

@@ -1,7 +1,7 @@
 // The CUDA backend's first-contact decisions, checked on the CPU (models/cuda/stage_policy.h):
-// where the GELU is fused by default, the alignments cuBLASLt is told and the key its
-// algorithms are cached under, the launch-check switch, launch-site names and the device
-// memory check.
+// where the GELU is fused by default, which attention path runs, the alignments cuBLASLt is told
+// and the key its algorithms are cached under, the launch-check switch, launch-site names and the
+// device memory check.
 #include <cstdlib>
 #include <map>
 
@@ -27,6 +27,23 @@ TEST(GeluFusion, ParsesTheConfigValues) {
   absl::StatusOr<GeluFusionMode> bad = ParseGeluFusionMode("yes");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("\"yes\""), std::string::npos) << bad.status();
+}
+
+TEST(AttentionPath, FlashInBf16WhereTheKernelsTakeTheShape) {
+  EXPECT_TRUE(UseFlashAttention(AttentionMode::kAuto, /*bf16=*/true, 8, 12, 64, 1024));
+  EXPECT_TRUE(UseFlashAttention(AttentionMode::kAuto, true, 4, 4, 16, 33));  // any T
+  EXPECT_FALSE(UseFlashAttention(AttentionMode::kAuto, /*bf16=*/false, 8, 12, 64, 1024));
+  EXPECT_FALSE(UseFlashAttention(AttentionMode::kReference, true, 8, 12, 64, 1024));
+  EXPECT_FALSE(UseFlashAttention(AttentionMode::kAuto, true, 8, 16, 128, 1024));  // head size
+  EXPECT_FALSE(UseFlashAttention(AttentionMode::kAuto, true, 8, 3, 24, 1024));
+}
+
+TEST(AttentionPath, ParsesTheConfigValues) {
+  EXPECT_EQ(*ParseAttentionMode("auto"), AttentionMode::kAuto);
+  EXPECT_EQ(*ParseAttentionMode("reference"), AttentionMode::kReference);
+  absl::StatusOr<AttentionMode> bad = ParseAttentionMode("flash");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("\"flash\""), std::string::npos) << bad.status();
 }
 
 TEST(PointerAlignment, IsTheLargestPowerOfTwoUpTo256) {

@@ -61,7 +61,8 @@ TEST(DeviceMemoryPlanTest, PhasesHaveTheirClosedFormSizes) {
     // Attention keeps one fp32 log-sum-exp per row and layer, not the L·B·NH·T² probabilities
     // (one layer's worth lives in the workspace, recomputed in backward).
     EXPECT_EQ(plan.buffer(ids.slots[0].att_lse).bytes, L * B * NH * T * 4);
-    EXPECT_EQ(plan.buffer(ids.attn_probs).bytes, B * NH * T * T * bytes);
+    // bf16 runs the flash kernels (no T × T at all), fp32 the reference path.
+    EXPECT_EQ(plan.buffer(ids.attn_probs).bytes, bytes == 2 ? 0 : B * NH * T * T * bytes);
     EXPECT_EQ(plan.buffer(ids.slots[0].logits).bytes, B * T * Vp * bytes);
   }
 }
@@ -82,8 +83,10 @@ TEST(DeviceMemoryPlanTest, ActivationsGrowWithSlotsAndNothingElseDoes) {
 TEST(DeviceMemoryPlanTest, InferenceHoldsNoGradientsOptimizerOrBackward) {
   const GPT2Config cfg = Gpt2Small();
   MemoryPlan train, infer;
-  PlanStageMemory(cfg, WholeModel(cfg), 8, 128, 1, 2, &train);
-  const StageBufferIds ids = PlanStageMemory(cfg, WholeModel(cfg), 8, 128, 1, 2, &infer, false);
+  using cuda::AttentionMode;
+  PlanStageMemory(cfg, WholeModel(cfg), 8, 128, 1, 2, &train, true, AttentionMode::kReference);
+  const StageBufferIds ids =
+      PlanStageMemory(cfg, WholeModel(cfg), 8, 128, 1, 2, &infer, false, AttentionMode::kReference);
   EXPECT_EQ(infer.PhaseBytes(MemoryPhase::kGradients), 0);
   EXPECT_EQ(infer.PhaseBytes(MemoryPhase::kOptimizer), 0);
   EXPECT_EQ(infer.PhaseBytes(MemoryPhase::kParameters), train.PhaseBytes(MemoryPhase::kParameters));
@@ -106,6 +109,45 @@ TEST(DeviceMemoryPlanTest, MiddleStagesHoldNoEmbeddingOrHead) {
   EXPECT_EQ(plan.buffer(ids.slots[0].logits).bytes, 0);
   EXPECT_EQ(plan.buffer(ids.slots[0].tokens).bytes, 0);
   EXPECT_EQ(plan.buffer(ids.head_wte_grad).bytes, 0);
+}
+
+// GPT-2 124M, micro-batch 8, T 1024, bf16: the flash path plans none of the reference path's
+// attention buffers (two [B, NH, T, T] and the heads split out) and one fp32 D per row; the
+// reference path (forced, or fp32) plans them all. Every other buffer is the same.
+TEST(DeviceMemoryPlanTest, FlashAttentionPlansNoTSquaredBuffers) {
+  const GPT2Config cfg = Gpt2Small();
+  const int64_t B = 8, T = 1024, C = 768, NH = 12, BTC = B * T * C;
+  MemoryPlan flash, reference, fp32;
+  const StageBufferIds f = PlanStageMemory(cfg, WholeModel(cfg), B, T, 1, 2, &flash);
+  const StageBufferIds r = PlanStageMemory(cfg, WholeModel(cfg), B, T, 1, 2, &reference, true,
+                                           cuda::AttentionMode::kReference);
+  const StageBufferIds r32 = PlanStageMemory(cfg, WholeModel(cfg), B, T, 1, 4, &fp32);
+  EXPECT_TRUE(f.flash_attention);
+  EXPECT_FALSE(r.flash_attention);
+  EXPECT_FALSE(r32.flash_attention);
+  for (int id : {f.attn_qkv, f.attn_dqkv, f.attn_probs, f.attn_scores, f.attn_y}) {
+    EXPECT_EQ(flash.buffer(id).bytes, 0) << flash.buffer(id).name;
+  }
+  EXPECT_EQ(flash.buffer(f.attn_rowsum).bytes, B * NH * T * 4);
+  EXPECT_EQ(reference.buffer(r.attn_rowsum).bytes, 0);
+  EXPECT_EQ(reference.buffer(r.attn_probs).bytes, B * NH * T * T * 2);  // 192 MiB
+  EXPECT_EQ(reference.buffer(r.attn_scores).bytes, B * NH * T * T * 2);
+  EXPECT_EQ(fp32.buffer(r32.attn_probs).bytes, B * NH * T * T * 4);
+  // All sizes here are multiples of the 256-byte alignment: the difference is exact.
+  const int64_t saved = 2 * B * NH * T * T * 2 + 2 * 3 * BTC * 2 + BTC * 2 - B * NH * T * 4;
+  EXPECT_EQ(
+      reference.PhaseBytes(MemoryPhase::kWorkspace) - flash.PhaseBytes(MemoryPhase::kWorkspace),
+      saved);
+  for (MemoryPhase p : {MemoryPhase::kParameters, MemoryPhase::kGradients, MemoryPhase::kOptimizer,
+                        MemoryPhase::kActivations}) {
+    EXPECT_EQ(flash.PhaseBytes(p), reference.PhaseBytes(p)) << MemoryPhaseName(p);
+  }
+  // Forward only: no D either.
+  MemoryPlan infer;
+  const StageBufferIds i = PlanStageMemory(cfg, WholeModel(cfg), B, T, 1, 2, &infer, false);
+  EXPECT_TRUE(i.flash_attention);
+  EXPECT_EQ(infer.buffer(i.attn_rowsum).bytes, 0);
+  EXPECT_EQ(infer.buffer(i.attn_probs).bytes, 0);
 }
 
 TEST(DeviceMemoryPlanTest, ReportNamesEveryPhaseAndTheTotal) {

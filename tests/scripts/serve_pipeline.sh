@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The `serve` side task during a 2-rank pipeline run: completions answered from stage 0's
 # bubbles equal `freeride sample` for the same checkpoint, prompt and seed (text and token ids);
-# bad requests get a 400 naming what is wrong; a full queue answers 429 with Retry-After; a
+# bad requests get a 400 naming what is wrong (tests/scripts/serve_openai_client.sh drives the
+# OpenAI API subset with the official client); a full queue answers 429 with Retry-After; a
 # client that goes away is counted cancelled; /health and /metrics answer; and the run's losses
 # equal the same run without side tasks, bit for bit. The served run trains until the client's
 # checks are done (at most --steps steps) and is then stopped by SIGUSR1 at a step boundary, so
@@ -107,7 +108,7 @@ print("equal to freeride sample:", [answers[s][2]["choices"][0]["text"] for s in
 # Bad input: 400 with the field named.
 for body, raw, words in [(None, b"{not json", "not a JSON object"),
                          ({"max_tokens": 4}, None, "'prompt'"),
-                         ({"prompt": "a", "stream": True}, None, "unknown fields: stream"),
+                         ({"prompt": "a", "bogus": True}, None, "Unrecognized request argument supplied: bogus"),
                          ({"prompt": "a", "max_tokens": 201}, None, "'max_tokens'"),
                          ({"prompt": "a", "temperature": -1}, None, "'temperature'"),
                          ({"prompt": "word " * 300}, None, "exceed the model's context")]:
@@ -116,7 +117,7 @@ for body, raw, words in [(None, b"{not json", "not a JSON object"),
 print("bad requests: 400 with the reason")
 
 def metrics():
-    with urllib.request.urlopen(address + "/metrics", timeout=10) as r:
+    with urllib.request.urlopen(address + "/metrics?format=json", timeout=10) as r:
         return json.loads(r.read())
 
 def wait_for(what, ok, seconds=60):

@@ -43,10 +43,13 @@ TEST(CliTest, CommandHelpShowsOptions) {
 TEST(CliTest, UnknownCommandAndOptionAreUsageErrors) {
   CliResult unknown = RunCommand({"trian"});
   EXPECT_EQ(unknown.status, kExitUsage);
-  EXPECT_THAT(unknown.err, HasSubstr("unknown command 'trian'"));
+  EXPECT_THAT(unknown.err, HasSubstr("unknown command 'trian' (did you mean 'train'?)"));
   CliResult option = RunCommand({"version", "--fast"});
   EXPECT_EQ(option.status, kExitUsage);
   EXPECT_THAT(option.err, HasSubstr("unknown option --fast"));
+  CliResult near = RunCommand({"schedule", "--stage", "4"});
+  EXPECT_EQ(near.status, kExitUsage);
+  EXPECT_THAT(near.err, HasSubstr("unknown option --stage (did you mean --stages?)"));
 }
 
 TEST(CliTest, VersionReportsBuildFacts) {
@@ -107,7 +110,8 @@ TEST(CliTest, EveryCommandAndGroupHasHelp) {
                              HasSubstr("config docs")));
   CliResult typo = RunCommand({"config", "chek"});
   EXPECT_EQ(typo.status, kExitUsage);
-  EXPECT_THAT(typo.err, HasSubstr("unknown command 'config chek'"));
+  EXPECT_THAT(typo.err,
+              HasSubstr("unknown command 'config chek' (did you mean 'config check'?)"));
   EXPECT_THAT(typo.err, HasSubstr("config check"));
   // Usage lines name what the issue found missing.
   EXPECT_THAT(RunCommand({"sample", "--help"}).out, HasSubstr("[--format text|jsonl]"));

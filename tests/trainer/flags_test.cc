@@ -28,13 +28,40 @@ TEST(FlagsTest, ParsesValuesSwitchesRepeatsAndPositionals) {
 }
 
 TEST(FlagsTest, RejectsUnknownMissingAndDuplicated) {
-  EXPECT_EQ(ParseFlags({"--knid", "x"}, kSpecs).status().message(), "unknown option --knid");
+  EXPECT_EQ(ParseFlags({"--nothing", "x"}, kSpecs).status().message(),
+            "unknown option --nothing");
   EXPECT_EQ(ParseFlags({"--kind"}, kSpecs).status().message(),
             "option --kind needs a value (KIND)");
   EXPECT_EQ(ParseFlags({"--kind", "a", "--kind", "b"}, kSpecs).status().message(),
             "option --kind given twice");
   EXPECT_EQ(ParseFlags({"--verbose=yes"}, kSpecs).status().message(),
             "option --verbose takes no value");
+}
+
+TEST(FlagsTest, SuggestsTheNearestOption) {
+  EXPECT_EQ(ParseFlags({"--knid", "x"}, kSpecs).status().message(),
+            "unknown option --knid (did you mean --kind?)");
+  EXPECT_EQ(ParseFlags({"--kinds=x"}, kSpecs).status().message(),
+            "unknown option --kinds (did you mean --kind?)");
+  EXPECT_EQ(ParseFlags({"a.toml", "--verbos"}, kSpecs).status().message(),
+            "unknown option --verbos (did you mean --verbose?)");
+  EXPECT_EQ(ParseFlags({"--zzzzzz"}, kSpecs).status().message(), "unknown option --zzzzzz");
+}
+
+TEST(FlagsTest, OneValueAnOccurrenceOperandsAfterDoubleDash) {
+  absl::StatusOr<ParsedFlags> flags =
+      ParseFlags({"--set", "a=1", "b.toml", "--kind", "-5", "-", "--", "--verbose"}, kSpecs);
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_THAT(flags->GetAll("set"), ElementsAre("a=1"));
+  EXPECT_EQ(flags->Get("kind"), "-5");  // a value may begin with one dash
+  EXPECT_FALSE(flags->Has("verbose"));  // after "--": an operand
+  EXPECT_THAT(flags->positional(), ElementsAre("b.toml", "-", "--verbose"));
+  EXPECT_EQ(ParseFlags({"--verbose", "--verbose"}, kSpecs).status().message(),
+            "option --verbose given twice");
+  // The argument after an option is its value, whatever it looks like.
+  flags = ParseFlags({"--kind", "--verbose"}, kSpecs);
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->Get("kind"), "--verbose");
 }
 
 TEST(FlagsTest, NamedNumbersInOrderOrTheItemThatIsNot) {

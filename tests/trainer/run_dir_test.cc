@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "core/files.h"
 #include "gmock/gmock.h"
@@ -48,6 +49,26 @@ TEST(RunDirTest, WritesTheEffectiveConfigThatParsesBack) {
   ASSERT_TRUE(saved.ok()) << saved.status();
   EXPECT_EQ(saved->train.steps, 5);
   EXPECT_EQ(ConfigToToml(*saved), ConfigToToml(*config));
+}
+
+TEST(RunDirTest, RecordsHowTheRunWasMadeForItsReport) {
+  const Config config = RunIn("run_dir_origin");
+  ASSERT_TRUE(
+      PrepareRunDir(config, {}, {"configs/x.toml", {"train.steps=5", "optim.lr=1e-3"}}).ok());
+  absl::StatusOr<std::string> text = ReadFile(config.run.dir + "/run.json");
+  ASSERT_TRUE(text.ok()) << text.status();
+  const nlohmann::json info = nlohmann::json::parse(*text);
+  EXPECT_EQ(info["config_file"], "configs/x.toml");
+  EXPECT_EQ(info["overrides"], nlohmann::json({"train.steps=5", "optim.lr=1e-3"}));
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  EXPECT_EQ(info["host"], std::string(host));
+  // This process's own command line: the test binary's path comes first.
+  ASSERT_TRUE(info["command"].is_array());
+  ASSERT_FALSE(info["command"].empty());
+  EXPECT_THAT(info["command"][0].get<std::string>(), HasSubstr("trainer_test"));
+  EXPECT_TRUE(info.contains("commit"));
+  EXPECT_THAT(info["time"].get<std::string>(), testing::EndsWith("Z"));
 }
 
 TEST(RunDirTest, ANewRunIntoAnotherRunsDirectoryIsRefusedWithTheWaysOut) {

@@ -20,6 +20,7 @@
 #include "trainer/cli/cmd_schedule.h"
 #include "trainer/cli/cmd_train.h"
 #include "trainer/config/config.h"
+#include "trainer/config/config_schema.h"
 #include "trainer/config/default_config.h"
 #include "trainer/config/flags.h"
 #include "trainer/memory_report.h"
@@ -113,14 +114,23 @@ const std::vector<Command>& Commands() {
   static const std::vector<Command> commands = {
       {"version", "freeride version", "build facts and library versions", {}, Version},
       {"devices", "freeride devices", "the CPU and CUDA devices this process sees", {}, Devices},
-      {"config check", "freeride config check [FILE] [--set SECTION.KEY=VALUE]...",
+      {"config check",
+       "freeride config check [FILE] [--set SECTION.KEY=VALUE]...",
        "validate a config (the embedded default when no FILE) and print the effective config",
-       {kSetFlag}, ConfigCheck, "FILE"},
-      {"config memory", "freeride config memory [FILE] [--set SECTION.KEY=VALUE]...",
+       {kSetFlag},
+       ConfigCheck,
+       "FILE"},
+      {"config memory",
+       "freeride config memory [FILE] [--set SECTION.KEY=VALUE]...",
        "device memory each pipeline stage of a config's run would need on the CUDA backend",
-       {kSetFlag}, ConfigMemory, "FILE"},
-      {"config docs", "freeride config docs",
-       "print the configuration reference (docs/config.md)", {}, ConfigDocs},
+       {kSetFlag},
+       ConfigMemory,
+       "FILE"},
+      {"config docs",
+       "freeride config docs",
+       "print the configuration reference (docs/config.md)",
+       {},
+       ConfigDocs},
       {"train", "freeride train [--config FILE] [--set SECTION.KEY=VALUE]...",
        "train GPT-2 (the embedded tiny CPU run when no --config)", TrainFlags(), TrainCommand},
       {"study",
@@ -135,10 +145,10 @@ const std::vector<Command>& Commands() {
        "bubbles and reclaimable side work at N GPUs: every pp × dp that fits, one simulated "
        "pipeline each",
        ProjectFlags(), ProjectCommand},
-      {"report", "freeride report RUN_DIR [--out FILE.html]",
+      {"report", "freeride report RUN_DIR [RUN_DIR...] [--out FILE.html]",
        "a run (train or study, finished, failed or in progress) as one HTML page, and its "
-       "ranks' timelines as one trace.json",
-       ReportFlags(), ReportCommand, "RUN_DIR"},
+       "ranks' timelines as one trace.json; several runs: one page comparing them",
+       ReportFlags(), ReportCommand, "RUN_DIR..."},
       {"prepare", "freeride prepare --input FILE... --out DIR [--val_tokens N]",
        "tokenize text files into GPT-2 token shards (llm.c format)", PrepareFlags(),
        PrepareCommand},
@@ -161,13 +171,19 @@ const std::vector<Command>& Commands() {
       {"jobs", "freeride jobs RUN_DIR [--format text|json]",
        "every fill job of RUN_DIR: state, stages, work done, bubble time, time to finish, reason",
        JobsFlags(), JobsCommand, "RUN_DIR"},
-      {"cancel", "freeride cancel RUN_DIR ID",
-       "cancel a fill job (a running training ends it at its next step boundary)", {},
-       CancelCommand, "RUN_DIR ID"},
-      {"checkpoint verify", "freeride checkpoint verify DIR",
+      {"cancel",
+       "freeride cancel RUN_DIR ID",
+       "cancel a fill job (a running training ends it at its next step boundary)",
+       {},
+       CancelCommand,
+       "RUN_DIR ID"},
+      {"checkpoint verify",
+       "freeride checkpoint verify DIR",
        "check a checkpoint's files (or every checkpoint's in a checkpoint.dir) against the "
        "sizes and CRC-32Cs its manifest recorded",
-       {}, CheckpointVerifyCommand, "DIR"},
+       {},
+       CheckpointVerifyCommand,
+       "DIR"},
       {"simulate",
        "freeride simulate --kind 1f1b --stages 4 --microbatches 8 [...] [--format text|json]",
        "simulate a schedule: step time, bubble fraction, per-stage bubbles by kind",
@@ -229,6 +245,26 @@ absl::Status CheckSetSpelling(const std::vector<std::string>& args) {
 }
 
 // The longest command name that prefixes `args` ("config check" before "config").
+// " (did you mean 'config check'?)" for a misspelt command or subcommand (`group`: the commands
+// of the group that args[0] names, if it names one), or "".
+std::string CommandSuggestion(const std::vector<std::string>& args,
+                              const std::vector<const Command*>& group) {
+  std::vector<std::string> candidates;
+  for (const Command& command : Commands()) {
+    std::vector<std::string> words = absl::StrSplit(command.name, ' ');
+    if (group.empty()) {
+      candidates.push_back(words[0]);
+    } else if (words.size() > 1 && words[0] == args[0]) {
+      candidates.push_back(words[1]);
+    }
+  }
+  if (!group.empty() && args.size() < 2) return "";
+  const std::string word = group.empty() ? args[0] : args[1];
+  const std::string best = config_internal::Suggest(word, candidates);
+  if (best.empty()) return "";
+  return absl::StrCat(" (did you mean '", group.empty() ? "" : args[0] + " ", best, "'?)");
+}
+
 const Command* FindCommand(const std::vector<std::string>& args, size_t* consumed) {
   const Command* best = nullptr;
   for (const Command& command : Commands()) {
@@ -258,7 +294,8 @@ absl::Status CheckArguments(const Command& command, const ParsedFlags& flags) {
                     : ""));
   }
   const std::vector<std::string> operands = absl::StrSplit(command.operand, ' ');
-  if (positional.size() > operands.size()) {
+  // An operand ending in "..." ("RUN_DIR...") takes any number.
+  if (positional.size() > operands.size() && !absl::EndsWith(operands.back(), "...")) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s takes %s%s, found '%s'", command.name, operands.size() == 1 ? "one " : "",
         absl::StrJoin(operands, " and "), absl::StrJoin(positional, "' '")));
@@ -305,7 +342,8 @@ int RunCli(const std::vector<std::string>& args) {
       PrintGroupHelp(rest[0], group, help || !bare ? std::cout : std::cerr);
       return help || !bare ? kExitOk : kExitUsage;
     }
-    std::cerr << "error: unknown command '" << absl::StrJoin(rest, " ") << "'\n\n";
+    std::cerr << "error: unknown command '" << absl::StrJoin(rest, " ") << "'"
+              << CommandSuggestion(rest, group) << "\n\n";
     if (group.empty()) {
       PrintHelp(std::cerr);
     } else {

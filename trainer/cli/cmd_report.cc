@@ -6,23 +6,53 @@
 #include "core/files.h"
 #include "trainer/cli/cli.h"
 #include "trainer/report/report.h"
+#include "trainer/report/report_compare.h"
 
 namespace freeride {
 
 std::vector<FlagSpec> ReportFlags() {
-  return {{"out", "FILE.html", "where the page goes (default RUN_DIR/report.html)"}};
+  return {{"out", "FILE.html",
+           "where the page goes (default RUN_DIR/report.html; with several runs "
+           "./compare.html)"}};
 }
 
+namespace {
+
+// `freeride report RUN_A RUN_B ...`: one page comparing the runs.
+int CompareCommand(const ParsedFlags& flags) {
+  std::vector<RunFiles> runs;
+  for (const std::string& dir : flags.positional()) {
+    absl::StatusOr<RunFiles> run = LoadRunFiles(dir);
+    if (!run.ok()) {
+      std::cerr << "error: " << run.status().message() << "\n";
+      return kExitUsage;
+    }
+    for (const std::string& note : run->notes) std::cerr << "note: " << dir << ": " << note << "\n";
+    runs.push_back(*std::move(run));
+  }
+  const std::string out = flags.Get("out", "compare.html");
+  if (absl::Status s = WriteFileAtomically(out, RenderComparison(runs)); !s.ok()) {
+    std::cerr << "error: " << s.message() << "\n";
+    return kExitFailure;
+  }
+  std::cout << out << "\n";
+  return kExitOk;
+}
+
+}  // namespace
+
 int ReportCommand(const ParsedFlags& flags) {
-  if (flags.positional().size() != 1) {
-    std::cerr << "error: report takes one RUN_DIR (the run.dir of a train or study run)\n";
+  if (flags.positional().empty()) {
+    std::cerr << "error: report takes a RUN_DIR (the run.dir of a train or study run), or "
+                 "several to compare\n";
     return kExitUsage;
   }
+  if (flags.positional().size() > 1) return CompareCommand(flags);
   const std::string dir = flags.positional()[0];
   absl::StatusOr<RunFiles> run = LoadRunFiles(dir);
   if (!run.ok()) {
     std::cerr << "error: " << run.status().message() << "\n";
-    return kExitFailure;
+    return kExitUsage;
   }
   if (!run->timelines.empty()) {
     const std::string trace = absl::StrCat(dir, "/trace.json");

@@ -142,8 +142,9 @@ int WithTrainer(const ParsedFlags& flags, RunDirOptions run_dir,
   InstallStopHandlers();
   const RunLogCloser close_log;
   run_dir.overwrite = flags.Has("overwrite");
+  const RunOrigin origin{flags.Get("config"), overrides};
   if (!LaunchedByMpi()) {
-    absl::StatusOr<DirectoryLock> lock = PrepareRunDir(*config, run_dir);
+    absl::StatusOr<DirectoryLock> lock = PrepareRunDir(*config, run_dir, origin);
     if (!lock.ok()) {
       Fail(lock.status());
       return ExitCodeOfRunDir(lock.status());
@@ -170,7 +171,7 @@ int WithTrainer(const ParsedFlags& flags, RunDirOptions run_dir,
   };
   std::optional<DirectoryLock> lock;
   if (rank == 0) {
-    absl::StatusOr<DirectoryLock> locked = PrepareRunDir(*config, run_dir);
+    absl::StatusOr<DirectoryLock> locked = PrepareRunDir(*config, run_dir, origin);
     if (!locked.ok()) return fail(locked.status(), ExitCodeOfRunDir(locked.status()));
     lock = *std::move(locked);
   }

@@ -88,6 +88,7 @@ struct RuntimeConfig {
   std::string device = "cpu";
   std::string precision = "fp32";
   std::string fuse_gelu = "auto";
+  std::string attention = "auto";
   double comm_timeout_s = 300.0;
   bool emulate_peers = false;
   int64_t emulated_stage = 0;

@@ -167,6 +167,12 @@ std::vector<KeySpec> BuildSchema() {
                "only (fp32 runs it as its own kernel: cuBLASLt may have no fp32 GELU epilogue, "
                "and fp32 is held to the CPU within 1e-5); \"on\" fuses in both, \"off\" in "
                "neither."),
+      FR_KEY(runtime, attention)
+          .Choices({"auto", "reference"})
+          .Doc("The causal attention on CUDA: \"auto\" runs the flash kernels (no T x T matrices; "
+               "models/cuda/flash_attention.h) in bf16 where the head size is 16, 32 or 64, and "
+               "the reference path (batched GEMMs over T x T scores) in fp32 and for other shapes; "
+               "\"reference\" always runs the reference path."),
       FR_KEY(runtime, comm_timeout_s)
           .Min(0, true)
           .Doc("Seconds a blocking communication may wait before the job stops with a report of "

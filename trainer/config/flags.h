@@ -1,6 +1,7 @@
 // Command-line options for subcommands: `--name value`, `--name=value`, boolean `--name`,
 // repeatable options (`--set a=1 --set b=2`) and positional arguments. Every option a command
-// accepts is declared first, so a misspelt option is an error, never silently ignored.
+// accepts is declared first, so a misspelt option is an error (naming the nearest declared
+// one), never silently ignored. "--" ends the options. CLI11 does the reading.
 #pragma once
 
 #include <cstdint>

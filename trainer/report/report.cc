@@ -9,6 +9,8 @@
 #include "absl/strings/str_join.h"
 #include "core/build_info.h"
 #include "trainer/config/config.h"
+#include "trainer/report/report_format.h"
+#include "trainer/report/report_header.h"
 #include "trainer/report/report_jobs.h"
 #include "trainer/report/svg_plot.h"
 
@@ -18,6 +20,9 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kStyle = R"(
+svg .shade { fill: #fdf0c8; } .swatch { display: inline-block; width: 10px; height: 10px;
+  margin-right: 6px; } table.header th { background: none; border: none; color: #666; }
+table.header td { border: none; } details { margin: 8px 0; }
 body { font: 14px/1.45 system-ui, sans-serif; margin: 24px auto; max-width: 1100px; color: #222; }
 h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 17px; margin-top: 28px; }
 .state { display: inline-block; padding: 2px 10px; border-radius: 10px; color: white; }
@@ -26,7 +31,7 @@ h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 17px; margin-top: 28
 .plots { display: flex; flex-wrap: wrap; gap: 12px; }
 table { border-collapse: collapse; margin: 8px 0; } td, th { border: 1px solid #ccc;
   padding: 3px 8px; text-align: right; } th { background: #f3f3f3; }
-td.text, th.text { text-align: left; } pre { background: #f7f7f7; padding: 10px; overflow: auto; }
+td.text, th.text { text-align: left; } td { white-space: nowrap; } td.text { white-space: normal; } pre { background: #f7f7f7; padding: 10px; overflow: auto; }
 .note { color: #666; } .reason { color: #b00; white-space: pre-wrap; }
 svg .title { font-size: 13px; font-weight: 600; } svg .tick, svg .legend { font-size: 11px; }
 svg .axis { font-size: 12px; } svg .frame { fill: none; stroke: #999; }
@@ -35,15 +40,7 @@ svg .bar-total { fill: #f6c98e; } svg .bar-part { fill: #3a7dc9; }
 .timeline svg { max-width: 100%; height: auto; }
 )";
 
-double Num(const json& r, const char* key) {
-  return r.contains(key) && r[key].is_number() ? r[key].get<double>() : std::nan("");
-}
-
 std::string Fmt(double v) { return std::isfinite(v) ? absl::StrFormat("%.4g", v) : "—"; }
-
-std::string Fixed(double v, int decimals) {
-  return std::isfinite(v) ? absl::StrFormat("%.*f", decimals, v) : "—";
-}
 
 std::string Percent(double v) {
   return std::isfinite(v) ? absl::StrFormat("%.1f%%", 100 * v) : "—";
@@ -73,14 +70,49 @@ std::string StateBadge(const RunFiles& run) {
       last ? last->value("step", 0) : 0);
 }
 
-std::vector<std::pair<double, double>> Series(const std::vector<const json*>& records,
-                                              const char* key, double x_scale = 1,
-                                              double y_scale = 1) {
-  std::vector<std::pair<double, double>> points;
-  for (const json* r : records) {
-    points.push_back({Num(*r, "step") * x_scale, Num(*r, key) * y_scale});
+// The steps that harvested (train records' `harvesting`) as x intervals of per-step plots:
+// side steps fill the bubbles of those steps, so their waiting and step time differ.
+std::vector<std::pair<double, double>> HarvestingSteps(const std::vector<const json*>& train) {
+  std::vector<std::pair<double, double>> spans;
+  for (const json* r : train) {
+    if (!r->value("harvesting", false)) continue;
+    const double step = Num(*r, "step");
+    if (!spans.empty() && spans.back().second >= step - 0.5 - 1e-9) {
+      spans.back().second = step + 0.5;
+    } else {
+      spans.push_back({step - 0.5, step + 0.5});
+    }
   }
-  return points;
+  return spans;
+}
+
+// A per-step plot spec, shaded where the run harvested.
+PlotSpec PerStep(const std::string& title, const std::string& y_label,
+                 const std::vector<std::pair<double, double>>& harvesting) {
+  PlotSpec spec{title, "step", y_label};
+  spec.shaded = harvesting;
+  spec.shaded_name = "side tasks ran";
+  return spec;
+}
+
+// One series per stage of a per-stage list field of the train records (`bubble_s`,
+// `host_peak_bytes`), each in its stage's colour; `value` turns (record, entry) into y.
+template <typename Value>
+std::vector<PlotSeries> PerStage(const std::vector<const json*>& train, const char* key,
+                                 Value value) {
+  std::vector<PlotSeries> out;
+  for (const json* r : train) {
+    const json list = r->value(key, json::array());
+    for (size_t s = 0; s < list.size(); ++s) {
+      if (out.size() <= s) {
+        out.push_back({absl::StrFormat("stage %d", s), {}});
+        out.back().color = StageColor(static_cast<int>(s));
+      }
+      out[s].points.push_back(
+          {Num(*r, "step"), list[s].is_number() ? value(*r, list[s].get<double>()) : NAN});
+    }
+  }
+  return out;
 }
 
 std::string Training(const RunFiles& run, const Config* config) {
@@ -92,42 +124,52 @@ std::string Training(const RunFiles& run, const Config* config) {
                                    config->parallel.dp)
              : std::nan("");
   if (!train.empty()) {
-    const json& last = *train.back();
-    double tokens_s = 0, step_s = 0;
-    int timed = 0;
-    for (const json* r : train) {
-      if (r->value("step", 0) > 1)
-        tokens_s += Num(*r, "tokens_per_s"), step_s += Num(*r, "step_s"), ++timed;
-    }
+    const RunFigures f = Figures(run);
     absl::StrAppendFormat(
         &html,
         "<table><tr><th>steps</th><th>last loss</th><th>last val loss</th><th>mean tokens/s</th>"
-        "<th>mean step ms</th><th>tokens per step</th></tr><tr><td>%d%s</td><td>%s</td>"
-        "<td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr></table>\n"
+        "<th>mean step time</th><th>mean MFU</th><th>host memory peak</th><th>tokens per "
+        "step</th></tr><tr><td>%d%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td>"
+        "<td>%s</td><td>%s</td></tr></table>\n"
         "<p class=\"note\">Means leave out step 1 (it warms up).</p>\n",
-        last.value("step", 0), config ? absl::StrCat(" of ", config->train.steps) : "",
-        Fmt(Num(last, "loss")), val.empty() ? "—" : Fmt(Num(*val.back(), "loss")),
-        Fixed(timed ? tokens_s / timed : std::nan(""), 0),
-        Fixed(timed ? 1e3 * step_s / timed : std::nan(""), 1), Fixed(tokens_per_step, 0));
+        f.steps, config ? absl::StrCat(" of ", config->train.steps) : "", Fmt(f.last_loss),
+        Fmt(f.last_val), HumanNumber(f.tokens_per_s), HumanNumber(f.step_s, NumberKind::kSeconds),
+        HumanNumber(f.mfu, NumberKind::kPercent),
+        HumanNumber(f.host_peak_bytes, NumberKind::kBytes), HumanNumber(tokens_per_step));
   }
   html += "<div class=\"plots\">\n";
-  std::vector<PlotSeries> loss = {{"train", Series(train, "loss")}};
-  if (!val.empty()) loss.push_back({"val", Series(val, "loss"), true});
+  std::vector<PlotSeries> loss = {{"train", StepSeries(train, "loss")}};
+  if (!val.empty()) loss.push_back({"val", StepSeries(val, "loss"), true});
   html += LinePlot({"Loss", "step", "loss"}, loss);
-  if (std::isfinite(tokens_per_step)) {
-    std::vector<PlotSeries> by_tokens = {{"train", Series(train, "loss", tokens_per_step / 1e6)}};
-    if (!val.empty())
-      by_tokens.push_back({"val", Series(val, "loss", tokens_per_step / 1e6), true});
-    html += LinePlot({"Loss against tokens", "tokens (millions)", "loss"}, by_tokens);
+  std::vector<PlotSeries> by_tokens = {{"train", TokenSeries(run, "train")}};
+  if (!val.empty()) by_tokens.push_back({"val", TokenSeries(run, "val"), true});
+  html += LinePlot({"Loss against tokens", "tokens", "loss"}, by_tokens);
+  if (train.empty()) return html + "</div>\n";
+  const std::vector<std::pair<double, double>> harvesting = HarvestingSteps(train);
+  PlotSpec throughput = PerStep("Throughput", "tokens/s", harvesting);
+  throughput.y_from_zero = true;
+  html += LinePlot(throughput, {{"tokens/s", StepSeries(train, "tokens_per_s")}});
+  PlotSpec step_time = PerStep("Step time", "step time", harvesting);
+  step_time.y_from_zero = true, step_time.y_kind = NumberKind::kSeconds;
+  html += LinePlot(step_time, {{"step", StepSeries(train, "step_s")}});
+  if (std::any_of(train.begin(), train.end(), [](const json* r) { return r->contains("mfu"); })) {
+    PlotSpec mfu = PerStep("MFU", "model FLOPs utilisation", harvesting);
+    mfu.y_from_zero = true, mfu.y_kind = NumberKind::kPercent;
+    html += LinePlot(mfu, {{"mfu", StepSeries(train, "mfu")}});
   }
-  if (!train.empty()) {
-    html +=
-        LinePlot({"Throughput", "step", "tokens/s"}, {{"tokens/s", Series(train, "tokens_per_s")}});
-    html += LinePlot({"Step time", "step", "ms"}, {{"step", Series(train, "step_s", 1, 1e3)}});
-    html += LinePlot({"Learning rate", "step", "lr"}, {{"lr", Series(train, "lr")}});
-    html += LinePlot({"Gradient norm (before clipping)", "step", "norm"},
-                     {{"norm", Series(train, "grad_norm")}});
+  for (const auto& [key, title] :
+       {std::pair<const char*, const char*>{"host_peak_bytes", "Host memory peak"},
+        {"device_bytes", "Device memory"}}) {
+    std::vector<PlotSeries> memory =
+        PerStage(train, key, [](const json&, double bytes) { return bytes; });
+    if (memory.empty()) continue;
+    PlotSpec spec{title, "step", key[0] == 'h' ? "resident set, per stage" : "held, per stage"};
+    spec.y_from_zero = true, spec.y_kind = NumberKind::kBytes, spec.legend = true;
+    html += LinePlot(spec, memory);
   }
+  html += LinePlot({"Learning rate", "step", "lr"}, {{"lr", StepSeries(train, "lr")}});
+  html += LinePlot({"Gradient norm (before clipping)", "step", "norm"},
+                   {{"norm", StepSeries(train, "grad_norm")}});
   return html + "</div>\n";
 }
 
@@ -135,21 +177,21 @@ std::string Bubbles(const RunFiles& run) {
   const std::vector<const json*> train = run.Records("train");
   const std::vector<const json*> harvest = run.Records("harvest");
   const std::vector<const json*> bubbles = run.Records("bubble");
-  std::vector<PlotSeries> waits;
-  for (const json* r : train) {
-    const json list = r->value("bubble_s", json::array());
-    for (size_t s = 0; s < list.size(); ++s) {
-      if (waits.size() <= s) waits.push_back({absl::StrFormat("stage %d", s), {}});
-      waits[s].points.push_back({Num(*r, "step"), 100 * list[s].get<double>() / Num(*r, "step_s")});
-    }
-  }
+  const std::vector<PlotSeries> waits = PerStage(
+      train, "bubble_s", [](const json& r, double wait) { return wait / Num(r, "step_s"); });
   if (waits.size() < 2 && harvest.empty() && bubbles.empty()) return "";  // one stage: no bubbles
   std::string html =
       "<h2>Bubbles</h2>\n<p class=\"note\">Waiting: time a stage's rank waited for its peers "
       "in a step (receives and the arrival part of sums). Bubble and harvested: from each "
       "BUBBLE instruction to the end of the first wait it precedes, and the side-task steps in "
-      "it, over the steps with harvesting on.</p>\n<div class=\"plots\">\n";
-  if (waits.size() > 1) html += LinePlot({"Waiting, % of step time", "step", "%"}, waits);
+      "it, over the steps with harvesting on. Shaded: steps in which side tasks could run (a "
+      "side step fills the bubble, so the receive after it hardly waits). Stage colours are the "
+      "same in every plot.</p>\n<div class=\"plots\">\n";
+  if (waits.size() > 1) {
+    PlotSpec spec = PerStep("Waiting, % of step time", "waiting", HarvestingSteps(train));
+    spec.y_from_zero = true, spec.y_kind = NumberKind::kPercent;
+    html += LinePlot(spec, waits);
+  }
   std::vector<BarRow> rows;
   for (const json* h : harvest) {
     const int stage = h->value("stage", 0);
@@ -163,21 +205,22 @@ std::string Bubbles(const RunFiles& run) {
     html +=
         BarPlot("Bubble and harvested time by stage and kind", "s", "bubble", "harvested", rows);
   }
-  std::vector<PlotSeries> scatter;
-  std::map<int, size_t> by_stage;
+  std::map<int, PlotSeries> by_stage;  // legends list the stages in order
   for (const json* b : bubbles) {
     const double predicted = Num(*b, "predicted_s");
     if (!std::isfinite(predicted)) continue;
     const int stage = b->value("stage", 0);
     if (!by_stage.count(stage)) {
-      by_stage[stage] = scatter.size();
-      scatter.push_back({absl::StrFormat("stage %d", stage), {}, true});
+      by_stage[stage] = {absl::StrFormat("stage %d", stage), {}, true, StageColor(stage)};
     }
-    scatter[by_stage[stage]].points.push_back({1e3 * predicted, 1e3 * Num(*b, "measured_s")});
+    by_stage[stage].points.push_back({predicted, Num(*b, "measured_s")});
   }
+  std::vector<PlotSeries> scatter;
+  for (auto& [stage, series] : by_stage) scatter.push_back(std::move(series));
   if (!scatter.empty()) {
-    PlotSpec spec{"Bubbles: predicted against measured", "predicted ms", "measured ms"};
-    spec.diagonal = true;
+    PlotSpec spec{"Bubbles: predicted against measured", "predicted", "measured"};
+    spec.diagonal = true, spec.legend = true;
+    spec.x_kind = spec.y_kind = NumberKind::kSeconds;
     html += LinePlot(spec, scatter);
   }
   return html + "</div>\n";
@@ -203,7 +246,7 @@ std::string SideTasks(const RunFiles& run) {
   html +=
       "<h2>Side tasks</h2>\n<table><tr><th>rank</th><th class=\"text\">task</th>"
       "<th class=\"text\">type</th><th class=\"text\">isolation</th><th class=\"text\">state</th>"
-      "<th>steps</th><th>work done</th><th>harvested s</th><th>overruns</th><th>overrun s</th>"
+      "<th>steps</th><th>work done</th><th>harvested</th><th>overruns</th><th>overrun</th>"
       "<th>restarts</th><th class=\"text\">summary or failure</th></tr>\n";
   for (const json& t : run.side_tasks) {
     const std::string reason = t.value("reason", "");
@@ -214,8 +257,9 @@ std::string SideTasks(const RunFiles& run) {
         "<td>%s</td><td>%d</td><td>%s</td><td>%d</td><td class=\"text%s\">%s</td></tr>\n",
         t.value("rank", 0), HtmlEscape(t.value("name", "")), HtmlEscape(t.value("type", "")),
         HtmlEscape(t.value("isolation", "")), HtmlEscape(t.value("state", "")), t.value("steps", 0),
-        Fmt(Num(t, "units")), HtmlEscape(t.value("unit", "")), Fmt(Num(t, "harvested_s")),
-        t.value("overruns", 0), Fmt(Num(t, "overrun_s")), t.value("restarts", 0),
+        HumanNumber(Num(t, "units")), HtmlEscape(t.value("unit", "")),
+        HumanNumber(Num(t, "harvested_s"), NumberKind::kSeconds), t.value("overruns", 0),
+        HumanNumber(Num(t, "overrun_s"), NumberKind::kSeconds), t.value("restarts", 0),
         reason.empty() ? "" : " reason",
         HtmlEscape(reason.empty() ? t.value("summary", "") : reason));
   }
@@ -257,6 +301,8 @@ std::string Study(const RunFiles& run) {
 
 }  // namespace
 
+const char* ReportStyle() { return kStyle; }
+
 std::string RenderReport(const RunFiles& run) {
   absl::StatusOr<Config> config = ParseConfig(run.config_toml, "config.toml");
   const Config* cfg = !run.config_toml.empty() && config.ok() ? &*config : nullptr;
@@ -265,6 +311,7 @@ std::string RenderReport(const RunFiles& run) {
       "<title>freeride report: %s</title>\n<style>%s</style></head><body>\n"
       "<h1>freeride report: %s</h1>\n%s\n",
       HtmlEscape(run.dir), kStyle, HtmlEscape(run.dir), StateBadge(run));
+  html += RunHeader(run);
   if (cfg) {
     absl::StrAppendFormat(
         &html,
@@ -281,15 +328,20 @@ std::string RenderReport(const RunFiles& run) {
   html += JobsSection(run);
   html += Study(run);
   if (!run.timeline_svg.empty()) {
-    absl::StrAppend(&html,
-                    "<h2>Timeline of a measured step</h2>\n<p class=\"note\">Every rank's "
-                    "recorded steps, side-task steps on their own tracks: trace.json beside "
-                    "this page (open it in ui.perfetto.dev).</p>\n<div class=\"timeline\">",
-                    run.timeline_svg, "</div>\n");
+    absl::StrAppend(
+        &html,
+        "<h2>Timeline of a measured step</h2>\n<p class=\"note\">Every rank's "
+        "recorded steps, side-task steps on their own tracks: trace.json beside "
+        "this page (open it in ui.perfetto.dev).",
+        cfg && cfg->runtime.emulate_peers
+            ? absl::StrFormat(" Emulated stages (runtime.emulate_peers): one process ran stage "
+                              "%d for real and stood in for its peers' messages, so the other "
+                              "stages' rows are empty: nothing ran there to measure.",
+                              cfg->runtime.emulated_stage)
+            : "",
+        "</p>\n<div class=\"timeline\">", run.timeline_svg, "</div>\n");
   }
-  if (!run.config_toml.empty()) {
-    absl::StrAppend(&html, "<h2>Config</h2>\n<pre>", HtmlEscape(run.config_toml), "</pre>\n");
-  }
+  html += ConfigSection(run);
   if (!run.notes.empty()) {
     absl::StrAppend(
         &html, "<h2>Left out</h2>\n<ul><li>",

@@ -3,6 +3,7 @@
 // and the side work in them per stage and kind, predicted against measured bubbles, the side
 // tasks, overhead and reclaimed work, the fill jobs, the timeline of a measured step, a study's
 // arms and the config. Sections without data in the run are left out.
+// report_compare.h puts several runs on one page.
 #pragma once
 
 #include <string>
@@ -12,5 +13,8 @@
 namespace freeride {
 
 std::string RenderReport(const RunFiles& run);
+
+// The pages' CSS (a report and a comparison look alike).
+const char* ReportStyle();
 
 }  // namespace freeride

@@ -1,6 +1,7 @@
 #include "trainer/report/report_data.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/files.h"
+#include "trainer/config/config.h"
 
 namespace freeride {
 namespace {
@@ -121,10 +123,90 @@ absl::StatusOr<RunFiles> LoadRunFiles(const std::string& dir) {
   if (absl::StatusOr<std::string> t = ReadFile((root / "config.toml").string()); t.ok()) {
     run.config_toml = *t;
   }
+  if (absl::StatusOr<std::string> t = ReadFile((root / "run.json").string()); t.ok()) {
+    json info = json::parse(*t, nullptr, false);
+    if (info.is_object()) {
+      run.run_info = std::move(info);
+    } else {
+      run.notes.push_back("run.json does not parse as a JSON object: the header leaves it out");
+    }
+  }
   if (absl::StatusOr<std::string> t = ReadFile((root / "timeline.svg").string()); t.ok()) {
     run.timeline_svg = *t;
   }
   return run;
+}
+
+double Num(const json& record, const char* key) {
+  return record.contains(key) && record[key].is_number() ? record[key].get<double>() : std::nan("");
+}
+
+std::vector<std::pair<double, double>> StepSeries(const std::vector<const json*>& records,
+                                                  const char* key, double scale) {
+  std::vector<std::pair<double, double>> points;
+  for (const json* r : records) points.push_back({Num(*r, "step"), Num(*r, key) * scale});
+  return points;
+}
+
+std::vector<std::pair<double, double>> TokenSeries(const RunFiles& run, const std::string& kind) {
+  double per_step = std::nan("");
+  if (!run.config_toml.empty()) {
+    if (absl::StatusOr<Config> c = ParseConfig(run.config_toml, "config.toml"); c.ok()) {
+      per_step = static_cast<double>(c->train.batch_size * c->train.seq_len * c->parallel.dp);
+    }
+  }
+  std::map<double, double> tokens;  // by step
+  for (const json* r : run.Records("train")) tokens[Num(*r, "step")] = Num(*r, "tokens");
+  std::vector<std::pair<double, double>> points;
+  for (const json* r : run.Records(kind)) {
+    const double step = Num(*r, "step");
+    auto it = tokens.find(step);
+    const double seen =
+        it != tokens.end() && std::isfinite(it->second) ? it->second : step * per_step;
+    points.push_back({seen, Num(*r, "loss")});
+  }
+  return points;
+}
+
+std::vector<std::pair<double, double>> PeakHostSeries(const RunFiles& run) {
+  std::vector<std::pair<double, double>> points;
+  for (const json* r : run.Records("train")) {
+    double peak = std::nan("");
+    for (const json& b : r->value("host_peak_bytes", json::array())) {
+      if (b.is_number())
+        peak = std::isfinite(peak) ? std::max(peak, b.get<double>()) : b.get<double>();
+    }
+    points.push_back({Num(*r, "step"), peak});
+  }
+  return points;
+}
+
+RunFigures Figures(const RunFiles& run) {
+  RunFigures f;
+  const std::vector<const json*> train = run.Records("train");
+  const json* val = run.Last("val");
+  f.last_loss = train.empty() ? std::nan("") : Num(*train.back(), "loss");
+  f.last_val = val ? Num(*val, "loss") : std::nan("");
+  f.steps = train.empty() ? 0 : train.back()->value("step", 0);
+  double sums[3] = {0, 0, 0};
+  int counts[3] = {0, 0, 0};
+  for (const json* r : train) {
+    if (r->value("step", 0) <= 1) continue;
+    const double values[3] = {Num(*r, "tokens_per_s"), Num(*r, "step_s"), Num(*r, "mfu")};
+    for (int i = 0; i < 3; ++i) {
+      if (std::isfinite(values[i])) sums[i] += values[i], ++counts[i];
+    }
+  }
+  double* means[3] = {&f.tokens_per_s, &f.step_s, &f.mfu};
+  for (int i = 0; i < 3; ++i) *means[i] = counts[i] ? sums[i] / counts[i] : std::nan("");
+  f.host_peak_bytes = std::nan("");
+  for (const auto& [step, peak] : PeakHostSeries(run)) {
+    if (std::isfinite(peak)) {
+      f.host_peak_bytes =
+          std::isfinite(f.host_peak_bytes) ? std::max(f.host_peak_bytes, peak) : peak;
+    }
+  }
+  return f;
 }
 
 std::string MergedTrace(const RunFiles& run) {

@@ -1,5 +1,6 @@
 // What `freeride report` reads from a run directory: metrics.jsonl, side_tasks_rankNNN.jsonl,
-// config.toml, timeline_rankNNN.json, timeline.svg, a study's study.json, and fill jobs. A run
+// config.toml, run.json, timeline_rankNNN.json, timeline.svg, a study's study.json, and fill
+// jobs; and the series and figures its pages draw from them. A run
 // still writing may end a file mid-line: such a line is left out with a note, never an error.
 #pragma once
 
@@ -19,6 +20,7 @@ struct RunFiles {
   std::vector<nlohmann::json> metrics;     // metrics.jsonl, in order
   std::vector<nlohmann::json> side_tasks;  // the last record of each (rank, task)
   std::optional<nlohmann::json> study;     // study.json
+  std::optional<nlohmann::json> run_info;  // run.json: how the run was started, where
   std::vector<nlohmann::json> timelines;   // timeline_rankNNN.json, by rank
   std::vector<Job> jobs;                   // fill jobs (jobs/, jobs.jsonl), by id
   std::map<int64_t, std::vector<std::pair<int64_t, JobProgress>>> job_progress;  // by step
@@ -30,6 +32,30 @@ struct RunFiles {
   std::vector<const nlohmann::json*> Records(const std::string& kind) const;
   const nlohmann::json* Last(const std::string& kind) const;
 };
+
+// A record's number field; NaN when absent or not a number (JSON null).
+double Num(const nlohmann::json& record, const char* key);
+
+// (step, record[key] × scale) of each record.
+std::vector<std::pair<double, double>> StepSeries(const std::vector<const nlohmann::json*>& records,
+                                                  const char* key, double scale = 1);
+
+// (tokens seen, loss) of the records of `kind` ("train", "val"): the train records' `tokens`
+// at that step, else step × the config's tokens per step.
+std::vector<std::pair<double, double>> TokenSeries(const RunFiles& run, const std::string& kind);
+
+// (step, the largest host_peak_bytes of any stage) of the train records.
+std::vector<std::pair<double, double>> PeakHostSeries(const RunFiles& run);
+
+// The figures a report and a comparison show of a run; NaN where it has none. Means leave
+// out step 1 (it warms up).
+struct RunFigures {
+  int64_t steps = 0;
+  double last_loss = 0, last_val = 0;
+  double tokens_per_s = 0, step_s = 0, mfu = 0;  // means
+  double host_peak_bytes = 0;                    // the largest of any stage and step
+};
+RunFigures Figures(const RunFiles& run);
 
 // NotFound when `dir` holds none of metrics.jsonl, study.json or config.toml.
 absl::StatusOr<RunFiles> LoadRunFiles(const std::string& dir);

@@ -1,11 +1,14 @@
 // Plots as inline SVG for `freeride report`: line and scatter charts on linear axes with
-// "nice" ticks, and horizontal bars. Each plot is one <svg class="plot"> carrying
-// data-points (how many values it draws), so a test can check that every plot has data.
+// "nice" ticks in human units (report_format.h), and horizontal bars. Each plot is one
+// <svg class="plot"> carrying data-points (how many values it draws), so a test can check that
+// every plot has data. Legends sit right of the data area, never on it.
 #pragma once
 
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "trainer/report/report_format.h"
 
 namespace freeride {
 
@@ -13,6 +16,7 @@ struct PlotSeries {
   std::string name;
   std::vector<std::pair<double, double>> points;  // (x, y); non-finite values are skipped
   bool markers = false;                           // dots instead of a line
+  std::string color = "";  // CSS colour; empty: SeriesColor of its place among the series
 };
 
 struct PlotSpec {
@@ -20,6 +24,15 @@ struct PlotSpec {
   std::string x_label;
   std::string y_label;
   bool diagonal = false;  // draw y = x (predicted against measured)
+  NumberKind x_kind = NumberKind::kCount;
+  NumberKind y_kind = NumberKind::kCount;
+  bool y_from_zero = false;
+  bool legend = false;  // a legend even for one series (which stage it is)  // rates: a bar-like
+                        // reading needs the axis to start at 0
+  // x intervals drawn as a light band behind the data (the steps that harvested), named
+  // `shaded_name` in the legend.
+  std::vector<std::pair<double, double>> shaded = {};
+  std::string shaded_name = "";
   int width = 520;
   int height = 260;
 };

@@ -1,0 +1,413 @@
+// The kernels behind flash_attention.h. A block of kThreads threads owns one tile of 64 rows of
+// one head; each of its 4 warps owns 16 of those rows (one WMMA fragment high). Within a warp,
+// lane l owns row l / 2 of the warp's rows and half of that row's columns (flash_tile.h's
+// kLanesPerRow): it holds that row's softmax statistics and, in forward, that half of the
+// output accumulator, so rescaling by the row's factor needs no exchange beyond one shuffle.
+// Products go through shared memory (a warp's fp32 scratch), since WMMA fragments have no
+// documented element layout.
+#include <mma.h>
+
+#include "models/cuda/flash_attention.h"
+#include "models/cuda/flash_tile.h"
+
+namespace freeride::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+using flash::kLanesPerRow;
+using flash::kThreads;
+using flash::kTileCols;
+using flash::kTileRows;
+using flash::kWarpRows;
+using flash::SmemLayout;
+namespace wmma = nvcuda::wmma;
+
+using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
+using FragBRow = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
+using FragBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;
+using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kLaneCols = kTileCols / kLanesPerRow;  // score columns per lane
+constexpr int kSmallPitch = static_cast<int>(flash::Bf16Pitch(kTileCols));  // P, dS tiles
+
+template <int HS>
+struct Pitch {
+  static constexpr int kTile = static_cast<int>(flash::Bf16Pitch(HS));
+  static constexpr int kScratch =
+      static_cast<int>(flash::FloatPitch(HS > kTileCols ? HS : kTileCols));
+};
+
+// Rows [t0, t0 + kTileRows) of a head (row t at src + t·stride, hs elements) into a shared tile;
+// rows at or past T are zeros. 16-byte loads (ShapeSupported keeps every row 16-byte aligned).
+template <int HS>
+__device__ void LoadTile(bf16* dst, const bf16* src, int64_t stride, int64_t t0, int64_t T) {
+  constexpr int kChunks = HS / 8;
+  for (int i = threadIdx.x; i < kTileRows * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (t0 + r < T) v = *reinterpret_cast<const uint4*>(src + (t0 + r) * stride + c * 8);
+    *reinterpret_cast<uint4*>(dst + r * Pitch<HS>::kTile + c * 8) = v;
+  }
+}
+
+// scratch [16, kTileCols] = a [16, HS] · bᵀ, b a shared tile of kTileCols rows of HS.
+template <int HS>
+__device__ void WarpScores(float* scratch, const bf16* a, const bf16* b) {
+#pragma unroll
+  for (int n = 0; n < kTileCols / 16; ++n) {
+    FragC acc;
+    wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+    for (int k = 0; k < HS / 16; ++k) {
+      FragA fa;
+      FragBCol fb;
+      wmma::load_matrix_sync(fa, a + k * 16, Pitch<HS>::kTile);
+      wmma::load_matrix_sync(fb, b + n * 16 * Pitch<HS>::kTile + k * 16, Pitch<HS>::kTile);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(scratch + n * 16, acc, Pitch<HS>::kScratch, wmma::mem_row_major);
+  }
+}
+
+// acc [16, HS] += a [16, kTileCols] (a warp's P or dS) · b, a shared tile of kTileCols rows.
+template <int HS>
+__device__ void WarpProduct(FragC (&acc)[HS / 16], const bf16* a, const bf16* b) {
+#pragma unroll
+  for (int k = 0; k < kTileCols / 16; ++k) {
+    FragA fa;
+    wmma::load_matrix_sync(fa, a + k * 16, kSmallPitch);
+#pragma unroll
+    for (int n = 0; n < HS / 16; ++n) {
+      FragBRow fb;
+      wmma::load_matrix_sync(fb, b + k * 16 * Pitch<HS>::kTile + n * 16, Pitch<HS>::kTile);
+      wmma::mma_sync(acc[n], fa, fb, acc[n]);
+    }
+  }
+}
+
+// n consecutive elements of v times `factor`, as bf16, in 16-byte stores.
+template <int N>
+__device__ void StoreRow(bf16* dst, const float* v, float factor) {
+#pragma unroll
+  for (int i = 0; i < N; i += 8) {
+    union {
+      uint4 vec;
+      __nv_bfloat162 pairs[4];
+    } packed;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      packed.pairs[j] = __floats2bfloat162_rn(v[i + 2 * j] * factor, v[i + 2 * j + 1] * factor);
+    }
+    *reinterpret_cast<uint4*>(dst + i) = packed.vec;
+  }
+}
+
+// A warp's accumulators, times `factor`, to its 16 rows of a [.., HS] slice of global memory
+// (row t at dst + t·stride) starting at row `row0`; rows at or past T are not written.
+template <int HS>
+__device__ void StoreAccumulators(bf16* dst, int64_t stride, int64_t row0, int64_t T,
+                                  FragC (&acc)[HS / 16], float* scratch, float factor) {
+  __syncwarp();
+#pragma unroll
+  for (int n = 0; n < HS / 16; ++n) {
+    wmma::store_matrix_sync(scratch + n * 16, acc[n], Pitch<HS>::kScratch, wmma::mem_row_major);
+  }
+  __syncwarp();
+  const int lane = threadIdx.x % 32, r = lane / kLanesPerRow, half = lane % kLanesPerRow;
+  constexpr int kDims = HS / kLanesPerRow;
+  if (row0 + r < T) {
+    StoreRow<kDims>(dst + (row0 + r) * stride + half * kDims,
+                    scratch + r * Pitch<HS>::kScratch + half * kDims, factor);
+  }
+}
+
+template <int HS>
+__global__ void __launch_bounds__(kThreads)
+    FlashForwardKernel(bf16* out, float* lse, const bf16* qkv, int64_t T, int64_t NH, float scale) {
+  extern __shared__ __align__(128) char smem[];
+  constexpr SmemLayout L = flash::Layout(flash::Kernel::kForward, HS);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r = lane / kLanesPerRow, half = lane % kLanesPerRow;
+  const int64_t qt = gridDim.x - 1 - blockIdx.x;  // the longest rows of tiles start first
+  const int64_t b = blockIdx.y / NH, h = blockIdx.y % NH, stride = 3 * NH * HS;
+  bf16* q_s = reinterpret_cast<bf16*>(smem + L.q);
+  bf16* k_s = reinterpret_cast<bf16*>(smem + L.k);
+  bf16* v_s = reinterpret_cast<bf16*>(smem + L.v);
+  float* scratch = reinterpret_cast<float*>(smem + L.scratch + warp * L.scratch_stride);
+  bf16* p_s = reinterpret_cast<bf16*>(smem + L.p + warp * L.p_stride);
+  const bf16* base = qkv + flash::QkvIndex(b, 0, 0, h, 0, T, NH, HS);
+  LoadTile<HS>(q_s, base, stride, qt * kTileRows, T);
+
+  const int64_t q = qt * kTileRows + warp * kWarpRows + r;
+  constexpr int kDims = HS / kLanesPerRow;
+  float o[kDims];
+#pragma unroll
+  for (int d = 0; d < kDims; ++d) o[d] = 0.0f;
+  flash::RowStats st;
+  const int64_t end = flash::KeyTileEnd(qt, T);
+  for (int64_t kt = 0; kt < end; ++kt) {
+    __syncthreads();  // every warp is done with the previous K and V
+    LoadTile<HS>(k_s, base + NH * HS, stride, kt * kTileCols, T);
+    LoadTile<HS>(v_s, base + 2 * NH * HS, stride, kt * kTileCols, T);
+    __syncthreads();
+    WarpScores<HS>(scratch, q_s + warp * kWarpRows * Pitch<HS>::kTile, k_s);
+    __syncwarp();
+    const bool mask = flash::TileNeedsMask(qt, kt, T);
+    const float* srow = scratch + r * Pitch<HS>::kScratch + half * kLaneCols;
+    float x[kLaneCols];
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int c = 0; c < kLaneCols; ++c) {
+      const int64_t k = kt * kTileCols + half * kLaneCols + c;
+      x[c] = mask && !flash::Visible(q, k, T) ? -INFINITY : scale * srow[c];
+      tile_max = fmaxf(tile_max, x[c]);
+    }
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, 1));
+    const flash::Rescale rs = flash::NextMax(st.m, tile_max);
+    bf16* prow = p_s + r * kSmallPitch + half * kLaneCols;
+    float tile_sum = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kLaneCols; ++c) {
+      const float p = flash::ExpShifted(x[c], rs.m);
+      prow[c] = __float2bfloat16_rn(p);
+      tile_sum += p;
+    }
+    tile_sum += __shfl_xor_sync(kFullMask, tile_sum, 1);
+    st = {rs.m, flash::RescaleSum(st.l, rs.alpha, tile_sum)};
+    __syncwarp();
+    FragC pv[HS / 16];
+#pragma unroll
+    for (int n = 0; n < HS / 16; ++n) wmma::fill_fragment(pv[n], 0.0f);
+    WarpProduct<HS>(pv, p_s, v_s);
+#pragma unroll
+    for (int n = 0; n < HS / 16; ++n) {
+      wmma::store_matrix_sync(scratch + n * 16, pv[n], Pitch<HS>::kScratch, wmma::mem_row_major);
+    }
+    __syncwarp();
+    const float* orow = scratch + r * Pitch<HS>::kScratch + half * kDims;
+#pragma unroll
+    for (int d = 0; d < kDims; ++d) o[d] = flash::RescaleAccumulator(o[d], rs.alpha, orow[d]);
+    __syncwarp();
+  }
+  if (q < T) {
+    StoreRow<kDims>(out + flash::OutIndex(b, q, h, half * kDims, T, NH, HS), o,
+                    flash::InverseSum(st));
+    if (half == 0) lse[flash::StatIndex(b, h, q, T, NH)] = flash::LogSumExp(st);
+  }
+}
+
+// D of each row (b, t, h), one thread each, rows in [B, T, NH] order.
+template <int HS>
+__global__ void RowDotKernel(float* rowsum, const bf16* dout, const bf16* out, int64_t rows,
+                             int64_t T, int64_t NH) {
+  const int64_t row = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (row >= rows) return;
+  const int64_t h = row % NH, t = (row / NH) % T, b = row / (NH * T);
+  rowsum[flash::StatIndex(b, h, t, T, NH)] = flash::RowDot(dout + row * HS, out + row * HS, HS);
+}
+
+// dK, dV of one key tile, summed over the query tiles that see it. Here the warp's 16 rows are
+// keys and a lane's columns are queries, so the products are the transposed ones: Sᵀ = K·Qᵀ,
+// dPᵀ = V·dOᵀ, dV += Pᵀ·dO, dK += dSᵀ·Q.
+template <int HS>
+__global__ void __launch_bounds__(kThreads)
+    FlashBackwardKvKernel(bf16* dqkv, const bf16* qkv, const bf16* dout, const float* lse,
+                          const float* rowsum, int64_t T, int64_t NH, float scale) {
+  extern __shared__ __align__(128) char smem[];
+  constexpr SmemLayout L = flash::Layout(flash::Kernel::kBackwardKv, HS);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r = lane / kLanesPerRow, half = lane % kLanesPerRow;
+  const int64_t kt = blockIdx.x;  // key tile 0 sees the most query tiles: it starts first
+  const int64_t b = blockIdx.y / NH, h = blockIdx.y % NH, stride = 3 * NH * HS;
+  bf16* q_s = reinterpret_cast<bf16*>(smem + L.q);
+  bf16* k_s = reinterpret_cast<bf16*>(smem + L.k);
+  bf16* v_s = reinterpret_cast<bf16*>(smem + L.v);
+  bf16* do_s = reinterpret_cast<bf16*>(smem + L.dout);
+  float* scratch = reinterpret_cast<float*>(smem + L.scratch + warp * L.scratch_stride);
+  bf16* p_s = reinterpret_cast<bf16*>(smem + L.p + warp * L.p_stride);
+  bf16* ds_s = reinterpret_cast<bf16*>(smem + L.ds + warp * L.ds_stride);
+  float* lse_s = reinterpret_cast<float*>(smem + L.stats);
+  float* d_s = lse_s + kTileRows;
+  const bf16* base = qkv + flash::QkvIndex(b, 0, 0, h, 0, T, NH, HS);
+  const bf16* dout_base = dout + flash::OutIndex(b, 0, h, 0, T, NH, HS);
+  LoadTile<HS>(k_s, base + NH * HS, stride, kt * kTileCols, T);
+  LoadTile<HS>(v_s, base + 2 * NH * HS, stride, kt * kTileCols, T);
+  const int64_t k = kt * kTileCols + warp * kWarpRows + r;
+  FragC dk[HS / 16], dv[HS / 16];
+#pragma unroll
+  for (int n = 0; n < HS / 16; ++n) {
+    wmma::fill_fragment(dk[n], 0.0f);
+    wmma::fill_fragment(dv[n], 0.0f);
+  }
+  const bf16* k_rows = k_s + warp * kWarpRows * Pitch<HS>::kTile;
+  const bf16* v_rows = v_s + warp * kWarpRows * Pitch<HS>::kTile;
+  const int64_t tiles = flash::NumTiles(T, kTileRows);
+  for (int64_t qt = flash::QueryTileBegin(kt); qt < tiles; ++qt) {
+    __syncthreads();
+    LoadTile<HS>(q_s, base, stride, qt * kTileRows, T);
+    LoadTile<HS>(do_s, dout_base, NH * HS, qt * kTileRows, T);
+    if (threadIdx.x < kTileRows) {
+      const int64_t q = qt * kTileRows + threadIdx.x;
+      lse_s[threadIdx.x] = q < T ? lse[flash::StatIndex(b, h, q, T, NH)] : 0.0f;
+      d_s[threadIdx.x] = q < T ? rowsum[flash::StatIndex(b, h, q, T, NH)] : 0.0f;
+    }
+    __syncthreads();
+    const bool mask = flash::TileNeedsMask(qt, kt, T);
+    const float* srow = scratch + r * Pitch<HS>::kScratch + half * kLaneCols;
+    WarpScores<HS>(scratch, k_rows, q_s);
+    __syncwarp();
+    float p[kLaneCols];
+#pragma unroll
+    for (int c = 0; c < kLaneCols; ++c) {
+      const int col = half * kLaneCols + c;
+      const bool seen = !mask || flash::Visible(qt * kTileRows + col, k, T);
+      p[c] = seen ? flash::RecomputeP(srow[c], scale, lse_s[col]) : 0.0f;
+      p_s[r * kSmallPitch + col] = __float2bfloat16_rn(p[c]);
+    }
+    __syncwarp();
+    WarpScores<HS>(scratch, v_rows, do_s);
+    __syncwarp();
+#pragma unroll
+    for (int c = 0; c < kLaneCols; ++c) {
+      const int col = half * kLaneCols + c;
+      ds_s[r * kSmallPitch + col] =
+          __float2bfloat16_rn(flash::SoftmaxGrad(p[c], srow[c], d_s[col]));
+    }
+    __syncwarp();
+    WarpProduct<HS>(dv, p_s, do_s);
+    WarpProduct<HS>(dk, ds_s, q_s);
+  }
+  const int64_t row0 = kt * kTileCols + warp * kWarpRows;
+  bf16* dbase = dqkv + flash::QkvIndex(b, 0, 0, h, 0, T, NH, HS);
+  StoreAccumulators<HS>(dbase + NH * HS, stride, row0, T, dk, scratch, scale);
+  StoreAccumulators<HS>(dbase + 2 * NH * HS, stride, row0, T, dv, scratch, 1.0f);
+}
+
+// dQ of one query tile, summed over the key tiles it sees: S = Q·Kᵀ, dP = dO·Vᵀ, dQ += dS·K.
+template <int HS>
+__global__ void __launch_bounds__(kThreads)
+    FlashBackwardQKernel(bf16* dqkv, const bf16* qkv, const bf16* dout, const float* lse,
+                         const float* rowsum, int64_t T, int64_t NH, float scale) {
+  extern __shared__ __align__(128) char smem[];
+  constexpr SmemLayout L = flash::Layout(flash::Kernel::kBackwardQ, HS);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r = lane / kLanesPerRow, half = lane % kLanesPerRow;
+  const int64_t qt = gridDim.x - 1 - blockIdx.x;
+  const int64_t b = blockIdx.y / NH, h = blockIdx.y % NH, stride = 3 * NH * HS;
+  bf16* q_s = reinterpret_cast<bf16*>(smem + L.q);
+  bf16* k_s = reinterpret_cast<bf16*>(smem + L.k);
+  bf16* v_s = reinterpret_cast<bf16*>(smem + L.v);
+  bf16* do_s = reinterpret_cast<bf16*>(smem + L.dout);
+  float* scratch = reinterpret_cast<float*>(smem + L.scratch + warp * L.scratch_stride);
+  bf16* ds_s = reinterpret_cast<bf16*>(smem + L.ds + warp * L.ds_stride);
+  const bf16* base = qkv + flash::QkvIndex(b, 0, 0, h, 0, T, NH, HS);
+  LoadTile<HS>(q_s, base, stride, qt * kTileRows, T);
+  LoadTile<HS>(do_s, dout + flash::OutIndex(b, 0, h, 0, T, NH, HS), NH * HS, qt * kTileRows, T);
+  const int64_t q = qt * kTileRows + warp * kWarpRows + r;
+  const float row_lse = q < T ? lse[flash::StatIndex(b, h, q, T, NH)] : 0.0f;
+  const float row_d = q < T ? rowsum[flash::StatIndex(b, h, q, T, NH)] : 0.0f;
+  FragC dq[HS / 16];
+#pragma unroll
+  for (int n = 0; n < HS / 16; ++n) wmma::fill_fragment(dq[n], 0.0f);
+  const bf16* q_rows = q_s + warp * kWarpRows * Pitch<HS>::kTile;
+  const bf16* do_rows = do_s + warp * kWarpRows * Pitch<HS>::kTile;
+  const int64_t end = flash::KeyTileEnd(qt, T);
+  for (int64_t kt = 0; kt < end; ++kt) {
+    __syncthreads();
+    LoadTile<HS>(k_s, base + NH * HS, stride, kt * kTileCols, T);
+    LoadTile<HS>(v_s, base + 2 * NH * HS, stride, kt * kTileCols, T);
+    __syncthreads();
+    const bool mask = flash::TileNeedsMask(qt, kt, T);
+    const float* srow = scratch + r * Pitch<HS>::kScratch + half * kLaneCols;
+    WarpScores<HS>(scratch, q_rows, k_s);
+    __syncwarp();
+    float p[kLaneCols];
+#pragma unroll
+    for (int c = 0; c < kLaneCols; ++c) {
+      const bool seen = !mask || flash::Visible(q, kt * kTileCols + half * kLaneCols + c, T);
+      p[c] = seen ? flash::RecomputeP(srow[c], scale, row_lse) : 0.0f;
+    }
+    __syncwarp();
+    WarpScores<HS>(scratch, do_rows, v_s);
+    __syncwarp();
+    bf16* dsrow = ds_s + r * kSmallPitch + half * kLaneCols;
+#pragma unroll
+    for (int c = 0; c < kLaneCols; ++c) {
+      dsrow[c] = __float2bfloat16_rn(flash::SoftmaxGrad(p[c], srow[c], row_d));
+    }
+    __syncwarp();
+    WarpProduct<HS>(dq, ds_s, k_s);
+  }
+  StoreAccumulators<HS>(dqkv + flash::QkvIndex(b, 0, 0, h, 0, T, NH, HS), stride,
+                        qt * kTileRows + warp * kWarpRows, T, dq, scratch, scale);
+}
+
+// Dynamic shared memory above the default 48 KiB must be asked for, per kernel.
+template <int HS, typename Kernel, typename... Args>
+void LaunchTiles(Kernel kernel, flash::Kernel which, int64_t B, int64_t NH, int64_t T,
+                 cudaStream_t stream, Args... args) {
+  const int64_t bytes = flash::Layout(which, HS).bytes;
+  if (bytes > flash::kDefaultSmemPerBlock) {
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(bytes));
+  }
+  const flash::Grid g = flash::TileGrid(B, NH, T);
+  kernel<<<dim3(static_cast<unsigned>(g.x), static_cast<unsigned>(g.y)), kThreads, bytes, stream>>>(
+      args...);
+}
+
+template <int HS>
+void Forward(bf16* out, float* lse, const bf16* qkv, int64_t B, int64_t T, int64_t NH, float scale,
+             cudaStream_t stream) {
+  LaunchTiles<HS>(FlashForwardKernel<HS>, flash::Kernel::kForward, B, NH, T, stream, out, lse, qkv,
+                  T, NH, scale);
+}
+
+template <int HS>
+void Backward(bf16* dqkv, float* rowsum, const bf16* dout, const bf16* qkv, const bf16* out,
+              const float* lse, int64_t B, int64_t T, int64_t NH, float scale,
+              cudaStream_t stream) {
+  const int64_t rows = B * T * NH;
+  RowDotKernel<HS><<<static_cast<unsigned>((rows + 255) / 256), 256, 0, stream>>>(rowsum, dout, out,
+                                                                                  rows, T, NH);
+  LaunchTiles<HS>(FlashBackwardKvKernel<HS>, flash::Kernel::kBackwardKv, B, NH, T, stream, dqkv,
+                  qkv, dout, lse, rowsum, T, NH, scale);
+  LaunchTiles<HS>(FlashBackwardQKernel<HS>, flash::Kernel::kBackwardQ, B, NH, T, stream, dqkv, qkv,
+                  dout, lse, rowsum, T, NH, scale);
+}
+
+float Scale(int64_t hs) { return 1.0f / sqrtf(static_cast<float>(hs)); }
+
+}  // namespace
+
+void FlashAttentionForward(bf16* out, float* lse, const bf16* qkv, int64_t B, int64_t T, int64_t NH,
+                           int64_t hs, cudaStream_t stream) {
+  switch (hs) {
+    case 16:
+      return Forward<16>(out, lse, qkv, B, T, NH, Scale(hs), stream);
+    case 32:
+      return Forward<32>(out, lse, qkv, B, T, NH, Scale(hs), stream);
+    case 64:
+      return Forward<64>(out, lse, qkv, B, T, NH, Scale(hs), stream);
+    default:
+      break;  // flash::ShapeSupported: the caller runs the reference path instead
+  }
+}
+
+void FlashAttentionBackward(bf16* dqkv, float* rowsum, const bf16* dout, const bf16* qkv,
+                            const bf16* out, const float* lse, int64_t B, int64_t T, int64_t NH,
+                            int64_t hs, cudaStream_t stream) {
+  switch (hs) {
+    case 16:
+      return Backward<16>(dqkv, rowsum, dout, qkv, out, lse, B, T, NH, Scale(hs), stream);
+    case 32:
+      return Backward<32>(dqkv, rowsum, dout, qkv, out, lse, B, T, NH, Scale(hs), stream);
+    case 64:
+      return Backward<64>(dqkv, rowsum, dout, qkv, out, lse, B, T, NH, Scale(hs), stream);
+    default:
+      break;
+  }
+}
+
+}  // namespace freeride::cuda
