@@ -21,7 +21,9 @@ Schedule BuildSynced(ScheduleKind kind, int p, int m, int v, StepSync sync,
   o.data_parallel = dp;
   absl::StatusOr<Schedule> s = BuildSchedule(o);
   EXPECT_TRUE(s.ok()) << s.status();
-  if (s.ok()) EXPECT_TRUE(Validate(*s).ok()) << Validate(*s).message();
+  if (s.ok()) {
+    EXPECT_TRUE(Validate(*s).ok()) << Validate(*s).message();
+  }
   return s.ok() ? *s : Schedule{};
 }
 

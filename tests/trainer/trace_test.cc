@@ -60,7 +60,9 @@ TEST(TraceTest, RecordsTheConfiguredStepsWithMessageFlowsAndCounters) {
         auto& [from, to] = flows.try_emplace(e["id"].get<int64_t>(), -1, -1).first->second;
         (ph == "s" ? from : to) = rank;
         ++flow_names[e["name"].get<std::string>() + " " + ph];
-        if (ph == "f") EXPECT_EQ(e["bp"], "e");
+        if (ph == "f") {
+          EXPECT_EQ(e["bp"], "e");
+        }
       }
     }
     EXPECT_EQ(steps, (std::set<int>{3, 4})) << "rank " << rank;
