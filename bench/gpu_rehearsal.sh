@@ -70,8 +70,9 @@ else
 fi
 say "collecting the kit (collect-debs.sh)"
 apt-get update -q >/dev/null
-# Boost.Math's headers (the study's t quantiles) beyond the kit's own list.
-"$kit/collect-debs.sh" "$work/.gpu-kit/debs" libboost1.74-dev
+# Boost.Math's headers (the study's t quantiles) and protobuf (TensorBoard event files)
+# beyond the kit's own list.
+"$kit/collect-debs.sh" "$work/.gpu-kit/debs" libboost1.74-dev libprotobuf-dev protobuf-compiler
 cp "$kit/unpack-debs.sh" "$work/.gpu-kit/"
 
 # 3. In the root, in a mount namespace of its own (nothing stays mounted): /usr/local/cuda

@@ -9,6 +9,7 @@ packages=(build-essential cmake ninja-build pkg-config git
           libabsl-dev libtomlplusplus-dev nlohmann-json3-dev libcpp-httplib-dev libgtest-dev libgmock-dev
           libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libpcre2-dev
           libboost-math-dev
+          libprotobuf-dev protobuf-compiler  # TensorBoard event files (run.tensorboard)
           bible-kjv
           chromium)  # the report test renders `freeride report` pages headless
 # npm often comes with a Node.js that is not Debian's (nodesource bundles it, and conflicts

@@ -193,6 +193,12 @@ absl::Status Trainer::Run() {
     }
     metrics_.open(path, step_ > 0 ? std::ios::app : std::ios::trunc);
     if (!metrics_) return absl::InternalError("cannot write " + path);
+    if (config_.run.tensorboard) {
+      absl::StatusOr<std::unique_ptr<TensorBoardWriter>> writer = TensorBoardWriter::Open(
+          (std::filesystem::path(config_.run.dir) / "tensorboard").string(), step_);
+      if (!writer.ok()) return writer.status();
+      tensorboard_ = *std::move(writer);
+    }
   }
   if (resumed_ && step_ == total) {
     if (leader) {

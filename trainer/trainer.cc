@@ -428,6 +428,13 @@ absl::Status Trainer::Barrier() {
 
 void Trainer::WriteMetric(const std::string& json) {
   if (metrics_.is_open()) metrics_ << json << "\n" << std::flush;
+  if (tensorboard_) {
+    if (absl::Status s = tensorboard_->AddRows(json); !s.ok()) {
+      // metrics.jsonl holds every value still: the training goes on without the event files.
+      FR_LOG(WARN) << "run.tensorboard: " << s << "; no more TensorBoard scalars in this run";
+      tensorboard_.reset();
+    }
+  }
 }
 
 void Trainer::RecordEnd(const absl::Status& status) {

@@ -24,6 +24,7 @@
 #include "trainer/optimizer.h"
 #include "trainer/run_metrics.h"
 #include "trainer/study_stats.h"
+#include "trainer/tensorboard.h"
 
 namespace freeride {
 
@@ -197,6 +198,8 @@ class Trainer {
   int64_t nonfinite_in_row_ = 0;
   std::string checkpoint_dir_;
   std::ofstream metrics_;
+  // run.tensorboard: metrics rows as TensorBoard scalars too (leader).
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
   std::vector<std::pair<int64_t, std::vector<pipeline::InstrTiming>>> timelines_;
   std::vector<pipeline::InstrTiming> last_timeline_;
   double last_step_start_s_ = 0;

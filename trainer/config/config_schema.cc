@@ -42,6 +42,11 @@ std::vector<KeySpec> BuildSchema() {
                            "traces, checkpoints (unless checkpoint.dir is set)."),
       FR_KEY(run, seed).Min(0).Doc("Seed for initialisation, data shuffling and sampling."),
       FR_KEY(run, log_every).Min(1).Doc("Print a progress line every this many steps."),
+      FR_KEY(run, tensorboard)
+          .Doc("Also write metrics.jsonl's values as TensorBoard scalars, in "
+               "run.dir/tensorboard/: a run `pipeline` (loss, val loss, lr, gradient norm, "
+               "speed, MFU, the harvest) and one per stage (its bubble time, memory, bubbles "
+               "and side tasks); `tensorboard --logdir run.dir/tensorboard`."),
 
       FR_KEY(model, init_from)
           .Doc("llm.c checkpoint to start from; empty for GPT-2's random "
