@@ -283,7 +283,7 @@ absl::Status Trainer::Run() {
     if (s.stop_requested && s.step < total) return StopAfterSignal(total);
     if (checkpoints && config_.checkpoint.every > 0 && s.step % config_.checkpoint.every == 0 &&
         s.step < total) {
-      absl::StatusOr<std::string> dir = SaveCheckpoint();
+      absl::StatusOr<std::string> dir = SaveCheckpoint(config_.checkpoint.background);
       if (!dir.ok()) return dir.status();
     }
   }

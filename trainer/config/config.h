@@ -72,6 +72,7 @@ struct CheckpointConfig {
   std::string dir;
   std::string resume;
   int64_t keep_last = 0;
+  bool background = true;
 };
 
 struct ParallelConfig {
