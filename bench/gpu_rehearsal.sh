@@ -70,7 +70,7 @@ else
 fi
 say "collecting the kit (collect-debs.sh)"
 apt-get update -q >/dev/null
-# What the project needs beyond the kit's own list (Boost.Math's and CLI11's headers, ...).
+# What the project needs beyond the kit's own list (Boost.Math's and CLI11's headers, protobuf).
 # shellcheck disable=SC2046  # one package a word
 "$kit/collect-debs.sh" "$work/.gpu-kit/debs" $(sed 's/#.*//' "$root/bench/gpu/kit-extras")
 cp "$kit/unpack-debs.sh" "$work/.gpu-kit/"

@@ -1,5 +1,7 @@
 #include "trainer/pipeline_plan.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -16,6 +18,94 @@ bool NeedsPartCosts(const Config& config) {
   return par.layers_per_stage.empty() && par.partition == "balanced" &&
          (par.pp > 1 || par.chunks > 1 || par.schedule == "zbv" || par.schedule == "dualpipev" ||
           par.schedule == "file");
+}
+
+namespace {
+
+// "3 blocks + embedding 0.00 = 3.00": what stage `stage` of `specs` holds and costs.
+std::string DescribeStageCost(const std::vector<StageSpec>& specs, const PartCosts& parts,
+                              pipeline::Placement placement, int pp, int stage, double cost) {
+  int64_t blocks = 0;
+  bool embedding = false, head = false;
+  for (size_t k = 0; k < specs.size(); ++k) {
+    if (pipeline::StageOfVirtual(placement, pp, static_cast<int>(k)) != stage) continue;
+    blocks += specs[k].num_layers();
+    embedding = embedding || specs[k].has_embedding;
+    head = head || specs[k].has_head;
+  }
+  return absl::StrFormat(
+      "stage %d: %d block%s%s%s = %.2f", stage, blocks, blocks == 1 ? "" : "s",
+      embedding ? absl::StrFormat(" + embedding %.2f", parts.embedding / parts.block) : "",
+      head ? absl::StrFormat(" + head %.2f", parts.head / parts.block) : "", cost);
+}
+
+std::string DescribeCosts(const std::vector<StageSpec>& specs, const PartCosts& parts,
+                          pipeline::Placement placement, int pp) {
+  const std::vector<double> costs = StageBlockCosts(specs, parts, placement, pp);
+  std::vector<std::string> out;
+  for (int s = 0; s < pp; ++s) {
+    out.push_back(DescribeStageCost(specs, parts, placement, pp, s, costs[s]));
+  }
+  return absl::StrJoin(out, "; ");
+}
+
+// PipelinePlan::imbalance of `plan`, weighed by `parts` (from `source`).
+absl::StatusOr<std::string> Imbalance(const Config& config, const GPT2Config& model,
+                                      const PipelinePlan& plan, const PartCosts& parts,
+                                      const std::string& source) {
+  const int pp = static_cast<int>(config.parallel.pp);
+  if (pp < 2 || parts.block <= 0) return std::string();
+  const std::vector<double> costs = StageBlockCosts(plan.specs, parts, plan.placement, pp);
+  double total = 0, most = 0, least = costs[0];
+  int idlest = 0;
+  for (int s = 0; s < pp; ++s) {
+    total += costs[s];
+    most = std::max(most, costs[s]);
+    if (costs[s] < least) least = costs[s], idlest = s;
+  }
+  // Each step takes the costliest stage's time on every stage.
+  const double idle = 1 - total / (pp * most);
+  if (idle <= 1.0 / 3) return std::string();
+  std::vector<int> owners(plan.specs.size());
+  for (size_t k = 0; k < owners.size(); ++k) {
+    owners[k] = pipeline::StageOfVirtual(plan.placement, pp, static_cast<int>(k));
+  }
+  FR_ASSIGN_OR_RETURN(
+      std::vector<StageSpec> best,
+      BalancedStages(model, static_cast<int64_t>(plan.specs.size()), parts, owners));
+  const std::vector<double> best_costs = StageBlockCosts(best, parts, plan.placement, pp);
+  const double best_most = *std::max_element(best_costs.begin(), best_costs.end());
+  const std::string best_text =
+      best_most >= most * (1 - 1e-9)
+          ? "no split of whole blocks does better (this is the balanced one); fewer stages "
+            "(parallel.pp), more blocks per stage (model.n_layer) or a smaller head "
+            "(model.vocab_size) balance it, and side tasks (freeride.enabled) can fill the "
+            "idle time"
+          : absl::StrFormat(
+                "the best split possible is %s (parallel.partition = \"balanced\", "
+                "or parallel.layers_per_stage)",
+                DescribeCosts(best, parts, plan.placement, pp));
+  return absl::StrFormat(
+      "the pipeline's stages cannot be balanced: estimated cost per step in transformer-block "
+      "equivalents (%s): %s. The costliest stage sets every step's pace, so stage %d idles "
+      "about %.0f%% of each step and %.0f%% of the pipeline's compute time is idle; %s",
+      source, DescribeCosts(plan.specs, parts, plan.placement, pp), idlest,
+      100 * (1 - least / most), 100 * idle, best_text);
+}
+
+}  // namespace
+
+std::vector<double> StageBlockCosts(const std::vector<StageSpec>& specs, const PartCosts& parts,
+                                    pipeline::Placement placement, int pp) {
+  std::vector<double> costs(pp, 0.0);
+  for (size_t k = 0; k < specs.size(); ++k) {
+    const StageSpec& spec = specs[k];
+    costs[pipeline::StageOfVirtual(placement, pp, static_cast<int>(k))] +=
+        static_cast<double>(spec.num_layers()) +
+        ((spec.has_embedding ? parts.embedding : 0) + (spec.has_head ? parts.head : 0)) /
+            parts.block;
+  }
+  return costs;
 }
 
 absl::StatusOr<PipelinePlan> PlanPipeline(const Config& config, const GPT2Config& model,
@@ -74,6 +164,10 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const Config& config, const GPT2Config
         measured ? "measured costs" : "the FLOP model", costs.head / costs.block,
         costs.embedding / costs.block);
   }
+  FR_ASSIGN_OR_RETURN(plan.imbalance,
+                      Imbalance(config, model, plan,
+                                measured ? *measured : FlopPartCosts(model, config.train.seq_len),
+                                measured ? "measured" : "the FLOP model"));
   return plan;
 }
 

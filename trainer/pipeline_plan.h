@@ -24,6 +24,10 @@ struct PipelinePlan {
   // What the user should know of the split, or "": an "even" split of blocks that do not
   // divide evenly, whose chunks with one block more set the pipeline's pace.
   std::string warning;
+  // What the user should know when the stages' costs stay far apart (more than a third of the
+  // pipeline's compute time idle by the split alone), or "": each stage's cost in transformer-
+  // block equivalents, the best split possible and the keys that change it.
+  std::string imbalance;
   bool from_file = false;
   pipeline::Schedule file_schedule;  // parallel.schedule = "file": loaded and validated
 };
@@ -37,6 +41,11 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const Config& config, const GPT2Config
 
 // Whether PlanPipeline would weigh the model's parts (a balanced split of several chunks).
 bool NeedsPartCosts(const Config& config);
+
+// Each stage's cost per step in transformer-block equivalents (its blocks, and its embedding
+// and head weighed by `parts`), for `specs` placed by `placement` on `pp` ranks.
+std::vector<double> StageBlockCosts(const std::vector<StageSpec>& specs, const PartCosts& parts,
+                                    pipeline::Placement placement, int pp);
 
 // The schedule every rank executes, its BUBBLEs placed with `cost` (a file's too).
 absl::StatusOr<pipeline::Schedule> TrainingSchedule(const Config& config,

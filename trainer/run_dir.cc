@@ -32,7 +32,7 @@ namespace fs = std::filesystem;
 bool IsRunOutput(const std::string& name) {
   return name == "metrics.jsonl" || name == "study.json" || name == "study.md" ||
          name == "timeline.svg" || name == "trace.json" || name == "report.html" ||
-         name == "side_tasks" ||
+         name == "side_tasks" || name == "tensorboard" ||
          (absl::StartsWith(name, "timeline_rank") && absl::EndsWith(name, ".json")) ||
          (absl::StartsWith(name, "side_tasks_rank") && absl::EndsWith(name, ".jsonl"));
 }

@@ -193,6 +193,12 @@ absl::Status Trainer::Run() {
     }
     metrics_.open(path, step_ > 0 ? std::ios::app : std::ios::trunc);
     if (!metrics_) return absl::InternalError("cannot write " + path);
+    if (config_.run.tensorboard) {
+      absl::StatusOr<std::unique_ptr<TensorBoardWriter>> writer = TensorBoardWriter::Open(
+          (std::filesystem::path(config_.run.dir) / "tensorboard").string(), step_);
+      if (!writer.ok()) return writer.status();
+      tensorboard_ = *std::move(writer);
+    }
   }
   if (resumed_ && step_ == total) {
     if (leader) {
@@ -277,7 +283,7 @@ absl::Status Trainer::Run() {
     if (s.stop_requested && s.step < total) return StopAfterSignal(total);
     if (checkpoints && config_.checkpoint.every > 0 && s.step % config_.checkpoint.every == 0 &&
         s.step < total) {
-      absl::StatusOr<std::string> dir = SaveCheckpoint();
+      absl::StatusOr<std::string> dir = SaveCheckpoint(config_.checkpoint.background);
       if (!dir.ok()) return dir.status();
     }
   }

@@ -202,6 +202,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
     if (!plan->warning.empty()) {
       FR_LOG(WARN) << plan->warning;
     }
+    if (!plan->imbalance.empty()) FR_LOG(WARN) << plan->imbalance;
   }
   pipeline::CostModel cost = pipeline::CostModel::Uniform();
   // On simulated time, what every compute instruction takes.
@@ -429,6 +430,13 @@ absl::Status Trainer::Barrier() {
 
 void Trainer::WriteMetric(const std::string& json) {
   if (metrics_.is_open()) metrics_ << json << "\n" << std::flush;
+  if (tensorboard_) {
+    if (absl::Status s = tensorboard_->AddRows(json); !s.ok()) {
+      // metrics.jsonl holds every value still: the training goes on without the event files.
+      FR_LOG(WARN) << "run.tensorboard: " << s << "; no more TensorBoard scalars in this run";
+      tensorboard_.reset();
+    }
+  }
 }
 
 void Trainer::RecordEnd(const absl::Status& status) {

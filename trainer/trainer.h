@@ -19,11 +19,13 @@
 #include "pipeline/comm/transport.h"
 #include "pipeline/cost_model.h"
 #include "pipeline/stage_executor.h"
+#include "trainer/checkpoint_writer.h"
 #include "trainer/config/config.h"
 #include "trainer/data/token_shards.h"
 #include "trainer/optimizer.h"
 #include "trainer/run_metrics.h"
 #include "trainer/study_stats.h"
+#include "trainer/tensorboard.h"
 
 namespace freeride {
 
@@ -88,7 +90,9 @@ class Trainer {
   absl::StatusOr<StepStats> Step();
   // Mean loss over eval.batches validation batches (from the start of the validation data).
   absl::StatusOr<double> Evaluate();
-  absl::StatusOr<std::string> SaveCheckpoint();
+  // Writes a checkpoint of this step (collective); `background`: from a snapshot, by a thread,
+  // returning at once with the directory it will have (checkpoint_writer.h).
+  absl::StatusOr<std::string> SaveCheckpoint(bool background = false);
   // run.dir/timeline_rankNNN.json and run.dir/timeline.svg of the recorded steps (collective).
   absl::Status WriteTimelines() {
     absl::Status s = WriteTimeline();
@@ -199,6 +203,8 @@ class Trainer {
   int64_t nonfinite_in_row_ = 0;
   std::string checkpoint_dir_;
   std::ofstream metrics_;
+  // run.tensorboard: metrics rows as TensorBoard scalars too (leader).
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
   std::vector<std::pair<int64_t, std::vector<pipeline::InstrTiming>>> timelines_;
   std::vector<pipeline::InstrTiming> last_timeline_;
   double last_step_start_s_ = 0;
@@ -222,6 +228,8 @@ class Trainer {
   // trainer's clock; earlier runs' share from the rows a resume keeps).
   PeakFlops peak_;
   double run_start_s_ = 0, elapsed_before_s_ = 0;
+  // checkpoint.background: the write in flight. Last, so that it is waited for first.
+  CheckpointWriter checkpoint_writer_;
 };
 
 }  // namespace freeride

@@ -3,15 +3,18 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <memory>
 #include <tuple>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/files.h"
 #include "core/host_memory.h"
 #include "core/logging.h"
 #include "models/llmc_checkpoint.h"
 #include "trainer/checkpoint_manifest.h"
+#include "trainer/checkpoint_writer.h"
 #include "trainer/train_state.h"
 #include "trainer/trainer.h"
 
@@ -198,12 +201,24 @@ absl::Status Trainer::Resume(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
+absl::StatusOr<std::string> Trainer::SaveCheckpoint(bool background) {
   const bool leader = transport_->rank() == 0;
   // Disk time is real time, whatever clock the steps run on.
   const auto start = std::chrono::steady_clock::now();
+  if (checkpoint_writer_.busy()) {
+    const bool waits = checkpoint_writer_.writing();
+    absl::Status previous = checkpoint_writer_.Wait();
+    if (!previous.ok()) return previous;
+    if (leader && waits) {
+      FR_LOG(INFO) << absl::StrFormat(
+          "checkpoint %s waited %.2f s for the one before it to be written (one at a time)",
+          CheckpointDirName(step_),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+  }
   if (leader) {
-    FR_LOG(PROGRESS) << "writing checkpoint " << CheckpointDirName(step_) << " to " << checkpoint_dir_;
+    FR_LOG(PROGRESS) << "writing checkpoint " << CheckpointDirName(step_) << " to "
+                     << checkpoint_dir_ << (background ? " (in the background)" : "");
     if (absl::Status s = StartCheckpoint(checkpoint_dir_, step_); !s.ok()) {
       AbandonCheckpoint(checkpoint_dir_, step_);
       return s;
@@ -215,22 +230,23 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
     if (leader) AbandonCheckpoint(checkpoint_dir_, step_);
   };
   if (absl::Status s = Barrier(); !s.ok()) return s;
-  RankState state;
-  state.step = step_;
-  state.model = model_config_;
-  state.pp = layout_.pp;
-  state.dp = layout_.dp;
-  state.chunks = layout_.chunks;
-  state.stage = layout_.stage;
-  state.data = train_->position();
-  state.batch_size = config_.train.batch_size;
-  state.seq_len = config_.train.seq_len;
+  // The snapshot: this rank's state and the whole model, copied out of the chunks.
+  auto state = std::make_shared<RankState>();
+  state->step = step_;
+  state->model = model_config_;
+  state->pp = layout_.pp;
+  state->dp = layout_.dp;
+  state->chunks = layout_.chunks;
+  state->stage = layout_.stage;
+  state->data = train_->position();
+  state->batch_size = config_.train.batch_size;
+  state->seq_len = config_.train.seq_len;
   for (const auto& chunk : chunks_) {
-    state.chunk_layers.emplace_back(chunk->stage().first_layer, chunk->stage().last_layer);
+    state->chunk_layers.emplace_back(chunk->stage().first_layer, chunk->stage().last_layer);
   }
   // The whole model for model.bin, gathered by a sum in which each tensor piece has one owner
   // (wte: the embedding's chunk; the head's copy is equal).
-  std::vector<float> whole(NumParameters(model_config_), 0.0f);
+  auto whole = std::make_shared<std::vector<float>>(NumParameters(model_config_), 0.0f);
   for (size_t c = 0; c < chunks_.size(); ++c) {
     StageModel& chunk = *chunks_[c];
     const int64_t n = chunk.num_params();
@@ -238,49 +254,81 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint() {
     absl::Status got = chunk.GetParams(part.data());
     if (got.ok()) got = chunk.GetOptimizerState(m.data(), v.data());
     if (!got.ok()) return got;
-    state.params.insert(state.params.end(), part.begin(), part.end());
-    state.m.insert(state.m.end(), m.begin(), m.end());
-    state.v.insert(state.v.end(), v.begin(), v.end());
+    state->params.insert(state->params.end(), part.begin(), part.end());
+    state->m.insert(state->m.end(), m.begin(), m.end());
+    state->v.insert(state->v.end(), v.begin(), v.end());
     if (!chunk.stage().has_embedding && chunk.stage().has_head) {
       const TensorSlot& wte = chunk.layout().slot(ParamTensor::kWte);
       std::fill(part.begin() + wte.offset, part.begin() + wte.offset + wte.elements, 0.0f);
     }
-    CopyStageToWhole(model_config_, chunk.stage(), part.data(), whole.data());
+    CopyStageToWhole(model_config_, chunk.stage(), part.data(), whole->data());
   }
-  if (absl::Status s = transport_->AllReduceSum(whole.data(), static_cast<int64_t>(whole.size()),
-                                                layout_.PipelineGroup(),
-                                                config_.runtime.comm_timeout_s);
+  if (absl::Status s =
+          transport_->AllReduceSum(whole->data(), static_cast<int64_t>(whole->size()),
+                                   layout_.PipelineGroup(), config_.runtime.comm_timeout_s);
       !s.ok()) {
     return s;
   }
-  if (layout_.replica == 0) {
+  const std::string dir = checkpoint_dir_;
+  const std::string staging = CheckpointStagingDir(dir, step_);
+  const bool writes_state = layout_.replica == 0;
+  const int stage = static_cast<int>(layout_.stage);
+  // This rank's state file; where it fails in the background, a mark the leader stops at.
+  auto write_state = [=]() -> absl::Status {
+    if (!writes_state) return absl::OkStatus();
     absl::Status s = WriteRankState(
-        (std::filesystem::path(CheckpointStagingDir(checkpoint_dir_, step_)) /
-         RankStateFileName(layout_.stage)).string(), state);
-    if (!s.ok()) return s;
-  }
-  if (absl::Status s = Barrier(); !s.ok()) return s;
-  absl::StatusOr<std::string> dir =
-      (std::filesystem::path(checkpoint_dir_) / CheckpointDirName(step_)).string();
-  if (leader) dir = FinishCheckpoint(checkpoint_dir_, state, whole.data());
-  if (dir.ok()) std::move(abandon).Cancel();
-  if (absl::Status s = Barrier(); !s.ok()) return s;
-  if (leader && dir.ok()) {
+        (std::filesystem::path(staging) / RankStateFileName(stage)).string(), *state);
+    if (!s.ok() && background) {
+      WriteFileAtomically((std::filesystem::path(staging) / FailedStateFileName(stage)).string(),
+                          std::string(s.message()))
+          .IgnoreError();
+    }
+    if (s.ok()) HoldIfTestAsks(staging, state->step, stage);
+    return s;
+  };
+  // The leader's part once every state file is written: manifest, model.bin, rename, `latest`,
+  // the log line and checkpoint.keep_last.
+  const int64_t keep_last = config_.checkpoint.keep_last;
+  auto finish = [=]() -> absl::StatusOr<std::string> {
+    absl::StatusOr<std::string> done = FinishCheckpoint(dir, *state, whole->data());
+    if (!done.ok()) return done;
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const int64_t bytes = DirectoryBytes(*dir);
-    FR_LOG(PROGRESS) << absl::StrFormat("checkpoint %s: %s in %.2f s (%.1f MB/s)", *dir,
-                                    FormatBytes(bytes), seconds,
-                                    static_cast<double>(bytes) / 1e6 / std::max(seconds, 1e-6));
-    absl::StatusOr<std::vector<std::string>> removed =
-        PruneCheckpoints(checkpoint_dir_, config_.checkpoint.keep_last);
+    const int64_t bytes = DirectoryBytes(*done);
+    FR_LOG(PROGRESS) << absl::StrFormat(
+        "checkpoint %s: %s in %.2f s (%.1f MB/s)%s", *done, FormatBytes(bytes), seconds,
+        static_cast<double>(bytes) / 1e6 / std::max(seconds, 1e-6),
+        background ? ", written in the background while training went on" : "");
+    absl::StatusOr<std::vector<std::string>> removed = PruneCheckpoints(dir, keep_last);
     if (!removed.ok()) return removed.status();
     if (!removed->empty()) {
-      FR_LOG(INFO) << absl::StrFormat("checkpoint.keep_last = %d: removed %s",
-                                      config_.checkpoint.keep_last, absl::StrJoin(*removed, ", "));
+      FR_LOG(INFO) << absl::StrFormat("checkpoint.keep_last = %d: removed %s", keep_last,
+                                      absl::StrJoin(*removed, ", "));
     }
+    return done;
+  };
+  const std::string final_dir = (std::filesystem::path(dir) / CheckpointDirName(step_)).string();
+  if (background) {
+    const int64_t pp = layout_.pp;
+    const double timeout_s = config_.runtime.comm_timeout_s;
+    std::move(abandon).Cancel();  // the writer's own failures abandon it
+    checkpoint_writer_.Start([=]() -> absl::Status {
+      absl::Status s = write_state();
+      if (!leader) return s;
+      if (s.ok()) s = WaitForStateFiles(staging, pp, timeout_s);
+      if (s.ok()) s = finish().status();
+      if (!s.ok()) AbandonCheckpoint(dir, state->step);
+      return s;
+    });
+    return final_dir;
   }
-  return dir;
+  if (absl::Status s = write_state(); !s.ok()) return s;
+  if (absl::Status s = Barrier(); !s.ok()) return s;
+  absl::StatusOr<std::string> done = final_dir;
+  if (leader) done = finish();
+  if (done.ok()) std::move(abandon).Cancel();
+  if (absl::Status s = Barrier(); !s.ok()) return s;
+  return done;
 }
 
 }  // namespace freeride

@@ -22,6 +22,7 @@ struct RunConfig {
   std::string dir = "runs/default";
   int64_t seed = 1337;
   int64_t log_every = 1;
+  bool tensorboard = false;
 };
 
 struct ModelConfig {
@@ -71,6 +72,7 @@ struct CheckpointConfig {
   std::string dir;
   std::string resume;
   int64_t keep_last = 0;
+  bool background = true;
 };
 
 struct ParallelConfig {

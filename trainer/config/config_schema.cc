@@ -42,6 +42,11 @@ std::vector<KeySpec> BuildSchema() {
                            "traces, checkpoints (unless checkpoint.dir is set)."),
       FR_KEY(run, seed).Min(0).Doc("Seed for initialisation, data shuffling and sampling."),
       FR_KEY(run, log_every).Min(1).Doc("Print a progress line every this many steps."),
+      FR_KEY(run, tensorboard)
+          .Doc("Also write metrics.jsonl's values as TensorBoard scalars, in "
+               "run.dir/tensorboard/: a run `pipeline` (loss, val loss, lr, gradient norm, "
+               "speed, MFU, the harvest) and one per stage (its bubble time, memory, bubbles "
+               "and side tasks); `tensorboard --logdir run.dir/tensorboard`."),
 
       FR_KEY(model, init_from)
           .Doc("llm.c checkpoint to start from; empty for GPT-2's random "
@@ -124,6 +129,12 @@ std::vector<KeySpec> BuildSchema() {
           .Min(0)
           .Doc("Keep only the newest this many checkpoints of checkpoint.dir (older step_N "
                "directories are removed once a new one is complete); 0 keeps every one."),
+      FR_KEY(checkpoint, background)
+          .Doc("Write the periodic checkpoints (checkpoint.every) from a snapshot in a thread "
+               "while training goes on; the next checkpoint, a stop and the run's end wait for "
+               "one still being written. The snapshot (a copy of the parameters and AdamW "
+               "moments, as a synchronous checkpoint makes too) stays in host memory until it "
+               "is written. false: training waits for each one."),
 
       FR_KEY(parallel, pp).Min(1).Max(4096).Doc("Pipeline stages."),
       FR_KEY(parallel, dp).Min(1).Max(4096).Doc("Data-parallel replicas; world size is pp × dp."),
