@@ -202,7 +202,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
     if (!plan->warning.empty()) {
       FR_LOG(WARN) << plan->warning;
     }
-    if (!plan->imbalance.empty()) FR_LOG(WARN) << plan->imbalance;
+    if (!plan->imbalance.empty()) {
+      FR_LOG(WARN) << plan->imbalance;
+    }
   }
   pipeline::CostModel cost = pipeline::CostModel::Uniform();
   // On simulated time, what every compute instruction takes.
