@@ -68,6 +68,11 @@ absl::StatusOr<std::unique_ptr<StageModel>> MakeStageModel(const BackendOptions&
     return absl::InvalidArgumentError(absl::StrCat("runtime.", attention.status().message()));
   }
   cuda.attention = *attention;
+  absl::StatusOr<cuda::KernelMode> kernels = cuda::ParseKernelMode(options.kernels);
+  if (!kernels.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("runtime.", kernels.status().message()));
+  }
+  cuda.kernels = *kernels;
   cuda.low_priority = options.low_priority;
   cuda.inference_only = options.inference_only;
   absl::StatusOr<std::unique_ptr<CudaStageModel>> m =

@@ -17,6 +17,7 @@ struct BackendOptions {
   int device_index = 0;            // which CUDA device (the node-local rank, mod the count)
   std::string fuse_gelu = "auto";  // runtime.fuse_gelu: "auto" | "on" | "off" (cuda only)
   std::string attention = "auto";  // runtime.attention: "auto" | "reference" (cuda only)
+  std::string kernels = "auto";    // runtime.kernels: "auto" | "reference" (cuda only)
   // Side work (a side task's model): on CUDA its stream has the lowest priority, so its
   // kernels yield to training's when they overlap.
   bool low_priority = false;

@@ -171,7 +171,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
 
   const int64_t micro_batch = tc.batch_size / tc.microbatches;
   const BackendOptions backend{config.runtime.device, config.runtime.precision, NodeLocalRank(),
-                               config.runtime.fuse_gelu, config.runtime.attention};
+                               config.runtime.fuse_gelu, config.runtime.attention,
+                               config.runtime.kernels};
   std::optional<PartCosts> part_costs;
   if (NeedsPartCosts(config) && simulated) {
     part_costs = SimulatedPartCosts(*model, micro_batch, tc.seq_len);

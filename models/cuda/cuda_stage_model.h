@@ -36,6 +36,9 @@ struct CudaStageOptions {
   // The flash kernels in bf16 where their shapes fit, else the reference path (runtime.attention,
   // stage_policy.h).
   cuda::AttentionMode attention = cuda::AttentionMode::kAuto;
+  // The fused memory-bound kernels, or the one-operation-at-a-time reference (runtime.kernels,
+  // stage_policy.h).
+  cuda::KernelMode kernels = cuda::KernelMode::kAuto;
   // The chunk's stream at the device's lowest priority (side work), else its highest
   // (training).
   bool low_priority = false;

@@ -35,6 +35,13 @@ absl::StatusOr<AttentionMode> ParseAttentionMode(absl::string_view text) {
       absl::StrCat("attention \"", text, "\": expected \"auto\" or \"reference\""));
 }
 
+absl::StatusOr<KernelMode> ParseKernelMode(absl::string_view text) {
+  if (text == "auto") return KernelMode::kAuto;
+  if (text == "reference") return KernelMode::kReference;
+  return absl::InvalidArgumentError(
+      absl::StrCat("kernels \"", text, "\": expected \"auto\" or \"reference\""));
+}
+
 bool UseFlashAttention(AttentionMode mode, bool bf16, int64_t B, int64_t NH, int64_t hs,
                        int64_t T) {
   return mode == AttentionMode::kAuto && bf16 && flash::ShapeSupported(B, NH, hs, T);

@@ -30,6 +30,13 @@ enum class AttentionMode { kAuto, kReference };
 absl::StatusOr<AttentionMode> ParseAttentionMode(absl::string_view text);
 bool UseFlashAttention(AttentionMode mode, bool bf16, int64_t B, int64_t NH, int64_t hs, int64_t T);
 
+// runtime.kernels: "auto" runs the fused memory-bound kernels (vectorised LayerNorm with the
+// residual folded in, one-pass classifier, multi-tensor optimizer); "reference" runs the
+// kernels of kernels.h one operation at a time: what the GPU tests hold the fused ones to,
+// the other arm of the GPU bench, and a way around them.
+enum class KernelMode { kAuto, kReference };
+absl::StatusOr<KernelMode> ParseKernelMode(absl::string_view text);
+
 // The largest power of two, at most 256, that divides the address: what cuBLASLt's
 // MIN_ALIGNMENT preferences want (its heuristic otherwise assumes 256-byte pointers and may
 // pick a kernel that faults on the 64-byte-aligned tensors of a small model). Null: 256.

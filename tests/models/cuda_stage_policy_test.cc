@@ -46,6 +46,14 @@ TEST(AttentionPath, ParsesTheConfigValues) {
   EXPECT_NE(bad.status().message().find("\"flash\""), std::string::npos) << bad.status();
 }
 
+TEST(KernelPath, ParsesTheConfigValues) {
+  EXPECT_EQ(*ParseKernelMode("auto"), KernelMode::kAuto);
+  EXPECT_EQ(*ParseKernelMode("reference"), KernelMode::kReference);
+  absl::StatusOr<KernelMode> bad = ParseKernelMode("fused");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("kernels \"fused\""), std::string::npos) << bad.status();
+}
+
 TEST(PointerAlignment, IsTheLargestPowerOfTwoUpTo256) {
   alignas(512) static char block[1024];
   EXPECT_EQ(PointerAlignment(block), 256u);

@@ -203,7 +203,8 @@ absl::StatusOr<std::string> RunProjection(const ParsedFlags& flags) {
   const std::string costs = flags.Get("costs", "measure");
   if (costs == "measure") {
     const BackendOptions backend{config.runtime.device, config.runtime.precision, 0,
-                                 config.runtime.fuse_gelu, config.runtime.attention};
+                                 config.runtime.fuse_gelu, config.runtime.attention,
+                                 config.runtime.kernels};
     FR_ASSIGN_OR_RETURN(options.costs, MeasurePartCosts(backend, model, options.micro_batch,
                                                         options.seq_len, config.run.seed));
     if (!flags.Has("optimizer_ns")) {

@@ -91,6 +91,7 @@ struct RuntimeConfig {
   std::string precision = "fp32";
   std::string fuse_gelu = "auto";
   std::string attention = "auto";
+  std::string kernels = "auto";
   double comm_timeout_s = 300.0;
   bool emulate_peers = false;
   int64_t emulated_stage = 0;

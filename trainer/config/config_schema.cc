@@ -184,6 +184,12 @@ std::vector<KeySpec> BuildSchema() {
                "models/cuda/flash_attention.h) in bf16 where the head size is 16, 32 or 64, and "
                "the reference path (batched GEMMs over T x T scores) in fp32 and for other shapes; "
                "\"reference\" always runs the reference path."),
+      FR_KEY(runtime, kernels)
+          .Choices({"auto", "reference"})
+          .Doc("The memory-bound kernels on CUDA: \"auto\" runs the fused ones (vectorised "
+               "LayerNorm with the residual folded in, a one-pass classifier, a multi-tensor "
+               "optimizer); \"reference\" runs one kernel per operation (models/cuda/kernels.h), "
+               "what the GPU tests and bench compare them with."),
       FR_KEY(runtime, comm_timeout_s)
           .Min(0, true)
           .Doc("Seconds a blocking communication may wait before the job stops with a report of "
