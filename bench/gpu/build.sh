@@ -12,7 +12,8 @@ archs=${CUDA_ARCHS:-90}
 generator=()
 command -v ninja >/dev/null && [[ ! -f $build/CMakeCache.txt ]] && generator=(-G Ninja)
 configure=(cmake -S . -B "$build" "${generator[@]}" -DFREERIDE_CUDA=ON -DCMAKE_BUILD_TYPE=Release
-           -DCMAKE_CUDA_ARCHITECTURES="$archs" -DFREERIDE_BUILD_TESTS=ON)
+           -DCMAKE_CUDA_ARCHITECTURES="$archs" -DFREERIDE_BUILD_TESTS=ON
+           -DFREERIDE_CUDA_RESOURCE_USAGE=ON)
 if [[ $dry_run == 1 ]]; then
   say "dry run: would configure: ${configure[*]}"
   if [[ ! -f $build/CMakeCache.txt ]]; then
