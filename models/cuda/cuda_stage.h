@@ -150,8 +150,8 @@ class CudaStage final : public CudaStageModel {
   static constexpr int kKeptLosses = 256;
   static constexpr int64_t kPinnedLossBytes = (kKeptLosses + 1) * sizeof(double);
   char* pinned_ = nullptr;
-  int kept_count_ = 0;    // loss sums queued into pinned_ since the last fold
-  double kept_sum_ = 0;   // the folded ones' mean losses, in order
+  int kept_count_ = 0;   // loss sums queued into pinned_ since the last fold
+  double kept_sum_ = 0;  // the folded ones' mean losses, in order
   std::vector<cudaEvent_t> tokens_copied_, targets_copied_;  // per slot: its staging copied
 };
 

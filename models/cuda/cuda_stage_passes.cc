@@ -295,7 +295,7 @@ absl::Status CudaStage<T>::BackwardWeight(int slot) {
   template absl::Status CudaStage<T>::AttentionScores(const Slot&, int64_t);              \
   template absl::Status CudaStage<T>::AttentionForward(const Slot&, int64_t);             \
   template absl::Status CudaStage<T>::LayerForward(const Slot&, int64_t, const T*);       \
-  template absl::Status CudaStage<T>::LaunchForward(int, double*);                         \
+  template absl::Status CudaStage<T>::LaunchForward(int, double*);                        \
   template absl::Status CudaStage<T>::AttentionBackward(const Slot&, int64_t, const T*);  \
   template absl::Status CudaStage<T>::LayerBackwardInput(const Slot&, int64_t, const T*, T*); \
   template absl::Status CudaStage<T>::HeadWteGrad(const Slot&);                           \
