@@ -1,8 +1,10 @@
 // GPU training throughput of GPT-2 (124M by default) through the real training step
 // (Trainer::Step on runtime.device = "cuda": forward, split backward, grad norm, AdamW), on
 // random tokens: tokens/s, MFU against the device's dense peak, device memory planned and in
-// use. bench/gpu/bench.sh runs it beside bench/pytorch_gpt2.py (the nanoGPT recipe) on the
-// same GPU in one run.
+// use, and each step's ledger (launches, host syncs, allocations: CudaLedger). Only the warm-up
+// step is traced, so the timed steps queue their compute as untraced runs do.
+// bench/gpu/bench.sh runs it beside bench/pytorch_gpt2.py (the nanoGPT recipe) on the same GPU
+// in one run.
 // Usage: gpu_train_bench [steps=20] [batch=8] [seq=1024] [precision=bf16] [layers=12]
 //                        [width=768] [heads=12]
 #include <cuda_runtime_api.h>
@@ -43,6 +45,8 @@ int main(int argc, char** argv) {
                                   absl::StrFormat(R"([optim]
 grad_clip = 1.0
 weight_decay = 0.1
+[trace]
+steps = [1, 1]
 [runtime]
 device = "cuda"
 precision = "%s"
@@ -68,6 +72,7 @@ precision = "%s"
     }
   }
   double total = 0;
+  CudaLedger before = model->ledger();
   for (int64_t i = 0; i < steps; ++i) {
     absl::StatusOr<StepStats> s = (*trainer)->Step();
     if (!s.ok()) {
@@ -75,8 +80,13 @@ precision = "%s"
       return 1;
     }
     total += s->step_s;
-    std::printf("step %ld: loss %.4f  %.1f ms  %.0f tok/s\n", (long)s->step, s->loss,
-                s->step_s * 1e3, s->tokens_per_s);
+    const CudaLedger after = model->ledger();
+    std::printf(
+        "step %ld: loss %.4f  %.1f ms  %.0f tok/s  launches %ld  syncs %ld  allocations %ld\n",
+        (long)s->step, s->loss, s->step_s * 1e3, s->tokens_per_s,
+        (long)(after.launches - before.launches), (long)(after.syncs - before.syncs),
+        (long)(after.allocations - before.allocations));
+    before = after;
   }
   size_t free_bytes = 0, total_bytes = 0;
   cudaMemGetInfo(&free_bytes, &total_bytes);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "models/gpt2.h"
@@ -31,6 +32,12 @@ class CpuStageModel final : public StageModel {
   absl::Status GetLogitsAt(int slot, int64_t position, float* logits) override;
 
   absl::StatusOr<double> Forward(int slot) override { return model_.Forward(slot); }
+  absl::Status ForwardKeepingLoss(int slot) override {
+    kept_loss_ += model_.Forward(slot);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<double> TakeLosses() override { return std::exchange(kept_loss_, 0.0); }
+  absl::Status Drain() override { return absl::OkStatus(); }
   absl::Status BackwardInput(int slot, float loss_scale) override {
     model_.BackwardInput(slot, loss_scale);
     return absl::OkStatus();
@@ -75,6 +82,7 @@ class CpuStageModel final : public StageModel {
   int64_t ActivationFloats() const;
   GPT2Stage<float> model_;
   std::vector<float> m_, v_;
+  double kept_loss_ = 0;  // ForwardKeepingLoss's sum since TakeLosses
 };
 
 }  // namespace freeride

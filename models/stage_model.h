@@ -62,6 +62,15 @@ class StageModel {
   // GPT2Stage's contract: Forward returns the head's mean loss (else 0); BackwardInput then
   // BackwardWeight; FoldHeadWteGrad once per step after the last BackwardWeight.
   virtual absl::StatusOr<double> Forward(int slot) = 0;
+  // A training step's Forward: the head's mean loss stays with the chunk instead of coming
+  // back, so that a device is not read (nor waited for) once per micro-batch. TakeLosses
+  // returns the sum of the losses kept since it was last called, added in call order from 0
+  // (the bits a caller summing Forward's returns gets; 0 without a head), and forgets them.
+  virtual absl::Status ForwardKeepingLoss(int slot) = 0;
+  virtual absl::StatusOr<double> TakeLosses() = 0;
+  // Returns once the device has finished the work the chunk gave it (the compute calls of a
+  // device backend may return once their work is queued; the CPU's have finished).
+  virtual absl::Status Drain() = 0;
   virtual absl::Status BackwardInput(int slot, float loss_scale) = 0;
   virtual absl::Status BackwardWeight(int slot) = 0;
   virtual absl::Status ZeroGrads() = 0;

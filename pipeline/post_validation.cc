@@ -118,6 +118,8 @@ absl::StatusOr<StepState> StageExecutor::AwaitState() {
 
 absl::Status StageExecutor::DiscardAhead() {
   if (!step_.begun) return absl::OkStatus();
+  double dropped = 0;  // the losses of the forwards run ahead: the rerun makes them again
+  FR_RETURN_IF_ERROR(TakeHeadLoss(&dropped));
   EndNvtxBubble();
   if (step_.open_bubble >= 0) hook_->OnBubbleEnd(step_.open_bubble, clock().Now());
   // Every rank ran exactly its instructions before its validation point: a message was sent

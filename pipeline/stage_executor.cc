@@ -155,6 +155,16 @@ absl::Status StageExecutor::ReduceDataParallel(double* waited) {
   return absl::OkStatus();
 }
 
+absl::Status StageExecutor::TakeHeadLoss(double* head_loss) {
+  for (StageModel* chunk : chunks_) {
+    if (!chunk->stage().has_head) continue;
+    absl::StatusOr<double> kept = chunk->TakeLosses();
+    if (!kept.ok()) return kept.status();
+    *head_loss += *kept;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data, float loss_scale,
                                     double* head_loss, double* waited) {
   const int m = schedule_.microbatches;
@@ -180,12 +190,10 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
       const float* src = (grad ? recv_grad_ : recv_act_)[cell].data();
       return grad ? chunk->SetOutputGrad(slot, src) : chunk->SetInputActivations(slot, src);
     }
-    case Op::kForward: {
-      absl::StatusOr<double> loss = chunk->Forward(slot);
-      if (!loss.ok()) return loss.status();
-      if (chunk->stage().has_head) *head_loss += *loss;
-      return absl::OkStatus();
-    }
+    case Op::kForward:
+      // The head's loss stays with the chunk until the step needs it (TakeHeadLoss).
+      FR_RETURN_IF_ERROR(chunk->ForwardKeepingLoss(slot));
+      return exact_timeline_ ? chunk->Drain() : absl::OkStatus();
     case Op::kBackward:
     case Op::kBackwardWeight: {
       if (in.op == Op::kBackward) FR_RETURN_IF_ERROR(chunk->BackwardInput(slot, loss_scale));
@@ -193,6 +201,7 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
       const bool last = --weight_left_[in.chunk] == 0 && buckets_;
       if (last) buckets_->BeginLastBackward(in.chunk);
       absl::Status s = chunk->BackwardWeight(slot);
+      if (s.ok() && exact_timeline_) s = chunk->Drain();
       if (last) {
         absl::Status started = buckets_->EndLastBackward(in.chunk);
         if (s.ok()) s = started;
@@ -200,7 +209,8 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
       return s;
     }
     case Op::kBackwardInput:
-      return chunk->BackwardInput(slot, loss_scale);
+      FR_RETURN_IF_ERROR(chunk->BackwardInput(slot, loss_scale));
+      return exact_timeline_ ? chunk->Drain() : absl::OkStatus();
     case Op::kSendAct:
     case Op::kSendGrad: {
       const bool grad = in.op == Op::kSendGrad;
@@ -231,6 +241,7 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
       return s;
     }
     case Op::kOptimizer: {
+      FR_RETURN_IF_ERROR(TakeHeadLoss(head_loss));
       if (PostValidated()) return StartGlobalState(*head_loss, waited);
       // Waiting here: the tied sum when REDUCE_TIED posted it (or a one-stage schedule, which
       // has none and sums locally), then the pipeline-wide sum of the gradient norm's units.
@@ -346,6 +357,10 @@ absl::Status StageExecutor::RunUntil(size_t end, const MicrobatchData& data, flo
       FR_NVTX_RANGE_START(absl::StrCat("bubble ", BubbleKindName(instrs[i].bubble)), &nvtx_bubble_);
       nvtx_bubble_open_ = true;
     }
+    if (instrs[i].op == Op::kBubble && !exact_timeline_) {
+      // Side work finds the device idle: the compute before the bubble has finished.
+      for (StageModel* chunk : chunks_) FR_RETURN_IF_ERROR(chunk->Drain());
+    }
     const double start = clock().Now();
     if (instrs[i].op == Op::kBubble && hook_ != nullptr) {
       step_.open_bubble = static_cast<int>(i);
@@ -410,6 +425,8 @@ absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, f
   }
   sends_.clear();
   receives_posted_ = false;
+  // A schedule without OPTIMIZER (forward only) takes the losses here.
+  if (absl::Status s = TakeHeadLoss(&step_.head_loss); !s.ok()) return s;
   StepOutcome out = std::move(step_.outcome);
   const double head_loss = step_.head_loss, t0 = step_.t0;
   step_ = Progress{};

@@ -110,6 +110,12 @@ class StageExecutor {
     clock_ = clock;
     compute_ = std::move(compute);
   }
+  // Whether each compute instruction ends once the device has finished it (StageModel::Drain,
+  // a wait each): the timeline then times the device's work. Off, a compute instruction ends
+  // once its work is queued, and the device is waited for where the host needs it: before a
+  // BUBBLE (side work finds it idle), at messages and sums, and for the step's losses at
+  // OPTIMIZER. The CPU's compute is synchronous: the same either way. Between steps only.
+  void set_exact_timeline(bool exact) { exact_timeline_ = exact; }
   // Swaps in the same schedule with its BUBBLE instructions placed anew (same compute and
   // communication order; e.g. from measured costs). Between steps only.
   void set_schedule(Schedule schedule) { schedule_ = std::move(schedule); }
@@ -165,6 +171,9 @@ class StageExecutor {
   bool PostValidated() const { return schedule_.step_sync == StepSync::kPostValidate; }
   absl::Status Execute(const Instr& in, const MicrobatchData& data, float loss_scale,
                        double* head_loss, double* waited);
+  // Adds the losses the head's chunk kept since they were last taken: once a step (at
+  // OPTIMIZER, else at the step's end), not once a micro-batch.
+  absl::Status TakeHeadLoss(double* head_loss);
   // Post-validated: REDUCE_TIED starts the tied sum; what needs it next waits for it.
   absl::Status StartTiedSum();
   absl::Status FinishTiedSum(double* waited);
@@ -224,6 +233,7 @@ class StageExecutor {
   std::vector<int> weight_instrs_, weight_left_;  // per chunk: its Bs and Ws, those still to run
   bool receives_posted_ = false;  // the step's receives (RunAhead's, or posted again after it)
   bool running_ahead_ = false;
+  bool exact_timeline_ = true;
   // Post-validated: the tied sum in flight (its owner's wte gradient), the global state's.
   Transport::Request tied_request_ = -1;
   StageModel* tied_owner_ = nullptr;

@@ -108,6 +108,13 @@ absl::StatusOr<StepStats> Trainer::Step() {
   };
   const bool harvesting = harvesting_in(step_);
   if (side_) side_->set_harvesting(harvesting);
+  // Each compute instruction waits for the device only where its timeline is used: a
+  // pipeline's (bubbles are placed from it), a traced step's. One stage's other steps then
+  // queue a whole step's work with a few waits (bench/README.md's ledger).
+  const auto exact_timeline = [&](int64_t step) {
+    return layout_.pp > 1 || (step >= config_.trace.steps[0] && step <= config_.trace.steps[1]);
+  };
+  executor_->set_exact_timeline(exact_timeline(step_ + 1));
   absl::StatusOr<pipeline::StepOutcome> outcome = executor_->RunStep(Microbatches(), loss_scale);
   if (!outcome.ok()) return outcome.status();
   // The first step warms up: left out of the comparison.
@@ -138,6 +145,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
     if (ahead) {
       train_->Next(inputs_.data(), targets_.data());
       if (side_) side_->set_harvesting(harvesting_in(step_));
+      executor_->set_exact_timeline(exact_timeline(step_ + 1));
       if (absl::Status s = executor_->RunAhead(Microbatches(), loss_scale); !s.ok()) return s;
     }
     absl::StatusOr<pipeline::StepState> state = executor_->AwaitState();

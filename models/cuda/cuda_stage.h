@@ -56,6 +56,9 @@ class CudaStage final : public CudaStageModel {
   absl::Status GetLogitsAt(int slot, int64_t position, float* logits) override;
 
   absl::StatusOr<double> Forward(int slot) override;
+  absl::Status ForwardKeepingLoss(int slot) override;
+  absl::StatusOr<double> TakeLosses() override;
+  absl::Status Drain() override;
   absl::Status BackwardInput(int slot, float loss_scale) override;
   absl::Status BackwardWeight(int slot) override;
   absl::Status ZeroGrads() override;
@@ -72,6 +75,7 @@ class CudaStage final : public CudaStageModel {
   absl::Status GetOptimizerState(float* m, float* v) override;
   absl::Status SetOptimizerState(const float* m, const float* v) override;
   absl::Status InitRandom(uint64_t seed) override;
+  CudaLedger ledger() const override { return ledger_; }
 
  private:
   using Slot = StageBufferIds::Slot;
@@ -93,6 +97,19 @@ class CudaStage final : public CudaStageModel {
   absl::Status Upload(T* dst, const float* src, int64_t n);
   absl::Status Download(float* dst, const T* src, int64_t n);
   absl::Status Sync();
+  // Allocations, counted in the ledger.
+  absl::Status DeviceAlloc(char** ptr, int64_t bytes);
+  absl::Status PinnedAlloc(char** ptr, int64_t bytes);
+  // Before the host rewrites a slot's pinned staging: the copy out of it that `copied` marks
+  // must have run (a wait only when it has not).
+  absl::Status AwaitStaging(cudaEvent_t copied);
+  // The slot's pinned staging, int32 each: tokens [B·T], bucket positions [B·T], bucket tokens
+  // [B·T], bucket starts [B·T + 1], targets [B·T].
+  int32_t* SlotStaging(int slot) const {
+    return reinterpret_cast<int32_t*>(pinned_ + kPinnedLossBytes) + slot * (5 * B_ * T_ + 1);
+  }
+  // The kept losses so far, added to kept_sum_ in order (a wait).
+  absl::Status FoldKeptLosses();
   // Makes the chunk's device current for the calling thread: first thing in every public call.
   absl::Status Enter();
   // After a call at `layer`: the launch error CUDA holds, then (FREERIDE_CUDA_CHECK_LAUNCHES=1)
@@ -101,6 +118,8 @@ class CudaStage final : public CudaStageModel {
   absl::Status Launched(const char* call, int64_t layer, absl::Status status = absl::OkStatus());
   absl::Status RequireTraining(const char* what) const;
 
+  // Forward's work, queued; the head's loss sum, queued for `loss_sum` (pinned).
+  absl::Status LaunchForward(int slot, double* loss_sum);
   absl::Status LayerForward(const Slot& s, int64_t l, const T* x);
   absl::Status AttentionScores(const Slot& s, int64_t l);
   absl::Status AttentionForward(const Slot& s, int64_t l);
@@ -126,6 +145,14 @@ class CudaStage final : public CudaStageModel {
   std::shared_ptr<LtAlgorithmCache> algorithms_ = MakeLtAlgorithmCache();
   float* host_grads_ = nullptr;  // pinned mirror of the gradients for sums across ranks
   std::vector<int64_t> distinct_tokens_;  // per slot, for the embedding backward
+  CudaLedger ledger_;
+  // Pinned: the loss sums ForwardKeepingLoss keeps (kKeptLosses), Forward's, then SlotStaging.
+  static constexpr int kKeptLosses = 256;
+  static constexpr int64_t kPinnedLossBytes = (kKeptLosses + 1) * sizeof(double);
+  char* pinned_ = nullptr;
+  int kept_count_ = 0;   // loss sums queued into pinned_ since the last fold
+  double kept_sum_ = 0;  // the folded ones' mean losses, in order
+  std::vector<cudaEvent_t> tokens_copied_, targets_copied_;  // per slot: its staging copied
 };
 
 }  // namespace freeride::cuda

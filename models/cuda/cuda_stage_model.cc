@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -37,6 +38,12 @@ CudaStage<T>::~CudaStage() {
     if (base != nullptr) cudaFree(base);
   }
   if (host_grads_ != nullptr) cudaFreeHost(host_grads_);
+  if (pinned_ != nullptr) cudaFreeHost(pinned_);
+  for (auto* events : {&tokens_copied_, &targets_copied_}) {
+    for (cudaEvent_t e : *events) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+  }
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -65,11 +72,19 @@ absl::Status CudaStage<T>::Init() {
   FR_RETURN_IF_ERROR(CheckDeviceMemory(plan_.TotalBytes(), free_bytes, device_, plan_.Report()));
   for (int p = 0; p < kNumMemoryPhases; ++p) {
     const int64_t bytes = plan_.PhaseBytes(static_cast<MemoryPhase>(p));
-    if (bytes > 0) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&base_[p]), bytes));
+    if (bytes > 0) FR_RETURN_IF_ERROR(DeviceAlloc(&base_[p], bytes));
   }
   if (!options_.inference_only) {
-    CUDA_CHECK(
-        cudaMallocHost(reinterpret_cast<void**>(&host_grads_), layout_.total * sizeof(float)));
+    char* host_grads = nullptr;
+    FR_RETURN_IF_ERROR(PinnedAlloc(&host_grads, layout_.total * sizeof(float)));
+    host_grads_ = reinterpret_cast<float*>(host_grads);
+  }
+  FR_RETURN_IF_ERROR(
+      PinnedAlloc(&pinned_, kPinnedLossBytes + slots() * (5 * B_ * T_ + 1) * sizeof(int32_t)));
+  tokens_copied_.assign(slots(), nullptr);
+  targets_copied_.assign(slots(), nullptr);
+  for (auto* events : {&tokens_copied_, &targets_copied_}) {
+    for (cudaEvent_t& e : *events) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
   blas_.workspace = Ptr<char>(ids_.cublaslt_workspace);
   blas_.workspace_bytes = kCublasLtWorkspaceBytes;
@@ -127,10 +142,28 @@ absl::Status CudaStage<T>::Enter() {
 }
 
 template <typename T>
+absl::Status CudaStage<T>::DeviceAlloc(char** ptr, int64_t bytes) {
+  ++ledger_.allocations;
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(ptr), bytes));
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status CudaStage<T>::PinnedAlloc(char** ptr, int64_t bytes) {
+  ++ledger_.allocations;
+  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(ptr), bytes));
+  return absl::OkStatus();
+}
+
+template <typename T>
 absl::Status CudaStage<T>::Launched(const char* call, int64_t layer, absl::Status status) {
+  ++ledger_.launches;
   if (status.ok()) {
     cudaError_t code = cudaGetLastError();
-    if (code == cudaSuccess && check_launches_) code = cudaStreamSynchronize(stream_);
+    if (code == cudaSuccess && check_launches_) {
+      ++ledger_.syncs;
+      code = cudaStreamSynchronize(stream_);
+    }
     if (code != cudaSuccess) {
       status = CudaStatus(code, check_launches_ ? "launch, then cudaStreamSynchronize" : "launch",
                           __FILE__, __LINE__);
@@ -145,7 +178,27 @@ absl::Status CudaStage<T>::Launched(const char* call, int64_t layer, absl::Statu
 template <typename T>
 absl::Status CudaStage<T>::Sync() {
   CUDA_CHECK(cudaGetLastError());
+  ++ledger_.syncs;
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status CudaStage<T>::Drain() {
+  FR_RETURN_IF_ERROR(Enter());
+  return Sync();
+}
+
+template <typename T>
+absl::Status CudaStage<T>::AwaitStaging(cudaEvent_t copied) {
+  cudaError_t code = cudaEventQuery(copied);
+  if (code == cudaErrorNotReady) {
+    // Not an error, but it must not read as the next launch's.
+    if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();
+    ++ledger_.syncs;
+    code = cudaEventSynchronize(copied);
+  }
+  CUDA_CHECK(code);
   return absl::OkStatus();
 }
 
@@ -180,25 +233,41 @@ absl::Status CudaStage<T>::SetTokens(int slot, const int32_t* tokens) {
   const int64_t BT = B_ * T_;
   FR_RETURN_IF_ERROR(CheckTokenIds(tokens, BT, layout_.config.vocab_size, "tokens"));
   const TokenBuckets buckets = GroupPositionsByToken(tokens, BT, layout_.config.vocab_size);
+  // Copied from pinned staging: no wait for the copies, and the caller's buffer (and the
+  // buckets) may go at once.
+  FR_RETURN_IF_ERROR(AwaitStaging(tokens_copied_[slot]));
+  int32_t* staged = SlotStaging(slot);
+  int32_t* positions = staged + BT;
+  int32_t* distinct = staged + 2 * BT;
+  int32_t* starts = staged + 3 * BT;
+  std::memcpy(staged, tokens, BT * 4);
+  std::memcpy(positions, buckets.positions.data(), BT * 4);
+  std::memcpy(distinct, buckets.tokens.data(), buckets.tokens.size() * 4);
+  std::memcpy(starts, buckets.starts.data(), buckets.starts.size() * 4);
   distinct_tokens_[slot] = static_cast<int64_t>(buckets.tokens.size());
   CUDA_CHECK(
-      cudaMemcpyAsync(Ptr<int32_t>(s.tokens), tokens, BT * 4, cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(s.bucket_positions), buckets.positions.data(), BT * 4,
+      cudaMemcpyAsync(Ptr<int32_t>(s.tokens), staged, BT * 4, cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(s.bucket_positions), positions, BT * 4,
                              cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(s.bucket_tokens), buckets.tokens.data(),
-                             buckets.tokens.size() * 4, cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(s.bucket_starts), buckets.starts.data(),
-                             buckets.starts.size() * 4, cudaMemcpyHostToDevice, stream_));
-  return Sync();  // the buckets die here
+  CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(s.bucket_tokens), distinct, buckets.tokens.size() * 4,
+                             cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(s.bucket_starts), starts, buckets.starts.size() * 4,
+                             cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaEventRecord(tokens_copied_[slot], stream_));
+  return absl::OkStatus();
 }
 
 template <typename T>
 absl::Status CudaStage<T>::SetTargets(int slot, const int32_t* targets) {
   FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(CheckTokenIds(targets, B_ * T_, layout_.config.vocab_size, "targets"));
-  CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(ids_.slots[slot].targets), targets, B_ * T_ * 4,
+  FR_RETURN_IF_ERROR(AwaitStaging(targets_copied_[slot]));
+  int32_t* staged = SlotStaging(slot) + 4 * B_ * T_ + 1;
+  std::memcpy(staged, targets, B_ * T_ * 4);
+  CUDA_CHECK(cudaMemcpyAsync(Ptr<int32_t>(ids_.slots[slot].targets), staged, B_ * T_ * 4,
                              cudaMemcpyHostToDevice, stream_));
-  return Sync();
+  CUDA_CHECK(cudaEventRecord(targets_copied_[slot], stream_));
+  return absl::OkStatus();
 }
 
 template <typename T>
@@ -246,6 +315,47 @@ absl::Status CudaStage<T>::GetLogitsAt(int slot, int64_t position, float* logits
 }
 
 template <typename T>
+absl::StatusOr<double> CudaStage<T>::Forward(int slot) {
+  FR_RETURN_IF_ERROR(Enter());
+  if (!layout_.stage.has_head) {
+    FR_RETURN_IF_ERROR(LaunchForward(slot, nullptr));
+    return 0.0;
+  }
+  double* loss_sum = reinterpret_cast<double*>(pinned_) + kKeptLosses;
+  FR_RETURN_IF_ERROR(LaunchForward(slot, loss_sum));
+  FR_RETURN_IF_ERROR(Sync());
+  return *loss_sum / static_cast<double>(B_ * T_);
+}
+
+template <typename T>
+absl::Status CudaStage<T>::ForwardKeepingLoss(int slot) {
+  FR_RETURN_IF_ERROR(Enter());
+  if (!layout_.stage.has_head) return LaunchForward(slot, nullptr);
+  if (kept_count_ == kKeptLosses) FR_RETURN_IF_ERROR(FoldKeptLosses());
+  FR_RETURN_IF_ERROR(LaunchForward(slot, reinterpret_cast<double*>(pinned_) + kept_count_));
+  ++kept_count_;
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status CudaStage<T>::FoldKeptLosses() {
+  if (kept_count_ == 0) return absl::OkStatus();
+  FR_RETURN_IF_ERROR(Sync());
+  // Each mean as Forward returns it, added in order: the sum a caller of Forward makes.
+  const double* sums = reinterpret_cast<const double*>(pinned_);
+  for (int i = 0; i < kept_count_; ++i) kept_sum_ += sums[i] / static_cast<double>(B_ * T_);
+  kept_count_ = 0;
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::StatusOr<double> CudaStage<T>::TakeLosses() {
+  FR_RETURN_IF_ERROR(Enter());
+  FR_RETURN_IF_ERROR(FoldKeptLosses());
+  return std::exchange(kept_sum_, 0.0);
+}
+
+template <typename T>
 absl::Status CudaStage<T>::ZeroGrads() {
   FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("ZeroGrads"));
@@ -254,7 +364,7 @@ absl::Status CudaStage<T>::ZeroGrads() {
     CUDA_CHECK(cudaMemsetAsync(Ptr<float>(ids_.head_wte_grad), 0,
                                plan_.buffer(ids_.head_wte_grad).bytes, stream_));
   }
-  return Sync();
+  return absl::OkStatus();
 }
 
 template <typename T>
@@ -268,7 +378,7 @@ absl::Status CudaStage<T>::FoldHeadWteGrad() {
   } else {
     FR_KERNEL(kHead, Copy, G(ParamTensor::kWte), Ptr<float>(ids_.head_wte_grad), n, stream_);
   }
-  return Sync();
+  return absl::OkStatus();
 }
 
 template <typename T>

@@ -8,9 +8,14 @@
 // FREERIDE_CUDA_CHECK_LAUNCHES=1 every kernel and library call is checked and synchronised, and
 // its error names the call and the layer (stage_policy.h).
 //
-// Work runs on the chunk's own stream. Each compute call (Forward, BackwardInput,
-// BackwardWeight) returns once the stream has drained, so the pipeline's timeline and its
-// BUBBLE instructions mean what they say: the GPU is idle until the next instruction.
+// Work runs on the chunk's own stream. The calls whose results stay on the device
+// (ForwardKeepingLoss, BackwardInput, BackwardWeight, ZeroGrads, FoldHeadWteGrad, SetTokens and
+// SetTargets, which copy through the slot's pinned staging) return once their work is queued;
+// the host waits for the stream only where it reads (Forward's loss, TakeLosses, GetLosses,
+// HostGrads, GradSquaresByUnit, messages, checkpoints), in Drain (the pipeline's timeline and
+// its BUBBLE instructions: StageExecutor::set_exact_timeline), and at the end of ApplyAdamW (a
+// step's end: the step's time is the device's). A launch's error comes back from the call that
+// launched it; a fault while the kernel runs, from the next call that waits.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -23,6 +28,13 @@
 #include "models/stage_model.h"
 
 namespace freeride {
+
+// What a chunk has asked of the device since it was made (cumulative: a caller takes
+// differences per step): kernel and library launches (each FR_KERNEL and FR_LIBRARY), host
+// waits for the device (stream or event synchronisations), device and pinned allocations.
+struct CudaLedger {
+  int64_t launches = 0, syncs = 0, allocations = 0;
+};
 
 enum class CudaPrecision { kFp32, kBf16 };
 
@@ -59,6 +71,7 @@ class CudaStageModel : public StageModel {
   virtual const MemoryPlan& memory_plan() const = 0;
   // Per-token losses [B·T] of the slot's last Forward (head stage), in host memory.
   virtual absl::Status GetLosses(int slot, float* losses) = 0;
+  virtual CudaLedger ledger() const = 0;
 };
 
 }  // namespace freeride

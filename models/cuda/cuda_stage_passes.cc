@@ -97,8 +97,7 @@ absl::Status CudaStage<T>::LayerForward(const Slot& s, int64_t l, const T* x) {
 }
 
 template <typename T>
-absl::StatusOr<double> CudaStage<T>::Forward(int slot) {
-  FR_RETURN_IF_ERROR(Enter());
+absl::Status CudaStage<T>::LaunchForward(int slot, double* loss_sum) {
   const Slot& s = ids_.slots[slot];
   const GPT2Config& cfg = layout_.config;
   const int64_t BT = B_ * T_, C = cfg.n_embd;
@@ -109,10 +108,7 @@ absl::StatusOr<double> CudaStage<T>::Forward(int slot) {
   for (int64_t l = 0; l < layout_.stage.num_layers(); ++l) {
     FR_RETURN_IF_ERROR(LayerForward(s, l, LayerInput(s, l)));
   }
-  if (!layout_.stage.has_head) {
-    FR_RETURN_IF_ERROR(Sync());
-    return 0.0;
-  }
+  if (!layout_.stage.has_head) return absl::OkStatus();
   FR_KERNEL(kHead, LayerNormForward, Ptr<T>(s.lnf), Ptr<float>(s.lnf_mean), Ptr<float>(s.lnf_rstd),
             OutputActivations(s), P(ParamTensor::kLnfW), P(ParamTensor::kLnfB), BT, C, stream_);
   FR_LIBRARY(kHead, MatmulForward<T>, blas_, Ptr<T>(s.logits), Ptr<T>(s.lnf), P(ParamTensor::kWte),
@@ -123,10 +119,8 @@ absl::StatusOr<double> CudaStage<T>::Forward(int slot) {
   double* partials = Ptr<double>(ids_.reduce_partials);
   double* sum = partials + kReduceBlocks;
   FR_KERNEL(kHead, Sum, sum, Ptr<float>(s.losses), BT, partials, stream_);
-  double host_sum = 0;
-  CUDA_CHECK(cudaMemcpyAsync(&host_sum, sum, sizeof(double), cudaMemcpyDeviceToHost, stream_));
-  FR_RETURN_IF_ERROR(Sync());
-  return host_sum / static_cast<double>(BT);
+  CUDA_CHECK(cudaMemcpyAsync(loss_sum, sum, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  return absl::OkStatus();
 }
 
 template <typename T>
@@ -236,7 +230,7 @@ absl::Status CudaStage<T>::BackwardInput(int slot, float loss_scale) {
     T* dx = l == 0 ? Ptr<T>(s.dinput) : Act(s.dres3, l - 1, BTC);
     FR_RETURN_IF_ERROR(LayerBackwardInput(s, l, LayerInput(s, l), dx));
   }
-  return Sync();
+  return absl::OkStatus();
 }
 
 template <typename T>
@@ -289,7 +283,7 @@ absl::Status CudaStage<T>::BackwardWeight(int slot) {
               Ptr<T>(s.dinput), Ptr<int32_t>(s.bucket_positions), Ptr<int32_t>(s.bucket_tokens),
               Ptr<int32_t>(s.bucket_starts), distinct_tokens_[slot], B_, T_, C, stream_);
   }
-  return Sync();
+  return absl::OkStatus();
 }
 
 // The members defined here, for both element types (the class itself is instantiated in
@@ -301,7 +295,7 @@ absl::Status CudaStage<T>::BackwardWeight(int slot) {
   template absl::Status CudaStage<T>::AttentionScores(const Slot&, int64_t);              \
   template absl::Status CudaStage<T>::AttentionForward(const Slot&, int64_t);             \
   template absl::Status CudaStage<T>::LayerForward(const Slot&, int64_t, const T*);       \
-  template absl::StatusOr<double> CudaStage<T>::Forward(int);                             \
+  template absl::Status CudaStage<T>::LaunchForward(int, double*);                        \
   template absl::Status CudaStage<T>::AttentionBackward(const Slot&, int64_t, const T*);  \
   template absl::Status CudaStage<T>::LayerBackwardInput(const Slot&, int64_t, const T*, T*); \
   template absl::Status CudaStage<T>::HeadWteGrad(const Slot&);                           \

@@ -1,6 +1,8 @@
 // The CUDA backend as a whole against the CPU backend: one training step of a tiny GPT-2, a
-// 10-step trajectory, bitwise determinism, and the trainer on runtime.device = "cuda" against
-// the PyTorch golden trajectory the CPU trainer is held to.
+// 10-step trajectory, bitwise determinism, the per-step ledger, and the trainer on
+// runtime.device = "cuda" against the PyTorch golden trajectory the CPU trainer is held to.
+#include <cuda_runtime_api.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -10,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "freeride/side_task.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/relative_error.h"
@@ -147,6 +150,70 @@ TEST_P(CudaModelTest, FusedAndUnfusedGeluAgree) {
   const StepResult a = TrainStep(*fused, 1, 9), b = TrainStep(*plain, 1, 9);
   EXPECT_NEAR(a.loss, b.loss, tolerance() * b.loss);
   EXPECT_LT(RelativeError(a.grads, b.grads), bf16() ? 5e-2 : 1e-4);
+}
+
+// The ledger (cuda_stage_model.h) over the trainer's steps on one stage, m micro-batches,
+// steps 2 on untraced (each compute instruction queued, not waited for): nothing is
+// allocated after the first step, and a step waits for the device at most 3 + 2m times: the
+// step's losses once (TakeLosses at OPTIMIZER), the gradient norm's units (GradSquaresByUnit),
+// ApplyAdamW's end, and at most one wait per LOAD for each of the slot's two pinned staging
+// buffers (tokens, targets) when the host is a whole slot ahead of the device. It was 5m + 4.
+// FREERIDE_CUDA_CHECK_LAUNCHES=1 (bench/gpu/test.sh) adds one wait per launch.
+TEST_P(CudaModelTest, LedgerHasNoAllocationsAfterTheFirstStepAndFewSyncs) {
+  constexpr int m = 4, kSteps = 6;
+  const std::string dir = (std::filesystem::path(::testing::TempDir()) / "cuda_ledger").string();
+  const std::string toml = absl::StrFormat(R"(
+[run]
+dir = "%s"
+[model]
+init_from = "tests/data/gpt2_golden/model.bin"
+[data]
+train = "tests/data/gpt2_golden/tokens.bin"
+[train]
+batch_size = 4
+seq_len = 8
+microbatches = %d
+steps = %d
+[trace]
+steps = [1, 1]
+[runtime]
+device = "cuda"
+precision = "%s"
+)",
+                                           dir, m, kSteps, bf16() ? "bf16" : "fp32");
+  auto config = ParseConfig(toml, "ledger.toml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto trainer = Trainer::Create(*config);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto* chunk = dynamic_cast<CudaStageModel*>(&(*trainer)->model());
+  ASSERT_NE(chunk, nullptr);
+  absl::StatusOr<bool> checked = cuda::CheckLaunchesFromEnvironment();
+  ASSERT_TRUE(checked.ok()) << checked.status();
+  ASSERT_TRUE((*trainer)->Step().ok());
+  CudaLedger before = chunk->ledger();
+  size_t free_after_first = 0, free_now = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_after_first, &total), cudaSuccess);
+  int64_t launches = -1;
+  for (int step = 2; step <= kSteps; ++step) {
+    absl::StatusOr<StepStats> stats = (*trainer)->Step();
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_TRUE(std::isfinite(stats->loss));
+    const CudaLedger after = chunk->ledger();
+    EXPECT_EQ(after.allocations - before.allocations, 0) << "step " << step;
+    EXPECT_GE(after.syncs - before.syncs, 3) << "step " << step;
+    const int64_t per_launch = *checked ? after.launches - before.launches : 0;
+    EXPECT_LE(after.syncs - before.syncs, 3 + 2 * m + per_launch) << "step " << step;
+    // The same work every step.
+    EXPECT_GT(after.launches - before.launches, 0);
+    if (launches >= 0) {
+      EXPECT_EQ(after.launches - before.launches, launches) << "step " << step;
+    }
+    launches = after.launches - before.launches;
+    before = after;
+  }
+  // Nor did the libraries allocate device memory behind the ledger's back.
+  ASSERT_EQ(cudaMemGetInfo(&free_now, &total), cudaSuccess);
+  EXPECT_EQ(free_now, free_after_first);
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, CudaModelTest,
