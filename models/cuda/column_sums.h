@@ -13,8 +13,7 @@ namespace freeride::cuda {
 // dst[c] += Σ_n x[n, c] for x [N, C]; `partials` holds vec::ColumnPartialFloats(N, C, width)
 // floats. Precondition: C a multiple of the vector width, N·C < 2³¹, x 16-byte aligned.
 template <typename T>
-void ColumnSums(float* dst, const T* x, int64_t N, int64_t C, float* partials,
-                cudaStream_t stream);
+void ColumnSums(float* dst, const T* x, int64_t N, int64_t C, float* partials, cudaStream_t stream);
 
 // The second pass alone: dst0[c] += Σ_k partials[k, c] over k < chunks, and, where dst1 is not
 // null, dst1[c] += Σ_k partials[chunks + k, c].

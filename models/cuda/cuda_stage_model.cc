@@ -91,8 +91,7 @@ absl::Status CudaStage<T>::Init() {
   description_ = absl::StrFormat(
       "cuda:%d %s %s%s%s%s%s%s", device_, prop.name, std::is_same_v<T, float> ? "fp32" : "bf16",
       fuse_gelu_ ? ", GELU fused" : "", ids_.flash_attention ? ", flash attention" : "",
-      fused_kernels_ ? ", fused kernels" : "",
-      check_launches_ ? ", every launch checked" : "",
+      fused_kernels_ ? ", fused kernels" : "", check_launches_ ? ", every launch checked" : "",
       options_.inference_only ? " (inference)" : "");
   FR_LOG(INFO) << description_ << ": layers [" << layout_.stage.first_layer << ", "
                << layout_.stage.last_layer << "), micro-batch " << B_ << " × " << T_ << ", "

@@ -6,8 +6,8 @@
 #include <type_traits>
 
 #include "core/cuda_check.h"
-#include "models/cuda/cuda_stage.h"
 #include "models/cuda/column_sums.h"
+#include "models/cuda/cuda_stage.h"
 #include "models/cuda/elementwise.h"
 #include "models/cuda/flash_attention.h"
 #include "models/cuda/layernorm.h"
@@ -226,8 +226,8 @@ absl::Status CudaStage<T>::LayerBackwardInput(const Slot& s, int64_t l, const T*
   float* partials = Ptr<float>(ids_.column_partials);
   if (fused_kernels_) {
     FR_KERNEL(l, FusedLayerNormBackward<T>, dres2, dres3, G(PT::kLn2W, l), G(PT::kLn2B, l), dln2,
-              Act(s.residual2, l, BTC), P(PT::kLn2W, l), Stat(s.ln2_mean, l),
-              Stat(s.ln2_rstd, l), BT, C, partials, stream_);
+              Act(s.residual2, l, BTC), P(PT::kLn2W, l), Stat(s.ln2_mean, l), Stat(s.ln2_rstd, l),
+              BT, C, partials, stream_);
   } else {
     FR_KERNEL(l, Copy, dres2, dres3, BTC, stream_);
     FR_KERNEL(l, LayerNormBackwardInput, dres2, dln2, Act(s.residual2, l, BTC), P(PT::kLn2W, l),
@@ -239,8 +239,7 @@ absl::Status CudaStage<T>::LayerBackwardInput(const Slot& s, int64_t l, const T*
              3 * C);
   if (fused_kernels_) {
     FR_KERNEL(l, FusedLayerNormBackward<T>, dx, dres2, G(PT::kLn1W, l), G(PT::kLn1B, l), dln1, x,
-              P(PT::kLn1W, l), Stat(s.ln1_mean, l), Stat(s.ln1_rstd, l), BT, C, partials,
-              stream_);
+              P(PT::kLn1W, l), Stat(s.ln1_mean, l), Stat(s.ln1_rstd, l), BT, C, partials, stream_);
   } else {
     FR_KERNEL(l, Copy, dx, dres2, BTC, stream_);
     FR_KERNEL(l, LayerNormBackwardInput, dx, dln1, x, P(PT::kLn1W, l), Stat(s.ln1_mean, l),
@@ -310,8 +309,8 @@ absl::Status CudaStage<T>::LayerBackwardWeight(const Slot& s, int64_t l, const T
   FR_KERNEL(l, bias_backward, G(PT::kFcB, l), dfch, 4 * C);
   if (!fused_kernels_) {  // else made in LayerBackwardInput
     FR_KERNEL(l, LayerNormBackwardWeight, G(PT::kLn2W, l), G(PT::kLn2B, l), Act(s.dln2, l, BTC),
-              Act(s.residual2, l, BTC), Stat(s.ln2_mean, l), Stat(s.ln2_rstd, l), BT, C,
-              partials, stream_);
+              Act(s.residual2, l, BTC), Stat(s.ln2_mean, l), Stat(s.ln2_rstd, l), BT, C, partials,
+              stream_);
   }
   FR_LIBRARY(l, MatmulBackwardWeight, blas_, G(PT::kAttProjW, l), dres2, Act(s.atty, l, BTC), BT, C,
              C);
@@ -320,8 +319,8 @@ absl::Status CudaStage<T>::LayerBackwardWeight(const Slot& s, int64_t l, const T
              3 * C);
   FR_KERNEL(l, bias_backward, G(PT::kQkvB, l), dqkv, 3 * C);
   if (!fused_kernels_) {
-    FR_KERNEL(l, LayerNormBackwardWeight, G(PT::kLn1W, l), G(PT::kLn1B, l), Act(s.dln1, l, BTC),
-              x, Stat(s.ln1_mean, l), Stat(s.ln1_rstd, l), BT, C, partials, stream_);
+    FR_KERNEL(l, LayerNormBackwardWeight, G(PT::kLn1W, l), G(PT::kLn1B, l), Act(s.dln1, l, BTC), x,
+              Stat(s.ln1_mean, l), Stat(s.ln1_rstd, l), BT, C, partials, stream_);
   }
   return absl::OkStatus();
 }

@@ -70,13 +70,13 @@ unsigned Blocks(int64_t n) {
 
 template <typename T>
 void VectorResidualForward(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream) {
-  ResidualKernel<<<Blocks<T>(n), vec::kElementwiseThreads, 0, stream>>>(
-      out, a, b, static_cast<int32_t>(n));
+  ResidualKernel<<<Blocks<T>(n), vec::kElementwiseThreads, 0, stream>>>(out, a, b,
+                                                                        static_cast<int32_t>(n));
 }
 template <typename T>
 void VectorGeluForward(T* out, const T* inp, int64_t n, cudaStream_t stream) {
-  GeluForwardKernel<<<Blocks<T>(n), vec::kElementwiseThreads, 0, stream>>>(
-      out, inp, static_cast<int32_t>(n));
+  GeluForwardKernel<<<Blocks<T>(n), vec::kElementwiseThreads, 0, stream>>>(out, inp,
+                                                                           static_cast<int32_t>(n));
 }
 template <typename T>
 void VectorGeluBackward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t stream) {
@@ -84,9 +84,9 @@ void VectorGeluBackward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStr
       dinp, inp, dout, static_cast<int32_t>(n));
 }
 
-#define FR_INSTANTIATE(T)                                                                  \
-  template void VectorResidualForward<T>(T*, const T*, const T*, int64_t, cudaStream_t);   \
-  template void VectorGeluForward<T>(T*, const T*, int64_t, cudaStream_t);                 \
+#define FR_INSTANTIATE(T)                                                                \
+  template void VectorResidualForward<T>(T*, const T*, const T*, int64_t, cudaStream_t); \
+  template void VectorGeluForward<T>(T*, const T*, int64_t, cudaStream_t);               \
   template void VectorGeluBackward<T>(T*, const T*, const T*, int64_t, cudaStream_t);
 FR_INSTANTIATE(float)
 FR_INSTANTIATE(__nv_bfloat16)

@@ -88,8 +88,8 @@ __global__ void __launch_bounds__(vec::kForwardWarps * 32)
 template <typename T>
 __global__ void __launch_bounds__(vec::kBackwardWarps * 32)
     LayerNormBackwardKernel(T* dinp, const T* dresidual, const T* dout, const T* inp,
-                            const T* weight, const float* mean, const float* rstd,
-                            float* partials, int32_t N, int32_t C, int32_t rows_per_block) {
+                            const T* weight, const float* mean, const float* rstd, float* partials,
+                            int32_t N, int32_t C, int32_t rows_per_block) {
   constexpr int W = Vector<T>::kWidth, kQuarters = W / 4;
   extern __shared__ float4 shared[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -163,8 +163,8 @@ __global__ void __launch_bounds__(vec::kBackwardWarps * 32)
 
 template <typename T>
 void FusedResidualLayerNormForward(T* residual, T* out, float* mean, float* rstd, const T* a,
-                                   const T* b, const T* weight, const T* bias, int64_t N,
-                                   int64_t C, cudaStream_t stream) {
+                                   const T* b, const T* weight, const T* bias, int64_t N, int64_t C,
+                                   cudaStream_t stream) {
   ResidualLayerNormForwardKernel<<<static_cast<unsigned>(vec::ForwardBlocks(N)),
                                    vec::kForwardWarps * 32, 0, stream>>>(
       residual, out, mean, rstd, a, b, weight, bias, static_cast<int32_t>(N),
@@ -189,13 +189,13 @@ void FusedLayerNormBackward(T* dinp, const T* dresidual, float* dweight, float* 
   FinishColumnSums(dweight, dbias, partials, grid.chunks, C, stream);
 }
 
-#define FR_INSTANTIATE(T)                                                                       \
-  template void FusedResidualLayerNormForward<T>(T*, T*, float*, float*, const T*, const T*,    \
-                                                 const T*, const T*, int64_t, int64_t,          \
-                                                 cudaStream_t);                                 \
-  template void FusedLayerNormBackward<T>(T*, const T*, float*, float*, const T*, const T*,     \
-                                          const T*, const float*, const float*, int64_t,        \
-                                          int64_t, float*, cudaStream_t);
+#define FR_INSTANTIATE(T)                                                                         \
+  template void FusedResidualLayerNormForward<T>(T*, T*, float*, float*, const T*, const T*,      \
+                                                 const T*, const T*, int64_t, int64_t,            \
+                                                 cudaStream_t);                                   \
+  template void FusedLayerNormBackward<T>(T*, const T*, float*, float*, const T*, const T*,       \
+                                          const T*, const float*, const float*, int64_t, int64_t, \
+                                          float*, cudaStream_t);
 FR_INSTANTIATE(float)
 FR_INSTANTIATE(__nv_bfloat16)
 #undef FR_INSTANTIATE

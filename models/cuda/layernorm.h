@@ -19,8 +19,8 @@ namespace freeride::cuda {
 // is not written (it may be null).
 template <typename T>
 void FusedResidualLayerNormForward(T* residual, T* out, float* mean, float* rstd, const T* a,
-                                   const T* b, const T* weight, const T* bias, int64_t N,
-                                   int64_t C, cudaStream_t stream);
+                                   const T* b, const T* weight, const T* bias, int64_t N, int64_t C,
+                                   cudaStream_t stream);
 
 // dinp = dresidual + the gradient through the normalisation (dresidual may be dinp itself), and
 // dweight += Σ_rows dout·x̂, dbias += Σ_rows dout: one pass over the rows, then the column sums'

@@ -31,7 +31,9 @@ __device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162fl
 template <typename T>
 __device__ __forceinline__ T FromFloat(float x);
 template <>
-__device__ __forceinline__ float FromFloat<float>(float x) { return x; }
+__device__ __forceinline__ float FromFloat<float>(float x) {
+  return x;
+}
 template <>
 __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);

@@ -36,8 +36,7 @@ FR_HOST_DEVICE constexpr int Width(int element_bytes) { return kVectorBytes / el
 // the same block); otherwise the reference kernels run.
 FR_HOST_DEVICE constexpr bool Supported(int64_t N, int64_t C, int element_bytes) {
   const int64_t w = Width(element_bytes);
-  return N > 0 && C > 0 && C % w == 0 && N * 4 * C <= kMaxIndex &&
-         C <= 32 * w * kMaxVectorsPerLane;
+  return N > 0 && C > 0 && C % w == 0 && N * 4 * C <= kMaxIndex && C <= 32 * w * kMaxVectorsPerLane;
 }
 
 // One warp per row: lane `lane`'s k-th vector starts at this column (lanes side by side, so a

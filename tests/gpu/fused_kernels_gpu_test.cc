@@ -46,7 +46,8 @@ template <typename T>
 class Device {
  public:
   explicit Device(int64_t n) : n_(n) {
-    EXPECT_EQ(cudaMalloc(&ptr_, std::max<int64_t>(n, 1) * sizeof(T)), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&ptr_), std::max<int64_t>(n, 1) * sizeof(T)),
+              cudaSuccess);
     EXPECT_EQ(cudaMemset(ptr_, 0, std::max<int64_t>(n, 1) * sizeof(T)), cudaSuccess);
   }
   explicit Device(const std::vector<float>& host) : Device(static_cast<int64_t>(host.size())) {
@@ -129,14 +130,14 @@ TYPED_TEST(FusedKernelsTest, LayerNormBackwardMatchesTheReferenceAndRepeatsBitwi
     Device<T> x(Random<T>(n, 5, 0.5f)), w(Random<T>(s.C, 6)), bias(Random<T>(s.C, 7));
     Device<T> dout(Random<T>(n, 8)), dres(Random<T>(n, 9)), ln(n);
     Device<float> mean(s.N), rstd(s.N);
-    cuda::LayerNormForward(ln.get(), mean.get(), rstd.get(), x.get(), w.get(), bias.get(), s.N,
-                           s.C, nullptr);
+    cuda::LayerNormForward(ln.get(), mean.get(), rstd.get(), x.get(), w.get(), bias.get(), s.N, s.C,
+                           nullptr);
     const std::vector<float> start_w = Random<float>(s.C, 10), start_b = Random<float>(s.C, 11);
     Device<T> dx_ref(n);
     Device<float> dw_ref(start_w), db_ref(start_b), partials(PartialFloats(s, sizeof(T)));
     cuda::Copy(dx_ref.get(), dres.get(), n, nullptr);
-    cuda::LayerNormBackwardInput(dx_ref.get(), dout.get(), x.get(), w.get(), mean.get(),
-                                 rstd.get(), s.N, s.C, nullptr);
+    cuda::LayerNormBackwardInput(dx_ref.get(), dout.get(), x.get(), w.get(), mean.get(), rstd.get(),
+                                 s.N, s.C, nullptr);
     cuda::LayerNormBackwardWeight(dw_ref.get(), db_ref.get(), dout.get(), x.get(), mean.get(),
                                   rstd.get(), s.N, s.C, partials.get(), nullptr);
     std::vector<float> runs[2][3];
@@ -162,8 +163,8 @@ TYPED_TEST(FusedKernelsTest, LayerNormBackwardMatchesTheReferenceAndRepeatsBitwi
     Device<float> dw(start_w), db(start_b);
     cuda::Copy(inplace.get(), dres.get(), n, nullptr);
     cuda::FusedLayerNormBackward(inplace.get(), inplace.get(), dw.get(), db.get(), dout.get(),
-                                 x.get(), w.get(), mean.get(), rstd.get(), s.N, s.C,
-                                 partials.get(), nullptr);
+                                 x.get(), w.get(), mean.get(), rstd.get(), s.N, s.C, partials.get(),
+                                 nullptr);
     EXPECT_EQ(RelativeError(inplace.Get(), runs[0][0]), 0.0);
   }
 }
@@ -203,8 +204,9 @@ TYPED_TEST(FusedKernelsTest, ElementwiseKernelsMatchTheReference) {
     cuda::GeluBackward(dgelu_ref.get(), a.get(), b.get(), n, nullptr);
     cuda::VectorGeluBackward(dgelu.get(), a.get(), b.get(), n, nullptr);
     EXPECT_EQ(RelativeError(sum.Get(), sum_ref.Get()), 0.0);
-    EXPECT_LT(RelativeError(gelu.Get(), gelu_ref.Get()), std::is_same_v<T, float> ? 1e-6 : 1e-2);
-    EXPECT_LT(RelativeError(dgelu.Get(), dgelu_ref.Get()), std::is_same_v<T, float> ? 1e-6 : 1e-2);
+    const double tolerance = std::is_same_v<T, float> ? 1e-6 : 1e-2;
+    EXPECT_LT(RelativeError(gelu.Get(), gelu_ref.Get()), tolerance);
+    EXPECT_LT(RelativeError(dgelu.Get(), dgelu_ref.Get()), tolerance);
   }
 }
 
@@ -227,7 +229,8 @@ std::unique_ptr<CudaStageModel> Create(const Model& m, CudaPrecision precision,
 }
 
 // Losses of `steps` AdamW steps on one fixed batch, and the parameters after them.
-std::vector<double> Train(StageModel& model, const Model& m, int steps, std::vector<float>* params) {
+std::vector<double> Train(StageModel& model, const Model& m, int steps,
+                          std::vector<float>* params) {
   std::mt19937 rng(21);
   std::vector<int32_t> tokens(m.B * m.T), targets(m.B * m.T);
   for (auto* v : {&tokens, &targets}) {

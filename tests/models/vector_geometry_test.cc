@@ -23,8 +23,8 @@ struct Shape {
 // GPT-2 124M (B 8 and 16, T 1024), configs/freeride_1b_* (C 2048, B 12, 8, 6), tiny_cpu (C 128,
 // T 64), the GPU tests' tiny model (C 64, B 4, T 32).
 std::vector<Shape> ShippedShapes() {
-  return {{8 * 1024, 768}, {16 * 1024, 768}, {12 * 1024, 2048}, {6 * 1024, 2048},
-          {8 * 64, 128},   {4 * 32, 64}};
+  return {{8 * 1024, 768},  {16 * 1024, 768}, {12 * 1024, 2048},
+          {6 * 1024, 2048}, {8 * 64, 128},    {4 * 32, 64}};
 }
 
 TEST(VectorGeometryTest, ShippedConfigsTakeTheFusedKernelsInBf16) {
@@ -32,7 +32,8 @@ TEST(VectorGeometryTest, ShippedConfigsTakeTheFusedKernelsInBf16) {
     EXPECT_TRUE(Supported(s.N, s.C, 2)) << s.N << " × " << s.C;
     EXPECT_TRUE(UseFusedKernels(KernelMode::kAuto, s.N, s.C, 2));
     EXPECT_FALSE(UseFusedKernels(KernelMode::kReference, s.N, s.C, 2));
-    EXPECT_EQ(Supported(s.N, s.C, 4), s.C <= 1024) << "fp32 keeps rows of at most 1024 in registers";
+    EXPECT_EQ(Supported(s.N, s.C, 4), s.C <= 1024)
+        << "fp32 keeps rows of at most 1024 in registers";
   }
   EXPECT_FALSE(Supported(8192, 100, 2)) << "C not a multiple of 8 bf16";
   EXPECT_FALSE(Supported(8192, 98, 4)) << "C not a multiple of 4 floats";
@@ -157,8 +158,8 @@ TEST(VectorGeometryTest, TwoPassColumnSumsCountEveryRowOnceAndMatchFloat64) {
                     Shape{128, 256}, Shape{512, 384}, Shape{100, 8}}) {
       SCOPED_TRACE(::testing::Message() << s.N << " × " << s.C << " width " << w);
       // Ones: every row counted exactly once gives exactly N (float holds it).
-      const std::vector<float> ones = TwoPassColumnSums(std::vector<float>(s.N * s.C, 1.0f), s.N,
-                                                        s.C, w);
+      const std::vector<float> ones =
+          TwoPassColumnSums(std::vector<float>(s.N * s.C, 1.0f), s.N, s.C, w);
       for (int64_t c = 0; c < s.C; ++c) ASSERT_EQ(ones[c], static_cast<float>(s.N)) << c;
       std::vector<float> x(s.N * s.C);
       for (float& v : x) v = normal(rng);
@@ -230,13 +231,17 @@ TEST(VectorGeometryTest, GridsFitTheH100AndFillIt) {
         EXPECT_GE(g.rows.chunks * g.rows.rows, s.N);
         EXPECT_LT((g.rows.chunks - 1) * g.rows.rows, s.N) << "an empty chunk";
         EXPECT_GE(g.column_tiles * 32 * w, k * s.C);
-        if (s.N >= 8192) EXPECT_GE(g.column_tiles * g.rows.chunks, 132) << k * s.C;
+        if (s.N >= 8192) {
+          EXPECT_GE(g.column_tiles * g.rows.chunks, 132) << k * s.C;
+        }
         const int64_t n = s.N * k * s.C;
         EXPECT_GE(ElementwiseBlocks(n, w) * kElementwiseThreads * w, n);
         EXPECT_LT(ElementwiseBlocks(n, w) * kElementwiseThreads * w, int64_t{1} << 32);
       }
       const RowChunks b = BackwardGrid(s.N);
-      if (s.N >= 8192) EXPECT_GE(b.chunks, 132);
+      if (s.N >= 8192) {
+        EXPECT_GE(b.chunks, 132);
+      }
       EXPECT_LE(BackwardSharedBytes(s.C, w), kMaxSharedBytes);
       EXPECT_LE(ForwardBlocks(s.N), kMaxIndex);
       EXPECT_LE(FinishColumnBlocks(4 * s.C), kMaxIndex);
@@ -279,9 +284,9 @@ TEST(VectorGeometryTest, PlannedBuffersHoldThePartialsAndAreAligned) {
           for (auto [id, per_layer] :
                {std::pair{s.ln1, BTC}, std::pair{s.residual2, BTC}, std::pair{s.ln2, BTC},
                 std::pair{s.residual3, BTC}, std::pair{s.fch, 4 * BTC},
-                std::pair{s.fch_gelu, 4 * BTC}, std::pair{s.dres3, BTC},
-                std::pair{s.dres2, BTC}, std::pair{s.dln2, BTC}, std::pair{s.dln1, BTC},
-                std::pair{s.dfch, 4 * BTC}, std::pair{s.dqkv, 3 * BTC}}) {
+                std::pair{s.fch_gelu, 4 * BTC}, std::pair{s.dres3, BTC}, std::pair{s.dres2, BTC},
+                std::pair{s.dln2, BTC}, std::pair{s.dln1, BTC}, std::pair{s.dfch, 4 * BTC},
+                std::pair{s.dqkv, 3 * BTC}}) {
             for (int64_t l = 0; l < L; ++l) {
               ASSERT_EQ((plan.buffer(id).offset + l * per_layer * bytes) % kVectorBytes, 0)
                   << plan.buffer(id).name << " layer " << l;
@@ -294,8 +299,8 @@ TEST(VectorGeometryTest, PlannedBuffersHoldThePartialsAndAreAligned) {
         }
         const ParamLayout layout = MakeParamLayout(*cfg, stage);
         const int params = bytes == 2 ? ids.compute : ids.master;
-        for (ParamTensor t : {ParamTensor::kLn1W, ParamTensor::kLn1B, ParamTensor::kLn2W,
-                              ParamTensor::kLn2B}) {
+        for (ParamTensor t :
+             {ParamTensor::kLn1W, ParamTensor::kLn1B, ParamTensor::kLn2W, ParamTensor::kLn2B}) {
           for (int64_t l = 0; l < L; ++l) {
             ASSERT_EQ((plan.buffer(params).offset + (layout.slot(t).offset + l * C) * bytes) %
                           kVectorBytes,
