@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "models/cuda/vector_geometry.h"
 
 namespace freeride {
 
@@ -115,8 +116,11 @@ StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage,
   ids.attn_y = plan->Add(kWorkspace, "attention y", R * BT * C * X);
   ids.attn_rowsum =
       plan->Add(kWorkspace, "attention row sums (flash)", (1 - R) * G * B * NH * T * 4);
-  ids.column_partials = plan->Add(kWorkspace, "column partial sums",
-                                  G * kColumnChunks * std::max(4 * C, Vp) * 4);
+  // Enough for the reference kernels' chunks and for the vectorised kernels' (whichever
+  // runtime.kernels picks).
+  const int64_t partial_floats =
+      std::max(kColumnChunks * std::max(4 * C, Vp), cuda::vec::BlockPartialFloats(BT, C, X));
+  ids.column_partials = plan->Add(kWorkspace, "column partial sums", G * partial_floats * 4);
   ids.reduce_partials = plan->Add(kWorkspace, "reduction partial sums",
                                   (kReduceBlocks + 2 * (L + 2)) * 8);
   ids.cublaslt_workspace = plan->Add(kWorkspace, "cuBLASLt workspace", kCublasLtWorkspaceBytes);

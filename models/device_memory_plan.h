@@ -79,7 +79,7 @@ struct StageBufferIds {
   int attn_probs = -1, attn_scores = -1;
   int attn_y = -1;                                // [B, NH, T, hs]
   int attn_rowsum = -1;                           // flash: fp32 [B·NH·T], Σ dout ∘ out per row
-  int column_partials = -1;                       // fp32 [kColumnChunks · max(Vp... , 4C)]
+  int column_partials = -1;  // fp32, the column sums' partials (both runtime.kernels paths)
   int reduce_partials = -1;                       // fp64 partial sums
   int cublaslt_workspace = -1;
   int staging = -1;                               // fp32 [BT·C] for precision conversions

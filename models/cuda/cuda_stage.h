@@ -136,6 +136,7 @@ class CudaStage final : public CudaStageModel {
   StageBufferIds ids_;
   int device_ = 0;
   bool fuse_gelu_ = false;       // FuseGelu(options_.fuse_gelu, T is bf16)
+  bool fused_kernels_ = false;   // UseFusedKernels(options_.kernels, B·T, C, sizeof(T))
   bool check_launches_ = false;  // FREERIDE_CUDA_CHECK_LAUNCHES
   bool head_grad_in_input_ = false;  // SetHeadGradInBackwardInput
   std::string description_;

@@ -24,6 +24,7 @@ CudaStage<T>::CudaStage(const GPT2Config& config, const StageSpec& stage, int64_
   ids_ = PlanStageMemory(config, stage, B_, T_, slots, static_cast<int>(sizeof(T)), &plan_,
                          !options.inference_only, options.attention);
   fuse_gelu_ = FuseGelu(options.fuse_gelu, !std::is_same_v<T, float>);
+  fused_kernels_ = UseFusedKernels(options.kernels, B_ * T_, config.n_embd, sizeof(T));
   distinct_tokens_.assign(slots, 0);
 }
 
@@ -103,9 +104,9 @@ absl::Status CudaStage<T>::Init() {
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
   description_ = absl::StrFormat(
-      "cuda:%d %s %s%s%s%s%s", device_, prop.name, std::is_same_v<T, float> ? "fp32" : "bf16",
+      "cuda:%d %s %s%s%s%s%s%s", device_, prop.name, std::is_same_v<T, float> ? "fp32" : "bf16",
       fuse_gelu_ ? ", GELU fused" : "", ids_.flash_attention ? ", flash attention" : "",
-      check_launches_ ? ", every launch checked" : "",
+      fused_kernels_ ? ", fused kernels" : "", check_launches_ ? ", every launch checked" : "",
       options_.inference_only ? " (inference)" : "");
   FR_LOG(INFO) << description_ << ": layers [" << layout_.stage.first_layer << ", "
                << layout_.stage.last_layer << "), micro-batch " << B_ << " × " << T_ << ", "

@@ -6,8 +6,11 @@
 #include <type_traits>
 
 #include "core/cuda_check.h"
+#include "models/cuda/column_sums.h"
 #include "models/cuda/cuda_stage.h"
+#include "models/cuda/elementwise.h"
 #include "models/cuda/flash_attention.h"
+#include "models/cuda/layernorm.h"
 
 namespace freeride::cuda {
 
@@ -74,25 +77,49 @@ absl::Status CudaStage<T>::LayerForward(const Slot& s, int64_t l, const T* x) {
   T* fch = Act(s.fch, l, 4 * BTC);
   T* fch_gelu = Act(s.fch_gelu, l, 4 * BTC);
   T* tmp = Ptr<T>(ids_.scratch_c);
-  FR_KERNEL(l, LayerNormForward, ln1, Stat(s.ln1_mean, l), Stat(s.ln1_rstd, l), x, P(PT::kLn1W, l),
-            P(PT::kLn1B, l), BT, C, stream_);
+  // Fused kernels: layer l > 0's ln1 was made by layer l − 1, with the residual it reads.
+  if (!fused_kernels_) {
+    FR_KERNEL(l, LayerNormForward, ln1, Stat(s.ln1_mean, l), Stat(s.ln1_rstd, l), x,
+              P(PT::kLn1W, l), P(PT::kLn1B, l), BT, C, stream_);
+  } else if (l == 0) {
+    FR_KERNEL(l, FusedResidualLayerNormForward<T>, nullptr, ln1, Stat(s.ln1_mean, l),
+              Stat(s.ln1_rstd, l), x, nullptr, P(PT::kLn1W, l), P(PT::kLn1B, l), BT, C, stream_);
+  }
   FR_LIBRARY(l, MatmulForward, blas_, qkv, ln1, P(PT::kQkvW, l), P(PT::kQkvB, l), BT, C, 3 * C);
   FR_RETURN_IF_ERROR(AttentionForward(s, l));
   FR_LIBRARY(l, MatmulForward, blas_, tmp, Act(s.atty, l, BTC), P(PT::kAttProjW, l),
              P(PT::kAttProjB, l), BT, C, C);
-  FR_KERNEL(l, ResidualForward, res2, x, tmp, BTC, stream_);
-  FR_KERNEL(l, LayerNormForward, ln2, Stat(s.ln2_mean, l), Stat(s.ln2_rstd, l), res2,
-            P(PT::kLn2W, l), P(PT::kLn2B, l), BT, C, stream_);
+  if (fused_kernels_) {
+    FR_KERNEL(l, FusedResidualLayerNormForward<T>, res2, ln2, Stat(s.ln2_mean, l),
+              Stat(s.ln2_rstd, l), x, tmp, P(PT::kLn2W, l), P(PT::kLn2B, l), BT, C, stream_);
+  } else {
+    FR_KERNEL(l, ResidualForward, res2, x, tmp, BTC, stream_);
+    FR_KERNEL(l, LayerNormForward, ln2, Stat(s.ln2_mean, l), Stat(s.ln2_rstd, l), res2,
+              P(PT::kLn2W, l), P(PT::kLn2B, l), BT, C, stream_);
+  }
   if (fuse_gelu_) {
     FR_LIBRARY(l, MatmulForward, blas_, fch_gelu, ln2, P(PT::kFcW, l), P(PT::kFcB, l), BT, C, 4 * C,
                GeluFusion::kForward, fch);
   } else {
     FR_LIBRARY(l, MatmulForward, blas_, fch, ln2, P(PT::kFcW, l), P(PT::kFcB, l), BT, C, 4 * C);
-    FR_KERNEL(l, GeluForward, fch_gelu, fch, 4 * BTC, stream_);
+    if (fused_kernels_) {
+      FR_KERNEL(l, VectorGeluForward, fch_gelu, fch, 4 * BTC, stream_);
+    } else {
+      FR_KERNEL(l, GeluForward, fch_gelu, fch, 4 * BTC, stream_);
+    }
   }
   FR_LIBRARY(l, MatmulForward, blas_, tmp, fch_gelu, P(PT::kFcProjW, l), P(PT::kFcProjB, l), BT,
              4 * C, C);
-  FR_KERNEL(l, ResidualForward, Act(s.residual3, l, BTC), res2, tmp, BTC, stream_);
+  T* res3 = Act(s.residual3, l, BTC);
+  if (fused_kernels_ && l + 1 < layout_.stage.num_layers()) {  // and the next layer's ln1
+    FR_KERNEL(l, FusedResidualLayerNormForward<T>, res3, Act(s.ln1, l + 1, BTC),
+              Stat(s.ln1_mean, l + 1), Stat(s.ln1_rstd, l + 1), res2, tmp, P(PT::kLn1W, l + 1),
+              P(PT::kLn1B, l + 1), BT, C, stream_);
+  } else if (fused_kernels_) {
+    FR_KERNEL(l, VectorResidualForward, res3, res2, tmp, BTC, stream_);
+  } else {
+    FR_KERNEL(l, ResidualForward, res3, res2, tmp, BTC, stream_);
+  }
   return absl::OkStatus();
 }
 
@@ -181,19 +208,37 @@ absl::Status CudaStage<T>::LayerBackwardInput(const Slot& s, int64_t l, const T*
   } else {
     T* dgelu = Ptr<T>(ids_.scratch_4c);
     FR_LIBRARY(l, MatmulBackwardInput, blas_, dgelu, dres3, P(PT::kFcProjW, l), BT, 4 * C, C);
-    FR_KERNEL(l, GeluBackward, dfch, fch, dgelu, 4 * BTC, stream_);
+    if (fused_kernels_) {
+      FR_KERNEL(l, VectorGeluBackward, dfch, fch, dgelu, 4 * BTC, stream_);
+    } else {
+      FR_KERNEL(l, GeluBackward, dfch, fch, dgelu, 4 * BTC, stream_);
+    }
   }
   FR_LIBRARY(l, MatmulBackwardInput, blas_, dln2, dfch, P(PT::kFcW, l), BT, C, 4 * C);
-  FR_KERNEL(l, Copy, dres2, dres3, BTC, stream_);
-  FR_KERNEL(l, LayerNormBackwardInput, dres2, dln2, Act(s.residual2, l, BTC), P(PT::kLn2W, l),
-            Stat(s.ln2_mean, l), Stat(s.ln2_rstd, l), BT, C, stream_);
+  // Fused kernels: LayerNorm's weight gradients here too (LayerBackwardWeight skips them), in
+  // the same pass over the rows, and dres2 = dres3 + the gradient without a copy.
+  float* partials = Ptr<float>(ids_.column_partials);
+  if (fused_kernels_) {
+    FR_KERNEL(l, FusedLayerNormBackward<T>, dres2, dres3, G(PT::kLn2W, l), G(PT::kLn2B, l), dln2,
+              Act(s.residual2, l, BTC), P(PT::kLn2W, l), Stat(s.ln2_mean, l), Stat(s.ln2_rstd, l),
+              BT, C, partials, stream_);
+  } else {
+    FR_KERNEL(l, Copy, dres2, dres3, BTC, stream_);
+    FR_KERNEL(l, LayerNormBackwardInput, dres2, dln2, Act(s.residual2, l, BTC), P(PT::kLn2W, l),
+              Stat(s.ln2_mean, l), Stat(s.ln2_rstd, l), BT, C, stream_);
+  }
   FR_LIBRARY(l, MatmulBackwardInput, blas_, datty, dres2, P(PT::kAttProjW, l), BT, C, C);
   FR_RETURN_IF_ERROR(AttentionBackward(s, l, datty));
   FR_LIBRARY(l, MatmulBackwardInput, blas_, dln1, Act(s.dqkv, l, 3 * BTC), P(PT::kQkvW, l), BT, C,
              3 * C);
-  FR_KERNEL(l, Copy, dx, dres2, BTC, stream_);
-  FR_KERNEL(l, LayerNormBackwardInput, dx, dln1, x, P(PT::kLn1W, l), Stat(s.ln1_mean, l),
-            Stat(s.ln1_rstd, l), BT, C, stream_);
+  if (fused_kernels_) {
+    FR_KERNEL(l, FusedLayerNormBackward<T>, dx, dres2, G(PT::kLn1W, l), G(PT::kLn1B, l), dln1, x,
+              P(PT::kLn1W, l), Stat(s.ln1_mean, l), Stat(s.ln1_rstd, l), BT, C, partials, stream_);
+  } else {
+    FR_KERNEL(l, Copy, dx, dres2, BTC, stream_);
+    FR_KERNEL(l, LayerNormBackwardInput, dx, dln1, x, P(PT::kLn1W, l), Stat(s.ln1_mean, l),
+              Stat(s.ln1_rstd, l), BT, C, stream_);
+  }
   return absl::OkStatus();
 }
 
@@ -242,23 +287,35 @@ absl::Status CudaStage<T>::LayerBackwardWeight(const Slot& s, int64_t l, const T
   const T* dres2 = Act(s.dres2, l, BTC);
   const T* dfch = Act(s.dfch, l, 4 * BTC);
   const T* dqkv = Act(s.dqkv, l, 3 * BTC);
+  // Bias gradients: the two-pass column sums of column_sums.h, or the reference's.
+  auto bias_backward = [&](float* dbias, const T* dout, int64_t OC) {
+    if (fused_kernels_) {
+      ColumnSums(dbias, dout, BT, OC, partials, stream_);
+    } else {
+      BiasBackward(dbias, dout, BT, OC, partials, stream_);
+    }
+  };
   FR_LIBRARY(l, MatmulBackwardWeight, blas_, G(PT::kFcProjW, l), dres3, Act(s.fch_gelu, l, 4 * BTC),
              BT, 4 * C, C);
-  FR_KERNEL(l, BiasBackward, G(PT::kFcProjB, l), dres3, BT, C, partials, stream_);
+  FR_KERNEL(l, bias_backward, G(PT::kFcProjB, l), dres3, C);
   FR_LIBRARY(l, MatmulBackwardWeight, blas_, G(PT::kFcW, l), dfch, Act(s.ln2, l, BTC), BT, C,
              4 * C);
-  FR_KERNEL(l, BiasBackward, G(PT::kFcB, l), dfch, BT, 4 * C, partials, stream_);
-  FR_KERNEL(l, LayerNormBackwardWeight, G(PT::kLn2W, l), G(PT::kLn2B, l), Act(s.dln2, l, BTC),
-            Act(s.residual2, l, BTC), Stat(s.ln2_mean, l), Stat(s.ln2_rstd, l), BT, C, partials,
-            stream_);
+  FR_KERNEL(l, bias_backward, G(PT::kFcB, l), dfch, 4 * C);
+  if (!fused_kernels_) {  // else made in LayerBackwardInput
+    FR_KERNEL(l, LayerNormBackwardWeight, G(PT::kLn2W, l), G(PT::kLn2B, l), Act(s.dln2, l, BTC),
+              Act(s.residual2, l, BTC), Stat(s.ln2_mean, l), Stat(s.ln2_rstd, l), BT, C, partials,
+              stream_);
+  }
   FR_LIBRARY(l, MatmulBackwardWeight, blas_, G(PT::kAttProjW, l), dres2, Act(s.atty, l, BTC), BT, C,
              C);
-  FR_KERNEL(l, BiasBackward, G(PT::kAttProjB, l), dres2, BT, C, partials, stream_);
+  FR_KERNEL(l, bias_backward, G(PT::kAttProjB, l), dres2, C);
   FR_LIBRARY(l, MatmulBackwardWeight, blas_, G(PT::kQkvW, l), dqkv, Act(s.ln1, l, BTC), BT, C,
              3 * C);
-  FR_KERNEL(l, BiasBackward, G(PT::kQkvB, l), dqkv, BT, 3 * C, partials, stream_);
-  FR_KERNEL(l, LayerNormBackwardWeight, G(PT::kLn1W, l), G(PT::kLn1B, l), Act(s.dln1, l, BTC), x,
-            Stat(s.ln1_mean, l), Stat(s.ln1_rstd, l), BT, C, partials, stream_);
+  FR_KERNEL(l, bias_backward, G(PT::kQkvB, l), dqkv, 3 * C);
+  if (!fused_kernels_) {
+    FR_KERNEL(l, LayerNormBackwardWeight, G(PT::kLn1W, l), G(PT::kLn1B, l), Act(s.dln1, l, BTC), x,
+              Stat(s.ln1_mean, l), Stat(s.ln1_rstd, l), BT, C, partials, stream_);
+  }
   return absl::OkStatus();
 }
 

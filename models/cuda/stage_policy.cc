@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "models/cuda/flash_tile.h"
+#include "models/cuda/vector_geometry.h"
 
 namespace freeride::cuda {
 
@@ -40,6 +41,10 @@ absl::StatusOr<KernelMode> ParseKernelMode(absl::string_view text) {
   if (text == "reference") return KernelMode::kReference;
   return absl::InvalidArgumentError(
       absl::StrCat("kernels \"", text, "\": expected \"auto\" or \"reference\""));
+}
+
+bool UseFusedKernels(KernelMode mode, int64_t rows, int64_t C, int element_bytes) {
+  return mode == KernelMode::kAuto && vec::Supported(rows, C, element_bytes);
 }
 
 bool UseFlashAttention(AttentionMode mode, bool bf16, int64_t B, int64_t NH, int64_t hs,

@@ -36,6 +36,10 @@ bool UseFlashAttention(AttentionMode mode, bool bf16, int64_t B, int64_t NH, int
 // the other arm of the GPU bench, and a way around them.
 enum class KernelMode { kAuto, kReference };
 absl::StatusOr<KernelMode> ParseKernelMode(absl::string_view text);
+// Whether a chunk of B·T = `rows` rows of width C runs the fused kernels (layernorm.h,
+// column_sums.h, elementwise.h): "auto" and a shape they take (vec::Supported: C a multiple
+// of the 16-byte vector, 32-bit indices, C ≤ 2048 in bf16 and 1024 in fp32); else the reference.
+bool UseFusedKernels(KernelMode mode, int64_t rows, int64_t C, int element_bytes);
 
 // The largest power of two, at most 256, that divides the address: what cuBLASLt's
 // MIN_ALIGNMENT preferences want (its heuristic otherwise assumes 256-byte pointers and may
