@@ -421,7 +421,9 @@ TEST(FlashGeometryTest, FragmentPointersAndPitchesSuitWmma) {
     }
     EXPECT_EQ(16 * Bf16Pitch(kTileCols) * 2 % 32, 0);
     // dK's accumulators in shared memory (hs 128): fragments in rows FloatPitch(hs) apart.
-    if (DkInShared(hs)) EXPECT_EQ(FloatPitch(hs) % 4, 0);
+    if (DkInShared(hs)) {
+      EXPECT_EQ(FloatPitch(hs) % 4, 0);
+    }
   }
 }
 
