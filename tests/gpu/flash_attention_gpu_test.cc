@@ -138,7 +138,7 @@ Attention Reference(const Shape& s, const std::vector<float>& qkv, const std::ve
 // GPT-2 124M (micro-batch 8, T 1024), hs 128 at a T no tile divides, and
 // configs/freeride_1b_pp4_m4.toml's layer (16 heads of 128, T 1024) at micro-batch 2 rather
 // than 12: the batch only repeats blocks, and the sanitizer passes stay within their budget.
-const Shape kShapes[] = {{4, 4, 16, 32},   {2, 4, 32, 64},   {2, 2, 64, 100},
+const Shape kShapes[] = {{4, 4, 16, 32},    {2, 4, 32, 64},   {2, 2, 64, 100},
                          {8, 12, 64, 1024}, {2, 2, 128, 100}, {2, 16, 128, 1024}};
 
 TEST(FlashAttentionGpuTest, MatchesTheReferencePathForwardAndBackward) {

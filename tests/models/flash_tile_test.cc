@@ -476,8 +476,8 @@ TEST(FlashGeometryTest, HeadSize128PlansNoTSquaredBuffers) {
   const int64_t B = 12, T = 1024, NH = 16;
   MemoryPlan flash, reference;
   const StageBufferIds f = PlanStageMemory(*cfg, (*stages)[0], B, T, 4, 2, &flash);
-  const StageBufferIds r = PlanStageMemory(*cfg, (*stages)[0], B, T, 4, 2, &reference, true,
-                                           AttentionMode::kReference);
+  const StageBufferIds r =
+      PlanStageMemory(*cfg, (*stages)[0], B, T, 4, 2, &reference, true, AttentionMode::kReference);
   ASSERT_TRUE(f.flash_attention);
   EXPECT_FALSE(r.flash_attention);
   for (int id : {f.attn_qkv, f.attn_dqkv, f.attn_probs, f.attn_scores, f.attn_y}) {
