@@ -31,6 +31,11 @@ constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kLaneCols = kTileCols / kLanesPerRow;  // score columns per lane
 constexpr int kSmallPitch = static_cast<int>(flash::Bf16Pitch(kTileCols));  // P, dS tiles
 
+// __launch_bounds__'s blocks per SM: at hs 128, 1 (up to 255 registers a thread; left to
+// itself ptxas aims sm_80's dQ kernel at 3 blocks, 168 registers, and spills); else 0, none
+// asked, as the kernels were tuned.
+constexpr int MinBlocks(int hs) { return hs > 64 ? 1 : 0; }
+
 template <int HS>
 struct Pitch {
   static constexpr int kTile = static_cast<int>(flash::Bf16Pitch(HS));
@@ -58,7 +63,7 @@ __device__ void WarpScores(float* scratch, const bf16* a, const bf16* b) {
   for (int n = 0; n < kTileCols / 16; ++n) {
     FragC acc;
     wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
+#pragma unroll 4  // whole up to hs 64; at 128, all 8 steps' fragments at once spill on sm_80
     for (int k = 0; k < HS / 16; ++k) {
       FragA fa;
       FragBCol fb;
@@ -86,6 +91,29 @@ __device__ void WarpProduct(FragC (&acc)[HS / 16], const bf16* a, const bf16* b)
   }
 }
 
+// acc [16, HS] += a [16, kTileCols] · b, as WarpProduct but with the accumulator in the warp's
+// fp32 region of shared memory (flash::DkInShared): one 16-column fragment of it in registers
+// at a time, its products summed in the same order as WarpProduct's.
+template <int HS>
+__device__ void WarpProductShared(float* acc, const bf16* a, const bf16* b) {
+  constexpr int kPitch = static_cast<int>(flash::FloatPitch(HS));
+  FragA fa[kTileCols / 16];
+#pragma unroll
+  for (int k = 0; k < kTileCols / 16; ++k) wmma::load_matrix_sync(fa[k], a + k * 16, kSmallPitch);
+#pragma unroll
+  for (int n = 0; n < HS / 16; ++n) {
+    FragC c;
+    wmma::load_matrix_sync(c, acc + n * 16, kPitch, wmma::mem_row_major);
+#pragma unroll
+    for (int k = 0; k < kTileCols / 16; ++k) {
+      FragBRow fb;
+      wmma::load_matrix_sync(fb, b + k * 16 * Pitch<HS>::kTile + n * 16, Pitch<HS>::kTile);
+      wmma::mma_sync(c, fa[k], fb, c);
+    }
+    wmma::store_matrix_sync(acc + n * 16, c, kPitch, wmma::mem_row_major);
+  }
+}
+
 // n consecutive elements of v times `factor`, as bf16, in 16-byte stores.
 template <int N>
 __device__ void StoreRow(bf16* dst, const float* v, float factor) {
@@ -103,8 +131,22 @@ __device__ void StoreRow(bf16* dst, const float* v, float factor) {
   }
 }
 
-// A warp's accumulators, times `factor`, to its 16 rows of a [.., HS] slice of global memory
-// (row t at dst + t·stride) starting at row `row0`; rows at or past T are not written.
+// A warp's 16 rows of fp32 in shared memory (row r at src + r·pitch), times `factor`, to rows
+// row0 + r of a [.., HS] slice of global memory (row t at dst + t·stride); rows at or past T
+// are not written.
+template <int HS>
+__device__ void StoreRows(bf16* dst, int64_t stride, int64_t row0, int64_t T, const float* src,
+                          int pitch, float factor) {
+  __syncwarp();
+  const int lane = threadIdx.x % 32, r = lane / kLanesPerRow, half = lane % kLanesPerRow;
+  constexpr int kDims = HS / kLanesPerRow;
+  if (row0 + r < T) {
+    StoreRow<kDims>(dst + (row0 + r) * stride + half * kDims, src + r * pitch + half * kDims,
+                    factor);
+  }
+}
+
+// A warp's accumulators, times `factor`, through its scratch to global memory, as StoreRows.
 template <int HS>
 __device__ void StoreAccumulators(bf16* dst, int64_t stride, int64_t row0, int64_t T,
                                   FragC (&acc)[HS / 16], float* scratch, float factor) {
@@ -113,17 +155,37 @@ __device__ void StoreAccumulators(bf16* dst, int64_t stride, int64_t row0, int64
   for (int n = 0; n < HS / 16; ++n) {
     wmma::store_matrix_sync(scratch + n * 16, acc[n], Pitch<HS>::kScratch, wmma::mem_row_major);
   }
-  __syncwarp();
-  const int lane = threadIdx.x % 32, r = lane / kLanesPerRow, half = lane % kLanesPerRow;
-  constexpr int kDims = HS / kLanesPerRow;
-  if (row0 + r < T) {
-    StoreRow<kDims>(dst + (row0 + r) * stride + half * kDims,
-                    scratch + r * Pitch<HS>::kScratch + half * kDims, factor);
-  }
+  StoreRows<HS>(dst, stride, row0, T, scratch, Pitch<HS>::kScratch, factor);
 }
 
+// A lane's P of one score tile (its row, its half of the columns), kept from the S product to
+// the dP product of the backward kernels: in 32 registers, or where the warp's scratch is two
+// score tiles wide (hs 128) in fp32 over S's own scores while dP's go beside them, at column
+// kTileCols. At hs 128 those 32 registers made the dK/dV and dQ kernels spill on sm_80.
 template <int HS>
-__global__ void __launch_bounds__(kThreads)
+struct LaneP {
+  static constexpr bool kInScratch = Pitch<HS>::kScratch >= 2 * kTileCols;
+  static constexpr int kDpColumn = kInScratch ? kTileCols : 0;  // dP's scores, in the scratch
+  float regs[kInScratch ? 1 : kLaneCols];
+  float* row;  // the lane's scores of S in the scratch
+  __device__ void Set(int c, float p) {
+    if constexpr (kInScratch) {
+      row[c] = p;
+    } else {
+      regs[c] = p;
+    }
+  }
+  __device__ float Get(int c) const {
+    if constexpr (kInScratch) {
+      return row[c];
+    } else {
+      return regs[c];
+    }
+  }
+};
+
+template <int HS>
+__global__ void __launch_bounds__(kThreads, MinBlocks(HS))
     FlashForwardKernel(bf16* out, float* lse, const bf16* qkv, int64_t T, int64_t NH, float scale) {
   extern __shared__ __align__(128) char smem[];
   constexpr SmemLayout L = flash::Layout(flash::Kernel::kForward, HS);
@@ -209,9 +271,10 @@ __global__ void RowDotKernel(float* rowsum, const bf16* dout, const bf16* out, i
 
 // dK, dV of one key tile, summed over the query tiles that see it. Here the warp's 16 rows are
 // keys and a lane's columns are queries, so the products are the transposed ones: Sᵀ = K·Qᵀ,
-// dPᵀ = V·dOᵀ, dV += Pᵀ·dO, dK += dSᵀ·Q.
+// dPᵀ = V·dOᵀ, dV += Pᵀ·dO, dK += dSᵀ·Q. dK sums in registers, or in the warp's region of
+// shared memory where flash::DkInShared (hs 128: both in registers spill).
 template <int HS>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, MinBlocks(HS))
     FlashBackwardKvKernel(bf16* dqkv, const bf16* qkv, const bf16* dout, const float* lse,
                           const float* rowsum, int64_t T, int64_t NH, float scale) {
   extern __shared__ __align__(128) char smem[];
@@ -234,11 +297,17 @@ __global__ void __launch_bounds__(kThreads)
   LoadTile<HS>(k_s, base + NH * HS, stride, kt * kTileCols, T);
   LoadTile<HS>(v_s, base + 2 * NH * HS, stride, kt * kTileCols, T);
   const int64_t k = kt * kTileCols + warp * kWarpRows + r;
-  FragC dk[HS / 16], dv[HS / 16];
+  constexpr bool kDkShared = flash::DkInShared(HS);
+  constexpr int kDkPitch = static_cast<int>(flash::FloatPitch(HS));
+  float* dk_s = reinterpret_cast<float*>(smem + L.dk + warp * L.dk_stride);
+  FragC dk[kDkShared ? 1 : HS / 16], dv[HS / 16];  // dk unused where kDkShared
 #pragma unroll
   for (int n = 0; n < HS / 16; ++n) {
-    wmma::fill_fragment(dk[n], 0.0f);
+    wmma::fill_fragment(dk[kDkShared ? 0 : n], 0.0f);
     wmma::fill_fragment(dv[n], 0.0f);
+  }
+  if constexpr (kDkShared) {  // the warp's own region: the loop's first __syncthreads orders it
+    for (int i = lane; i < kWarpRows * kDkPitch; i += 32) dk_s[i] = 0.0f;
   }
   const bf16* k_rows = k_s + warp * kWarpRows * Pitch<HS>::kTile;
   const bf16* v_rows = v_s + warp * kWarpRows * Pitch<HS>::kTile;
@@ -254,39 +323,50 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
     const bool mask = flash::TileNeedsMask(qt, kt, T);
-    const float* srow = scratch + r * Pitch<HS>::kScratch + half * kLaneCols;
+    float* srow = scratch + r * Pitch<HS>::kScratch + half * kLaneCols;
+    const float* dprow = srow + LaneP<HS>::kDpColumn;
     WarpScores<HS>(scratch, k_rows, q_s);
     __syncwarp();
-    float p[kLaneCols];
+    LaneP<HS> p;
+    p.row = srow;
 #pragma unroll
     for (int c = 0; c < kLaneCols; ++c) {
       const int col = half * kLaneCols + c;
       const bool seen = !mask || flash::Visible(qt * kTileRows + col, k, T);
-      p[c] = seen ? flash::RecomputeP(srow[c], scale, lse_s[col]) : 0.0f;
-      p_s[r * kSmallPitch + col] = __float2bfloat16_rn(p[c]);
+      const float pc = seen ? flash::RecomputeP(srow[c], scale, lse_s[col]) : 0.0f;
+      p.Set(c, pc);
+      p_s[r * kSmallPitch + col] = __float2bfloat16_rn(pc);
     }
     __syncwarp();
-    WarpScores<HS>(scratch, v_rows, do_s);
+    WarpScores<HS>(scratch + LaneP<HS>::kDpColumn, v_rows, do_s);
     __syncwarp();
 #pragma unroll
     for (int c = 0; c < kLaneCols; ++c) {
       const int col = half * kLaneCols + c;
       ds_s[r * kSmallPitch + col] =
-          __float2bfloat16_rn(flash::SoftmaxGrad(p[c], srow[c], d_s[col]));
+          __float2bfloat16_rn(flash::SoftmaxGrad(p.Get(c), dprow[c], d_s[col]));
     }
     __syncwarp();
     WarpProduct<HS>(dv, p_s, do_s);
-    WarpProduct<HS>(dk, ds_s, q_s);
+    if constexpr (kDkShared) {
+      WarpProductShared<HS>(dk_s, ds_s, q_s);
+    } else {
+      WarpProduct<HS>(dk, ds_s, q_s);
+    }
   }
   const int64_t row0 = kt * kTileCols + warp * kWarpRows;
   bf16* dbase = dqkv + flash::QkvIndex(b, 0, 0, h, 0, T, NH, HS);
-  StoreAccumulators<HS>(dbase + NH * HS, stride, row0, T, dk, scratch, scale);
+  if constexpr (kDkShared) {
+    StoreRows<HS>(dbase + NH * HS, stride, row0, T, dk_s, kDkPitch, scale);
+  } else {
+    StoreAccumulators<HS>(dbase + NH * HS, stride, row0, T, dk, scratch, scale);
+  }
   StoreAccumulators<HS>(dbase + 2 * NH * HS, stride, row0, T, dv, scratch, 1.0f);
 }
 
 // dQ of one query tile, summed over the key tiles it sees: S = Q·Kᵀ, dP = dO·Vᵀ, dQ += dS·K.
 template <int HS>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, MinBlocks(HS))
     FlashBackwardQKernel(bf16* dqkv, const bf16* qkv, const bf16* dout, const float* lse,
                          const float* rowsum, int64_t T, int64_t NH, float scale) {
   extern __shared__ __align__(128) char smem[];
@@ -319,22 +399,24 @@ __global__ void __launch_bounds__(kThreads)
     LoadTile<HS>(v_s, base + 2 * NH * HS, stride, kt * kTileCols, T);
     __syncthreads();
     const bool mask = flash::TileNeedsMask(qt, kt, T);
-    const float* srow = scratch + r * Pitch<HS>::kScratch + half * kLaneCols;
+    float* srow = scratch + r * Pitch<HS>::kScratch + half * kLaneCols;
+    const float* dprow = srow + LaneP<HS>::kDpColumn;
     WarpScores<HS>(scratch, q_rows, k_s);
     __syncwarp();
-    float p[kLaneCols];
+    LaneP<HS> p;
+    p.row = srow;
 #pragma unroll
     for (int c = 0; c < kLaneCols; ++c) {
       const bool seen = !mask || flash::Visible(q, kt * kTileCols + half * kLaneCols + c, T);
-      p[c] = seen ? flash::RecomputeP(srow[c], scale, row_lse) : 0.0f;
+      p.Set(c, seen ? flash::RecomputeP(srow[c], scale, row_lse) : 0.0f);
     }
     __syncwarp();
-    WarpScores<HS>(scratch, do_rows, v_s);
+    WarpScores<HS>(scratch + LaneP<HS>::kDpColumn, do_rows, v_s);
     __syncwarp();
     bf16* dsrow = ds_s + r * kSmallPitch + half * kLaneCols;
 #pragma unroll
     for (int c = 0; c < kLaneCols; ++c) {
-      dsrow[c] = __float2bfloat16_rn(flash::SoftmaxGrad(p[c], srow[c], row_d));
+      dsrow[c] = __float2bfloat16_rn(flash::SoftmaxGrad(p.Get(c), dprow[c], row_d));
     }
     __syncwarp();
     WarpProduct<HS>(dq, ds_s, k_s);
@@ -390,6 +472,8 @@ void FlashAttentionForward(bf16* out, float* lse, const bf16* qkv, int64_t B, in
       return Forward<32>(out, lse, qkv, B, T, NH, Scale(hs), stream);
     case 64:
       return Forward<64>(out, lse, qkv, B, T, NH, Scale(hs), stream);
+    case 128:
+      return Forward<128>(out, lse, qkv, B, T, NH, Scale(hs), stream);
     default:
       break;  // flash::ShapeSupported: the caller runs the reference path instead
   }
@@ -405,6 +489,8 @@ void FlashAttentionBackward(bf16* dqkv, float* rowsum, const bf16* dout, const b
       return Backward<32>(dqkv, rowsum, dout, qkv, out, lse, B, T, NH, Scale(hs), stream);
     case 64:
       return Backward<64>(dqkv, rowsum, dout, qkv, out, lse, B, T, NH, Scale(hs), stream);
+    case 128:
+      return Backward<128>(dqkv, rowsum, dout, qkv, out, lse, B, T, NH, Scale(hs), stream);
     default:
       break;
   }

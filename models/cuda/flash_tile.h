@@ -29,11 +29,20 @@ inline constexpr int kWarpRows = kTileRows / kWarps;  // 16
 inline constexpr int kLanesPerRow = 2;
 
 // Head sizes the kernels are instantiated for: multiples of a WMMA fragment's 16 up to 64,
-// GPT-2's at every size. (At 128 the dK/dV kernel's two accumulators alone take 128 registers
-// a thread and ptxas spills; such models run the reference path.)
+// GPT-2's at every size, and 128 (configs/freeride_1b_*, most larger models).
 FR_HOST_DEVICE constexpr bool HeadSizeSupported(int64_t hs) {
-  return hs == 16 || hs == 32 || hs == 64;
+  return hs == 16 || hs == 32 || hs == 64 || hs == 128;
 }
+
+// Where the dK/dV kernel sums dK: in registers (WMMA fragments) up to hs 64; above, in a
+// per-warp fp32 region of shared memory [16, hs], one fragment at a time moving through
+// registers. At hs 128 the two register accumulators alone take 128 registers a thread and
+// ptxas spills (656 bytes of stack on sm_90), while smaller tiles would not help (a warp's
+// accumulators are [16, hs] whatever the tile) and splitting the head dimension across blocks
+// recomputes S and dP twice (1.5× the kernel's products). dV stays in registers, so the
+// kernel needs as many as at hs 64; the price is 33 KiB more shared memory (153 KiB in all,
+// within the A100's 163) and an fp32 read and write of each dK fragment per query tile.
+FR_HOST_DEVICE constexpr bool DkInShared(int64_t hs) { return hs > 64; }
 
 FR_HOST_DEVICE constexpr int64_t NumTiles(int64_t n, int64_t tile) { return (n + tile - 1) / tile; }
 
@@ -153,6 +162,7 @@ struct SmemLayout {
   int64_t scratch = 0, p = 0, ds = 0;     // per-warp regions: warp w's at offset + w·stride
   int64_t scratch_stride = 0, p_stride = 0, ds_stride = 0;
   int64_t stats = 0;  // dK/dV's: the query tile's lse and D, kTileRows floats each
+  int64_t dk = 0, dk_stride = 0;  // dK/dV's where DkInShared: warp w's [16, hs] fp32 dK
   int64_t bytes = 0;
 };
 enum class Kernel { kForward, kBackwardKv, kBackwardQ };
@@ -176,6 +186,10 @@ FR_HOST_DEVICE constexpr SmemLayout Layout(Kernel kernel, int64_t hs) {
   if (kernel != Kernel::kBackwardQ) s.p_stride = small, s.p = at, at += kWarps * small;
   if (kernel != Kernel::kForward) s.ds_stride = small, s.ds = at, at += kWarps * small;
   if (kernel == Kernel::kBackwardKv) s.stats = at, at += AlignUp(2 * kTileRows * 4, kAlign);
+  if (kernel == Kernel::kBackwardKv && DkInShared(hs)) {
+    s.dk_stride = AlignUp(kWarpRows * FloatPitch(hs) * 4, kAlign);
+    s.dk = at, at += kWarps * s.dk_stride;
+  }
   s.bytes = at;
   return s;
 }
@@ -189,18 +203,22 @@ struct Grid {
 FR_HOST_DEVICE constexpr Grid TileGrid(int64_t B, int64_t NH, int64_t T) {
   return {NumTiles(T, kTileRows), B * NH};
 }
-// CUDA's limits (grid y ≤ 65535, x ≤ 2³¹ − 1) and the H100's opt-in shared memory per block.
+// CUDA's limits (grid y ≤ 65535, x ≤ 2³¹ − 1) and the opt-in shared memory per block of the
+// H100 (sm_90) and the A100 (sm_80); the kernels fit the smaller, so both cards take them.
 inline constexpr int64_t kMaxGridX = 2147483647, kMaxGridY = 65535;
-inline constexpr int64_t kMaxSmemPerBlock = 227 * 1024;
+inline constexpr int64_t kMaxSmemPerBlockSm90 = 227 * 1024;
+inline constexpr int64_t kMaxSmemPerBlockSm80 = 163 * 1024;
 inline constexpr int64_t kDefaultSmemPerBlock = 48 * 1024;  // above it, the kernel opts in
 
 // Whether the kernels take these shapes (the stage runs the reference path otherwise): a head
 // size they are built for, C a multiple of 8 so every row starts 16 bytes aligned for vector
-// loads, and a grid within CUDA's limits. Any T.
+// loads, a grid within CUDA's limits and each kernel's shared memory within both cards'. Any T.
 FR_HOST_DEVICE constexpr bool ShapeSupported(int64_t B, int64_t NH, int64_t hs, int64_t T) {
   const Grid g = TileGrid(B, NH, T);
   return HeadSizeSupported(hs) && (NH * hs) % 8 == 0 && T > 0 && g.x <= kMaxGridX &&
-         g.y <= kMaxGridY && Layout(Kernel::kBackwardKv, hs).bytes <= kMaxSmemPerBlock;
+         g.y <= kMaxGridY && Layout(Kernel::kForward, hs).bytes <= kMaxSmemPerBlockSm80 &&
+         Layout(Kernel::kBackwardKv, hs).bytes <= kMaxSmemPerBlockSm80 &&
+         Layout(Kernel::kBackwardQ, hs).bytes <= kMaxSmemPerBlockSm80;
 }
 
 }  // namespace freeride::cuda::flash

@@ -23,9 +23,10 @@ absl::StatusOr<GeluFusionMode> ParseGeluFusionMode(absl::string_view text);
 bool FuseGelu(GeluFusionMode mode, bool bf16);
 
 // runtime.attention: "auto" runs the flash kernels (flash_attention.h) in bf16 where
-// flash::ShapeSupported, and the reference path (heads split out, batched GEMMs over the T × T
-// scores, softmax kernels) in fp32 and for other shapes; "reference" runs the reference path
-// always (what the GPU tests hold the flash kernels to, and a way around them).
+// flash::ShapeSupported (head sizes 16, 32, 64 and 128, any T), and the reference path (heads
+// split out, batched GEMMs over the T × T scores, softmax kernels) in fp32 and for other shapes;
+// "reference" runs the reference path always (what the GPU tests hold the flash kernels to, and
+// a way around them).
 enum class AttentionMode { kAuto, kReference };
 absl::StatusOr<AttentionMode> ParseAttentionMode(absl::string_view text);
 bool UseFlashAttention(AttentionMode mode, bool bf16, int64_t B, int64_t NH, int64_t hs, int64_t T);

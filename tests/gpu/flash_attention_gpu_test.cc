@@ -135,8 +135,11 @@ Attention Reference(const Shape& s, const std::vector<float>& qkv, const std::ve
 }
 
 // The tiny GPU-test model (hs 16), configs/tiny_cpu.toml (hs 32), hs 64 at a T no tile divides,
-// and GPT-2 124M (micro-batch 8, T 1024).
-const Shape kShapes[] = {{4, 4, 16, 32}, {2, 4, 32, 64}, {2, 2, 64, 100}, {8, 12, 64, 1024}};
+// GPT-2 124M (micro-batch 8, T 1024), hs 128 at a T no tile divides, and
+// configs/freeride_1b_pp4_m4.toml's layer (16 heads of 128, T 1024) at micro-batch 2 rather
+// than 12: the batch only repeats blocks, and the sanitizer passes stay within their budget.
+const Shape kShapes[] = {{4, 4, 16, 32},    {2, 4, 32, 64},   {2, 2, 64, 100},
+                         {8, 12, 64, 1024}, {2, 2, 128, 100}, {2, 16, 128, 1024}};
 
 TEST(FlashAttentionGpuTest, MatchesTheReferencePathForwardAndBackward) {
   for (const Shape& s : kShapes) {
@@ -151,14 +154,17 @@ TEST(FlashAttentionGpuTest, MatchesTheReferencePathForwardAndBackward) {
   }
 }
 
+// GPT-2 124M's shape, and the 1B config's (hs 128: dK summed in shared memory).
 TEST(FlashAttentionGpuTest, TwoRunsAreBitwiseEqual) {
-  const Shape s = kShapes[3];
-  const auto qkv = RandomBf16(s.B * s.T * 3 * s.C(), 3), dout = RandomBf16(s.B * s.T * s.C(), 4);
-  const Attention a = Flash(s, qkv, dout), b = Flash(s, qkv, dout);
-  for (auto [x, y] :
-       {std::pair{&a.out, &b.out}, std::pair{&a.lse, &b.lse}, std::pair{&a.dqkv, &b.dqkv}}) {
-    ASSERT_EQ(x->size(), y->size());
-    EXPECT_EQ(std::memcmp(x->data(), y->data(), x->size() * sizeof(float)), 0);
+  for (const Shape& s : {kShapes[3], kShapes[5]}) {
+    SCOPED_TRACE(::testing::Message() << "hs " << s.hs);
+    const auto qkv = RandomBf16(s.B * s.T * 3 * s.C(), 3), dout = RandomBf16(s.B * s.T * s.C(), 4);
+    const Attention a = Flash(s, qkv, dout), b = Flash(s, qkv, dout);
+    for (auto [x, y] :
+         {std::pair{&a.out, &b.out}, std::pair{&a.lse, &b.lse}, std::pair{&a.dqkv, &b.dqkv}}) {
+      ASSERT_EQ(x->size(), y->size());
+      EXPECT_EQ(std::memcmp(x->data(), y->data(), x->size() * sizeof(float)), 0);
+    }
   }
 }
 
@@ -203,8 +209,8 @@ TEST(FlashAttentionGpuTest, TenStepLossesFollowTheReferencePath) {
     int n_head, n_embd;
     int64_t B, T;
   };
-  // The GPU tests' tiny model (hs 16) and an hs-64 model at a T no tile divides.
-  for (const Case& c : {Case{4, 64, 4, 32}, Case{2, 128, 2, 100}}) {
+  // The GPU tests' tiny model (hs 16), an hs-64 model and an hs-128 one at a T no tile divides.
+  for (const Case& c : {Case{4, 64, 4, 32}, Case{2, 128, 2, 100}, Case{2, 256, 2, 100}}) {
     absl::StatusOr<GPT2Config> cfg = MakeGPT2Config(2, c.n_head, c.n_embd, c.T, 200);
     ASSERT_TRUE(cfg.ok());
     std::string flash_name, reference_name;

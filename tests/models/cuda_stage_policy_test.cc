@@ -34,7 +34,10 @@ TEST(AttentionPath, FlashInBf16WhereTheKernelsTakeTheShape) {
   EXPECT_TRUE(UseFlashAttention(AttentionMode::kAuto, true, 4, 4, 16, 33));  // any T
   EXPECT_FALSE(UseFlashAttention(AttentionMode::kAuto, /*bf16=*/false, 8, 12, 64, 1024));
   EXPECT_FALSE(UseFlashAttention(AttentionMode::kReference, true, 8, 12, 64, 1024));
-  EXPECT_FALSE(UseFlashAttention(AttentionMode::kAuto, true, 8, 16, 128, 1024));  // head size
+  EXPECT_TRUE(UseFlashAttention(AttentionMode::kAuto, true, 12, 16, 128, 1024));  // 1B config
+  EXPECT_FALSE(UseFlashAttention(AttentionMode::kReference, true, 12, 16, 128, 1024));
+  EXPECT_FALSE(UseFlashAttention(AttentionMode::kAuto, true, 8, 8, 256, 1024));  // head size
+  EXPECT_FALSE(UseFlashAttention(AttentionMode::kAuto, true, 8, 16, 96, 1024));
   EXPECT_FALSE(UseFlashAttention(AttentionMode::kAuto, true, 8, 3, 24, 1024));
 }
 

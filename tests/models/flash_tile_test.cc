@@ -207,7 +207,7 @@ double RelativeError(const std::vector<double>& got, const std::vector<double>& 
   return diff / ref;
 }
 
-// Float accumulation over at most a few hundred keys and 64 dimensions: float64 agrees to
+// Float accumulation over at most a few hundred keys and 128 dimensions: float64 agrees to
 // about 1e-6 of the largest element; 2e-5 leaves room and still catches any wrong rescaling,
 // mask or index (those err by whole percents or more).
 constexpr double kTolerance = 2e-5;
@@ -228,6 +228,15 @@ void ExpectTiledMatchesReference(const Shape& s, int64_t rows, int64_t cols) {
 TEST(FlashTileTest, KernelTilesMatchFloat64AttentionForwardAndBackward) {
   for (int64_t T : {1, 17, 64, 100, 129}) {
     for (int64_t hs : {64, 16}) ExpectTiledMatchesReference({2, 2, hs, T}, kTileRows, kTileCols);
+  }
+}
+
+// Head size 128 (configs/freeride_1b_*, C 2048 over 16 heads): the kernels take it, and their
+// walk over its tiles is right, T within one tile, across a few and no multiple of one.
+TEST(FlashTileTest, HeadSize128TilesMatchFloat64Attention) {
+  for (int64_t T : {1, 17, 64, 100, 129}) {
+    ASSERT_TRUE(ShapeSupported(2, 2, 128, T)) << "T " << T;
+    ExpectTiledMatchesReference({2, 2, 128, T}, kTileRows, kTileCols);
   }
 }
 
@@ -331,14 +340,19 @@ TEST(FlashTileTest, QkvAndOutputStridesMatchTheReferenceLayout) {
 // The attention shapes the project trains: the GPU tests' tiny model (B 4, T 32, C 64, 4
 // heads), configs/tiny_cpu.toml's (micro-batch 2, T 64, C 128, 4 heads), the side model of
 // configs/freeride_1b_*.toml (C 256, 4 heads, T 256), GPT-2 124M at T 1024 over the micro-batch
-// sizes bench/gpu/bench.sh runs, and a T no tile divides.
+// sizes bench/gpu/bench.sh runs, a T no tile divides, and head size 128: a tiny model and
+// configs/freeride_1b_pp4_m4.toml's (micro-batch 12, C 2048, 16 heads, T 1024).
 std::vector<Shape> ProjectShapes() {
   std::vector<Shape> shapes = {{4, 4, 16, 32}, {2, 4, 32, 64}, {8, 4, 64, 256}, {3, 12, 64, 1000}};
   for (int64_t B : {4, 8, 16, 32}) shapes.push_back({B, 12, 64, 1024});
+  shapes.push_back({2, 2, 128, 100});
+  shapes.push_back({12, 16, 128, 1024});
   return shapes;
 }
 
-TEST(FlashGeometryTest, GridAndSharedMemoryFitTheH100) {
+// Each kernel's shared memory, as planned, is within the opt-in limit per block of both cards
+// the CUDA tree is built for: the A100's 163 KiB (sm_80) and the H100's 227 KiB (sm_90).
+TEST(FlashGeometryTest, GridAndSharedMemoryFitTheA100AndH100) {
   for (const Shape& s : ProjectShapes()) {
     SCOPED_TRACE(::testing::Message()
                  << "B " << s.B << " NH " << s.NH << " hs " << s.hs << " T " << s.T);
@@ -350,7 +364,8 @@ TEST(FlashGeometryTest, GridAndSharedMemoryFitTheH100) {
     EXPECT_LE(g.y, kMaxGridY);
     for (Kernel k : {Kernel::kForward, Kernel::kBackwardKv, Kernel::kBackwardQ}) {
       const SmemLayout L = Layout(k, s.hs);
-      EXPECT_LE(L.bytes, kMaxSmemPerBlock);
+      EXPECT_LE(L.bytes, 163 * 1024) << "A100";
+      EXPECT_LE(L.bytes, 227 * 1024) << "H100";
       // The regions a kernel uses, [offset, offset + size), apart and inside the block's bytes.
       const int64_t tile = kTileRows * Bf16Pitch(s.hs) * 2;
       std::vector<std::pair<int64_t, int64_t>> regions = {
@@ -359,6 +374,13 @@ TEST(FlashGeometryTest, GridAndSharedMemoryFitTheH100) {
       if (k != Kernel::kBackwardQ) regions.push_back({L.p, kWarps * L.p_stride});
       if (k != Kernel::kForward) regions.push_back({L.ds, kWarps * L.ds_stride});
       if (k == Kernel::kBackwardKv) regions.push_back({L.stats, 2 * kTileRows * 4});
+      // dK/dV's dK accumulators where they are not registers: 16 rows of hs floats a warp.
+      EXPECT_EQ(L.dk_stride > 0, k == Kernel::kBackwardKv && DkInShared(s.hs));
+      if (L.dk_stride > 0) {
+        EXPECT_GE(L.dk_stride, kWarpRows * FloatPitch(s.hs) * 4);
+        EXPECT_EQ(L.dk_stride % 32, 0);
+        regions.push_back({L.dk, kWarps * L.dk_stride});
+      }
       std::sort(regions.begin(), regions.end());
       for (size_t i = 0; i < regions.size(); ++i) {
         EXPECT_EQ(regions[i].first % 32, 0) << "WMMA wants 256-bit aligned fragment pointers";
@@ -376,15 +398,17 @@ TEST(FlashGeometryTest, GridAndSharedMemoryFitTheH100) {
       EXPECT_GE(L.ds_stride, k == Kernel::kForward ? 0 : small);
     }
   }
-  // A model with 128-wide heads (configs/freeride_1b_*: C 2048, 16 heads) runs the reference.
-  EXPECT_FALSE(ShapeSupported(8, 16, 128, 1024));
+  // Head sizes with no kernel run the reference path.
+  EXPECT_FALSE(ShapeSupported(8, 8, 256, 1024));
+  EXPECT_FALSE(ShapeSupported(8, 16, 96, 1024));
   EXPECT_FALSE(ShapeSupported(1, 70000, 64, 64)) << "grid y past 65535";
 }
 
 // Every fragment a warp loads or stores starts 32 bytes aligned with a legal leading dimension
 // (a multiple of 8 elements for bf16, of 4 for float), at every row and column it steps to.
 TEST(FlashGeometryTest, FragmentPointersAndPitchesSuitWmma) {
-  for (int64_t hs : {16, 32, 64}) {
+  for (int64_t hs : {16, 32, 64, 128}) {
+    ASSERT_TRUE(HeadSizeSupported(hs));
     EXPECT_EQ(Bf16Pitch(hs) % 8, 0);
     EXPECT_EQ(Bf16Pitch(kTileCols) % 8, 0);
     EXPECT_EQ(FloatPitch(std::max<int64_t>(hs, kTileCols)) % 4, 0);
@@ -396,6 +420,10 @@ TEST(FlashGeometryTest, FragmentPointersAndPitchesSuitWmma) {
       }
     }
     EXPECT_EQ(16 * Bf16Pitch(kTileCols) * 2 % 32, 0);
+    // dK's accumulators in shared memory (hs 128): fragments in rows FloatPitch(hs) apart.
+    if (DkInShared(hs)) {
+      EXPECT_EQ(FloatPitch(hs) % 4, 0);
+    }
   }
 }
 
@@ -434,6 +462,30 @@ TEST(FlashGeometryTest, VectorLoadsAndStoresAre16ByteAligned) {
     }
     EXPECT_EQ(Bf16Pitch(s.hs) * 2 % 16, 0);
   }
+}
+
+// configs/freeride_1b_pp4_m4.toml (bf16, micro-batch 12, T 1024, 16 heads of 128, 4 stages,
+// stage 0 with its 4 activation slots) with runtime.attention = "auto": the flash path, so the
+// plan reserves none of the reference path's [B, NH, T, T] buffers nor its heads split out,
+// only fp32 D per row; "reference" reserves them (192 × 1M × 2 bytes each).
+TEST(FlashGeometryTest, HeadSize128PlansNoTSquaredBuffers) {
+  absl::StatusOr<GPT2Config> cfg = MakeGPT2Config(24, 16, 2048, 1024, 50257);
+  ASSERT_TRUE(cfg.ok());
+  absl::StatusOr<std::vector<StageSpec>> stages = SplitIntoStages(*cfg, 4, {});
+  ASSERT_TRUE(stages.ok());
+  const int64_t B = 12, T = 1024, NH = 16;
+  MemoryPlan flash, reference;
+  const StageBufferIds f = PlanStageMemory(*cfg, (*stages)[0], B, T, 4, 2, &flash);
+  const StageBufferIds r =
+      PlanStageMemory(*cfg, (*stages)[0], B, T, 4, 2, &reference, true, AttentionMode::kReference);
+  ASSERT_TRUE(f.flash_attention);
+  EXPECT_FALSE(r.flash_attention);
+  for (int id : {f.attn_qkv, f.attn_dqkv, f.attn_probs, f.attn_scores, f.attn_y}) {
+    EXPECT_EQ(flash.buffer(id).bytes, 0) << flash.buffer(id).name;
+  }
+  EXPECT_EQ(flash.buffer(f.attn_rowsum).bytes, B * NH * T * 4);
+  EXPECT_EQ(reference.buffer(r.attn_probs).bytes, B * NH * T * T * 2);
+  EXPECT_EQ(reference.buffer(r.attn_scores).bytes, B * NH * T * T * 2);
 }
 
 }  // namespace

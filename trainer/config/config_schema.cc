@@ -181,7 +181,7 @@ std::vector<KeySpec> BuildSchema() {
       FR_KEY(runtime, attention)
           .Choices({"auto", "reference"})
           .Doc("The causal attention on CUDA: \"auto\" runs the flash kernels (no T x T matrices; "
-               "models/cuda/flash_attention.h) in bf16 where the head size is 16, 32 or 64, and "
+               "models/cuda/flash_attention.h) in bf16 where the head size is 16, 32, 64 or 128, and "
                "the reference path (batched GEMMs over T x T scores) in fp32 and for other shapes; "
                "\"reference\" always runs the reference path."),
       FR_KEY(runtime, kernels)
