@@ -186,10 +186,12 @@ std::vector<KeySpec> BuildSchema() {
                "\"reference\" always runs the reference path."),
       FR_KEY(runtime, kernels)
           .Choices({"auto", "reference"})
-          .Doc("The memory-bound kernels on CUDA: \"auto\" runs the fused ones (vectorised "
-               "LayerNorm with the residual folded in, a one-pass classifier, a multi-tensor "
-               "optimizer); \"reference\" runs one kernel per operation (models/cuda/kernels.h), "
-               "what the GPU tests and bench compare them with."),
+          .Doc("The memory-bound kernels on CUDA: \"auto\" runs the fused ones (16-byte "
+               "vectors: LayerNorm with the residual add folded in and its backward in one pass, "
+               "bias gradients as one two-pass column sum; a one-pass classifier, a multi-tensor "
+               "optimizer) where the shape allows (C a multiple of 8 in bf16, 4 in fp32; C at "
+               "most 2048 in bf16, 1024 in fp32); \"reference\" runs one kernel per operation "
+               "(models/cuda/kernels.h), what the GPU tests and bench compare them with."),
       FR_KEY(runtime, comm_timeout_s)
           .Min(0, true)
           .Doc("Seconds a blocking communication may wait before the job stops with a report of "
