@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "core/status.h"
 #include "models/cpu_stage_model.h"
 #include "pipeline/comm/transport.h"
 #include "pipeline/generators.h"
@@ -169,7 +170,7 @@ pipeline::Schedule TwoStage1F1B() {
   return *s;
 }
 
-struct Run {
+struct MessageRun {
   std::vector<double> losses;
   std::vector<int64_t> sent_bytes;  // both ranks'
   int allocations_after_first_step = 0, allocations = 0, foreign_buffers = 0;
@@ -178,7 +179,7 @@ struct Run {
 
 // kSteps steps of a 2-stage 1F1B pipeline of MessageChunks of `type`, ranks as threads
 // (no optimizer: each step the same weights).
-Run TrainTwoStages(MessageType type) {
+MessageRun TrainTwoStages(MessageType type) {
   const GPT2Config config = Tiny();
   const pipeline::Schedule schedule = TwoStage1F1B();
   std::vector<int32_t> tokens(kMicrobatches * kB * kT);
@@ -188,7 +189,7 @@ Run TrainTwoStages(MessageType type) {
   data.tokens = [&](int mb) { return tokens.data() + mb * kB * kT; };
   data.targets = [&](int mb) { return tokens.data() + ((mb + 1) % kMicrobatches) * kB * kT; };
   auto world = pipeline::MakeInProcessWorld(2);
-  Run runs[2];
+  MessageRun runs[2];
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
@@ -214,23 +215,23 @@ Run TrainTwoStages(MessageType type) {
     });
   }
   for (auto& t : threads) t.join();
-  Run out = runs[0];
+  MessageRun out = runs[0];
   out.sent_bytes.insert(out.sent_bytes.end(), runs[1].sent_bytes.begin(),
                         runs[1].sent_bytes.end());
-  for (const Run& r : {runs[1]}) {
-    EXPECT_EQ(r.losses, runs[0].losses);
-    EXPECT_EQ(r.allocations, r.allocations_after_first_step);
-    out.foreign_buffers += r.foreign_buffers;
-    out.receives_into_unread += r.receives_into_unread;
-  }
+  // Stage 1's share: the same losses, its allocations all at the first step too.
+  EXPECT_EQ(runs[1].losses, runs[0].losses);
+  EXPECT_EQ(runs[1].allocations, runs[1].allocations_after_first_step);
+  EXPECT_EQ(runs[1].allocations, 2 * kMicrobatches);
+  out.foreign_buffers += runs[1].foreign_buffers;
+  out.receives_into_unread += runs[1].receives_into_unread;
   return out;
 }
 
 TEST(StageMessagesTest, MessagesHaveTheChunksElementTypeInTheChunksMemory) {
   const int64_t elements = kB * kT * Tiny().n_embd;
-  const Run fp32 = TrainTwoStages(MessageType::kFp32);
-  const Run bf16 = TrainTwoStages(MessageType::kBf16);
-  for (const Run* run : {&fp32, &bf16}) {
+  const MessageRun fp32 = TrainTwoStages(MessageType::kFp32);
+  const MessageRun bf16 = TrainTwoStages(MessageType::kBf16);
+  for (const MessageRun* run : {&fp32, &bf16}) {
     const int64_t bytes = elements * (run == &bf16 ? 2 : 4);
     SCOPED_TRACE(run == &bf16 ? "bf16" : "fp32");
     // Each step: m activations one way, m gradients the other.
