@@ -64,6 +64,7 @@ absl::StatusOr<pipeline::CostModel> CalibrateStageCosts(const BackendOptions& ba
     stage_cost.b += b * 1e3;
     stage_cost.w += w * 1e3;
     if (stages.size() > static_cast<size_t>(pp)) cost.chunks.push_back({f * 1e3, b * 1e3, w * 1e3});
+    FR_RETURN_IF_ERROR(s.FinishMessageReads());  // before the messages are freed
   }
   cost.comm = static_cast<double>(floats) * MessageTypeBytes(messages) / (link_gbs * 1e9) * 1e3;
   return cost;
