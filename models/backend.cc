@@ -19,7 +19,7 @@ bool CudaBackendBuilt() {
 
 MessageType MessageTypeOf(const BackendOptions& options) {
   return options.device == "cuda" && options.precision == "bf16" ? MessageType::kBf16
-                                                                  : MessageType::kFp32;
+                                                                 : MessageType::kFp32;
 }
 
 std::vector<HostBuffer> PlanCpuStageMemory(const GPT2Config& config, const StageSpec& stage,

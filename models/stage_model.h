@@ -3,8 +3,9 @@
 // (CudaStageModel) both implement it. Everything crossing this interface is in host memory,
 // so transports and checkpoints never see device memory: fp32 for the gradients summed across
 // ranks, parameters and optimizer state; the chunk's own activation type for the messages
-// between stages (stage_message.h: bf16 on a bf16 CUDA chunk, half the bytes). Every call that can touch a device returns a Status: a CUDA error
-// ends the step with the library's message instead of aborting the process.
+// between stages (stage_message.h: bf16 on a bf16 CUDA chunk, half the bytes). Every call
+// that can touch a device returns a Status: a CUDA error ends the step with the library's
+// message instead of aborting the process.
 #pragma once
 
 #include <cstdint>

@@ -16,11 +16,7 @@ class EmulatedPeersTransport : public Transport {
  public:
   EmulatedPeersTransport(const Schedule& schedule, SimResult sim, int real, MessageType type,
                          double comm_ms, Clock& clock)
-      : schedule_(schedule),
-        sim_(std::move(sim)),
-        real_(real),
-        type_(type),
-        clock_(clock) {
+      : schedule_(schedule), sim_(std::move(sim)), real_(real), type_(type), clock_(clock) {
     const int p = schedule.stages, m = schedule.microbatches;
     // Simulated departure and arrival (ms after the real stage's step start; post-validated
     // steps overlap, so a peer's may come before it) of every message, by tag, and the
@@ -229,9 +225,11 @@ class EmulatedPeersTransport : public Transport {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Transport>> MakeEmulatedPeersTransport(
-    const Schedule& schedule, const CostModel& cost, int real_stage, MessageType message_type,
-    Clock* clock) {
+absl::StatusOr<std::unique_ptr<Transport>> MakeEmulatedPeersTransport(const Schedule& schedule,
+                                                                      const CostModel& cost,
+                                                                      int real_stage,
+                                                                      MessageType message_type,
+                                                                      Clock* clock) {
   if (real_stage < 0 || real_stage >= schedule.stages) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "runtime.emulated_stage = %d, but the pipeline has stages 0..%d", real_stage,
@@ -239,9 +237,8 @@ absl::StatusOr<std::unique_ptr<Transport>> MakeEmulatedPeersTransport(
   }
   absl::StatusOr<SimResult> sim = Simulate(schedule, cost);
   if (!sim.ok()) return sim.status();
-  return std::unique_ptr<Transport>(
-      new EmulatedPeersTransport(schedule, *std::move(sim), real_stage, message_type, cost.comm,
-                                 ClockOr(clock)));
+  return std::unique_ptr<Transport>(new EmulatedPeersTransport(
+      schedule, *std::move(sim), real_stage, message_type, cost.comm, ClockOr(clock)));
 }
 
 }  // namespace freeride::pipeline

@@ -37,9 +37,11 @@ double Bf16Magnitude(uint16_t bits) {
 
 TEST(StageMessageTest, RoundsToNearestTiesToEvenAgainstFloat64) {
   std::mt19937 rng(5);
-  std::vector<float> xs = {0.0f, -0.0f, 1.0f, 1.00390625f /* a tie */, 1.01171875f /* tie */,
-                           3.3895314e38f, -3.3895314e38f, 3.4028235e38f, 1e-40f, -1e-40f,
-                           INFINITY, -INFINITY};
+  // Signed zeros, two ties (1 + 2^-8, 1 + 3·2^-8), the largest finite bf16 and fp32 (which
+  // overflows to infinity), subnormals, infinities.
+  std::vector<float> xs = {0.0f,        -0.0f,         1.0f,           1.00390625f,
+                           1.01171875f, 3.3895314e38f, -3.3895314e38f, 3.4028235e38f,
+                           1e-40f,      -1e-40f,       INFINITY,       -INFINITY};
   for (int i = 0; i < 200000; ++i) {
     uint32_t u = rng();
     float x = 0;

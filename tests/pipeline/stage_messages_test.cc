@@ -6,8 +6,8 @@
 #include <thread>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "core/status.h"
+#include "gtest/gtest.h"
 #include "models/cpu_stage_model.h"
 #include "pipeline/comm/transport.h"
 #include "pipeline/generators.h"
@@ -216,8 +216,7 @@ MessageRun TrainTwoStages(MessageType type) {
   }
   for (auto& t : threads) t.join();
   MessageRun out = runs[0];
-  out.sent_bytes.insert(out.sent_bytes.end(), runs[1].sent_bytes.begin(),
-                        runs[1].sent_bytes.end());
+  out.sent_bytes.insert(out.sent_bytes.end(), runs[1].sent_bytes.begin(), runs[1].sent_bytes.end());
   // Stage 1's share: the same losses, its allocations all at the first step too.
   EXPECT_EQ(runs[1].losses, runs[0].losses);
   EXPECT_EQ(runs[1].allocations, runs[1].allocations_after_first_step);
