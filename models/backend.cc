@@ -17,6 +17,11 @@ bool CudaBackendBuilt() {
 #endif
 }
 
+MessageType MessageTypeOf(const BackendOptions& options) {
+  return options.device == "cuda" && options.precision == "bf16" ? MessageType::kBf16
+                                                                 : MessageType::kFp32;
+}
+
 std::vector<HostBuffer> PlanCpuStageMemory(const GPT2Config& config, const StageSpec& stage,
                                            int64_t micro_batch, int64_t seq_len, int slots) {
   std::vector<HostBuffer> plan =

@@ -29,6 +29,10 @@ struct BackendOptions {
 // Whether this binary was built with the CUDA backend.
 bool CudaBackendBuilt();
 
+// The element type of the messages a chunk made with `options` sends and receives (bf16 on a
+// bf16 CUDA chunk, else fp32), known before any chunk exists: the cost of a message.
+MessageType MessageTypeOf(const BackendOptions& options);
+
 // The host memory a CPU chunk holds (its GPT2Stage and AdamW moments), without allocating it.
 std::vector<HostBuffer> PlanCpuStageMemory(const GPT2Config& config, const StageSpec& stage,
                                            int64_t micro_batch, int64_t seq_len, int slots);

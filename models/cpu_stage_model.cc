@@ -30,19 +30,19 @@ absl::Status CpuStageModel::SetTargets(int slot, const int32_t* targets) {
   std::memcpy(model_.targets(slot), targets, micro_batch() * seq_len() * sizeof(int32_t));
   return absl::OkStatus();
 }
-absl::Status CpuStageModel::SetInputActivations(int slot, const float* x) {
+absl::Status CpuStageModel::SetInputActivations(int slot, const void* x) {
   std::memcpy(model_.input_activations(slot), x, ActivationFloats() * sizeof(float));
   return absl::OkStatus();
 }
-absl::Status CpuStageModel::SetOutputGrad(int slot, const float* dy) {
+absl::Status CpuStageModel::SetOutputGrad(int slot, const void* dy) {
   std::memcpy(model_.output_grad(slot), dy, ActivationFloats() * sizeof(float));
   return absl::OkStatus();
 }
-absl::Status CpuStageModel::GetOutputActivations(int slot, float* y) {
+absl::Status CpuStageModel::GetOutputActivations(int slot, void* y) {
   std::memcpy(y, model_.output_activations(slot), ActivationFloats() * sizeof(float));
   return absl::OkStatus();
 }
-absl::Status CpuStageModel::GetInputGrad(int slot, float* dx) {
+absl::Status CpuStageModel::GetInputGrad(int slot, void* dx) {
   std::memcpy(dx, model_.input_grad(slot), ActivationFloats() * sizeof(float));
   return absl::OkStatus();
 }

@@ -25,10 +25,10 @@ class CpuStageModel final : public StageModel {
 
   absl::Status SetTokens(int slot, const int32_t* tokens) override;
   absl::Status SetTargets(int slot, const int32_t* targets) override;
-  absl::Status SetInputActivations(int slot, const float* x) override;
-  absl::Status SetOutputGrad(int slot, const float* dy) override;
-  absl::Status GetOutputActivations(int slot, float* y) override;
-  absl::Status GetInputGrad(int slot, float* dx) override;
+  absl::Status SetInputActivations(int slot, const void* x) override;
+  absl::Status SetOutputGrad(int slot, const void* dy) override;
+  absl::Status GetOutputActivations(int slot, void* y) override;
+  absl::Status GetInputGrad(int slot, void* dx) override;
   absl::Status GetLogitsAt(int slot, int64_t position, float* logits) override;
 
   absl::StatusOr<double> Forward(int slot) override { return model_.Forward(slot); }

@@ -124,7 +124,6 @@ StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage,
   ids.reduce_partials = plan->Add(kWorkspace, "reduction partial sums",
                                   (kReduceBlocks + 2 * (L + 2)) * 8);
   ids.cublaslt_workspace = plan->Add(kWorkspace, "cuBLASLt workspace", kCublasLtWorkspaceBytes);
-  ids.staging = plan->Add(kWorkspace, "fp32 staging", BT * C * 4);
   return ids;
 }
 

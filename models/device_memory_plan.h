@@ -82,7 +82,6 @@ struct StageBufferIds {
   int column_partials = -1;  // fp32, the column sums' partials (both runtime.kernels paths)
   int reduce_partials = -1;                       // fp64 partial sums
   int cublaslt_workspace = -1;
-  int staging = -1;                               // fp32 [BT·C] for precision conversions
 };
 
 // The plan of a chunk of `config` for stage `stage`, micro-batch B, sequence length T, `slots`

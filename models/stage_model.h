@@ -1,10 +1,11 @@
 // What the pipeline runtime and the trainer need from one model chunk, whatever device holds
 // it: the CPU backend (CpuStageModel, around GPT2Stage<float>) and the CUDA backend
-// (CudaStageModel) both implement it. Everything crossing this interface is fp32 in host
-// memory — the messages between stages, the gradients summed across ranks, parameters and
-// optimizer state for checkpoints — so transports and checkpoints never see device memory or
-// a device's precision. Every call that can touch a device returns a Status: a CUDA error
-// ends the step with the library's message instead of aborting the process.
+// (CudaStageModel) both implement it. Everything crossing this interface is in host memory,
+// so transports and checkpoints never see device memory: fp32 for the gradients summed across
+// ranks, parameters and optimizer state; the chunk's own activation type for the messages
+// between stages (stage_message.h: bf16 on a bf16 CUDA chunk, half the bytes). Every call
+// that can touch a device returns a Status: a CUDA error ends the step with the library's
+// message instead of aborting the process.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "models/gpt2_config.h"
+#include "models/stage_message.h"
 
 namespace freeride {
 
@@ -43,17 +45,33 @@ class StageModel {
   // a step, so it is also the chunk's peak.
   virtual int64_t DeviceBytes() const { return 0; }
 
+  // Messages (activations [B·T·C] and their gradients) hold MessageElements() values of
+  // message_type(): both ends of a message must agree (every stage of a run has the same
+  // precision; the stage executor refuses chunks that differ). AllocateMessageBuffer gives
+  // the memory of one, MessageBytes(), for the caller to keep and reuse: pinned on CUDA.
+  virtual MessageType message_type() const { return MessageType::kFp32; }
+  int64_t MessageElements() const { return micro_batch() * seq_len() * config().n_embd; }
+  int64_t MessageBytes() const { return MessageElements() * MessageTypeBytes(message_type()); }
+  virtual absl::StatusOr<MessageBuffer> AllocateMessageBuffer() {
+    MessageBuffer buffer = AllocateHostMessage(MessageBytes());
+    if (buffer == nullptr) return absl::ResourceExhaustedError("out of memory for a message");
+    return buffer;
+  }
+
   // A slot's inputs: tokens [B·T] (embedding stage), targets [B·T] (head stage), activations
-  // [B·T·C] from the previous stage (others); and the gradient [B·T·C] of its outputs from the
-  // next stage (non-head stages).
+  // from the previous stage (others); and the gradient of its outputs from the next stage
+  // (non-head stages), as messages. A CUDA chunk may still be reading a message when the call
+  // returns: FinishMessageReads before writing into it again.
   virtual absl::Status SetTokens(int slot, const int32_t* tokens) = 0;
   virtual absl::Status SetTargets(int slot, const int32_t* targets) = 0;
-  virtual absl::Status SetInputActivations(int slot, const float* x) = 0;
-  virtual absl::Status SetOutputGrad(int slot, const float* dy) = 0;
-  // A slot's outputs: activations after Forward (non-head stages), the gradient of its input
-  // activations after BackwardInput (non-embedding stages).
-  virtual absl::Status GetOutputActivations(int slot, float* y) = 0;
-  virtual absl::Status GetInputGrad(int slot, float* dx) = 0;
+  virtual absl::Status SetInputActivations(int slot, const void* x) = 0;
+  virtual absl::Status SetOutputGrad(int slot, const void* dy) = 0;
+  virtual absl::Status FinishMessageReads() { return absl::OkStatus(); }
+  // A slot's outputs, as messages complete when the call returns: activations after Forward
+  // (non-head stages), the gradient of its input activations after BackwardInput
+  // (non-embedding stages).
+  virtual absl::Status GetOutputActivations(int slot, void* y) = 0;
+  virtual absl::Status GetInputGrad(int slot, void* dx) = 0;
 
   // The logits [B × Vp] at sequence position `position` of each of the slot's B sequences,
   // after a Forward (head stage; BackwardInput overwrites them with their gradient).

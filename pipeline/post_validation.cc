@@ -127,7 +127,8 @@ absl::Status StageExecutor::DiscardAhead() {
   // each is drained (if this stage has not taken it yet) and its receive posted again. Any
   // other receive waits, still posted, for the message the step's rerun will send.
   const int m = schedule_.microbatches;
-  const int64_t bytes = ActivationFloats() * static_cast<int64_t>(sizeof(float));
+  const int64_t bytes = MessageBytes();
+  FR_RETURN_IF_ERROR(FinishMessageReads());
   const std::vector<Instr>& instrs = instructions();
   for (size_t i = 0; i < instrs.size(); ++i) {
     const Instr& in = instrs[i];
@@ -150,7 +151,7 @@ absl::Status StageExecutor::DiscardAhead() {
       if (absl::Status s = transport_->Wait(request, timeout_s_); !s.ok()) return s;
     }
     absl::StatusOr<Transport::Request> r = transport_->Irecv(
-        (grad ? recv_grad_ : recv_act_)[cell].data(), bytes,
+        (grad ? recv_grad_ : recv_act_)[cell].get(), bytes,
         layout_.RankOf(in.peer, layout_.replica), Tag(grad, sender, in.microbatch));
     if (!r.ok()) return r.status();
     request = *r;

@@ -44,17 +44,44 @@ StageExecutor::StageExecutor(Schedule schedule, RankLayout layout, std::vector<S
   for (StageModel* chunk : chunks_) {
     if (chunk->stage().has_head) chunk->SetHeadGradInBackwardInput(PostValidated() && tied_here);
   }
-  const int64_t floats = ActivationFloats();
-  for (auto* v : {&recv_act_, &recv_grad_, &send_act_, &send_grad_}) {
-    v->assign(cells, std::vector<float>(floats));
-  }
   recv_act_req_.assign(cells, -1);
   recv_grad_req_.assign(cells, -1);
 }
 
-int64_t StageExecutor::ActivationFloats() const {
-  const StageModel& c = *chunks_[0];
-  return c.micro_batch() * c.seq_len() * c.config().n_embd;
+absl::Status StageExecutor::AllocateMessages() {
+  for (StageModel* chunk : chunks_) {
+    if (chunk->message_type() != chunks_[0]->message_type() ||
+        chunk->MessageBytes() != MessageBytes()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "rank %d holds chunks whose messages differ (%s, %d bytes; %s, %d bytes): every "
+          "stage of a pipeline must have the same precision and shapes",
+          layout_.rank(), MessageTypeName(chunks_[0]->message_type()), MessageBytes(),
+          MessageTypeName(chunk->message_type()), chunk->MessageBytes()));
+    }
+  }
+  const int m = schedule_.microbatches, cells = layout_.chunks * m;
+  for (auto* v : {&recv_act_, &recv_grad_, &send_act_, &send_grad_}) {
+    v->clear();
+    for (int c = 0; c < cells; ++c) v->emplace_back(nullptr, std::free);
+  }
+  for (const Instr& in : instructions()) {
+    std::vector<MessageBuffer>* v = in.op == Op::kRecvAct    ? &recv_act_
+                                    : in.op == Op::kRecvGrad ? &recv_grad_
+                                    : in.op == Op::kSendAct  ? &send_act_
+                                    : in.op == Op::kSendGrad ? &send_grad_
+                                                             : nullptr;
+    if (v == nullptr) continue;
+    MessageBuffer& buffer = (*v)[in.chunk * m + in.microbatch];
+    if (buffer != nullptr) continue;
+    FR_ASSIGN_OR_RETURN(buffer, chunks_[in.chunk]->AllocateMessageBuffer());
+  }
+  messages_allocated_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status StageExecutor::FinishMessageReads() {
+  for (StageModel* chunk : chunks_) FR_RETURN_IF_ERROR(chunk->FinishMessageReads());
+  return absl::OkStatus();
 }
 
 int StageExecutor::Tag(bool gradient, int sender_virtual_stage, int microbatch) const {
@@ -171,7 +198,6 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
   const int cell = in.chunk * m + std::max(0, in.microbatch);
   StageModel* chunk = in.chunk < static_cast<int>(chunks_.size()) ? chunks_[in.chunk] : nullptr;
   const int slot = slot_of_[cell];
-  const int64_t floats = ActivationFloats();
   const int peer = in.peer >= 0 ? layout_.RankOf(in.peer, layout_.replica) : -1;
   switch (in.op) {
     case Op::kLoad:
@@ -187,7 +213,7 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
       absl::Status s = transport_->Wait((grad ? recv_grad_req_ : recv_act_req_)[cell], timeout_s_);
       CountWait(clock().Now() - start, waited);
       if (!s.ok()) return s;
-      const float* src = (grad ? recv_grad_ : recv_act_)[cell].data();
+      const void* src = (grad ? recv_grad_ : recv_act_)[cell].get();
       return grad ? chunk->SetOutputGrad(slot, src) : chunk->SetInputActivations(slot, src);
     }
     case Op::kForward:
@@ -214,13 +240,12 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
     case Op::kSendAct:
     case Op::kSendGrad: {
       const bool grad = in.op == Op::kSendGrad;
-      std::vector<float>& buf = (grad ? send_grad_ : send_act_)[cell];
-      absl::Status got = grad ? chunk->GetInputGrad(slot, buf.data())
-                              : chunk->GetOutputActivations(slot, buf.data());
+      void* buf = (grad ? send_grad_ : send_act_)[cell].get();
+      absl::Status got =
+          grad ? chunk->GetInputGrad(slot, buf) : chunk->GetOutputActivations(slot, buf);
       if (!got.ok()) return got;
-      absl::StatusOr<Transport::Request> r =
-          transport_->Isend(buf.data(), floats * sizeof(float), peer,
-                            Tag(grad, VirtualStage(in.chunk), in.microbatch));
+      absl::StatusOr<Transport::Request> r = transport_->Isend(
+          buf, MessageBytes(), peer, Tag(grad, VirtualStage(in.chunk), in.microbatch));
       if (!r.ok()) return r.status();
       sends_.push_back(*r);
       return absl::OkStatus();
@@ -320,16 +345,19 @@ absl::Status StageExecutor::BeginStep() {
   weight_left_ = weight_instrs_;
   if (buckets_) buckets_->Reset();
   if (receives_posted_) return absl::OkStatus();
-  // Every receive of the step is posted now, into its own staging buffer.
+  // Every receive of the step is posted now, into its own buffer, once the chunks are done
+  // reading the last step's messages from them.
+  if (!messages_allocated_) FR_RETURN_IF_ERROR(AllocateMessages());
+  FR_RETURN_IF_ERROR(FinishMessageReads());
   const int m = schedule_.microbatches;
-  const int64_t bytes = ActivationFloats() * static_cast<int64_t>(sizeof(float));
+  const int64_t bytes = MessageBytes();
   for (const Instr& in : instructions()) {
     if (in.op != Op::kRecvAct && in.op != Op::kRecvGrad) continue;
     const bool grad = in.op == Op::kRecvGrad;
     const int cell = in.chunk * m + in.microbatch;
     const int sender = VirtualStage(in.chunk) + (grad ? 1 : -1);
     absl::StatusOr<Transport::Request> r = transport_->Irecv(
-        (grad ? recv_grad_ : recv_act_)[cell].data(), bytes,
+        (grad ? recv_grad_ : recv_act_)[cell].get(), bytes,
         layout_.RankOf(in.peer, layout_.replica), Tag(grad, sender, in.microbatch));
     if (!r.ok()) return r.status();
     (grad ? recv_grad_req_ : recv_act_req_)[cell] = *r;

@@ -204,7 +204,11 @@ class StageExecutor {
   }
   int NumVirtualStages() const { return layout_.pp * layout_.chunks; }
   int Tag(bool gradient, int sender_virtual_stage, int microbatch) const;
-  int64_t ActivationFloats() const;
+  // Every message's buffer, allocated once by the chunk that fills or reads it (BeginStep).
+  absl::Status AllocateMessages();
+  int64_t MessageBytes() const { return chunks_[0]->MessageBytes(); }
+  // Before receives are posted into buffers a chunk may still be reading (StageModel).
+  absl::Status FinishMessageReads();
   std::string Describe(const Instr& in) const;
   Clock& clock() const { return ClockOr(clock_); }
 
@@ -222,8 +226,10 @@ class StageExecutor {
   Clock* clock_ = nullptr;
   std::optional<CostModel> compute_;
   std::vector<int> slot_of_;  // [chunk · m + microbatch] → activation slot
-  // Staging buffers for messages, [chunk · m + microbatch].
-  std::vector<std::vector<float>> recv_act_, recv_grad_, send_act_, send_grad_;
+  // Message buffers, [chunk · m + microbatch], of the cells the instructions use (else null):
+  // the chunk's MessageType, in its AllocateMessageBuffer's memory (pinned on CUDA).
+  std::vector<MessageBuffer> recv_act_, recv_grad_, send_act_, send_grad_;
+  bool messages_allocated_ = false;
   std::vector<Transport::Request> recv_act_req_, recv_grad_req_;
   std::vector<Transport::Request> sends_;
   bool tied_reduced_ = false;

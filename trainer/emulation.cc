@@ -21,6 +21,7 @@ absl::StatusOr<pipeline::CostModel> CalibrateStageCosts(const BackendOptions& ba
   std::uniform_real_distribution<float> u(-0.5f, 0.5f);
   std::vector<int32_t> tokens(rows), targets(rows);
   std::vector<float> input(floats), output_grad(floats);
+  const MessageType messages = MessageTypeOf(backend);
   for (size_t v = 0; v < stages.size(); ++v) {
     const StageSpec& spec = stages[v];
     // On the device that trains: a stage's cost on the CPU says nothing about it on a GPU.
@@ -34,16 +35,21 @@ absl::StatusOr<pipeline::CostModel> CalibrateStageCosts(const BackendOptions& ba
       targets[i] = static_cast<int32_t>(rng() % config.vocab_size);
     }
     for (int64_t i = 0; i < floats; ++i) input[i] = u(rng), output_grad[i] = u(rng) * 1e-3f;
+    // As messages of the chunk's type, in its own message memory.
+    FR_ASSIGN_OR_RETURN(MessageBuffer input_message, s.AllocateMessageBuffer());
+    FR_ASSIGN_OR_RETURN(MessageBuffer grad_message, s.AllocateMessageBuffer());
+    ToMessage(s.message_type(), input.data(), floats, input_message.get());
+    ToMessage(s.message_type(), output_grad.data(), floats, grad_message.get());
     if (spec.has_embedding) FR_RETURN_IF_ERROR(s.SetTokens(0, tokens.data()));
     if (spec.has_head) FR_RETURN_IF_ERROR(s.SetTargets(0, targets.data()));
-    if (!spec.has_embedding) FR_RETURN_IF_ERROR(s.SetInputActivations(0, input.data()));
+    if (!spec.has_embedding) FR_RETURN_IF_ERROR(s.SetInputActivations(0, input_message.get()));
     double f = 1e30, b = 1e30, w = 1e30;
     for (int rep = 0; rep < 4; ++rep) {  // the first run warms up; the fastest of the rest
       Timer t;
       absl::StatusOr<double> loss = s.Forward(0);
       if (!loss.ok()) return loss.status();
       const double tf = t.ElapsedSeconds();
-      if (!spec.has_head) FR_RETURN_IF_ERROR(s.SetOutputGrad(0, output_grad.data()));
+      if (!spec.has_head) FR_RETURN_IF_ERROR(s.SetOutputGrad(0, grad_message.get()));
       Timer tb;
       FR_RETURN_IF_ERROR(s.BackwardInput(0, 1.0f / static_cast<float>(rows)));
       const double tbi = tb.ElapsedSeconds();
@@ -58,8 +64,9 @@ absl::StatusOr<pipeline::CostModel> CalibrateStageCosts(const BackendOptions& ba
     stage_cost.b += b * 1e3;
     stage_cost.w += w * 1e3;
     if (stages.size() > static_cast<size_t>(pp)) cost.chunks.push_back({f * 1e3, b * 1e3, w * 1e3});
+    FR_RETURN_IF_ERROR(s.FinishMessageReads());  // before the messages are freed
   }
-  cost.comm = static_cast<double>(floats) * sizeof(float) / (link_gbs * 1e9) * 1e3;
+  cost.comm = static_cast<double>(floats) * MessageTypeBytes(messages) / (link_gbs * 1e9) * 1e3;
   return cost;
 }
 

@@ -14,9 +14,10 @@ namespace freeride {
 
 // Per stage of `pp`: F, B (input gradient) and W (weight gradient) of one micro-batch, in ms,
 // each the fastest of a few timed runs of the real layers on `backend`; `comm` the transfer of
-// one activation over a link of `link_gbs` GB/s. `stages` lists the virtual stages (pp × chunks,
-// on the stages `placement` puts them on); a stage's cost is the sum of its chunks', and with
-// several chunks each one's own cost is kept too (CostModel::chunks).
+// one activation message (in MessageTypeOf(backend)) over a link of `link_gbs` GB/s. `stages`
+// lists the virtual stages (pp × chunks, on the stages `placement` puts them on); a stage's
+// cost is the sum of its chunks', and with several chunks each one's own cost is kept too
+// (CostModel::chunks).
 absl::StatusOr<pipeline::CostModel> CalibrateStageCosts(const BackendOptions& backend,
                                                         const GPT2Config& config,
                                                         const std::vector<StageSpec>& stages,

@@ -214,7 +214,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
     compute = CostModelFromParts(specs, SimulatedPartCosts(*model, micro_batch, tc.seq_len),
                                  plan->placement, L.pp);
     compute->comm = static_cast<double>(micro_batch * tc.seq_len * model->n_embd) *
-                    sizeof(float) / (config.runtime.link_bandwidth_gbs * 1e9) * 1e3;
+                    MessageTypeBytes(MessageTypeOf(backend)) /
+                    (config.runtime.link_bandwidth_gbs * 1e9) * 1e3;
   }
   if (emulate) {
     // The other stages' costs, measured by running their layers here; the schedule's bubbles
@@ -234,8 +235,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   if (!schedule.ok()) return schedule.status();
   if (emulate) {
     absl::StatusOr<std::unique_ptr<pipeline::Transport>> emulated =
-        pipeline::MakeEmulatedPeersTransport(*schedule, cost, L.stage,
-                                             micro_batch * tc.seq_len * model->n_embd, clock);
+        pipeline::MakeEmulatedPeersTransport(*schedule, cost, L.stage, MessageTypeOf(backend),
+                                             clock);
     if (!emulated.ok()) return emulated.status();
     t->own_transport_ = *std::move(emulated);
     transport = t->own_transport_.get();
@@ -346,9 +347,10 @@ absl::Status Trainer::CheckHostMemory(const std::vector<StageSpec>& chunks, int6
     }
   }
   const int64_t activation = micro_batch * tc.seq_len * model_config_.n_embd;
-  plan.push_back({"message staging buffers",
-                  4 * microbatches * static_cast<int64_t>(chunks.size()) * activation *
-                      static_cast<int64_t>(sizeof(float))});
+  const MessageType messages =
+      MessageTypeOf(BackendOptions{config_.runtime.device, config_.runtime.precision});
+  plan.push_back({"message buffers", 4 * microbatches * static_cast<int64_t>(chunks.size()) *
+                                         activation * MessageTypeBytes(messages)});
   plan.push_back({"the global batch's tokens", 2 * tc.batch_size * layout_.dp * tc.seq_len *
                                                    static_cast<int64_t>(sizeof(int32_t))});
   if (config_.optim.step_sync == "post_validate") {

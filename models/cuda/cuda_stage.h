@@ -9,6 +9,7 @@
 #include <array>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "models/cuda/cuda_stage_model.h"
@@ -48,10 +49,16 @@ class CudaStage final : public CudaStageModel {
 
   absl::Status SetTokens(int slot, const int32_t* tokens) override;
   absl::Status SetTargets(int slot, const int32_t* targets) override;
-  absl::Status SetInputActivations(int slot, const float* x) override;
-  absl::Status SetOutputGrad(int slot, const float* dy) override;
-  absl::Status GetOutputActivations(int slot, float* y) override;
-  absl::Status GetInputGrad(int slot, float* dx) override;
+  // Messages in T itself, through pinned host memory (the copies are DMA on the stream).
+  MessageType message_type() const override {
+    return std::is_same_v<T, float> ? MessageType::kFp32 : MessageType::kBf16;
+  }
+  absl::StatusOr<MessageBuffer> AllocateMessageBuffer() override;
+  absl::Status SetInputActivations(int slot, const void* x) override;
+  absl::Status SetOutputGrad(int slot, const void* dy) override;
+  absl::Status FinishMessageReads() override;
+  absl::Status GetOutputActivations(int slot, void* y) override;
+  absl::Status GetInputGrad(int slot, void* dx) override;
   absl::Status GetLosses(int slot, float* losses) override;
   absl::Status GetLogitsAt(int slot, int64_t position, float* logits) override;
 
@@ -94,8 +101,10 @@ class CudaStage final : public CudaStageModel {
   const T* LayerInput(const Slot& s, int64_t l) const;
   T* OutputActivations(const Slot& s) const;
   T* OutputGrad(const Slot& s) const;
-  absl::Status Upload(T* dst, const float* src, int64_t n);
-  absl::Status Download(float* dst, const T* src, int64_t n);
+  // A message's n elements to the device (queued on the stream; messages_read_ marks its end)
+  // or from it (complete on return: the host hands the buffer on at once).
+  absl::Status Upload(T* dst, const void* src, int64_t n);
+  absl::Status Download(void* dst, const T* src, int64_t n);
   absl::Status Sync();
   // Allocations, counted in the ledger.
   absl::Status DeviceAlloc(char** ptr, int64_t bytes);
@@ -142,6 +151,7 @@ class CudaStage final : public CudaStageModel {
   std::string description_;
   std::array<char*, kNumMemoryPhases> base_{};
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t messages_read_ = nullptr;  // recorded after each Upload
   BlasContext blas_;
   std::shared_ptr<LtAlgorithmCache> algorithms_ = MakeLtAlgorithmCache();
   float* host_grads_ = nullptr;  // pinned mirror of the gradients for sums across ranks

@@ -45,6 +45,7 @@ CudaStage<T>::~CudaStage() {
       if (e != nullptr) cudaEventDestroy(e);
     }
   }
+  if (messages_read_ != nullptr) cudaEventDestroy(messages_read_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -66,6 +67,7 @@ absl::Status CudaStage<T>::Init() {
   CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
   CUDA_CHECK(cudaStreamCreateWithPriority(
       &stream_, cudaStreamNonBlocking, options_.low_priority ? least_priority : greatest_priority));
+  CUDA_CHECK(cudaEventCreateWithFlags(&messages_read_, cudaEventDisableTiming));
   CUBLAS_CHECK(cublasLtCreate(&blas_.lt));
   CUBLAS_CHECK(cublasCreate(&blas_.blas));
   size_t free_bytes = 0, total_bytes = 0;
@@ -204,27 +206,34 @@ absl::Status CudaStage<T>::AwaitStaging(cudaEvent_t copied) {
 }
 
 template <typename T>
-absl::Status CudaStage<T>::Upload(T* dst, const float* src, int64_t n) {
-  if constexpr (std::is_same_v<T, float>) {
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
-  } else {
-    float* staging = Ptr<float>(ids_.staging);
-    CUDA_CHECK(cudaMemcpyAsync(staging, src, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
-    FR_KERNEL(kWholeChunk, Convert, dst, staging, n, stream_);
-  }
-  return Sync();
+absl::Status CudaStage<T>::Upload(T* dst, const void* src, int64_t n) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaEventRecord(messages_read_, stream_));
+  return absl::OkStatus();
 }
 
 template <typename T>
-absl::Status CudaStage<T>::Download(float* dst, const T* src, int64_t n) {
-  const float* from = reinterpret_cast<const float*>(src);
-  if constexpr (!std::is_same_v<T, float>) {
-    float* staging = Ptr<float>(ids_.staging);
-    FR_KERNEL(kWholeChunk, Convert, staging, src, n, stream_);
-    from = staging;
-  }
-  CUDA_CHECK(cudaMemcpyAsync(dst, from, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-  return Sync();
+absl::Status CudaStage<T>::Download(void* dst, const T* src, int64_t n) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToHost, stream_));
+  return Sync();  // the transport reads the buffer next
+}
+
+namespace {
+void FreePinned(void* p) { cudaFreeHost(p); }
+}  // namespace
+
+template <typename T>
+absl::StatusOr<MessageBuffer> CudaStage<T>::AllocateMessageBuffer() {
+  FR_RETURN_IF_ERROR(Enter());
+  char* p = nullptr;
+  FR_RETURN_IF_ERROR(PinnedAlloc(&p, MessageBytes()));
+  return MessageBuffer(p, FreePinned);
+}
+
+template <typename T>
+absl::Status CudaStage<T>::FinishMessageReads() {
+  FR_RETURN_IF_ERROR(Enter());
+  return AwaitStaging(messages_read_);
 }
 
 template <typename T>
@@ -272,26 +281,26 @@ absl::Status CudaStage<T>::SetTargets(int slot, const int32_t* targets) {
 }
 
 template <typename T>
-absl::Status CudaStage<T>::SetInputActivations(int slot, const float* x) {
+absl::Status CudaStage<T>::SetInputActivations(int slot, const void* x) {
   FR_RETURN_IF_ERROR(Enter());
-  return Upload(Ptr<T>(ids_.slots[slot].input), x, B_ * T_ * layout_.config.n_embd);
+  return Upload(Ptr<T>(ids_.slots[slot].input), x, MessageElements());
 }
 template <typename T>
-absl::Status CudaStage<T>::SetOutputGrad(int slot, const float* dy) {
+absl::Status CudaStage<T>::SetOutputGrad(int slot, const void* dy) {
   FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("SetOutputGrad"));
-  return Upload(OutputGrad(ids_.slots[slot]), dy, B_ * T_ * layout_.config.n_embd);
+  return Upload(OutputGrad(ids_.slots[slot]), dy, MessageElements());
 }
 template <typename T>
-absl::Status CudaStage<T>::GetOutputActivations(int slot, float* y) {
+absl::Status CudaStage<T>::GetOutputActivations(int slot, void* y) {
   FR_RETURN_IF_ERROR(Enter());
-  return Download(y, OutputActivations(ids_.slots[slot]), B_ * T_ * layout_.config.n_embd);
+  return Download(y, OutputActivations(ids_.slots[slot]), MessageElements());
 }
 template <typename T>
-absl::Status CudaStage<T>::GetInputGrad(int slot, float* dx) {
+absl::Status CudaStage<T>::GetInputGrad(int slot, void* dx) {
   FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("GetInputGrad"));
-  return Download(dx, Ptr<T>(ids_.slots[slot].dinput), B_ * T_ * layout_.config.n_embd);
+  return Download(dx, Ptr<T>(ids_.slots[slot].dinput), MessageElements());
 }
 template <typename T>
 absl::Status CudaStage<T>::GetLosses(int slot, float* losses) {

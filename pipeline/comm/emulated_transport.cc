@@ -1,6 +1,7 @@
 // Emulated pipeline peers: the real stage's messages and sums are timed by the simulator.
 #include <map>
 #include <random>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "pipeline/comm/transport.h"
@@ -13,13 +14,9 @@ namespace {
 
 class EmulatedPeersTransport : public Transport {
  public:
-  EmulatedPeersTransport(const Schedule& schedule, SimResult sim, int real, int64_t floats,
+  EmulatedPeersTransport(const Schedule& schedule, SimResult sim, int real, MessageType type,
                          double comm_ms, Clock& clock)
-      : schedule_(schedule),
-        sim_(std::move(sim)),
-        real_(real),
-        floats_(floats),
-        clock_(clock) {
+      : schedule_(schedule), sim_(std::move(sim)), real_(real), type_(type), clock_(clock) {
     const int p = schedule.stages, m = schedule.microbatches;
     // Simulated departure and arrival (ms after the real stage's step start; post-validated
     // steps overlap, so a peer's may come before it) of every message, by tag, and the
@@ -102,11 +99,13 @@ class EmulatedPeersTransport : public Transport {
     // until the input is ready), so training alone would look slower than training with side
     // tasks (a -3% "overhead" in the emulated study).
     clock_.SpinUntil(when);
-    // Synthetic contents: activations and gradients of a plausible scale, fixed per tag.
+    // Synthetic contents: activations and gradients of a plausible scale, fixed per tag, in
+    // the messages' element type.
     std::mt19937 rng(static_cast<uint32_t>(p.tag) * 2654435761u);
     std::uniform_real_distribution<float> u(-0.5f, 0.5f);
-    float* out = static_cast<float*>(p.data);
-    for (int64_t i = 0; i < p.bytes / static_cast<int64_t>(sizeof(float)); ++i) out[i] = u(rng);
+    std::vector<float> values(p.bytes / MessageTypeBytes(type_));
+    for (float& v : values) v = u(rng);
+    ToMessage(type_, values.data(), static_cast<int64_t>(values.size()), p.data);
     return absl::OkStatus();
   }
 
@@ -209,7 +208,7 @@ class EmulatedPeersTransport : public Transport {
   const Schedule schedule_;
   const SimResult sim_;
   const int real_;
-  const int64_t floats_;
+  const MessageType type_;
   Clock& clock_;
   std::map<int, Times> messages_;
   std::vector<std::pair<double, int>> own_sends_;  // (simulated time, tag), by time
@@ -226,9 +225,11 @@ class EmulatedPeersTransport : public Transport {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Transport>> MakeEmulatedPeersTransport(
-    const Schedule& schedule, const CostModel& cost, int real_stage, int64_t message_floats,
-    Clock* clock) {
+absl::StatusOr<std::unique_ptr<Transport>> MakeEmulatedPeersTransport(const Schedule& schedule,
+                                                                      const CostModel& cost,
+                                                                      int real_stage,
+                                                                      MessageType message_type,
+                                                                      Clock* clock) {
   if (real_stage < 0 || real_stage >= schedule.stages) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "runtime.emulated_stage = %d, but the pipeline has stages 0..%d", real_stage,
@@ -236,9 +237,8 @@ absl::StatusOr<std::unique_ptr<Transport>> MakeEmulatedPeersTransport(
   }
   absl::StatusOr<SimResult> sim = Simulate(schedule, cost);
   if (!sim.ok()) return sim.status();
-  return std::unique_ptr<Transport>(
-      new EmulatedPeersTransport(schedule, *std::move(sim), real_stage, message_floats, cost.comm,
-                                 ClockOr(clock)));
+  return std::unique_ptr<Transport>(new EmulatedPeersTransport(
+      schedule, *std::move(sim), real_stage, message_type, cost.comm, ClockOr(clock)));
 }
 
 }  // namespace freeride::pipeline

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/clock.h"
+#include "models/stage_message.h"
 
 namespace freeride::pipeline {
 
@@ -66,15 +67,18 @@ struct Schedule;
 struct CostModel;
 
 // One real stage of a p-stage pipeline; the other stages are emulated (one process, dp = 1;
-// interleaved schedules too: message tags name virtual stages). Messages to the real stage arrive when the simulator, run with
-// `cost`, says they would, shifted by how late the real stage's own earlier sends were
-// against their simulated times (so a slow real stage sees its gradients come back late);
-// their contents are synthetic. Sums with emulated members complete when the last of them
-// would arrive and add nothing to the real stage's values. Times are on `clock` (the stage
-// executor's; null: the system clock). See docs/emulation.md.
-absl::StatusOr<std::unique_ptr<Transport>> MakeEmulatedPeersTransport(
-    const Schedule& schedule, const CostModel& cost, int real_stage, int64_t message_floats,
-    Clock* clock = nullptr);
+// interleaved schedules too: message tags name virtual stages). Messages to the real stage arrive
+// when the simulator, run with `cost`, says they would, shifted by how late the real stage's own
+// earlier sends were against their simulated times (so a slow real stage sees its gradients come
+// back late); their contents are synthetic, values of `message_type` (the real stage's chunks').
+// Sums with emulated members complete when the last of them would arrive and add nothing to the
+// real stage's values. Times are on `clock` (the stage executor's; null: the system clock).
+// See docs/emulation.md.
+absl::StatusOr<std::unique_ptr<Transport>> MakeEmulatedPeersTransport(const Schedule& schedule,
+                                                                      const CostModel& cost,
+                                                                      int real_stage,
+                                                                      MessageType message_type,
+                                                                      Clock* clock = nullptr);
 
 // `size` ranks as threads of this process: MakeInProcessWorld returns one Transport per rank,
 // each to be used by one thread. Sums add contributions in rank order.

@@ -2,14 +2,18 @@
 // simulator. On simulated time (each compute instruction takes its FLOP model's time), the real
 // stage's measured bubbles must be the simulator's for the same costs (the real stage's own
 // taken from its measurement): exactly, whatever the machine's load. How close they come on
-// real time is measured by build/bench/emulation_bench (bench/RESULTS.md).
+// real time is measured by build/bench/emulation_bench (bench/RESULTS.md). The peers' synthetic
+// messages come in the real stage's message type.
 #include <cblas.h>
 #include <omp.h>
 
+#include <cmath>
 #include <vector>
 
 #include "core/clock.h"
+#include "pipeline/generators.h"
 #include "pipeline/simulator.h"
+#include "pipeline/stage_executor.h"
 #include "tests/pipeline/train_parity.h"
 
 namespace freeride {
@@ -151,6 +155,38 @@ TEST(EmulatedPeersTest, RefusesWhatItCannotEmulate) {
   trainer = Trainer::Create(config, world[0].get());
   ASSERT_FALSE(trainer.ok());
   EXPECT_NE(trainer.status().message().find("launch it without mpirun"), std::string::npos);
+}
+
+// The emulated peers' synthetic messages come in the real stage's message type: bf16 values
+// of the same scale (uniform in ±0.5) filling the whole buffer, not fp32 bit patterns.
+TEST(EmulatedPeersTest, SyntheticMessagesHaveTheRealStagesType) {
+  pipeline::ScheduleOptions options;
+  options.stages = 2;
+  options.microbatches = 2;
+  absl::StatusOr<pipeline::Schedule> schedule = pipeline::BuildSchedule(options);
+  ASSERT_TRUE(schedule.ok()) << schedule.status();
+  const int64_t n = 1000;
+  for (MessageType type : {MessageType::kFp32, MessageType::kBf16}) {
+    SCOPED_TRACE(MessageTypeName(type));
+    SimulatedClock clock;
+    auto transport = pipeline::MakeEmulatedPeersTransport(*schedule, pipeline::CostModel::Uniform(),
+                                                          0, type, &clock);
+    ASSERT_TRUE(transport.ok()) << transport.status();
+    (*transport)->OnStepStart(clock.Now());
+    MessageBuffer message = AllocateHostMessage(n * MessageTypeBytes(type));
+    const int tag = pipeline::StageExecutor::MessageTag(true, 1, 0, 2, 2);  // stage 1's gradient
+    auto r = (*transport)->Irecv(message.get(), n * MessageTypeBytes(type), 1, tag);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE((*transport)->Wait(*r, 1e6).ok());
+    std::vector<float> values(n);
+    FromMessage(type, message.get(), n, values.data());
+    double sum_abs = 0;
+    for (float v : values) {
+      ASSERT_LE(std::fabs(v), 0.5f);
+      sum_abs += std::fabs(v);
+    }
+    EXPECT_GT(sum_abs / n, 0.2);  // uniform in ±0.5: mean |v| = 0.25, to the last element
+  }
 }
 
 }  // namespace

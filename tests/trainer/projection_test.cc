@@ -2,7 +2,8 @@
 // exactly the simulator's pipeline, 1F1B's bubble (p−1)/(m+p−1) at 8,192 GPUs with uniform
 // costs, the tied-embedding sum over the stage link, and the executor's packing rule (no
 // in-process step fits: nothing; a worker: the bubble less its margin, sync waits left out);
-// post-validated steps and the all-reduce in buckets as the simulator times them.
+// post-validated steps and the all-reduce in buckets as the simulator times them; bf16
+// messages at 2 bytes a value.
 #include "trainer/study/projection.h"
 
 #include "gtest/gtest.h"
@@ -115,6 +116,24 @@ TEST(ProjectionTest, SideWorkIsPackedByTheExecutorsRule) {
   row = Row(*p, 4, 4);
   EXPECT_GT(row->harvested_fraction, 0);
   EXPECT_LE(row->harvested_fraction, 0.9 * row->bubble_fraction + 1e-12);
+}
+
+TEST(ProjectionTest, Bf16MessagesCrossTheLinkAtTwoBytesAValue) {
+  // A 1 MB/s link: a message of 64 × 32 values is 8.192 ms in fp32, 4.096 ms in bf16; the
+  // weight gradients (the tied sum) stay fp32.
+  ProjectionOptions options = Uniform({4}, 8);
+  options.link = {0, 1e-3};
+  absl::StatusOr<Projection> fp32 = Project(Model(8), options);
+  options.message_bytes_per_value = 2;
+  absl::StatusOr<Projection> bf16 = Project(Model(8), options);
+  ASSERT_TRUE(fp32.ok() && bf16.ok());
+  const ProjectionRow *a = Row(*fp32, 4, 4), *b = Row(*bf16, 4, 4);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  // At least the three hops of the first micro-batch's forward are on the critical path.
+  EXPECT_GE(a->step_ms - b->step_ms, 3 * 4.096 - 1e-6);
+  // One stage, no messages: the same step either way.
+  EXPECT_EQ(Row(*fp32, 4, 1)->step_ms, Row(*bf16, 4, 1)->step_ms);
 }
 
 TEST(ProjectionTest, TheOptimizerUpdateOfTheLargestRankEndsTheStep) {

@@ -179,6 +179,8 @@ absl::StatusOr<std::string> RunProjection(const ParsedFlags& flags) {
       options.global_batch,
       PositiveIntFlag(flags, "global_batch", config.train.batch_size * config.parallel.dp));
   options.seq_len = config.train.seq_len;
+  options.message_bytes_per_value = MessageTypeBytes(
+      MessageTypeOf(BackendOptions{config.runtime.device, config.runtime.precision}));
   FR_ASSIGN_OR_RETURN(options.kinds, Kinds(flags.Get("kinds", config.parallel.schedule == "file"
                                                                   ? "1f1b"
                                                                   : config.parallel.schedule)));

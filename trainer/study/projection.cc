@@ -76,8 +76,8 @@ absl::StatusOr<Projection> Project(const GPT2Config& model, const ProjectionOpti
   }
   Projection out;
   std::map<std::tuple<int, int, int>, StagePlan> plans;  // by (pp, chunks, placement)
-  const double activation_bytes = static_cast<double>(options.micro_batch * options.seq_len *
-                                                      model.n_embd * options.bytes_per_value);
+  const double activation_bytes = static_cast<double>(
+      options.micro_batch * options.seq_len * model.n_embd * options.message_bytes_per_value);
   for (int64_t gpus : options.gpus) {
     for (ScheduleKind kind : options.kinds) {
       const int chunks = pipeline::ChunksFor(kind, options.chunks);

@@ -40,7 +40,8 @@ struct ProjectionOptions {
   std::vector<pipeline::ScheduleKind> kinds;
   int chunks = 2;                    // model chunks per stage for interleaved
   PartCosts costs;                   // ms per micro-batch (F + B + W) of each model part
-  int64_t bytes_per_value = 4;       // activations, their gradients, weight gradients
+  int64_t bytes_per_value = 4;       // weight gradients (the sums across ranks)
+  int64_t message_bytes_per_value = 4;  // activations and their gradients (2 in bf16)
   pipeline::Network link;            // between adjacent pipeline stages
   pipeline::Network network;         // the data-parallel all-reduce
   pipeline::AllReduceAlgorithm algorithm = pipeline::AllReduceAlgorithm::kRing;
