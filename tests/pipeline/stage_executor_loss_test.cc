@@ -77,14 +77,14 @@ class CountingChunk final : public StageModel {
   std::string Describe() const override { return "counting " + m_.Describe(); }
   absl::Status SetTokens(int s, const int32_t* t) override { return m_.SetTokens(s, t); }
   absl::Status SetTargets(int s, const int32_t* t) override { return m_.SetTargets(s, t); }
-  absl::Status SetInputActivations(int s, const float* x) override {
+  absl::Status SetInputActivations(int s, const void* x) override {
     return m_.SetInputActivations(s, x);
   }
-  absl::Status SetOutputGrad(int s, const float* dy) override { return m_.SetOutputGrad(s, dy); }
-  absl::Status GetOutputActivations(int s, float* y) override {
+  absl::Status SetOutputGrad(int s, const void* dy) override { return m_.SetOutputGrad(s, dy); }
+  absl::Status GetOutputActivations(int s, void* y) override {
     return m_.GetOutputActivations(s, y);
   }
-  absl::Status GetInputGrad(int s, float* dx) override { return m_.GetInputGrad(s, dx); }
+  absl::Status GetInputGrad(int s, void* dx) override { return m_.GetInputGrad(s, dx); }
   absl::Status GetLogitsAt(int s, int64_t p, float* l) override { return m_.GetLogitsAt(s, p, l); }
   absl::StatusOr<double> Forward(int s) override {
     ++forwards_returning;
