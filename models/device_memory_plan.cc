@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "models/cuda/multi_tensor_table.h"
 
 namespace freeride {
 
@@ -119,6 +120,10 @@ StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage,
                                   G * kColumnChunks * std::max(4 * C, Vp) * 4);
   ids.reduce_partials = plan->Add(kWorkspace, "reduction partial sums",
                                   (kReduceBlocks + 2 * (L + 2)) * 8);
+  const int64_t chunks = cuda::NumTensorChunks(layout);
+  ids.multi_tensor_table = plan->Add(kWorkspace, "multi-tensor table",
+                                     G * cuda::TableBytes(chunks, cuda::NumGradNormUnits(stage)));
+  ids.multi_tensor_partials = plan->Add(kWorkspace, "multi-tensor partial sums", G * chunks * 8);
   ids.cublaslt_workspace = plan->Add(kWorkspace, "cuBLASLt workspace", kCublasLtWorkspaceBytes);
   ids.staging = plan->Add(kWorkspace, "fp32 staging", BT * C * 4);
   return ids;

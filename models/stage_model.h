@@ -62,6 +62,13 @@ class StageModel {
   // GPT2Stage's contract: Forward returns the head's mean loss (else 0); BackwardInput then
   // BackwardWeight; FoldHeadWteGrad once per step after the last BackwardWeight.
   virtual absl::StatusOr<double> Forward(int slot) = 0;
+  // Forward for a slot whose BackwardInput(slot, loss_scale) follows, with this same
+  // `loss_scale`, before anything reads its logits: a head may then make the logits gradient in
+  // the pass that makes the loss (CUDA's fused classifier), so GetLogitsAt has no logits to give
+  // after it. The default is Forward.
+  virtual absl::StatusOr<double> ForwardTraining(int slot, float /*loss_scale*/) {
+    return Forward(slot);
+  }
   virtual absl::Status BackwardInput(int slot, float loss_scale) = 0;
   virtual absl::Status BackwardWeight(int slot) = 0;
   virtual absl::Status ZeroGrads() = 0;

@@ -181,7 +181,9 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
       return grad ? chunk->SetOutputGrad(slot, src) : chunk->SetInputActivations(slot, src);
     }
     case Op::kForward: {
-      absl::StatusOr<double> loss = chunk->Forward(slot);
+      // Every forward of a schedule with backwards has its BackwardInput, at this loss scale.
+      absl::StatusOr<double> loss =
+          has_backward_ ? chunk->ForwardTraining(slot, loss_scale) : chunk->Forward(slot);
       if (!loss.ok()) return loss.status();
       if (chunk->stage().has_head) *head_loss += *loss;
       return absl::OkStatus();

@@ -7,6 +7,7 @@
 #include <cublas_v2.h>
 
 #include <array>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "models/cuda/cuda_stage_model.h"
 #include "models/cuda/kernels.h"
 #include "models/cuda/matmul.h"
+#include "models/cuda/multi_tensor_table.h"
 
 // Inside CudaStage's members: a kernel launch (it returns nothing) or a library call (it returns
 // a Status) at `layer` (a local layer index, or kEmbedding, kHead, kWholeChunk), checked by
@@ -56,6 +58,7 @@ class CudaStage final : public CudaStageModel {
   absl::Status GetLogitsAt(int slot, int64_t position, float* logits) override;
 
   absl::StatusOr<double> Forward(int slot) override;
+  absl::StatusOr<double> ForwardTraining(int slot, float loss_scale) override;
   absl::Status BackwardInput(int slot, float loss_scale) override;
   absl::Status BackwardWeight(int slot) override;
   absl::Status ZeroGrads() override;
@@ -109,6 +112,18 @@ class CudaStage final : public CudaStageModel {
   absl::Status LayerBackwardWeight(const Slot& s, int64_t l, const T* x);
   // head_wte_grad += the slot's logits gradient^T · lnf.
   absl::Status HeadWteGrad(const Slot& s);
+  // The head's loss per row from the slot's logits (and, inside ForwardTraining with the fused
+  // kernels, their gradient in the same pass); then the logits gradient in BackwardInput where
+  // Forward did not make it (cuda_stage_classifier.cc).
+  absl::Status ClassifierForward(int slot);
+  absl::Status ClassifierBackward(int slot, float loss_scale);
+  // runtime.kernels = auto: the fused classifier, the multi-tensor norm and AdamW, and weight
+  // gradients written with beta = 0 by the first micro-batch after ZeroGrads.
+  bool fused() const { return options_.kernels == KernelMode::kAuto; }
+  // Zeroes what ZeroGrads left to the first weight products (weight_grads_deferred_,
+  // head_grad_deferred_): first thing in every call that reads or writes the gradients other
+  // than the products themselves.
+  absl::Status ZeroDeferredGrads();
 
   ParamLayout layout_;
   int64_t B_, T_;
@@ -126,6 +141,14 @@ class CudaStage final : public CudaStageModel {
   std::shared_ptr<LtAlgorithmCache> algorithms_ = MakeLtAlgorithmCache();
   float* host_grads_ = nullptr;  // pinned mirror of the gradients for sums across ranks
   std::vector<int64_t> distinct_tokens_;  // per slot, for the embedding backward
+  MultiTensorTable table_;                // the multi-tensor kernels' (also on the device)
+  // Inside ForwardTraining: the loss scale its BackwardInput will pass, else NaN. Per slot: the
+  // scale its logits gradient was made with in forward (the logits are gone), else NaN.
+  float training_loss_scale_ = NAN;
+  std::vector<float> logits_grad_scale_;
+  // ZeroGrads left the weight matrices' gradients (the four per-layer products') and the
+  // head's wte gradient unzeroed: the next products write them with beta = 0.
+  bool weight_grads_deferred_ = false, head_grad_deferred_ = false;
 };
 
 }  // namespace freeride::cuda

@@ -9,12 +9,22 @@
 #include "core/logging.h"
 #include "core/status.h"
 #include "models/cuda/cuda_stage.h"
+#include "models/cuda/multi_tensor.h"
 #include "models/gpt2.h"
 #include "models/token_buckets.h"
 #include "models/token_ids.h"
 
 namespace freeride {
 namespace cuda {
+namespace {
+
+// The tensors whose gradients only the weight products write (MatmulBackwardWeight).
+bool IsWeightMatrix(ParamTensor t) {
+  return t == ParamTensor::kQkvW || t == ParamTensor::kAttProjW || t == ParamTensor::kFcW ||
+         t == ParamTensor::kFcProjW;
+}
+
+}  // namespace
 
 template <typename T>
 CudaStage<T>::CudaStage(const GPT2Config& config, const StageSpec& stage, int64_t micro_batch,
@@ -24,6 +34,8 @@ CudaStage<T>::CudaStage(const GPT2Config& config, const StageSpec& stage, int64_
                          !options.inference_only, options.attention);
   fuse_gelu_ = FuseGelu(options.fuse_gelu, !std::is_same_v<T, float>);
   distinct_tokens_.assign(slots, 0);
+  logits_grad_scale_.assign(slots, NAN);
+  if (!options.inference_only) table_ = MakeMultiTensorTable(layout_);
 }
 
 template <typename T>
@@ -84,6 +96,14 @@ absl::Status CudaStage<T>::Init() {
     if (plan_.PhaseBytes(phase) == 0) continue;  // inference only
     CUDA_CHECK(
         cudaMemsetAsync(base_[static_cast<int>(phase)], 0, plan_.PhaseBytes(phase), stream_));
+  }
+  if (!options_.inference_only) {  // the multi-tensor table, once (table_ outlives the copy)
+    char* table = Ptr<char>(ids_.multi_tensor_table);
+    const int64_t chunks = static_cast<int64_t>(table_.chunks.size());
+    CUDA_CHECK(cudaMemcpyAsync(table, table_.chunks.data(), chunks * sizeof(TensorChunk),
+                               cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(table + UnitBeginOffsetBytes(chunks), table_.unit_begin.data(),
+                               table_.unit_begin.size() * 4, cudaMemcpyHostToDevice, stream_));
   }
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
@@ -234,6 +254,11 @@ absl::Status CudaStage<T>::GetLosses(int slot, float* losses) {
 template <typename T>
 absl::Status CudaStage<T>::GetLogitsAt(int slot, int64_t position, float* logits) {
   FR_RETURN_IF_ERROR(Enter());
+  if (!std::isnan(logits_grad_scale_[slot])) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "GetLogitsAt of slot %d on %s: ForwardTraining made its logits their gradient", slot,
+        description_));
+  }
   // One row per sequence, T_ rows apart: a strided copy of B rows, widened on the host.
   const int64_t Vp = layout_.config.padded_vocab_size;
   std::vector<T> rows(B_ * Vp);
@@ -249,18 +274,57 @@ template <typename T>
 absl::Status CudaStage<T>::ZeroGrads() {
   FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("ZeroGrads"));
-  CUDA_CHECK(cudaMemsetAsync(Ptr<float>(ids_.grads), 0, layout_.total * 4, stream_));
-  if (layout_.stage.has_head) {
+  if (!fused()) {
+    CUDA_CHECK(cudaMemsetAsync(Ptr<float>(ids_.grads), 0, layout_.total * 4, stream_));
+    if (layout_.stage.has_head) {
+      CUDA_CHECK(cudaMemsetAsync(Ptr<float>(ids_.head_wte_grad), 0,
+                                 plan_.buffer(ids_.head_wte_grad).bytes, stream_));
+    }
+    return Sync();
+  }
+  // The weight matrices' gradients and the head's wte gradient are left to the first
+  // products, which write them with beta = 0; the rest (accumulated by other kernels) is
+  // zeroed here, in runs of adjacent tensors.
+  int64_t begin = 0;
+  for (const TensorSlot& slot : layout_.slots) {
+    if (!slot.present || !IsWeightMatrix(slot.tensor)) continue;
+    if (slot.offset > begin) {
+      CUDA_CHECK(cudaMemsetAsync(Ptr<float>(ids_.grads) + begin, 0, (slot.offset - begin) * 4,
+                                 stream_));
+    }
+    begin = slot.offset + slot.elements;
+  }
+  if (layout_.total > begin) {
+    CUDA_CHECK(cudaMemsetAsync(Ptr<float>(ids_.grads) + begin, 0, (layout_.total - begin) * 4,
+                               stream_));
+  }
+  weight_grads_deferred_ = layout_.stage.num_layers() > 0;
+  head_grad_deferred_ = layout_.stage.has_head;
+  return Sync();
+}
+
+template <typename T>
+absl::Status CudaStage<T>::ZeroDeferredGrads() {
+  if (weight_grads_deferred_) {
+    for (const TensorSlot& slot : layout_.slots) {
+      if (!slot.present || !IsWeightMatrix(slot.tensor)) continue;
+      CUDA_CHECK(
+          cudaMemsetAsync(Ptr<float>(ids_.grads) + slot.offset, 0, slot.elements * 4, stream_));
+    }
+  }
+  if (head_grad_deferred_) {
     CUDA_CHECK(cudaMemsetAsync(Ptr<float>(ids_.head_wte_grad), 0,
                                plan_.buffer(ids_.head_wte_grad).bytes, stream_));
   }
-  return Sync();
+  weight_grads_deferred_ = head_grad_deferred_ = false;
+  return absl::OkStatus();
 }
 
 template <typename T>
 absl::Status CudaStage<T>::FoldHeadWteGrad() {
   FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("FoldHeadWteGrad"));
+  FR_RETURN_IF_ERROR(ZeroDeferredGrads());
   if (!layout_.stage.has_head) return absl::OkStatus();
   const int64_t n = layout_.config.padded_vocab_size * layout_.config.n_embd;
   if (layout_.stage.has_embedding) {
@@ -275,6 +339,7 @@ template <typename T>
 absl::StatusOr<float*> CudaStage<T>::HostGrads(int64_t offset, int64_t n) {
   FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("HostGrads"));
+  FR_RETURN_IF_ERROR(ZeroDeferredGrads());
   CUDA_CHECK(cudaMemcpyAsync(host_grads_ + offset, Ptr<float>(ids_.grads) + offset, n * 4,
                              cudaMemcpyDeviceToHost, stream_));
   if (absl::Status s = Sync(); !s.ok()) return s;
@@ -285,6 +350,7 @@ template <typename T>
 absl::Status CudaStage<T>::CommitHostGrads(int64_t offset, int64_t n) {
   FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("CommitHostGrads"));
+  FR_RETURN_IF_ERROR(ZeroDeferredGrads());
   CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.grads) + offset, host_grads_ + offset, n * 4,
                              cudaMemcpyHostToDevice, stream_));
   return Sync();
@@ -294,23 +360,33 @@ template <typename T>
 absl::StatusOr<std::vector<double>> CudaStage<T>::GradSquaresByUnit() {
   FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("GradSquaresByUnit"));
+  FR_RETURN_IF_ERROR(ZeroDeferredGrads());
   const GPT2Config& cfg = layout_.config;
   const StageSpec& st = layout_.stage;
   double* partials = Ptr<double>(ids_.reduce_partials);
   double* units = partials + kReduceBlocks;
   int64_t u = 0;
+  if (fused()) {  // one launch over every tensor, one combining each unit's partials
+    const int64_t n = static_cast<int64_t>(table_.chunks.size());
+    const char* table = Ptr<char>(ids_.multi_tensor_table);
+    FR_KERNEL(kWholeChunk, MultiTensorGradSquares, units, Ptr<double>(ids_.multi_tensor_partials),
+              Ptr<float>(ids_.grads), reinterpret_cast<const TensorChunk*>(table),
+              reinterpret_cast<const int32_t*>(table + UnitBeginOffsetBytes(n)),
+              table_.counted_chunks(), table_.units(), stream_);
+    u = table_.units();
+  }
   auto add = [&](int64_t layer, const float* x, int64_t n, bool first) -> absl::Status {
     FR_KERNEL(layer, SumOfSquares, units + u, x, n, !first, partials, stream_);
     return absl::OkStatus();
   };
-  if (st.has_embedding) {
+  if (!fused() && st.has_embedding) {
     FR_RETURN_IF_ERROR(
         add(kEmbedding, G(ParamTensor::kWte), layout_.slot(ParamTensor::kWte).elements, true));
     FR_RETURN_IF_ERROR(
         add(kEmbedding, G(ParamTensor::kWpe), layout_.slot(ParamTensor::kWpe).elements, false));
     ++u;
   }
-  for (int64_t l = 0; l < st.num_layers(); ++l, ++u) {
+  for (int64_t l = 0; !fused() && l < st.num_layers(); ++l, ++u) {
     bool first = true;
     for (int i = 0; i < kNumParamTensors; ++i) {
       const ParamTensor t = static_cast<ParamTensor>(i);
@@ -319,7 +395,7 @@ absl::StatusOr<std::vector<double>> CudaStage<T>::GradSquaresByUnit() {
       first = false;
     }
   }
-  if (st.has_head) {
+  if (!fused() && st.has_head) {
     FR_RETURN_IF_ERROR(add(kHead, G(ParamTensor::kLnfW), cfg.n_embd, true));
     FR_RETURN_IF_ERROR(add(kHead, G(ParamTensor::kLnfB), cfg.n_embd, false));
     ++u;
@@ -335,6 +411,7 @@ template <typename T>
 absl::Status CudaStage<T>::ApplyAdamW(const AdamWStep& step) {
   FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("ApplyAdamW"));
+  FR_RETURN_IF_ERROR(ZeroDeferredGrads());
   AdamWArgs a;
   a.lr = static_cast<float>(step.lr);
   a.beta1 = static_cast<float>(step.beta1);
@@ -343,6 +420,16 @@ absl::Status CudaStage<T>::ApplyAdamW(const AdamWStep& step) {
   a.grad_scale = static_cast<float>(step.grad_scale);
   a.bias_correction1 = static_cast<float>(1.0 - std::pow(step.beta1, double(step.step)));
   a.bias_correction2 = static_cast<float>(1.0 - std::pow(step.beta2, double(step.step)));
+  if (fused()) {  // every tensor in one launch, the decay per chunk from the table
+    a.weight_decay = static_cast<float>(step.weight_decay);
+    bf16* compute = nullptr;
+    if constexpr (!std::is_same_v<T, float>) compute = Ptr<bf16>(ids_.compute);
+    FR_KERNEL(kWholeChunk, MultiTensorAdamW, Ptr<float>(ids_.master), compute,
+              Ptr<float>(ids_.grads), Ptr<float>(ids_.adam_m), Ptr<float>(ids_.adam_v),
+              Ptr<TensorChunk>(ids_.multi_tensor_table),
+              static_cast<int64_t>(table_.chunks.size()), a, stream_);
+    return Sync();
+  }
   for (const TensorSlot& slot : layout_.slots) {
     if (!slot.present) continue;
     a.weight_decay = IsDecayed(slot.tensor) ? static_cast<float>(step.weight_decay) : 0.0f;
