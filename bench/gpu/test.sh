@@ -13,8 +13,8 @@ load_kit
 what=${step_args[0]:-all}
 rc=0
 export FREERIDE_CUDA_CHECK_LAUNCHES=1
-binaries=(device_gpu_test cuda_kernels_gpu_test flash_attention_gpu_test nccl_gpu_test
-          cuda_model_gpu_test cuda_pipeline_gpu_test)
+binaries=(device_gpu_test cuda_kernels_gpu_test flash_attention_gpu_test fused_kernels_gpu_test
+          nccl_gpu_test cuda_model_gpu_test cuda_pipeline_gpu_test)
 
 if [[ $what != sanitize ]]; then
   say "ctest -L gpu"

@@ -2,6 +2,8 @@
 // the kernel composes it: each of the block's threads' online softmax over its 128-bit
 // vectors of a row, merged by the warps' shuffle trees and then across warps, against float64
 // log-softmax over real rows (GPT-2's 50257 columns padded to 50304, bf16-rounded logits).
+#include "models/cuda/classifier_math.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -9,7 +11,6 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "models/cuda/classifier_math.h"
 
 namespace freeride::cuda::classifier {
 namespace {

@@ -2,13 +2,14 @@
 // the shipped models and their pipeline splits: every element of every tensor in exactly one
 // chunk, chunks 16-byte aligned and within one tensor (one layer's), units in model order as
 // contiguous ranges, each chunk's weight decay its tensor's; and AdamWElement against float64.
+#include "models/cuda/multi_tensor_table.h"
+
 #include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "models/cuda/multi_tensor_table.h"
 #include "models/device_memory_plan.h"
 #include "models/gpt2_config.h"
 
@@ -50,7 +51,8 @@ Owner OwnerOf(const ParamLayout& layout, int64_t i) {
 // The unit StageModel::GradSquaresByUnit counts an owner in (-1: none).
 int32_t UnitOf(const StageSpec& st, const Owner& o) {
   const int32_t emb = st.has_embedding ? 1 : 0;
-  if (o.tensor == ParamTensor::kWte || o.tensor == ParamTensor::kWpe) return st.has_embedding ? 0 : -1;
+  if (o.tensor == ParamTensor::kWte || o.tensor == ParamTensor::kWpe)
+    return st.has_embedding ? 0 : -1;
   if (o.tensor == ParamTensor::kLnfW || o.tensor == ParamTensor::kLnfB) {
     return static_cast<int32_t>(emb + st.num_layers());
   }
@@ -82,7 +84,8 @@ void CheckTable(const ParamLayout& layout) {
     ASSERT_GE(c.elements, 1);
     ASSERT_LE(c.elements, kChunkElements);
     ASSERT_EQ(c.offset * 4 % 16, 0) << "fp32 chunk at element " << c.offset;
-    const Owner first = OwnerOf(layout, c.offset), last = OwnerOf(layout, c.offset + c.elements - 1);
+    const Owner first = OwnerOf(layout, c.offset),
+                last = OwnerOf(layout, c.offset + c.elements - 1);
     ASSERT_EQ(first.tensor, last.tensor) << "chunk at " << c.offset << " spans tensors";
     ASSERT_EQ(first.layer, last.layer) << "chunk at " << c.offset << " spans layers";
     ASSERT_EQ(c.unit, UnitOf(layout.stage, first)) << ParamTensorName(first.tensor);
@@ -131,7 +134,12 @@ TEST(MultiTensorTableTest, AdamWElementIsPyTorchsAdamW) {
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const int step = 3;
-  const AdamWScalars a{6e-4f, 0.9f, 0.95f, 1e-8f, 0.5f, 1.0f - std::pow(0.9f, float(step)),
+  const AdamWScalars a{6e-4f,
+                       0.9f,
+                       0.95f,
+                       1e-8f,
+                       0.5f,
+                       1.0f - std::pow(0.9f, float(step)),
                        1.0f - std::pow(0.95f, float(step))};
   for (int i = 0; i < 1000; ++i) {
     const float p0 = normal(rng), g = normal(rng), m0 = 0.1f * normal(rng);
