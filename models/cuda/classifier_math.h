@@ -71,8 +71,7 @@ FR_HOST_DEVICE inline OnlineSoftmax Merge(const OnlineSoftmax& a, const OnlineSo
 // One thread's share of a row: vectors thread, thread + threads, …; `load(vector, values)`
 // gives the vector's `W` columns as floats. Columns ≥ V are skipped.
 template <int W, typename Load>
-FR_HOST_DEVICE inline OnlineSoftmax ThreadShare(Load load, int thread, int threads, int V,
-                                                int Vp) {
+FR_HOST_DEVICE inline OnlineSoftmax ThreadShare(Load load, int thread, int threads, int V, int Vp) {
   OnlineSoftmax s;
   for (int vec = thread; vec * W < Vp; vec += threads) {
     float x[W];

@@ -70,9 +70,9 @@ absl::Status CudaStage<T>::ClassifierBackward(int slot, float loss_scale) {
 }
 
 // The class itself is instantiated in cuda_stage_model.cc.
-#define FR_INSTANTIATE(T)                                                           \
-  template absl::StatusOr<double> CudaStage<T>::ForwardTraining(int, float);        \
-  template absl::Status CudaStage<T>::ClassifierForward(int);                       \
+#define FR_INSTANTIATE(T)                                                    \
+  template absl::StatusOr<double> CudaStage<T>::ForwardTraining(int, float); \
+  template absl::Status CudaStage<T>::ClassifierForward(int);                \
   template absl::Status CudaStage<T>::ClassifierBackward(int, float);
 FR_INSTANTIATE(float)
 FR_INSTANTIATE(bf16)

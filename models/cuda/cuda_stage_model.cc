@@ -289,14 +289,14 @@ absl::Status CudaStage<T>::ZeroGrads() {
   for (const TensorSlot& slot : layout_.slots) {
     if (!slot.present || !IsWeightMatrix(slot.tensor)) continue;
     if (slot.offset > begin) {
-      CUDA_CHECK(cudaMemsetAsync(Ptr<float>(ids_.grads) + begin, 0, (slot.offset - begin) * 4,
-                                 stream_));
+      CUDA_CHECK(
+          cudaMemsetAsync(Ptr<float>(ids_.grads) + begin, 0, (slot.offset - begin) * 4, stream_));
     }
     begin = slot.offset + slot.elements;
   }
   if (layout_.total > begin) {
-    CUDA_CHECK(cudaMemsetAsync(Ptr<float>(ids_.grads) + begin, 0, (layout_.total - begin) * 4,
-                               stream_));
+    CUDA_CHECK(
+        cudaMemsetAsync(Ptr<float>(ids_.grads) + begin, 0, (layout_.total - begin) * 4, stream_));
   }
   weight_grads_deferred_ = layout_.stage.num_layers() > 0;
   head_grad_deferred_ = layout_.stage.has_head;
@@ -426,8 +426,8 @@ absl::Status CudaStage<T>::ApplyAdamW(const AdamWStep& step) {
     if constexpr (!std::is_same_v<T, float>) compute = Ptr<bf16>(ids_.compute);
     FR_KERNEL(kWholeChunk, MultiTensorAdamW, Ptr<float>(ids_.master), compute,
               Ptr<float>(ids_.grads), Ptr<float>(ids_.adam_m), Ptr<float>(ids_.adam_v),
-              Ptr<TensorChunk>(ids_.multi_tensor_table),
-              static_cast<int64_t>(table_.chunks.size()), a, stream_);
+              Ptr<TensorChunk>(ids_.multi_tensor_table), static_cast<int64_t>(table_.chunks.size()),
+              a, stream_);
     return Sync();
   }
   for (const TensorSlot& slot : layout_.slots) {

@@ -248,8 +248,8 @@ absl::Status CudaStage<T>::LayerBackwardWeight(const Slot& s, int64_t l, const T
   FR_LIBRARY(l, MatmulBackwardWeight, blas_, G(PT::kFcProjW, l), dres3, Act(s.fch_gelu, l, 4 * BTC),
              BT, 4 * C, C, acc);
   FR_KERNEL(l, BiasBackward, G(PT::kFcProjB, l), dres3, BT, C, partials, stream_);
-  FR_LIBRARY(l, MatmulBackwardWeight, blas_, G(PT::kFcW, l), dfch, Act(s.ln2, l, BTC), BT, C,
-             4 * C, acc);
+  FR_LIBRARY(l, MatmulBackwardWeight, blas_, G(PT::kFcW, l), dfch, Act(s.ln2, l, BTC), BT, C, 4 * C,
+             acc);
   FR_KERNEL(l, BiasBackward, G(PT::kFcB, l), dfch, BT, 4 * C, partials, stream_);
   FR_KERNEL(l, LayerNormBackwardWeight, G(PT::kLn2W, l), G(PT::kLn2B, l), Act(s.dln2, l, BTC),
             Act(s.residual2, l, BTC), Stat(s.ln2_mean, l), Stat(s.ln2_rstd, l), BT, C, partials,

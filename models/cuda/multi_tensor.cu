@@ -110,8 +110,13 @@ void MultiTensorAdamW(float* master, bf16* compute, const float* grad, float* m,
                       const TensorChunk* chunks, int64_t num_chunks, const AdamWArgs& args,
                       cudaStream_t stream) {
   if (num_chunks == 0) return;
-  const AdamWScalars a{args.lr,         args.beta1,           args.beta2,           args.eps,
-                       args.grad_scale, args.bias_correction1, args.bias_correction2};
+  const AdamWScalars a{args.lr,
+                       args.beta1,
+                       args.beta2,
+                       args.eps,
+                       args.grad_scale,
+                       args.bias_correction1,
+                       args.bias_correction2};
   MultiTensorAdamWKernel<<<static_cast<unsigned>(num_chunks), kThreads, 0, stream>>>(
       master, compute, grad, m, v, chunks, a, args.weight_decay);
 }
