@@ -32,7 +32,7 @@ class CpuStageModel final : public StageModel {
   absl::Status GetLogitsAt(int slot, int64_t position, float* logits) override;
 
   absl::StatusOr<double> Forward(int slot) override { return model_.Forward(slot); }
-  absl::Status ForwardKeepingLoss(int slot) override {
+  absl::Status ForwardKeepingLoss(int slot, std::optional<float> /*backward_loss_scale*/) override {
     kept_loss_ += model_.Forward(slot);
     return absl::OkStatus();
   }

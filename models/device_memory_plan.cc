@@ -5,6 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "models/cuda/vector_geometry.h"
+#include "models/cuda/multi_tensor_table.h"
 
 namespace freeride {
 
@@ -123,6 +124,10 @@ StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage,
   ids.column_partials = plan->Add(kWorkspace, "column partial sums", G * partial_floats * 4);
   ids.reduce_partials = plan->Add(kWorkspace, "reduction partial sums",
                                   (kReduceBlocks + 2 * (L + 2)) * 8);
+  const int64_t chunks = cuda::NumTensorChunks(layout);
+  ids.multi_tensor_table = plan->Add(kWorkspace, "multi-tensor table",
+                                     G * cuda::TableBytes(chunks, cuda::NumGradNormUnits(stage)));
+  ids.multi_tensor_partials = plan->Add(kWorkspace, "multi-tensor partial sums", G * chunks * 8);
   ids.cublaslt_workspace = plan->Add(kWorkspace, "cuBLASLt workspace", kCublasLtWorkspaceBytes);
   return ids;
 }

@@ -81,6 +81,9 @@ struct StageBufferIds {
   int attn_rowsum = -1;                           // flash: fp32 [B·NH·T], Σ dout ∘ out per row
   int column_partials = -1;  // fp32, the column sums' partials (both runtime.kernels paths)
   int reduce_partials = -1;                       // fp64 partial sums
+  // The multi-tensor kernels' table (cuda/multi_tensor_table.h), built at Init, and the
+  // gradient norm's fp64 partial per chunk.
+  int multi_tensor_table = -1, multi_tensor_partials = -1;
   int cublaslt_workspace = -1;
 };
 

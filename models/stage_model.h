@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,11 +85,20 @@ class StageModel {
   // back, so that a device is not read (nor waited for) once per micro-batch. TakeLosses
   // returns the sum of the losses kept since it was last called, added in call order from 0
   // (the bits a caller summing Forward's returns gets; 0 without a head), and forgets them.
-  virtual absl::Status ForwardKeepingLoss(int slot) = 0;
+  // `backward_loss_scale`: the scale of the slot's BackwardInput when one follows before
+  // anything reads its logits (as ForwardTraining's), else nullopt.
+  virtual absl::Status ForwardKeepingLoss(int slot, std::optional<float> backward_loss_scale) = 0;
   virtual absl::StatusOr<double> TakeLosses() = 0;
   // Returns once the device has finished the work the chunk gave it (the compute calls of a
   // device backend may return once their work is queued; the CPU's have finished).
   virtual absl::Status Drain() = 0;
+  // Forward for a slot whose BackwardInput(slot, loss_scale) follows, with this same
+  // `loss_scale`, before anything reads its logits: a head may then make the logits gradient in
+  // the pass that makes the loss (CUDA's fused classifier), so GetLogitsAt has no logits to give
+  // after it. The default is Forward.
+  virtual absl::StatusOr<double> ForwardTraining(int slot, float /*loss_scale*/) {
+    return Forward(slot);
+  }
   virtual absl::Status BackwardInput(int slot, float loss_scale) = 0;
   virtual absl::Status BackwardWeight(int slot) = 0;
   virtual absl::Status ZeroGrads() = 0;

@@ -216,10 +216,14 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
       const void* src = (grad ? recv_grad_ : recv_act_)[cell].get();
       return grad ? chunk->SetOutputGrad(slot, src) : chunk->SetInputActivations(slot, src);
     }
-    case Op::kForward:
-      // The head's loss stays with the chunk until the step needs it (TakeHeadLoss).
-      FR_RETURN_IF_ERROR(chunk->ForwardKeepingLoss(slot));
+    case Op::kForward: {
+      // The head's loss stays with the chunk until the step needs it (TakeHeadLoss). Every
+      // forward of a schedule with backwards has its BackwardInput, at this loss scale.
+      const std::optional<float> backward_scale =
+          has_backward_ ? std::optional<float>(loss_scale) : std::nullopt;
+      FR_RETURN_IF_ERROR(chunk->ForwardKeepingLoss(slot, backward_scale));
       return exact_timeline_ ? chunk->Drain() : absl::OkStatus();
+    }
     case Op::kBackward:
     case Op::kBackwardWeight: {
       if (in.op == Op::kBackward) FR_RETURN_IF_ERROR(chunk->BackwardInput(slot, loss_scale));

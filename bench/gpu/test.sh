@@ -14,7 +14,7 @@ what=${step_args[0]:-all}
 rc=0
 export FREERIDE_CUDA_CHECK_LAUNCHES=1
 binaries=(device_gpu_test cuda_kernels_gpu_test flash_attention_gpu_test fused_kernels_gpu_test
-          nccl_gpu_test cuda_model_gpu_test cuda_pipeline_gpu_test)
+          head_kernels_gpu_test nccl_gpu_test cuda_model_gpu_test cuda_pipeline_gpu_test)
 
 if [[ $what != sanitize ]]; then
   say "ctest -L gpu"

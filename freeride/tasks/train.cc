@@ -71,10 +71,11 @@ class TrainTask : public SideTask {
     FR_RETURN_IF_ERROR(model_->ZeroGrads());
     FR_RETURN_IF_ERROR(model_->SetTokens(0, tokens_.data()));
     FR_RETURN_IF_ERROR(model_->SetTargets(0, targets_.data()));
-    absl::StatusOr<double> loss = model_->Forward(0);
+    const float loss_scale = 1.0f / static_cast<float>(batch_ * seq_);
+    absl::StatusOr<double> loss = model_->ForwardTraining(0, loss_scale);
     if (!loss.ok()) return loss.status();
     loss_ = *loss;
-    FR_RETURN_IF_ERROR(model_->BackwardInput(0, 1.0f / static_cast<float>(batch_ * seq_)));
+    FR_RETURN_IF_ERROR(model_->BackwardInput(0, loss_scale));
     FR_RETURN_IF_ERROR(model_->BackwardWeight(0));
     FR_RETURN_IF_ERROR(model_->FoldHeadWteGrad());
     AdamWStep adam;

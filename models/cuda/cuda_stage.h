@@ -1,12 +1,14 @@
 // The CUDA chunk itself, templated on the element type of weights and activations (float or
-// bf16); callers use CudaStageModel. Split over two files: cuda_stage_model.cc (memory, data
-// in and out, gradients, optimizer) and cuda_stage_passes.cc (forward and backward).
+// bf16); callers use CudaStageModel. Split over four files: cuda_stage_model.cc (memory, data
+// in and out, losses), cuda_stage_passes.cc (forward and backward), cuda_stage_classifier.cc
+// (the head's loss and logits gradient) and cuda_stage_optimizer.cc (gradients, optimizer).
 #pragma once
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
 #include <array>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -15,6 +17,7 @@
 #include "models/cuda/cuda_stage_model.h"
 #include "models/cuda/kernels.h"
 #include "models/cuda/matmul.h"
+#include "models/cuda/multi_tensor_table.h"
 
 // Inside CudaStage's members: a kernel launch (it returns nothing) or a library call (it returns
 // a Status) at `layer` (a local layer index, or kEmbedding, kHead, kWholeChunk), checked by
@@ -63,9 +66,10 @@ class CudaStage final : public CudaStageModel {
   absl::Status GetLogitsAt(int slot, int64_t position, float* logits) override;
 
   absl::StatusOr<double> Forward(int slot) override;
-  absl::Status ForwardKeepingLoss(int slot) override;
+  absl::Status ForwardKeepingLoss(int slot, std::optional<float> backward_loss_scale) override;
   absl::StatusOr<double> TakeLosses() override;
   absl::Status Drain() override;
+  absl::StatusOr<double> ForwardTraining(int slot, float loss_scale) override;
   absl::Status BackwardInput(int slot, float loss_scale) override;
   absl::Status BackwardWeight(int slot) override;
   absl::Status ZeroGrads() override;
@@ -137,6 +141,18 @@ class CudaStage final : public CudaStageModel {
   absl::Status LayerBackwardWeight(const Slot& s, int64_t l, const T* x);
   // head_wte_grad += the slot's logits gradient^T · lnf.
   absl::Status HeadWteGrad(const Slot& s);
+  // The head's loss per row from the slot's logits (and, inside ForwardTraining with the fused
+  // kernels, their gradient in the same pass); then the logits gradient in BackwardInput where
+  // Forward did not make it (cuda_stage_classifier.cc).
+  absl::Status ClassifierForward(int slot);
+  absl::Status ClassifierBackward(int slot, float loss_scale);
+  // runtime.kernels = auto: the fused classifier, the multi-tensor norm and AdamW, and weight
+  // gradients written with beta = 0 by the first micro-batch after ZeroGrads.
+  bool fused() const { return options_.kernels == KernelMode::kAuto; }
+  // Zeroes what ZeroGrads left to the first weight products (weight_grads_deferred_,
+  // head_grad_deferred_): first thing in every call that reads or writes the gradients other
+  // than the products themselves.
+  absl::Status ZeroDeferredGrads();
 
   ParamLayout layout_;
   int64_t B_, T_;
@@ -164,6 +180,14 @@ class CudaStage final : public CudaStageModel {
   int kept_count_ = 0;   // loss sums queued into pinned_ since the last fold
   double kept_sum_ = 0;  // the folded ones' mean losses, in order
   std::vector<cudaEvent_t> tokens_copied_, targets_copied_;  // per slot: its staging copied
+  MultiTensorTable table_;                // the multi-tensor kernels' (also on the device)
+  // Inside ForwardTraining: the loss scale its BackwardInput will pass, else NaN. Per slot: the
+  // scale its logits gradient was made with in forward (the logits are gone), else NaN.
+  float training_loss_scale_ = NAN;
+  std::vector<float> logits_grad_scale_;
+  // ZeroGrads left the weight matrices' gradients (the four per-layer products') and the
+  // head's wte gradient unzeroed: the next products write them with beta = 0.
+  bool weight_grads_deferred_ = false, head_grad_deferred_ = false;
 };
 
 }  // namespace freeride::cuda

@@ -10,13 +10,13 @@
 #include "core/logging.h"
 #include "core/status.h"
 #include "models/cuda/cuda_stage.h"
+#include "models/cuda/multi_tensor.h"
 #include "models/gpt2.h"
 #include "models/token_buckets.h"
 #include "models/token_ids.h"
 
 namespace freeride {
 namespace cuda {
-
 template <typename T>
 CudaStage<T>::CudaStage(const GPT2Config& config, const StageSpec& stage, int64_t micro_batch,
                         int64_t seq_len, int slots, const CudaStageOptions& options)
@@ -26,6 +26,8 @@ CudaStage<T>::CudaStage(const GPT2Config& config, const StageSpec& stage, int64_
   fuse_gelu_ = FuseGelu(options.fuse_gelu, !std::is_same_v<T, float>);
   fused_kernels_ = UseFusedKernels(options.kernels, B_ * T_, config.n_embd, sizeof(T));
   distinct_tokens_.assign(slots, 0);
+  logits_grad_scale_.assign(slots, NAN);
+  if (!options.inference_only) table_ = MakeMultiTensorTable(layout_);
 }
 
 template <typename T>
@@ -102,6 +104,14 @@ absl::Status CudaStage<T>::Init() {
     if (plan_.PhaseBytes(phase) == 0) continue;  // inference only
     CUDA_CHECK(
         cudaMemsetAsync(base_[static_cast<int>(phase)], 0, plan_.PhaseBytes(phase), stream_));
+  }
+  if (!options_.inference_only) {  // the multi-tensor table, once (table_ outlives the copy)
+    char* table = Ptr<char>(ids_.multi_tensor_table);
+    const int64_t chunks = static_cast<int64_t>(table_.chunks.size());
+    CUDA_CHECK(cudaMemcpyAsync(table, table_.chunks.data(), chunks * sizeof(TensorChunk),
+                               cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(table + UnitBeginOffsetBytes(chunks), table_.unit_begin.data(),
+                               table_.unit_begin.size() * 4, cudaMemcpyHostToDevice, stream_));
   }
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
@@ -313,6 +323,11 @@ absl::Status CudaStage<T>::GetLosses(int slot, float* losses) {
 template <typename T>
 absl::Status CudaStage<T>::GetLogitsAt(int slot, int64_t position, float* logits) {
   FR_RETURN_IF_ERROR(Enter());
+  if (!std::isnan(logits_grad_scale_[slot])) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "GetLogitsAt of slot %d on %s: ForwardTraining made its logits their gradient", slot,
+        description_));
+  }
   // One row per sequence, T_ rows apart: a strided copy of B rows, widened on the host.
   const int64_t Vp = layout_.config.padded_vocab_size;
   std::vector<T> rows(B_ * Vp);
@@ -338,13 +353,19 @@ absl::StatusOr<double> CudaStage<T>::Forward(int slot) {
 }
 
 template <typename T>
-absl::Status CudaStage<T>::ForwardKeepingLoss(int slot) {
+absl::Status CudaStage<T>::ForwardKeepingLoss(int slot, std::optional<float> backward_loss_scale) {
   FR_RETURN_IF_ERROR(Enter());
-  if (!layout_.stage.has_head) return LaunchForward(slot, nullptr);
-  if (kept_count_ == kKeptLosses) FR_RETURN_IF_ERROR(FoldKeptLosses());
-  FR_RETURN_IF_ERROR(LaunchForward(slot, reinterpret_cast<double*>(pinned_) + kept_count_));
-  ++kept_count_;
-  return absl::OkStatus();
+  if (backward_loss_scale) FR_RETURN_IF_ERROR(RequireTraining("ForwardKeepingLoss"));
+  if (layout_.stage.has_head && kept_count_ == kKeptLosses) {
+    FR_RETURN_IF_ERROR(FoldKeptLosses());
+  }
+  // As in ForwardTraining: the fused classifier makes the logits gradient at this scale.
+  training_loss_scale_ = backward_loss_scale.value_or(NAN);
+  absl::Status s = LaunchForward(
+      slot, layout_.stage.has_head ? reinterpret_cast<double*>(pinned_) + kept_count_ : nullptr);
+  training_loss_scale_ = NAN;
+  if (s.ok() && layout_.stage.has_head) ++kept_count_;
+  return s;
 }
 
 template <typename T>
@@ -363,116 +384,6 @@ absl::StatusOr<double> CudaStage<T>::TakeLosses() {
   FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(FoldKeptLosses());
   return std::exchange(kept_sum_, 0.0);
-}
-
-template <typename T>
-absl::Status CudaStage<T>::ZeroGrads() {
-  FR_RETURN_IF_ERROR(Enter());
-  FR_RETURN_IF_ERROR(RequireTraining("ZeroGrads"));
-  CUDA_CHECK(cudaMemsetAsync(Ptr<float>(ids_.grads), 0, layout_.total * 4, stream_));
-  if (layout_.stage.has_head) {
-    CUDA_CHECK(cudaMemsetAsync(Ptr<float>(ids_.head_wte_grad), 0,
-                               plan_.buffer(ids_.head_wte_grad).bytes, stream_));
-  }
-  return absl::OkStatus();
-}
-
-template <typename T>
-absl::Status CudaStage<T>::FoldHeadWteGrad() {
-  FR_RETURN_IF_ERROR(Enter());
-  FR_RETURN_IF_ERROR(RequireTraining("FoldHeadWteGrad"));
-  if (!layout_.stage.has_head) return absl::OkStatus();
-  const int64_t n = layout_.config.padded_vocab_size * layout_.config.n_embd;
-  if (layout_.stage.has_embedding) {
-    FR_KERNEL(kHead, AddInPlace, G(ParamTensor::kWte), Ptr<float>(ids_.head_wte_grad), n, stream_);
-  } else {
-    FR_KERNEL(kHead, Copy, G(ParamTensor::kWte), Ptr<float>(ids_.head_wte_grad), n, stream_);
-  }
-  return absl::OkStatus();
-}
-
-template <typename T>
-absl::StatusOr<float*> CudaStage<T>::HostGrads(int64_t offset, int64_t n) {
-  FR_RETURN_IF_ERROR(Enter());
-  FR_RETURN_IF_ERROR(RequireTraining("HostGrads"));
-  CUDA_CHECK(cudaMemcpyAsync(host_grads_ + offset, Ptr<float>(ids_.grads) + offset, n * 4,
-                             cudaMemcpyDeviceToHost, stream_));
-  if (absl::Status s = Sync(); !s.ok()) return s;
-  return host_grads_ + offset;
-}
-
-template <typename T>
-absl::Status CudaStage<T>::CommitHostGrads(int64_t offset, int64_t n) {
-  FR_RETURN_IF_ERROR(Enter());
-  FR_RETURN_IF_ERROR(RequireTraining("CommitHostGrads"));
-  CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.grads) + offset, host_grads_ + offset, n * 4,
-                             cudaMemcpyHostToDevice, stream_));
-  return Sync();
-}
-
-template <typename T>
-absl::StatusOr<std::vector<double>> CudaStage<T>::GradSquaresByUnit() {
-  FR_RETURN_IF_ERROR(Enter());
-  FR_RETURN_IF_ERROR(RequireTraining("GradSquaresByUnit"));
-  const GPT2Config& cfg = layout_.config;
-  const StageSpec& st = layout_.stage;
-  double* partials = Ptr<double>(ids_.reduce_partials);
-  double* units = partials + kReduceBlocks;
-  int64_t u = 0;
-  auto add = [&](int64_t layer, const float* x, int64_t n, bool first) -> absl::Status {
-    FR_KERNEL(layer, SumOfSquares, units + u, x, n, !first, partials, stream_);
-    return absl::OkStatus();
-  };
-  if (st.has_embedding) {
-    FR_RETURN_IF_ERROR(
-        add(kEmbedding, G(ParamTensor::kWte), layout_.slot(ParamTensor::kWte).elements, true));
-    FR_RETURN_IF_ERROR(
-        add(kEmbedding, G(ParamTensor::kWpe), layout_.slot(ParamTensor::kWpe).elements, false));
-    ++u;
-  }
-  for (int64_t l = 0; l < st.num_layers(); ++l, ++u) {
-    bool first = true;
-    for (int i = 0; i < kNumParamTensors; ++i) {
-      const ParamTensor t = static_cast<ParamTensor>(i);
-      if (!IsPerLayer(t)) continue;
-      FR_RETURN_IF_ERROR(add(l, G(t, l), ParamElements(cfg, t), first));
-      first = false;
-    }
-  }
-  if (st.has_head) {
-    FR_RETURN_IF_ERROR(add(kHead, G(ParamTensor::kLnfW), cfg.n_embd, true));
-    FR_RETURN_IF_ERROR(add(kHead, G(ParamTensor::kLnfB), cfg.n_embd, false));
-    ++u;
-  }
-  std::vector<double> out(u);
-  CUDA_CHECK(
-      cudaMemcpyAsync(out.data(), units, u * sizeof(double), cudaMemcpyDeviceToHost, stream_));
-  if (absl::Status s = Sync(); !s.ok()) return s;
-  return out;
-}
-
-template <typename T>
-absl::Status CudaStage<T>::ApplyAdamW(const AdamWStep& step) {
-  FR_RETURN_IF_ERROR(Enter());
-  FR_RETURN_IF_ERROR(RequireTraining("ApplyAdamW"));
-  AdamWArgs a;
-  a.lr = static_cast<float>(step.lr);
-  a.beta1 = static_cast<float>(step.beta1);
-  a.beta2 = static_cast<float>(step.beta2);
-  a.eps = static_cast<float>(step.eps);
-  a.grad_scale = static_cast<float>(step.grad_scale);
-  a.bias_correction1 = static_cast<float>(1.0 - std::pow(step.beta1, double(step.step)));
-  a.bias_correction2 = static_cast<float>(1.0 - std::pow(step.beta2, double(step.step)));
-  for (const TensorSlot& slot : layout_.slots) {
-    if (!slot.present) continue;
-    a.weight_decay = IsDecayed(slot.tensor) ? static_cast<float>(step.weight_decay) : 0.0f;
-    bf16* compute = nullptr;
-    if constexpr (!std::is_same_v<T, float>) compute = Ptr<bf16>(ids_.compute) + slot.offset;
-    FR_KERNEL(kWholeChunk, AdamW, Ptr<float>(ids_.master) + slot.offset, compute,
-              Ptr<float>(ids_.grads) + slot.offset, Ptr<float>(ids_.adam_m) + slot.offset,
-              Ptr<float>(ids_.adam_v) + slot.offset, slot.elements, a, stream_);
-  }
-  return Sync();
 }
 
 template <typename T>

@@ -140,9 +140,7 @@ absl::Status CudaStage<T>::LaunchForward(int slot, double* loss_sum) {
             OutputActivations(s), P(ParamTensor::kLnfW), P(ParamTensor::kLnfB), BT, C, stream_);
   FR_LIBRARY(kHead, MatmulForward<T>, blas_, Ptr<T>(s.logits), Ptr<T>(s.lnf), P(ParamTensor::kWte),
              nullptr, BT, C, cfg.padded_vocab_size);
-  FR_KERNEL(kHead, CrossEntropyForward, Ptr<float>(s.losses), Ptr<float>(s.logsumexp),
-            Ptr<T>(s.logits), Ptr<int32_t>(s.targets), BT, cfg.vocab_size, cfg.padded_vocab_size,
-            stream_);
+  FR_RETURN_IF_ERROR(ClassifierForward(slot));
   double* partials = Ptr<double>(ids_.reduce_partials);
   double* sum = partials + kReduceBlocks;
   FR_KERNEL(kHead, Sum, sum, Ptr<float>(s.losses), BT, partials, stream_);
@@ -246,7 +244,8 @@ template <typename T>
 absl::Status CudaStage<T>::HeadWteGrad(const Slot& s) {
   const GPT2Config& cfg = layout_.config;
   FR_LIBRARY(kHead, MatmulBackwardWeight, blas_, Ptr<float>(ids_.head_wte_grad), Ptr<T>(s.logits),
-             Ptr<T>(s.lnf), B_ * T_, cfg.n_embd, cfg.padded_vocab_size);
+             Ptr<T>(s.lnf), B_ * T_, cfg.n_embd, cfg.padded_vocab_size, !head_grad_deferred_);
+  head_grad_deferred_ = false;
   return absl::OkStatus();
 }
 
@@ -258,10 +257,7 @@ absl::Status CudaStage<T>::BackwardInput(int slot, float loss_scale) {
   const GPT2Config& cfg = layout_.config;
   const int64_t BT = B_ * T_, C = cfg.n_embd, BTC = BT * C, L = layout_.stage.num_layers();
   if (layout_.stage.has_head) {
-    // The logits become their gradient in place: the probabilities never exist in memory.
-    FR_KERNEL(kHead, CrossEntropyBackward, Ptr<T>(s.logits), Ptr<float>(s.logsumexp),
-              Ptr<int32_t>(s.targets), loss_scale, BT, cfg.vocab_size, cfg.padded_vocab_size,
-              stream_);
+    FR_RETURN_IF_ERROR(ClassifierBackward(slot, loss_scale));
     FR_LIBRARY(kHead, MatmulBackwardInput, blas_, Ptr<T>(s.dlnf), Ptr<T>(s.logits),
                P(ParamTensor::kWte), BT, C, cfg.padded_vocab_size);
     if (head_grad_in_input_) FR_RETURN_IF_ERROR(HeadWteGrad(s));
@@ -295,11 +291,12 @@ absl::Status CudaStage<T>::LayerBackwardWeight(const Slot& s, int64_t l, const T
       BiasBackward(dbias, dout, BT, OC, partials, stream_);
     }
   };
+  const bool acc = !weight_grads_deferred_;  // beta = 0 over what ZeroGrads left
   FR_LIBRARY(l, MatmulBackwardWeight, blas_, G(PT::kFcProjW, l), dres3, Act(s.fch_gelu, l, 4 * BTC),
-             BT, 4 * C, C);
+             BT, 4 * C, C, acc);
   FR_KERNEL(l, bias_backward, G(PT::kFcProjB, l), dres3, C);
   FR_LIBRARY(l, MatmulBackwardWeight, blas_, G(PT::kFcW, l), dfch, Act(s.ln2, l, BTC), BT, C,
-             4 * C);
+             4 * C, acc);
   FR_KERNEL(l, bias_backward, G(PT::kFcB, l), dfch, 4 * C);
   if (!fused_kernels_) {  // else made in LayerBackwardInput
     FR_KERNEL(l, LayerNormBackwardWeight, G(PT::kLn2W, l), G(PT::kLn2B, l), Act(s.dln2, l, BTC),
@@ -307,10 +304,10 @@ absl::Status CudaStage<T>::LayerBackwardWeight(const Slot& s, int64_t l, const T
               stream_);
   }
   FR_LIBRARY(l, MatmulBackwardWeight, blas_, G(PT::kAttProjW, l), dres2, Act(s.atty, l, BTC), BT, C,
-             C);
+             C, acc);
   FR_KERNEL(l, bias_backward, G(PT::kAttProjB, l), dres2, C);
   FR_LIBRARY(l, MatmulBackwardWeight, blas_, G(PT::kQkvW, l), dqkv, Act(s.ln1, l, BTC), BT, C,
-             3 * C);
+             3 * C, acc);
   FR_KERNEL(l, bias_backward, G(PT::kQkvB, l), dqkv, 3 * C);
   if (!fused_kernels_) {
     FR_KERNEL(l, LayerNormBackwardWeight, G(PT::kLn1W, l), G(PT::kLn1B, l), Act(s.dln1, l, BTC), x,
@@ -335,6 +332,7 @@ absl::Status CudaStage<T>::BackwardWeight(int slot) {
   for (int64_t l = layout_.stage.num_layers() - 1; l >= 0; --l) {
     FR_RETURN_IF_ERROR(LayerBackwardWeight(s, l, LayerInput(s, l)));
   }
+  weight_grads_deferred_ = false;  // every layer's products have written theirs
   if (layout_.stage.has_embedding) {
     FR_KERNEL(kEmbedding, EncoderBackwardWeight, G(ParamTensor::kWte), G(ParamTensor::kWpe),
               Ptr<T>(s.dinput), Ptr<int32_t>(s.bucket_positions), Ptr<int32_t>(s.bucket_tokens),

@@ -167,9 +167,9 @@ absl::Status MatmulBackwardInput(const BlasContext& ctx, T* dinp, const T* dout,
 
 template <typename T>
 absl::Status MatmulBackwardWeight(const BlasContext& ctx, float* dweight, const T* dout,
-                                  const T* inp, int64_t N, int64_t C, int64_t OC) {
+                                  const T* inp, int64_t N, int64_t C, int64_t OC, bool accumulate) {
   return LtMatmul(ctx, LinearBackwardWeight(N, C, OC), inp, DataType<T>(), dout, DataType<T>(),
-                  dweight, CUDA_R_32F, true, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0);
+                  dweight, CUDA_R_32F, accumulate, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0);
 }
 
 template <typename T>
@@ -195,17 +195,16 @@ absl::Status BatchedGemm(const BlasContext& ctx, bool trans_a, bool trans_b, int
   return absl::OkStatus();
 }
 
-#define FR_INSTANTIATE(T)                                                                      \
-  template absl::Status MatmulForward<T>(const BlasContext&, T*, const T*, const T*, const T*, \
-                                         int64_t, int64_t, int64_t, GeluFusion, T*);           \
-  template absl::Status MatmulBackwardInput<T>(const BlasContext&, T*, const T*, const T*,     \
-                                               int64_t, int64_t, int64_t, GeluFusion,          \
-                                               const T*);                                      \
-  template absl::Status MatmulBackwardWeight<T>(const BlasContext&, float*, const T*,          \
-                                                const T*, int64_t, int64_t, int64_t);          \
-  template absl::Status BatchedGemm<T>(const BlasContext&, bool, bool, int64_t, int64_t,       \
-                                       int64_t, float, const T*, int64_t, int64_t, const T*,   \
-                                       int64_t, int64_t, float, T*, int64_t, int64_t, int64_t);
+#define FR_INSTANTIATE(T)                                                                         \
+  template absl::Status MatmulForward<T>(const BlasContext&, T*, const T*, const T*, const T*,    \
+                                         int64_t, int64_t, int64_t, GeluFusion, T*);              \
+  template absl::Status MatmulBackwardInput<T>(const BlasContext&, T*, const T*, const T*,        \
+                                               int64_t, int64_t, int64_t, GeluFusion, const T*);  \
+  template absl::Status MatmulBackwardWeight<T>(const BlasContext&, float*, const T*, const T*,   \
+                                                int64_t, int64_t, int64_t, bool);                 \
+  template absl::Status BatchedGemm<T>(const BlasContext&, bool, bool, int64_t, int64_t, int64_t, \
+                                       float, const T*, int64_t, int64_t, const T*, int64_t,      \
+                                       int64_t, float, T*, int64_t, int64_t, int64_t);
 FR_INSTANTIATE(float)
 FR_INSTANTIATE(bf16)
 #undef FR_INSTANTIATE

@@ -49,10 +49,12 @@ absl::Status MatmulBackwardInput(const BlasContext& ctx, T* dinp, const T* dout,
                                  int64_t N, int64_t C, int64_t OC,
                                  GeluFusion gelu = GeluFusion::kNone,
                                  const T* pre_gelu = nullptr);
-// dweight [OC, C] += doutᵀ · inp (fp32).
+// dweight [OC, C] += doutᵀ · inp (fp32); without `accumulate`, dweight = doutᵀ · inp (beta = 0:
+// the first micro-batch of a step writes over gradients ZeroGrads left unzeroed).
 template <typename T>
 absl::Status MatmulBackwardWeight(const BlasContext& ctx, float* dweight, const T* dout,
-                                  const T* inp, int64_t N, int64_t C, int64_t OC);
+                                  const T* inp, int64_t N, int64_t C, int64_t OC,
+                                  bool accumulate = true);
 
 // C[b] = alpha · op(A[b]) · op(B[b]) + beta · C[b] for `batch` row-major matrices, M×N result,
 // K the inner dimension; strides in elements.

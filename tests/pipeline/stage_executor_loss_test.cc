@@ -51,7 +51,7 @@ TEST(CpuStageModelLossTest, KeptLossesSumLikeForwardsReturns) {
     absl::StatusOr<double> loss = returning.Forward(0);
     ASSERT_TRUE(loss.ok());
     expected += *loss;
-    ASSERT_TRUE(keeping.ForwardKeepingLoss(0).ok());
+    ASSERT_TRUE(keeping.ForwardKeepingLoss(0, std::nullopt).ok());
   }
   absl::StatusOr<double> kept = keeping.TakeLosses();
   ASSERT_TRUE(kept.ok());
@@ -90,10 +90,10 @@ class CountingChunk final : public StageModel {
     ++forwards_returning;
     return m_.Forward(s);
   }
-  absl::Status ForwardKeepingLoss(int s) override {
+  absl::Status ForwardKeepingLoss(int s, std::optional<float> scale) override {
     ++forwards_keeping;
     ++kept_since_take;
-    return m_.ForwardKeepingLoss(s);
+    return m_.ForwardKeepingLoss(s, scale);
   }
   absl::StatusOr<double> TakeLosses() override {
     if (kept_since_take > 0) ++takes_with_losses;
