@@ -76,6 +76,11 @@ class MessageChunk final : public StageModel {
     return cpu_.GetLogitsAt(slot, position, logits);
   }
   absl::StatusOr<double> Forward(int slot) override { return cpu_.Forward(slot); }
+  absl::Status ForwardKeepingLoss(int slot, std::optional<float> scale) override {
+    return cpu_.ForwardKeepingLoss(slot, scale);
+  }
+  absl::StatusOr<double> TakeLosses() override { return cpu_.TakeLosses(); }
+  absl::Status Drain() override { return cpu_.Drain(); }
   absl::Status BackwardInput(int slot, float scale) override {
     return cpu_.BackwardInput(slot, scale);
   }
