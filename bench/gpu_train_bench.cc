@@ -5,8 +5,10 @@
 // step is traced, so the timed steps queue their compute as untraced runs do.
 // bench/gpu/bench.sh runs it beside bench/pytorch_gpt2.py (the nanoGPT recipe) on the same GPU
 // in one run.
+// The fast kernels against the reference: runtime.kernels and runtime.attention as the last
+// two arguments ("reference reference" is the one-operation path the GPU tests hold them to).
 // Usage: gpu_train_bench [steps=20] [batch=8] [seq=1024] [precision=bf16] [layers=12]
-//                        [width=768] [heads=12]
+//                        [width=768] [heads=12] [kernels=auto] [attention=auto]
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
@@ -40,6 +42,8 @@ int main(int argc, char** argv) {
   const int64_t steps = arg(1, 20), B = arg(2, 8), T = arg(3, 1024);
   const std::string precision = argc > 4 ? argv[4] : "bf16";
   const int64_t L = arg(5, 12), C = arg(6, 768), NH = arg(7, 12);
+  const std::string kernels = argc > 8 ? argv[8] : "auto";
+  const std::string attention = argc > 9 ? argv[9] : "auto";
   const int64_t warmup = 3;
   auto trainer = MakeBenchTrainer("freeride_gpu_train_bench", {L, C, NH, B, T, steps + warmup + 1},
                                   absl::StrFormat(R"([optim]
@@ -50,7 +54,9 @@ steps = [1, 1]
 [runtime]
 device = "cuda"
 precision = "%s"
-)", precision));
+kernels = "%s"
+attention = "%s"
+)", precision, kernels, attention));
   if (!trainer.ok()) {
     std::fprintf(stderr, "%s\n", std::string(trainer.status().message()).c_str());
     return 1;
@@ -63,6 +69,8 @@ precision = "%s"
   std::printf("device: %s; model: L=%ld C=%ld NH=%ld params=%ld; B=%ld T=%ld %s; %.3f GFLOP/token\n",
               prop.name, (long)L, (long)C, (long)NH, (long)model->num_params(), (long)B, (long)T,
               precision.c_str(), flops_per_token / 1e9);
+  std::printf("kernels: %s, attention: %s (%s)\n", kernels.c_str(), attention.c_str(),
+              model->Describe().c_str());
   std::printf("planned device memory: %s\n", model->memory_plan().Report().c_str());
   for (int64_t i = 0; i < warmup; ++i) {
     absl::StatusOr<StepStats> s = (*trainer)->Step();
