@@ -15,12 +15,19 @@ fail() {
   failures=$((failures + 1))
 }
 
-# Sources as git knows them where there is a checkout (a tarball falls back to find).
+# Sources as git knows them where there is a checkout. A copy without git (a tarball, the GPU
+# machine's copy, the rehearsal's root) falls back to find, leaving out what is not the project's
+# sources: every build directory (whatever its name: build-gpu/ holds generated protobuf code),
+# the carried GPU kit and data (npm packages hold headers).
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   sources=$(git ls-files '*.cc' '*.h' '*.cu' '*.cuh' '*.cc.in')
 else
-  sources=$(find . -path ./build -prune -o -type f \( -name '*.cc' -o -name '*.h' -o -name '*.cu' \
-    -o -name '*.cuh' -o -name '*.cc.in' \) -print | sed 's#^\./##')
+  pruned=(-path ./.git -o -path ./.gpu-kit -o -path ./data -o -name node_modules)
+  while IFS= read -r dir; do
+    pruned+=(-o -path "$dir")
+  done < <(find . -name CMakeCache.txt -printf '%h\n')
+  sources=$(find . \( "${pruned[@]}" \) -prune -o -type f \( -name '*.cc' -o -name '*.h' \
+    -o -name '*.cu' -o -name '*.cuh' -o -name '*.cc.in' \) -print | sed 's#^\./##')
 fi
 [[ -n $sources ]] || { echo "layout_check: no sources under $root" >&2; exit 2; }
 
