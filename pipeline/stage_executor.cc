@@ -40,9 +40,13 @@ StageExecutor::StageExecutor(Schedule schedule, RankLayout layout, std::vector<S
     if (in.op == Op::kBackward || in.op == Op::kBackwardWeight) ++weight_instrs_[in.chunk];
     tied_here = tied_here || in.op == Op::kReduceTied;
   }
-  // A post-validated head posts the tied sum after its last I (see InsertCommunication).
+  // A post-validated head posts the tied sum after its last I (see InsertCommunication). Only
+  // an executor that trains says so: a forward-only one (evaluation) on the same chunks must
+  // not undo what the training executor set.
   for (StageModel* chunk : chunks_) {
-    if (chunk->stage().has_head) chunk->SetHeadGradInBackwardInput(PostValidated() && tied_here);
+    if (chunk->stage().has_head && has_backward_) {
+      chunk->SetHeadGradInBackwardInput(PostValidated() && tied_here);
+    }
   }
   recv_act_req_.assign(cells, -1);
   recv_grad_req_.assign(cells, -1);

@@ -43,21 +43,30 @@ absl::StatusOr<pipeline::CostModel> CalibrateStageCosts(const BackendOptions& ba
     if (spec.has_embedding) FR_RETURN_IF_ERROR(s.SetTokens(0, tokens.data()));
     if (spec.has_head) FR_RETURN_IF_ERROR(s.SetTargets(0, targets.data()));
     if (!spec.has_embedding) FR_RETURN_IF_ERROR(s.SetInputActivations(0, input_message.get()));
+    // Each pass as a training step runs it (the forward knowing its backward's loss scale:
+    // CUDA's fused classifier then makes the logits gradient in F), timed until the device has
+    // finished it: a device chunk's compute calls return once their work is queued.
+    const float scale = 1.0f / static_cast<float>(rows);
     double f = 1e30, b = 1e30, w = 1e30;
     for (int rep = 0; rep < 4; ++rep) {  // the first run warms up; the fastest of the rest
+      FR_RETURN_IF_ERROR(s.Drain());
       Timer t;
-      absl::StatusOr<double> loss = s.Forward(0);
-      if (!loss.ok()) return loss.status();
+      FR_RETURN_IF_ERROR(s.ForwardKeepingLoss(0, scale));
+      FR_RETURN_IF_ERROR(s.Drain());
       const double tf = t.ElapsedSeconds();
       if (!spec.has_head) FR_RETURN_IF_ERROR(s.SetOutputGrad(0, grad_message.get()));
+      FR_RETURN_IF_ERROR(s.Drain());
       Timer tb;
-      FR_RETURN_IF_ERROR(s.BackwardInput(0, 1.0f / static_cast<float>(rows)));
+      FR_RETURN_IF_ERROR(s.BackwardInput(0, scale));
+      FR_RETURN_IF_ERROR(s.Drain());
       const double tbi = tb.ElapsedSeconds();
       Timer tw;
       FR_RETURN_IF_ERROR(s.BackwardWeight(0));
+      FR_RETURN_IF_ERROR(s.Drain());
       const double tww = tw.ElapsedSeconds();
       if (rep > 0) f = std::min(f, tf), b = std::min(b, tbi), w = std::min(w, tww);
     }
+    FR_RETURN_IF_ERROR(s.TakeLosses().status());
     pipeline::StageCost& stage_cost =
         cost.stages[pipeline::StageOfVirtual(placement, pp, static_cast<int>(v))];
     stage_cost.f += f * 1e3;

@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kThreads)
       v4[i] = vi;
       if (compute != nullptr) {
         // Four bf16 (8 bytes: the offset is a multiple of 4 elements).
-        __nv_bfloat162 pair[2] = {__floats2bfloat162_rn(p.x, p.y), __floats2bfloat162_rn(p.z, p.w)};
+        alignas(8) __nv_bfloat162 pair[2] = {__floats2bfloat162_rn(p.x, p.y), __floats2bfloat162_rn(p.z, p.w)};
         reinterpret_cast<uint2*>(compute + o)[i] = *reinterpret_cast<const uint2*>(pair);
       }
     }

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -79,8 +80,19 @@ struct Shape {
   int64_t N, C;
 };
 // The GPU tests' tiny model (B 4, T 32, C 64), tiny_cpu (B 8, T 64, C 128), GPT-2 124M (B 8,
-// T 1024, C 768).
-std::vector<Shape> Shapes() { return {{128, 64}, {512, 128}, {8192, 768}}; }
+// T 1024, C 768); then rows that fill no chunk or warp evenly and rows whose last lane holds a
+// partial vector: in bf16 the 1B configs' C 2048 (the backward's 64 KiB of shared memory, over
+// the 48 KiB default) and C 1600 (56 KiB); in fp32 C 1000, near its limit of 1024.
+template <typename T>
+std::vector<Shape> Shapes() {
+  std::vector<Shape> shapes = {{128, 64}, {512, 128}, {8192, 768}};
+  if constexpr (std::is_same_v<T, float>) {
+    shapes.push_back({777, 1000});
+  } else {
+    shapes.insert(shapes.end(), {{1000, 2048}, {777, 1600}});
+  }
+  return shapes;
+}
 
 // Floats enough for the partials of either path.
 int64_t PartialFloats(const Shape& s, int bytes) {
@@ -94,7 +106,7 @@ TYPED_TEST_SUITE(FusedKernelsTest, ElementTypes);
 
 TYPED_TEST(FusedKernelsTest, ResidualLayerNormForwardMatchesTheReference) {
   using T = TypeParam;
-  for (const Shape& s : Shapes()) {
+  for (const Shape& s : Shapes<T>()) {
     SCOPED_TRACE(::testing::Message() << s.N << " × " << s.C);
     const int64_t n = s.N * s.C;
     Device<T> a(Random<T>(n, 1, 1.0f)), b(Random<T>(n, 2)), w(Random<T>(s.C, 3)),
@@ -124,7 +136,7 @@ TYPED_TEST(FusedKernelsTest, ResidualLayerNormForwardMatchesTheReference) {
 // gradients accumulated onto non-zero values; then the same again, bit for bit.
 TYPED_TEST(FusedKernelsTest, LayerNormBackwardMatchesTheReferenceAndRepeatsBitwise) {
   using T = TypeParam;
-  for (const Shape& s : Shapes()) {
+  for (const Shape& s : Shapes<T>()) {
     SCOPED_TRACE(::testing::Message() << s.N << " × " << s.C);
     const int64_t n = s.N * s.C;
     Device<T> x(Random<T>(n, 5, 0.5f)), w(Random<T>(s.C, 6)), bias(Random<T>(s.C, 7));
@@ -171,7 +183,7 @@ TYPED_TEST(FusedKernelsTest, LayerNormBackwardMatchesTheReferenceAndRepeatsBitwi
 
 TYPED_TEST(FusedKernelsTest, ColumnSumsMatchBiasBackwardAndRepeatBitwise) {
   using T = TypeParam;
-  for (const Shape& s : Shapes()) {
+  for (const Shape& s : Shapes<T>()) {
     for (int64_t k : {1, 3, 4}) {
       const int64_t C = k * s.C, n = s.N * C;
       SCOPED_TRACE(::testing::Message() << s.N << " × " << C);
@@ -193,7 +205,7 @@ TYPED_TEST(FusedKernelsTest, ColumnSumsMatchBiasBackwardAndRepeatBitwise) {
 
 TYPED_TEST(FusedKernelsTest, ElementwiseKernelsMatchTheReference) {
   using T = TypeParam;
-  for (const Shape& s : Shapes()) {
+  for (const Shape& s : Shapes<T>()) {
     const int64_t n = 4 * s.N * s.C;
     Device<T> a(Random<T>(n, 14)), b(Random<T>(n, 15));
     Device<T> sum_ref(n), sum(n), gelu_ref(n), gelu(n), dgelu_ref(n), dgelu(n);

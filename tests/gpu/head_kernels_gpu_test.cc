@@ -309,6 +309,17 @@ TrainRun Train(const GPT2Config& config, int64_t B, int64_t T, CudaPrecision pre
   return run;
 }
 
+// The parameters with every layer's key bias (the middle third of the qkv bias) set to 0.
+std::vector<float> WithoutKeyBias(const GPT2Config& config, std::vector<float> params) {
+  const ParamLayout layout = MakeParamLayout(config, WholeModel(config));
+  const int64_t C = config.n_embd;
+  for (int64_t l = 0; l < config.n_layer; ++l) {
+    const int64_t begin = layout.slot(ParamTensor::kQkvB).offset + l * 3 * C + C;
+    std::fill(params.begin() + begin, params.begin() + begin + C, 0.0f);
+  }
+  return params;
+}
+
 class KernelModeTest : public ::testing::TestWithParam<CudaPrecision> {
  protected:
   bool bf16() const { return GetParam() == CudaPrecision::kBf16; }
@@ -327,7 +338,11 @@ class KernelModeTest : public ::testing::TestWithParam<CudaPrecision> {
           << "unit " << u;
     }
     EXPECT_LT(RelativeError(a.first_grads, r.first_grads), bf16() ? 2e-2 : 1e-5);
-    EXPECT_LT(RelativeError(a.params, r.params), bf16() ? 2e-2 : 1e-5);
+    // The key bias's gradient is 0 but for rounding (softmax ignores a constant per row), so
+    // its noise, summed in another order, can move AdamW's update by up to ±lr a step: those
+    // parameters are left out of the comparison.
+    EXPECT_LT(RelativeError(WithoutKeyBias(config, a.params), WithoutKeyBias(config, r.params)),
+              bf16() ? 2e-2 : 1e-5);
     const TrainRun again = Train(config, B, T, GetParam(), cuda::KernelMode::kAuto, 3);
     for (size_t s = 0; s < again.losses.size(); ++s) EXPECT_EQ(again.losses[s], a.losses[s]);
   }

@@ -144,6 +144,32 @@ TEST_P(PostValidationTrainTest, NonFiniteStepsAreRolledBackAndSkipped) {
   }
 }
 
+// A validation set makes a second, forward-only executor on the same chunks; it must not undo
+// the training executor's choice that a post-validated head makes its tied gradient in I (the
+// old code reset it, and the head's tied sum then missed the last micro-batches' share in the
+// schedules that split I from W).
+TEST_P(PostValidationTrainTest, AnEvaluationExecutorLeavesTheHeadsTiedGradientInI) {
+  const std::string shard = ParityShard();
+  const int dp = GetParam();
+  for (const std::string kind : {"zbh1", "zbv"}) {
+    for (int pp : {2, 4}) {
+      SCOPED_TRACE(absl::StrFormat("%s pp=%d dp=%d", kind, pp, dp));
+      Config config = ParityConfig(shard, kind, pp, dp, 8);
+      config.train.steps = 3;
+      config.parallel.partition = "even";
+      config.data.val = shard;
+      const TrainedRun barrier = Train(config, 3);
+      config.optim.step_sync = "post_validate";
+      const TrainedRun post = Train(config, 3);
+      EXPECT_EQ(post.losses, barrier.losses);
+      EXPECT_EQ(post.norms, barrier.norms);
+      for (size_t r = 0; r < std::min(post.state.size(), barrier.state.size()); ++r) {
+        EXPECT_TRUE(post.state[r] == barrier.state[r]) << "rank " << r << " differs";
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(DataParallel, PostValidationTrainTest, ::testing::Values(1, 2),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return absl::StrFormat("dp%d", info.param);
