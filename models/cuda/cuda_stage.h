@@ -149,10 +149,11 @@ class CudaStage final : public CudaStageModel {
   // runtime.kernels = auto: the fused classifier, the multi-tensor norm and AdamW, and weight
   // gradients written with beta = 0 by the first micro-batch after ZeroGrads.
   bool fused() const { return options_.kernels == KernelMode::kAuto; }
-  // Zeroes what ZeroGrads left to the first weight products (weight_grads_deferred_,
-  // head_grad_deferred_): first thing in every call that reads or writes the gradients other
-  // than the products themselves.
-  absl::Status ZeroDeferredGrads();
+  // Zeroes what ZeroGrads left to the first weight products, where a call other than the
+  // products is about to read or write it: every weight matrix's gradient once one overlaps
+  // gradients [offset, offset + n) (weight_grads_deferred_), and the head's wte gradient when
+  // `head` (head_grad_deferred_). A tied sum before any W then leaves the matrices to beta = 0.
+  absl::Status ZeroDeferredGrads(bool head, int64_t offset, int64_t n);
 
   ParamLayout layout_;
   int64_t B_, T_;

@@ -58,19 +58,26 @@ absl::Status CudaStage<T>::ZeroGrads() {
 }
 
 template <typename T>
-absl::Status CudaStage<T>::ZeroDeferredGrads() {
-  if (weight_grads_deferred_) {
+absl::Status CudaStage<T>::ZeroDeferredGrads(bool head, int64_t offset, int64_t n) {
+  bool weights_touched = false;
+  for (const TensorSlot& slot : layout_.slots) {
+    weights_touched =
+        weights_touched || (slot.present && IsWeightMatrix(slot.tensor) &&
+                            slot.offset < offset + n && offset < slot.offset + slot.elements);
+  }
+  if (weight_grads_deferred_ && weights_touched) {
     for (const TensorSlot& slot : layout_.slots) {
       if (!slot.present || !IsWeightMatrix(slot.tensor)) continue;
       CUDA_CHECK(
           cudaMemsetAsync(Ptr<float>(ids_.grads) + slot.offset, 0, slot.elements * 4, stream_));
     }
+    weight_grads_deferred_ = false;
   }
-  if (head_grad_deferred_) {
+  if (head_grad_deferred_ && head) {
     CUDA_CHECK(cudaMemsetAsync(Ptr<float>(ids_.head_wte_grad), 0,
                                plan_.buffer(ids_.head_wte_grad).bytes, stream_));
+    head_grad_deferred_ = false;
   }
-  weight_grads_deferred_ = head_grad_deferred_ = false;
   return absl::OkStatus();
 }
 
@@ -78,7 +85,7 @@ template <typename T>
 absl::Status CudaStage<T>::FoldHeadWteGrad() {
   FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("FoldHeadWteGrad"));
-  FR_RETURN_IF_ERROR(ZeroDeferredGrads());
+  FR_RETURN_IF_ERROR(ZeroDeferredGrads(/*head=*/true, 0, 0));
   if (!layout_.stage.has_head) return absl::OkStatus();
   const int64_t n = layout_.config.padded_vocab_size * layout_.config.n_embd;
   if (layout_.stage.has_embedding) {
@@ -93,7 +100,7 @@ template <typename T>
 absl::StatusOr<float*> CudaStage<T>::HostGrads(int64_t offset, int64_t n) {
   FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("HostGrads"));
-  FR_RETURN_IF_ERROR(ZeroDeferredGrads());
+  FR_RETURN_IF_ERROR(ZeroDeferredGrads(/*head=*/false, offset, n));
   CUDA_CHECK(cudaMemcpyAsync(host_grads_ + offset, Ptr<float>(ids_.grads) + offset, n * 4,
                              cudaMemcpyDeviceToHost, stream_));
   if (absl::Status s = Sync(); !s.ok()) return s;
@@ -104,7 +111,7 @@ template <typename T>
 absl::Status CudaStage<T>::CommitHostGrads(int64_t offset, int64_t n) {
   FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("CommitHostGrads"));
-  FR_RETURN_IF_ERROR(ZeroDeferredGrads());
+  FR_RETURN_IF_ERROR(ZeroDeferredGrads(/*head=*/false, offset, n));
   CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.grads) + offset, host_grads_ + offset, n * 4,
                              cudaMemcpyHostToDevice, stream_));
   return Sync();
@@ -114,7 +121,7 @@ template <typename T>
 absl::StatusOr<std::vector<double>> CudaStage<T>::GradSquaresByUnit() {
   FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("GradSquaresByUnit"));
-  FR_RETURN_IF_ERROR(ZeroDeferredGrads());
+  FR_RETURN_IF_ERROR(ZeroDeferredGrads(/*head=*/true, 0, layout_.total));
   const GPT2Config& cfg = layout_.config;
   const StageSpec& st = layout_.stage;
   double* partials = Ptr<double>(ids_.reduce_partials);
@@ -165,7 +172,7 @@ template <typename T>
 absl::Status CudaStage<T>::ApplyAdamW(const AdamWStep& step) {
   FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("ApplyAdamW"));
-  FR_RETURN_IF_ERROR(ZeroDeferredGrads());
+  FR_RETURN_IF_ERROR(ZeroDeferredGrads(/*head=*/true, 0, layout_.total));
   AdamWArgs a;
   a.lr = static_cast<float>(step.lr);
   a.beta1 = static_cast<float>(step.beta1);
@@ -196,13 +203,13 @@ absl::Status CudaStage<T>::ApplyAdamW(const AdamWStep& step) {
   return Sync();
 }
 
-#define FR_INSTANTIATE(T)                                                                 \
-  template absl::Status CudaStage<T>::ZeroGrads();                                        \
-  template absl::Status CudaStage<T>::ZeroDeferredGrads();                                \
-  template absl::Status CudaStage<T>::FoldHeadWteGrad();                                  \
-  template absl::StatusOr<float*> CudaStage<T>::HostGrads(int64_t, int64_t);              \
-  template absl::Status CudaStage<T>::CommitHostGrads(int64_t, int64_t);                  \
-  template absl::StatusOr<std::vector<double>> CudaStage<T>::GradSquaresByUnit();         \
+#define FR_INSTANTIATE(T)                                                         \
+  template absl::Status CudaStage<T>::ZeroGrads();                                \
+  template absl::Status CudaStage<T>::ZeroDeferredGrads(bool, int64_t, int64_t);  \
+  template absl::Status CudaStage<T>::FoldHeadWteGrad();                          \
+  template absl::StatusOr<float*> CudaStage<T>::HostGrads(int64_t, int64_t);      \
+  template absl::Status CudaStage<T>::CommitHostGrads(int64_t, int64_t);          \
+  template absl::StatusOr<std::vector<double>> CudaStage<T>::GradSquaresByUnit(); \
   template absl::Status CudaStage<T>::ApplyAdamW(const AdamWStep&);
 FR_INSTANTIATE(float)
 FR_INSTANTIATE(bf16)
