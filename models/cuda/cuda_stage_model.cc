@@ -72,6 +72,12 @@ absl::Status CudaStage<T>::Init() {
   CUDA_CHECK(cudaEventCreateWithFlags(&messages_read_, cudaEventDisableTiming));
   CUBLAS_CHECK(cublasLtCreate(&blas_.lt));
   CUBLAS_CHECK(cublasCreate(&blas_.blas));
+  if (ids_.flash_attention) {
+    int optin = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_));
+    FR_RETURN_IF_ERROR(CheckFlashSharedMemory(
+        layout_.config.n_embd / layout_.config.n_head, optin, device_));
+  }
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   FR_RETURN_IF_ERROR(CheckDeviceMemory(plan_.TotalBytes(), free_bytes, device_, plan_.Report()));

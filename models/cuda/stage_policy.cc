@@ -1,5 +1,6 @@
 #include "models/cuda/stage_policy.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
@@ -50,6 +51,19 @@ bool UseFusedKernels(KernelMode mode, int64_t rows, int64_t C, int element_bytes
 bool UseFlashAttention(AttentionMode mode, bool bf16, int64_t B, int64_t NH, int64_t hs,
                        int64_t T) {
   return mode == AttentionMode::kAuto && bf16 && flash::ShapeSupported(B, NH, hs, T);
+}
+
+absl::Status CheckFlashSharedMemory(int64_t hs, int64_t optin_bytes, int device) {
+  int64_t needed = 0;
+  for (flash::Kernel k :
+       {flash::Kernel::kForward, flash::Kernel::kBackwardKv, flash::Kernel::kBackwardQ}) {
+    needed = std::max(needed, flash::Layout(k, hs).bytes);
+  }
+  if (needed <= optin_bytes) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "cuda:%d offers %d KiB of shared memory per block, and the flash attention kernels of "
+      "head size %d need %d KiB: set runtime.attention = \"reference\"",
+      device, optin_bytes / 1024, hs, (needed + 1023) / 1024));
 }
 
 uint32_t PointerAlignment(const void* p) {

@@ -30,6 +30,11 @@ bool FuseGelu(GeluFusionMode mode, bool bf16);
 enum class AttentionMode { kAuto, kReference };
 absl::StatusOr<AttentionMode> ParseAttentionMode(absl::string_view text);
 bool UseFlashAttention(AttentionMode mode, bool bf16, int64_t B, int64_t NH, int64_t hs, int64_t T);
+// OK when the device's opt-in shared memory per block (`optin_bytes`,
+// cudaDevAttrMaxSharedMemoryPerBlockOptin) holds the flash kernels of head size `hs`; else
+// FailedPrecondition naming both figures and runtime.attention = "reference". The kernels are
+// sized for the A100 and H100; a card with less (99 KiB on sm_86/sm_89) cannot launch hs 128's.
+absl::Status CheckFlashSharedMemory(int64_t hs, int64_t optin_bytes, int device);
 
 // runtime.kernels: "auto" runs the fused memory-bound kernels (vectorised LayerNorm with the
 // residual folded in, one-pass classifier, multi-tensor optimizer); "reference" runs the

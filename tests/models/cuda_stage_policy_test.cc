@@ -49,6 +49,21 @@ TEST(AttentionPath, ParsesTheConfigValues) {
   EXPECT_NE(bad.status().message().find("\"flash\""), std::string::npos) << bad.status();
 }
 
+TEST(AttentionPath, FlashNeedsTheDevicesSharedMemory) {
+  // The H100's 227 KiB and the A100's 163 KiB take every head size; 99 KiB (sm_86/sm_89) not
+  // hs 128's dK/dV kernel (152.5 KiB).
+  for (int64_t hs : {16, 32, 64, 128}) {
+    EXPECT_TRUE(CheckFlashSharedMemory(hs, 227 * 1024, 0).ok()) << hs;
+    EXPECT_TRUE(CheckFlashSharedMemory(hs, 163 * 1024, 0).ok()) << hs;
+  }
+  absl::Status small = CheckFlashSharedMemory(128, 99 * 1024, 1);
+  ASSERT_FALSE(small.ok());
+  EXPECT_EQ(small.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(small.message().find("cuda:1 offers 99 KiB"), std::string::npos) << small;
+  EXPECT_NE(small.message().find("need 153 KiB"), std::string::npos) << small;
+  EXPECT_NE(small.message().find("runtime.attention = \"reference\""), std::string::npos);
+}
+
 TEST(KernelPath, ParsesTheConfigValues) {
   EXPECT_EQ(*ParseKernelMode("auto"), KernelMode::kAuto);
   EXPECT_EQ(*ParseKernelMode("reference"), KernelMode::kReference);
