@@ -28,6 +28,14 @@ prepare_corpus() {
     --tokenizer "$root/data/r50k_base.tiktoken" > /dev/null
 }
 
+# The scripts' small GPT-2 as a config's [model] table: two layers of two heads, GPT-2's
+# vocabulary (the corpus is tokenized with its tokenizer).
+#   model_toml N_EMBD MAX_SEQ_LEN
+model_toml() {
+  printf '[model]\nn_layer = 2\nn_head = 2\nn_embd = %s\nmax_seq_len = %s\nvocab_size = 50257\n' \
+    "$1" "$2"
+}
+
 # The train losses of RUN_DIR/metrics.jsonl as one line: "[l1, l2, ...]".
 train_losses() {
   python3 -c '

@@ -44,12 +44,7 @@ for plugin in "$work/cmake_plugin/libcollatz_plugin.so" "$work/libcollatz_gxx.so
 [run]
 dir = "$run"
 log_every = 1000
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 64
-max_seq_len = 64
-vocab_size = 50257
+$(model_toml 64 64)
 [data]
 train = "$work/data/train_*.bin"
 [train]

@@ -40,12 +40,7 @@ cat > "$work/serve.toml" <<TOML
 [run]
 seed = 5
 log_every = 1000
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 64
-max_seq_len = 128
-vocab_size = 50257
+$(model_toml 64 128)
 [data]
 train = "$work/data/train_*.bin"
 [train]

@@ -29,12 +29,7 @@ cat > "$work/soak.toml" <<TOML
 [run]
 seed = 7
 log_every = 1000
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-max_seq_len = 32
-vocab_size = 50257
+$(model_toml 32 32)
 [data]
 train = "$work/data/train_*.bin"
 shuffle = true

@@ -67,12 +67,7 @@ cat > "$work/run.toml" << TOML
 [run]
 seed = 5
 log_every = 1000
-[model]
-n_layer = 2
-n_head = 2
-n_embd = 32
-max_seq_len = 32
-vocab_size = 50257
+$(model_toml 32 32)
 [data]
 train = "$work/data/train_*.bin"
 [train]
