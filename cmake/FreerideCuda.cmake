@@ -1,6 +1,8 @@
 # The CUDA backend: FREERIDE_CUDA=AUTO turns it on when nvcc is found (on PATH or in
-# /usr/local/cuda), ON requires it, OFF never looks. Sets FREERIDE_WITH_CUDA and, when on,
-# the target freeride_cuda_libs (cudart, cuBLASLt, NCCL, and cuDNN where found).
+# /usr/local/cuda), ON requires it, OFF never looks, EMULATE compiles the CUDA sources with the
+# host compiler against the emulation layer (models/cuda/emulation/README.md) and needs no
+# toolkit. Sets FREERIDE_WITH_CUDA (and FREERIDE_CUDA_EMULATED) and, when on, the target
+# freeride_cuda_libs (cudart, cuBLASLt, NCCL, and cuDNN where found; or the emulation).
 #
 # cuDNN and NCCL come from -DCUDNN_ROOT / -DNCCL_ROOT (or those environment variables) when
 # given, else from the CUDA toolkit's prefix and CMAKE_PREFIX_PATH, else from pip wheels
@@ -78,7 +80,23 @@ function(freeride_find_cuda_library prefix header wheel)
 endfunction()
 
 set(FREERIDE_WITH_CUDA OFF)
-if(NOT FREERIDE_CUDA STREQUAL "OFF")
+set(FREERIDE_CUDA_EMULATED OFF)
+if(FREERIDE_CUDA STREQUAL "EMULATE")
+  set(FREERIDE_WITH_CUDA ON)
+  set(FREERIDE_CUDA_EMULATED ON)
+  set(CMAKE_CUDA_ARCHITECTURES "emulated")
+  # The fibers of the CUDA threads.
+  find_package(Boost 1.74 REQUIRED COMPONENTS context)
+  add_library(freeride_cuda_libs INTERFACE)
+  target_include_directories(freeride_cuda_libs INTERFACE
+    ${CMAKE_CURRENT_SOURCE_DIR}/models/cuda/emulation/include)
+  target_compile_definitions(freeride_cuda_libs INTERFACE FREERIDE_WITH_CUDA=1
+    FREERIDE_CUDA_EMULATED=1)
+  # Defined in models/cuda/emulation/CMakeLists.txt.
+  target_link_libraries(freeride_cuda_libs INTERFACE freeride_cuda_emulation)
+  message(STATUS "freeride: CUDA emulated on the CPU (models/cuda/emulation), Boost.Context "
+                 "${Boost_VERSION}")
+elseif(NOT FREERIDE_CUDA STREQUAL "OFF")
   if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX})
     find_program(FREERIDE_NVCC nvcc HINTS /usr/local/cuda/bin)
     if(FREERIDE_NVCC)
@@ -97,7 +115,7 @@ if(NOT FREERIDE_CUDA STREQUAL "OFF")
   endif()
 endif()
 
-if(FREERIDE_WITH_CUDA)
+if(FREERIDE_WITH_CUDA AND NOT FREERIDE_CUDA_EMULATED)
   # Only the two architectures the project targets (A100, H100/H200), to keep builds short.
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
     set(CMAKE_CUDA_ARCHITECTURES 80 90)
@@ -128,7 +146,8 @@ if(FREERIDE_WITH_CUDA)
   target_include_directories(freeride_cuda_libs SYSTEM INTERFACE ${NCCL_INCLUDE_DIR})
   target_link_libraries(freeride_cuda_libs INTERFACE
     CUDA::cudart CUDA::cublasLt CUDA::cublas ${NCCL_LIBRARY})
-  target_compile_definitions(freeride_cuda_libs INTERFACE FREERIDE_WITH_CUDA=1)
+  target_compile_definitions(freeride_cuda_libs INTERFACE FREERIDE_WITH_CUDA=1
+    FREERIDE_WITH_NCCL=1)
   if(CUDNN_FROM)
     target_include_directories(freeride_cuda_libs SYSTEM INTERFACE ${CUDNN_INCLUDE_DIR})
     target_link_libraries(freeride_cuda_libs INTERFACE ${CUDNN_LIBRARY})

@@ -22,7 +22,11 @@ std::vector<std::pair<std::string, std::string>> BuildInfo() {
   rows.emplace_back("build type", FREERIDE_BUILD_TYPE);
 #ifdef FREERIDE_WITH_CUDA
   const CudaLibraryVersions v = GetCudaLibraryVersions();
+#ifdef FREERIDE_CUDA_EMULATED
+  rows.emplace_back("CUDA backend", "emulated on the CPU (-DFREERIDE_CUDA=EMULATE)");
+#else
   rows.emplace_back("CUDA backend", absl::StrCat("on (architectures ", FREERIDE_CUDA_ARCHS, ")"));
+#endif
   rows.emplace_back("CUDA runtime", FormatCudaVersion(v.runtime));
   rows.emplace_back("CUDA driver",
                     v.driver == 0 ? "none (no driver installed)" : FormatCudaVersion(v.driver));
@@ -32,8 +36,12 @@ std::vector<std::pair<std::string, std::string>> BuildInfo() {
       "cuDNN", v.cudnn == 0
                    ? std::string("not built in")
                    : absl::StrCat(v.cudnn / 10000, ".", (v.cudnn / 100) % 100, ".", v.cudnn % 100));
+#ifdef FREERIDE_WITH_NCCL
   rows.emplace_back("NCCL", absl::StrCat(v.nccl / 10000, ".", (v.nccl / 100) % 100, ".",
                                          v.nccl % 100));
+#else
+  rows.emplace_back("NCCL", "not built in (emulation)");
+#endif
 #else
   rows.emplace_back("CUDA backend", "off");
 #endif

@@ -53,6 +53,7 @@ absl::Status CudnnStatus(cudnnStatus_t code, const char* expr, const char* file,
 }
 #endif
 
+#ifdef FREERIDE_WITH_NCCL
 absl::Status NcclStatus(ncclResult_t code, const char* expr, const char* file, int line) {
   absl::StatusCode status_code = code == ncclInvalidArgument || code == ncclInvalidUsage
                                      ? absl::StatusCode::kInvalidArgument
@@ -60,6 +61,7 @@ absl::Status NcclStatus(ncclResult_t code, const char* expr, const char* file, i
                                                            : absl::StatusCode::kInternal;
   return LibraryError(status_code, "NCCL", code, ncclGetErrorString(code), expr, file, line);
 }
+#endif
 
 CudaLibraryVersions GetCudaLibraryVersions() {
   CudaLibraryVersions v;
@@ -68,7 +70,9 @@ CudaLibraryVersions GetCudaLibraryVersions() {
 #ifdef FREERIDE_WITH_CUDNN
   v.cudnn = cudnnGetVersion();
 #endif
+#ifdef FREERIDE_WITH_NCCL
   if (ncclGetVersion(&v.nccl) != ncclSuccess) v.nccl = 0;
+#endif
   v.cublaslt = static_cast<int>(cublasLtGetVersion());
   return v;
 }

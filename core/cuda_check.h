@@ -6,7 +6,9 @@
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
+#ifdef FREERIDE_WITH_NCCL
 #include <nccl.h>
+#endif
 #ifdef FREERIDE_WITH_CUDNN
 #include <cudnn.h>
 #endif
@@ -22,7 +24,9 @@ absl::Status CublasStatus(cublasStatus_t code, const char* expr, const char* fil
 #ifdef FREERIDE_WITH_CUDNN
 absl::Status CudnnStatus(cudnnStatus_t code, const char* expr, const char* file, int line);
 #endif
+#ifdef FREERIDE_WITH_NCCL
 absl::Status NcclStatus(ncclResult_t code, const char* expr, const char* file, int line);
+#endif
 
 // Versions of the CUDA libraries this binary loaded; none of these needs a driver.
 struct CudaLibraryVersions {
@@ -50,4 +54,6 @@ std::string FormatCudaVersion(int version);  // 13000 -> "13.0"
 #ifdef FREERIDE_WITH_CUDNN
 #define CUDNN_CHECK(expr) FR_LIBRARY_CHECK(cudnnStatus_t, CUDNN_STATUS_SUCCESS, CudnnStatus, expr)
 #endif
+#ifdef FREERIDE_WITH_NCCL
 #define NCCL_CHECK(expr) FR_LIBRARY_CHECK(ncclResult_t, ncclSuccess, NcclStatus, expr)
+#endif

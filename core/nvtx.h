@@ -1,12 +1,12 @@
 // NVTX ranges for Nsight Systems: every schedule instruction, bubble and side-task step shows
 // on the timeline by name. Compiled only in a CUDA build (NVTX 3 is header-only, in the CUDA
-// toolkit); elsewhere the macros expand to nothing and their arguments are not evaluated. With
+// toolkit; not in the emulation build); elsewhere the macros expand to nothing and their arguments are not evaluated. With
 // no profiler attached an NVTX call returns at once.
 //   FR_NVTX_RANGE(name);               a range for the rest of the enclosing scope
 //   FR_NVTX_RANGE_START(name, &id);    a range that ends elsewhere: FR_NVTX_RANGE_END(id)
 #pragma once
 
-#ifdef FREERIDE_WITH_CUDA
+#if defined(FREERIDE_WITH_CUDA) && !defined(FREERIDE_CUDA_EMULATED)
 #include <nvtx3/nvToolsExt.h>
 
 #include <cstdint>

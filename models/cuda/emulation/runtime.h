@@ -1,0 +1,41 @@
+// What the emulated libraries (blas.cc) need from the emulated runtime (runtime.cc).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <string_view>
+
+#include "models/cuda/emulation/include/cuda_runtime_api.h"
+
+namespace freeride::emu {
+
+// Runs `op` in stream order: on the stream's own host thread after the work enqueued before
+// it, or, on the legacy default stream (null), on the caller after all other streams drain.
+void Enqueue(cudaStream_t stream, std::function<void()> op);
+
+// Whether [p, p + bytes) lies inside one cudaMalloc allocation.
+bool IsDeviceMemory(const void* p, size_t bytes);
+
+}  // namespace freeride::emu
+
+namespace freeride::emu {
+
+// The calling host thread's sticky-until-read launch error (cudaGetLastError reads it).
+void SetLastError(cudaError_t error);
+// The dynamic shared memory a launch of `kernel` may ask for: 48 KiB unless
+// cudaFuncSetAttribute raised it (up to the device's opt-in limit).
+size_t MaxDynamicSharedBytes(const void* kernel);
+// The order in which a block's threads run between barriers (FREERIDE_EMULATE_ORDER): lane
+// order, reversed, one warp as far as it goes then the next ("warp"), or that with the warps
+// and lanes reversed ("warp-reversed"); the reversed orders also run the blocks backwards.
+enum class Order { kLane, kReversed, kWarp, kWarpReversed };
+std::optional<Order> ParseOrder(std::string_view name);
+// For tests that compare orders within one process; takes effect at the next launch.
+void SetThreadOrder(Order order);
+
+// Runs every block of a grid, one after another, on the calling thread (scheduler.cc).
+void RunGrid(const char* name, dim3 grid, dim3 block, size_t shmem,
+             const std::function<void()>& body);
+
+}  // namespace freeride::emu
