@@ -4,8 +4,11 @@
 // so HBM sees the logits once.
 #include <cuda_bf16.h>
 
+#include <cstring>
+
 #include "models/cuda/classifier.h"
 #include "models/cuda/classifier_math.h"
+#include "models/cuda/launch.h"
 
 namespace freeride::cuda {
 namespace {
@@ -34,14 +37,18 @@ __global__ void __launch_bounds__(classifier::kThreads)
                           float grad_scale, bool write_grad, int V, int Vp) {
   constexpr int W = static_cast<int>(classifier::VectorWidth(sizeof(T)));
   constexpr int kWarps = classifier::kThreads / 32;
+  static_assert(W * sizeof(T) == sizeof(int4), "a vector is one int4");
   __shared__ float warp_max[kWarps], warp_sum[kWarps];
   __shared__ float row_lse;
   const int64_t row = blockIdx.x;
   int4* x = reinterpret_cast<int4*>(logits + row * Vp);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  // The int4's bytes move to and from T e[W] by memcpy (a register move), not through a T*
+  // into the int4, which breaks strict aliasing (g++ -O2 miscompiles it in the emulation build).
   auto load = [x](int vec, float* out) {
     const int4 raw = x[vec];
-    const T* e = reinterpret_cast<const T*>(&raw);
+    T e[W];
+    std::memcpy(e, &raw, sizeof raw);
 #pragma unroll
     for (int k = 0; k < W; ++k) out[k] = ToFloat(e[k]);
   };
@@ -70,13 +77,14 @@ __global__ void __launch_bounds__(classifier::kThreads)
   for (int vec = threadIdx.x; vec * W < Vp; vec += blockDim.x) {
     float values[W];
     load(vec, values);
-    int4 raw;
-    T* e = reinterpret_cast<T*>(&raw);
+    T e[W];
 #pragma unroll
     for (int k = 0; k < W; ++k) {
       const int v = vec * W + k;
       FromFloat(classifier::Gradient(values[k], lse, v == target, v >= V, grad_scale), &e[k]);
     }
+    int4 raw;
+    std::memcpy(&raw, e, sizeof raw);
     x[vec] = raw;
   }
 }
@@ -87,7 +95,7 @@ template <typename T>
 void FusedClassifier(float* losses, float* logsumexp, T* logits, const int32_t* targets,
                      float grad_scale, bool write_grad, int64_t N, int64_t V, int64_t Vp,
                      cudaStream_t stream) {
-  FusedClassifierKernel<T><<<static_cast<unsigned>(N), classifier::kThreads, 0, stream>>>(
+  FR_LAUNCH(static_cast<unsigned>(N), classifier::kThreads, 0, stream, FusedClassifierKernel<T>)(
       losses, logsumexp, logits, targets, grad_scale, write_grad, static_cast<int>(V),
       static_cast<int>(Vp));
 }

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include "models/cuda/column_sums.h"
+#include "models/cuda/launch.h"
 #include "models/cuda/vector_access.cuh"
 
 namespace freeride::cuda {
@@ -74,7 +75,7 @@ void ColumnSums(float* dst, const T* x, int64_t N, int64_t C, float* partials,
                 cudaStream_t stream) {
   const vec::ColumnGrid g = vec::ColumnSumGrid(N, C, Vector<T>::kWidth);
   const dim3 grid(static_cast<unsigned>(g.column_tiles), static_cast<unsigned>(g.rows.chunks));
-  ColumnPartialsKernel<<<grid, vec::kColumnWarps * 32, 0, stream>>>(
+  FR_LAUNCH(grid, vec::kColumnWarps * 32, 0, stream, ColumnPartialsKernel<T>)(
       partials, x, static_cast<int32_t>(N), static_cast<int32_t>(C),
       static_cast<int32_t>(g.rows.rows));
   FinishColumnSums(dst, nullptr, partials, g.rows.chunks, C, stream);
@@ -83,7 +84,7 @@ void ColumnSums(float* dst, const T* x, int64_t N, int64_t C, float* partials,
 void FinishColumnSums(float* dst0, float* dst1, const float* partials, int64_t chunks, int64_t C,
                       cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(vec::FinishColumnBlocks(C)), dst1 == nullptr ? 1u : 2u);
-  FinishColumnSumsKernel<<<grid, vec::kFinishSlices * 32, 0, stream>>>(
+  FR_LAUNCH(grid, vec::kFinishSlices * 32, 0, stream, FinishColumnSumsKernel)(
       dst0, dst1, partials, static_cast<int32_t>(chunks), static_cast<int32_t>(C));
 }
 

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include "models/cuda/elementwise.h"
+#include "models/cuda/launch.h"
 #include "models/cuda/vector_access.cuh"
 
 namespace freeride::cuda {
@@ -70,17 +71,17 @@ unsigned Blocks(int64_t n) {
 
 template <typename T>
 void VectorResidualForward(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream) {
-  ResidualKernel<<<Blocks<T>(n), vec::kElementwiseThreads, 0, stream>>>(out, a, b,
-                                                                        static_cast<int32_t>(n));
+  FR_LAUNCH(Blocks<T>(n), vec::kElementwiseThreads, 0, stream, ResidualKernel<T>)(
+      out, a, b, static_cast<int32_t>(n));
 }
 template <typename T>
 void VectorGeluForward(T* out, const T* inp, int64_t n, cudaStream_t stream) {
-  GeluForwardKernel<<<Blocks<T>(n), vec::kElementwiseThreads, 0, stream>>>(out, inp,
-                                                                           static_cast<int32_t>(n));
+  FR_LAUNCH(Blocks<T>(n), vec::kElementwiseThreads, 0, stream, GeluForwardKernel<T>)(
+      out, inp, static_cast<int32_t>(n));
 }
 template <typename T>
 void VectorGeluBackward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t stream) {
-  GeluBackwardKernel<<<Blocks<T>(n), vec::kElementwiseThreads, 0, stream>>>(
+  FR_LAUNCH(Blocks<T>(n), vec::kElementwiseThreads, 0, stream, GeluBackwardKernel<T>)(
       dinp, inp, dout, static_cast<int32_t>(n));
 }
 

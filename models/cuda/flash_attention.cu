@@ -9,6 +9,7 @@
 
 #include "models/cuda/flash_attention.h"
 #include "models/cuda/flash_tile.h"
+#include "models/cuda/launch.h"
 
 namespace freeride::cuda {
 namespace {
@@ -187,7 +188,7 @@ struct LaneP {
 template <int HS>
 __global__ void __launch_bounds__(kThreads, MinBlocks(HS))
     FlashForwardKernel(bf16* out, float* lse, const bf16* qkv, int64_t T, int64_t NH, float scale) {
-  extern __shared__ __align__(128) char smem[];
+  FR_DYNAMIC_SHARED(char, smem);
   constexpr SmemLayout L = flash::Layout(flash::Kernel::kForward, HS);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r = lane / kLanesPerRow, half = lane % kLanesPerRow;
@@ -277,7 +278,7 @@ template <int HS>
 __global__ void __launch_bounds__(kThreads, MinBlocks(HS))
     FlashBackwardKvKernel(bf16* dqkv, const bf16* qkv, const bf16* dout, const float* lse,
                           const float* rowsum, int64_t T, int64_t NH, float scale) {
-  extern __shared__ __align__(128) char smem[];
+  FR_DYNAMIC_SHARED(char, smem);
   constexpr SmemLayout L = flash::Layout(flash::Kernel::kBackwardKv, HS);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r = lane / kLanesPerRow, half = lane % kLanesPerRow;
@@ -369,7 +370,7 @@ template <int HS>
 __global__ void __launch_bounds__(kThreads, MinBlocks(HS))
     FlashBackwardQKernel(bf16* dqkv, const bf16* qkv, const bf16* dout, const float* lse,
                          const float* rowsum, int64_t T, int64_t NH, float scale) {
-  extern __shared__ __align__(128) char smem[];
+  FR_DYNAMIC_SHARED(char, smem);
   constexpr SmemLayout L = flash::Layout(flash::Kernel::kBackwardQ, HS);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r = lane / kLanesPerRow, half = lane % kLanesPerRow;
@@ -435,8 +436,8 @@ void LaunchTiles(Kernel kernel, flash::Kernel which, int64_t B, int64_t NH, int6
                          static_cast<int>(bytes));
   }
   const flash::Grid g = flash::TileGrid(B, NH, T);
-  kernel<<<dim3(static_cast<unsigned>(g.x), static_cast<unsigned>(g.y)), kThreads, bytes, stream>>>(
-      args...);
+  FR_LAUNCH(dim3(static_cast<unsigned>(g.x), static_cast<unsigned>(g.y)), kThreads, bytes, stream,
+            kernel)(args...);
 }
 
 template <int HS>
@@ -451,8 +452,8 @@ void Backward(bf16* dqkv, float* rowsum, const bf16* dout, const bf16* qkv, cons
               const float* lse, int64_t B, int64_t T, int64_t NH, float scale,
               cudaStream_t stream) {
   const int64_t rows = B * T * NH;
-  RowDotKernel<HS><<<static_cast<unsigned>((rows + 255) / 256), 256, 0, stream>>>(rowsum, dout, out,
-                                                                                  rows, T, NH);
+  FR_LAUNCH(static_cast<unsigned>((rows + 255) / 256), 256, 0, stream, RowDotKernel<HS>)(
+      rowsum, dout, out, rows, T, NH);
   LaunchTiles<HS>(FlashBackwardKvKernel<HS>, flash::Kernel::kBackwardKv, B, NH, T, stream, dqkv,
                   qkv, dout, lse, rowsum, T, NH, scale);
   LaunchTiles<HS>(FlashBackwardQKernel<HS>, flash::Kernel::kBackwardQ, B, NH, T, stream, dqkv, qkv,

@@ -4,6 +4,7 @@
 
 #include "models/cuda/attention_layout.h"
 #include "models/cuda/kernels.h"
+#include "models/cuda/launch.h"
 #include "models/device_reductions.h"
 
 namespace freeride::cuda {
@@ -363,8 +364,8 @@ __global__ void AdamWKernel(float* master, bf16* compute, const float* grad, flo
 template <typename T>
 void EncoderForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
                     int64_t Tlen, int64_t C, cudaStream_t stream) {
-  EncoderForwardKernel<<<Blocks(B * Tlen * C), kThreads, 0, stream>>>(out, tokens, wte, wpe,
-                                                                     B * Tlen, Tlen, C);
+  FR_LAUNCH(Blocks(B * Tlen * C), kThreads, 0, stream, EncoderForwardKernel<T>)(
+      out, tokens, wte, wpe, B * Tlen, Tlen, C);
 }
 
 template <typename T>
@@ -373,24 +374,25 @@ void EncoderBackwardWeight(float* dwte, float* dwpe, const T* dout, const int32_
                            int64_t B, int64_t Tlen, int64_t C, cudaStream_t stream) {
   if (distinct > 0) {
     const dim3 grid(static_cast<unsigned>(distinct), Blocks(C, 128));
-    EncoderWteGradKernel<<<grid, 128, 0, stream>>>(dwte, dout, positions, tokens, starts, C);
+    FR_LAUNCH(grid, 128, 0, stream, EncoderWteGradKernel<T>)(dwte, dout, positions, tokens, starts,
+                                                             C);
   }
-  EncoderWpeGradKernel<<<Blocks(Tlen * C), kThreads, 0, stream>>>(dwpe, dout, B, Tlen, C);
+  FR_LAUNCH(Blocks(Tlen * C), kThreads, 0, stream, EncoderWpeGradKernel<T>)(dwpe, dout, B, Tlen, C);
 }
 
 template <typename T>
 void LayerNormForward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
                       const T* bias, int64_t N, int64_t C, cudaStream_t stream) {
-  LayerNormForwardKernel<<<Blocks(N * 32), kThreads, 0, stream>>>(out, mean, rstd, inp, weight,
-                                                                 bias, N, C);
+  FR_LAUNCH(Blocks(N * 32), kThreads, 0, stream, LayerNormForwardKernel<T>)(out, mean, rstd, inp,
+                                                                            weight, bias, N, C);
 }
 
 template <typename T>
 void LayerNormBackwardInput(T* dinp, const T* dout, const T* inp, const T* weight,
                             const float* mean, const float* rstd, int64_t N, int64_t C,
                             cudaStream_t stream) {
-  LayerNormBackwardInputKernel<<<Blocks(N * 32), kThreads, 0, stream>>>(dinp, dout, inp, weight,
-                                                                       mean, rstd, N, C);
+  FR_LAUNCH(Blocks(N * 32), kThreads, 0, stream, LayerNormBackwardInputKernel<T>)(
+      dinp, dout, inp, weight, mean, rstd, N, C);
 }
 
 template <typename T>
@@ -398,114 +400,115 @@ void LayerNormBackwardWeight(float* dweight, float* dbias, const T* dout, const 
                              const float* mean, const float* rstd, int64_t N, int64_t C,
                              float* partials, cudaStream_t stream) {
   const dim3 grid(Blocks(C), static_cast<unsigned>(kColumnChunks));
-  LayerNormWeightPartialsKernel<<<grid, kThreads, 0, stream>>>(partials, dout, inp, mean, rstd,
-                                                               N, C);
-  SumPartialsKernel<<<Blocks(C), kThreads, 0, stream>>>(dweight, partials, C);
-  SumPartialsKernel<<<Blocks(C), kThreads, 0, stream>>>(dbias, partials + kColumnChunks * C, C);
+  FR_LAUNCH(grid, kThreads, 0, stream, LayerNormWeightPartialsKernel<T>)(partials, dout, inp, mean,
+                                                                         rstd, N, C);
+  FR_LAUNCH(Blocks(C), kThreads, 0, stream, SumPartialsKernel)(dweight, partials, C);
+  FR_LAUNCH(Blocks(C), kThreads, 0, stream, SumPartialsKernel)(dbias, partials + kColumnChunks * C,
+                                                               C);
 }
 
 template <typename T>
 void BiasBackward(float* dbias, const T* dout, int64_t N, int64_t OC, float* partials,
                   cudaStream_t stream) {
   const dim3 grid(Blocks(OC), static_cast<unsigned>(kColumnChunks));
-  ColumnPartialsKernel<<<grid, kThreads, 0, stream>>>(partials, dout, N, OC);
-  SumPartialsKernel<<<Blocks(OC), kThreads, 0, stream>>>(dbias, partials, OC);
+  FR_LAUNCH(grid, kThreads, 0, stream, ColumnPartialsKernel<T>)(partials, dout, N, OC);
+  FR_LAUNCH(Blocks(OC), kThreads, 0, stream, SumPartialsKernel)(dbias, partials, OC);
 }
 
 template <typename T>
 void GeluForward(T* out, const T* inp, int64_t n, cudaStream_t stream) {
-  GeluForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(out, inp, n);
+  FR_LAUNCH(Blocks(n), kThreads, 0, stream, GeluForwardKernel<T>)(out, inp, n);
 }
 template <typename T>
 void GeluBackward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t stream) {
-  GeluBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(dinp, inp, dout, n);
+  FR_LAUNCH(Blocks(n), kThreads, 0, stream, GeluBackwardKernel<T>)(dinp, inp, dout, n);
 }
 template <typename T>
 void ResidualForward(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream) {
-  ResidualKernel<<<Blocks(n), kThreads, 0, stream>>>(out, a, b, n);
+  FR_LAUNCH(Blocks(n), kThreads, 0, stream, ResidualKernel<T>)(out, a, b, n);
 }
 template <typename T>
 void Copy(T* dst, const T* src, int64_t n, cudaStream_t stream) {
   cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, stream);
 }
 void AddInPlace(float* dst, const float* src, int64_t n, cudaStream_t stream) {
-  AddInPlaceKernel<<<Blocks(n), kThreads, 0, stream>>>(dst, src, n);
+  FR_LAUNCH(Blocks(n), kThreads, 0, stream, AddInPlaceKernel)(dst, src, n);
 }
 template <typename To, typename From>
 void Convert(To* dst, const From* src, int64_t n, cudaStream_t stream) {
-  ConvertKernel<To, From><<<Blocks(n), kThreads, 0, stream>>>(dst, src, n);
+  FR_LAUNCH(Blocks(n), kThreads, 0, stream, ConvertKernel<To, From>)(dst, src, n);
 }
 
 template <typename T>
 void SplitHeads(T* qkv_heads, const T* qkv, int64_t B, int64_t Tlen, int64_t C, int64_t NH,
                 cudaStream_t stream) {
-  SplitHeadsKernel<<<Blocks(B * Tlen * 3 * C), kThreads, 0, stream>>>(qkv_heads, qkv, B, Tlen, C,
-                                                                     NH);
+  FR_LAUNCH(Blocks(B * Tlen * 3 * C), kThreads, 0, stream, SplitHeadsKernel<T>)(qkv_heads, qkv, B,
+                                                                                Tlen, C, NH);
 }
 template <typename T>
 void MergeHeadsGrad(T* dqkv, const T* dqkv_heads, int64_t B, int64_t Tlen, int64_t C, int64_t NH,
                     cudaStream_t stream) {
-  MergeHeadsGradKernel<<<Blocks(B * Tlen * 3 * C), kThreads, 0, stream>>>(dqkv, dqkv_heads, B,
-                                                                         Tlen, C, NH);
+  FR_LAUNCH(Blocks(B * Tlen * 3 * C), kThreads, 0, stream, MergeHeadsGradKernel<T>)(
+      dqkv, dqkv_heads, B, Tlen, C, NH);
 }
 template <typename T>
 void MergeHeads(T* out, const T* y, int64_t B, int64_t Tlen, int64_t C, int64_t NH,
                 cudaStream_t stream) {
-  MergeHeadsKernel<<<Blocks(B * Tlen * C), kThreads, 0, stream>>>(out, y, B * Tlen * C, Tlen, C,
-                                                                 NH);
+  FR_LAUNCH(Blocks(B * Tlen * C), kThreads, 0, stream, MergeHeadsKernel<T>)(out, y, B * Tlen * C,
+                                                                            Tlen, C, NH);
 }
 template <typename T>
 void SplitHeadsGrad(T* dy, const T* dout, int64_t B, int64_t Tlen, int64_t C, int64_t NH,
                     cudaStream_t stream) {
-  SplitHeadsGradKernel<<<Blocks(B * Tlen * C), kThreads, 0, stream>>>(dy, dout, B * Tlen * C,
-                                                                     Tlen, C, NH);
+  FR_LAUNCH(Blocks(B * Tlen * C), kThreads, 0, stream, SplitHeadsGradKernel<T>)(
+      dy, dout, B * Tlen * C, Tlen, C, NH);
 }
 template <typename T>
 void CausalSoftmaxForward(T* att, float* lse, float scale, int64_t rows, int64_t Tlen,
                           cudaStream_t stream) {
-  CausalSoftmaxForwardKernel<<<Blocks(rows * 32), kThreads, 0, stream>>>(att, lse, scale, rows,
-                                                                        Tlen);
+  FR_LAUNCH(Blocks(rows * 32), kThreads, 0, stream, CausalSoftmaxForwardKernel<T>)(att, lse, scale,
+                                                                                   rows, Tlen);
 }
 template <typename T>
 void CausalSoftmaxRecompute(T* att, const float* lse, float scale, int64_t rows, int64_t Tlen,
                             cudaStream_t stream) {
-  CausalSoftmaxRecomputeKernel<<<Blocks(rows * Tlen), kThreads, 0, stream>>>(att, lse, scale,
-                                                                            rows, Tlen);
+  FR_LAUNCH(Blocks(rows * Tlen), kThreads, 0, stream, CausalSoftmaxRecomputeKernel<T>)(
+      att, lse, scale, rows, Tlen);
 }
 template <typename T>
 void CausalSoftmaxBackward(T* datt, const T* att, float scale, int64_t rows, int64_t Tlen,
                            cudaStream_t stream) {
-  CausalSoftmaxBackwardKernel<<<Blocks(rows * 32), kThreads, 0, stream>>>(datt, att, scale, rows,
-                                                                         Tlen);
+  FR_LAUNCH(Blocks(rows * 32), kThreads, 0, stream, CausalSoftmaxBackwardKernel<T>)(
+      datt, att, scale, rows, Tlen);
 }
 
 template <typename T>
 void CrossEntropyForward(float* losses, float* logsumexp, const T* logits,
                          const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
                          cudaStream_t stream) {
-  CrossEntropyForwardKernel<<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
+  FR_LAUNCH(static_cast<unsigned>(N), kThreads, 0, stream, CrossEntropyForwardKernel<T>)(
       losses, logsumexp, logits, targets, V, Vp);
 }
 template <typename T>
 void CrossEntropyBackward(T* logits, const float* logsumexp, const int32_t* targets,
                           float scale, int64_t N, int64_t V, int64_t Vp, cudaStream_t stream) {
-  CrossEntropyBackwardKernel<<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
+  FR_LAUNCH(static_cast<unsigned>(N), kThreads, 0, stream, CrossEntropyBackwardKernel<T>)(
       logits, logsumexp, targets, scale, V, Vp);
 }
 
 void Sum(double* out, const float* x, int64_t n, double* partials, cudaStream_t stream) {
-  PartialSumsKernel<false><<<kReduceBlocks, kThreads, 0, stream>>>(partials, x, n);
-  FinishSumKernel<<<1, kThreads, 0, stream>>>(out, partials, false);
+  FR_LAUNCH(kReduceBlocks, kThreads, 0, stream, PartialSumsKernel<false>)(partials, x, n);
+  FR_LAUNCH(1, kThreads, 0, stream, FinishSumKernel)(out, partials, false);
 }
 void SumOfSquares(double* out, const float* x, int64_t n, bool accumulate, double* partials,
                   cudaStream_t stream) {
-  PartialSumsKernel<true><<<kReduceBlocks, kThreads, 0, stream>>>(partials, x, n);
-  FinishSumKernel<<<1, kThreads, 0, stream>>>(out, partials, accumulate);
+  FR_LAUNCH(kReduceBlocks, kThreads, 0, stream, PartialSumsKernel<true>)(partials, x, n);
+  FR_LAUNCH(1, kThreads, 0, stream, FinishSumKernel)(out, partials, accumulate);
 }
 
 void AdamW(float* master, bf16* compute, const float* grad, float* m, float* v, int64_t n,
            const AdamWArgs& args, cudaStream_t stream) {
-  AdamWKernel<<<Blocks(n), kThreads, 0, stream>>>(master, compute, grad, m, v, n, args);
+  FR_LAUNCH(Blocks(n), kThreads, 0, stream, AdamWKernel)(master, compute, grad, m, v, n, args);
 }
 
 #define FR_INSTANTIATE(T)                                                                      \

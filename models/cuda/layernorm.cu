@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include "models/cuda/column_sums.h"
+#include "models/cuda/launch.h"
 #include "models/cuda/layernorm.h"
 #include "models/cuda/vector_access.cuh"
 
@@ -91,7 +92,7 @@ __global__ void __launch_bounds__(vec::kBackwardWarps * 32)
                             const T* weight, const float* mean, const float* rstd, float* partials,
                             int32_t N, int32_t C, int32_t rows_per_block) {
   constexpr int W = Vector<T>::kWidth, kQuarters = W / 4;
-  extern __shared__ float4 shared[];
+  FR_DYNAMIC_SHARED(float4, shared);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int32_t slab = static_cast<int32_t>(vec::SlabFloats(C, W)) / 4;  // in float4s
   float4* dw_sum = shared + warp * 2 * slab;
@@ -165,10 +166,9 @@ template <typename T>
 void FusedResidualLayerNormForward(T* residual, T* out, float* mean, float* rstd, const T* a,
                                    const T* b, const T* weight, const T* bias, int64_t N, int64_t C,
                                    cudaStream_t stream) {
-  ResidualLayerNormForwardKernel<<<static_cast<unsigned>(vec::ForwardBlocks(N)),
-                                   vec::kForwardWarps * 32, 0, stream>>>(
-      residual, out, mean, rstd, a, b, weight, bias, static_cast<int32_t>(N),
-      static_cast<int32_t>(C));
+  FR_LAUNCH(static_cast<unsigned>(vec::ForwardBlocks(N)), vec::kForwardWarps * 32, 0, stream,
+            ResidualLayerNormForwardKernel<T>)(residual, out, mean, rstd, a, b, weight, bias,
+                                               static_cast<int32_t>(N), static_cast<int32_t>(C));
 }
 
 template <typename T>
@@ -182,8 +182,8 @@ void FusedLayerNormBackward(T* dinp, const T* dresidual, float* dweight, float* 
     cudaFuncSetAttribute(LayerNormBackwardKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(shared));
   }
-  LayerNormBackwardKernel<<<static_cast<unsigned>(grid.chunks), vec::kBackwardWarps * 32,
-                            static_cast<size_t>(shared), stream>>>(
+  FR_LAUNCH(static_cast<unsigned>(grid.chunks), vec::kBackwardWarps * 32,
+            static_cast<size_t>(shared), stream, LayerNormBackwardKernel<T>)(
       dinp, dresidual, dout, inp, weight, mean, rstd, partials, static_cast<int32_t>(N),
       static_cast<int32_t>(C), static_cast<int32_t>(grid.rows));
   FinishColumnSums(dweight, dbias, partials, grid.chunks, C, stream);

@@ -1,6 +1,9 @@
 // The multi-tensor kernels behind multi_tensor.h: one block per table chunk, 128-bit loads
 // where the chunk starts 16-byte aligned (every chunk of the shipped models), elementwise
 // otherwise. No atomics: the norm's partials are combined in a fixed order.
+#include <cstring>
+
+#include "models/cuda/launch.h"
 #include "models/cuda/multi_tensor.h"
 
 namespace freeride::cuda {
@@ -79,9 +82,13 @@ __global__ void __launch_bounds__(kThreads)
       m4[i] = mi;
       v4[i] = vi;
       if (compute != nullptr) {
-        // Four bf16 (8 bytes: the offset is a multiple of 4 elements).
-        alignas(8) __nv_bfloat162 pair[2] = {__floats2bfloat162_rn(p.x, p.y), __floats2bfloat162_rn(p.z, p.w)};
-        reinterpret_cast<uint2*>(compute + o)[i] = *reinterpret_cast<const uint2*>(pair);
+        // Four bf16 (8 bytes: the offset is a multiple of 4 elements), packed by memcpy (a
+        // register move) rather than read through a uint2* into the local array.
+        const __nv_bfloat162 pair[2] = {__floats2bfloat162_rn(p.x, p.y),
+                                        __floats2bfloat162_rn(p.z, p.w)};
+        uint2 packed;
+        std::memcpy(&packed, pair, sizeof packed);
+        reinterpret_cast<uint2*>(compute + o)[i] = packed;
       }
     }
   }
@@ -99,10 +106,10 @@ void MultiTensorGradSquares(double* units, double* chunk_partials, const float* 
                             int64_t counted_chunks, int64_t num_units, cudaStream_t stream) {
   if (num_units == 0) return;
   if (counted_chunks > 0) {
-    ChunkSquaresKernel<<<static_cast<unsigned>(counted_chunks), kThreads, 0, stream>>>(
+    FR_LAUNCH(static_cast<unsigned>(counted_chunks), kThreads, 0, stream, ChunkSquaresKernel)(
         chunk_partials, grads, chunks);
   }
-  CombineUnitsKernel<<<static_cast<unsigned>(num_units), kThreads, 0, stream>>>(
+  FR_LAUNCH(static_cast<unsigned>(num_units), kThreads, 0, stream, CombineUnitsKernel)(
       units, chunk_partials, unit_begin);
 }
 
@@ -117,7 +124,7 @@ void MultiTensorAdamW(float* master, bf16* compute, const float* grad, float* m,
                        args.grad_scale,
                        args.bias_correction1,
                        args.bias_correction2};
-  MultiTensorAdamWKernel<<<static_cast<unsigned>(num_chunks), kThreads, 0, stream>>>(
+  FR_LAUNCH(static_cast<unsigned>(num_chunks), kThreads, 0, stream, MultiTensorAdamWKernel)(
       master, compute, grad, m, v, chunks, a, args.weight_decay);
 }
 

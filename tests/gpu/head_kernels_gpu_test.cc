@@ -183,12 +183,19 @@ TEST(MultiTensorTest, GradSquaresByUnitMatchTheReferenceAndRepeatBitwise) {
     const std::vector<double> got = units.Get(), want = ref.Get();
     for (int64_t u = 0; u < t.units(); ++u)
       EXPECT_NEAR(got[u], want[u], 1e-12 * want[u]) << "unit " << u;
-    // The counted units hold every counted element once: Σ units = Σ g² over them (host fp64).
-    double host = 0;
+    // The counted units hold every counted element once: Σ units = Σ g² over them (host fp64,
+    // Neumaier-compensated: each square is exact in fp64, and a plain running sum of GPT-2
+    // 124M's ~124M squares is itself off by ~3e-12 relative, more than the tolerance).
+    double host = 0, compensation = 0;
     for (int32_t k = 0; k < t.counted_chunks(); ++k) {
-      for (int32_t i = 0; i < t.chunks[k].elements; ++i)
-        host += double(g[t.chunks[k].offset + i]) * g[t.chunks[k].offset + i];
+      for (int32_t i = 0; i < t.chunks[k].elements; ++i) {
+        const double x = double(g[t.chunks[k].offset + i]) * g[t.chunks[k].offset + i];
+        const double s = host + x;
+        compensation += std::abs(host) >= std::abs(x) ? (host - s) + x : (x - s) + host;
+        host = s;
+      }
     }
+    host += compensation;
     double sum = 0;
     for (double u : got) sum += u;
     EXPECT_NEAR(sum, host, 1e-12 * host);

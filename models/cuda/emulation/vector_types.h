@@ -1,4 +1,4 @@
-// CUDA's built-in vector types (dim3, uint3, int4, uint4, float2, float4) and their make_*
+// CUDA's built-in vector types (dim3, uint3, uint2, int4, uint4, float2, float4) and their make_*
 // helpers, with CUDA's sizes and alignments, for the emulation build.
 #pragma once
 
@@ -9,6 +9,9 @@ struct dim3 {
   unsigned x = 1, y = 1, z = 1;
   constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
   constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+};
+struct alignas(8) uint2 {
+  unsigned x, y;
 };
 struct alignas(16) int4 {
   int x, y, z, w;
@@ -23,6 +26,7 @@ struct alignas(16) float4 {
   float x, y, z, w;
 };
 inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
+inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 inline float2 make_float2(float x, float y) { return {x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
