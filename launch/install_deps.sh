@@ -10,6 +10,7 @@ packages=(build-essential cmake ninja-build pkg-config git
           libabsl-dev libtomlplusplus-dev nlohmann-json3-dev libcpp-httplib-dev libgtest-dev libgmock-dev
           libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libpcre2-dev
           libboost-math-dev libcli11-dev
+          libboost-context-dev  # the CUDA emulation build's fibers (-DFREERIDE_CUDA=EMULATE)
           libprotobuf-dev protobuf-compiler  # TensorBoard event files (run.tensorboard)
           bible-kjv
           iproute2   # the two-host test makes network namespaces (ip netns)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the whole test suite. GPU-labelled tests are
-# reported as skipped, with the reason, where no GPU is visible. Exit status is the suite's.
+# reported as skipped, with the reason, where no GPU is visible; then the same GPU suites run
+# on the CPU in the CUDA emulation build (build-emulate/). Exit status is the suites'.
 # Extra arguments go to ctest, e.g. `launch/test.sh -L gpu` or `launch/test.sh -R Config`.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -12,6 +13,18 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 status=0
 # Every entry has its own TIMEOUT (tests/CMakeLists.txt); 300 s is the bound of any without.
 (cd "$build" && ctest --output-on-failure -j "$(nproc)" --timeout 300 "$@") || status=$?
+# The CUDA path on the CPU: the GPU suites, the CUDA chunk and the emulation's own suites in
+# the emulation build (-DFREERIDE_CUDA=EMULATE, models/cuda/emulation/README.md), label
+# `emulated`. FREERIDE_EMULATED_TESTS=0 leaves them out.
+if [[ ${FREERIDE_EMULATED_TESTS:-1} != 0 ]]; then
+  emulate=${EMULATE_BUILD_DIR:-$root/build-emulate}
+  generator=()
+  if command -v ninja >/dev/null && [[ ! -f $emulate/CMakeCache.txt ]]; then generator=(-G Ninja); fi
+  cmake -S "$root" -B "$emulate" "${generator[@]}" -DFREERIDE_CUDA=EMULATE >/dev/null
+  cmake --build "$emulate" -j "$(nproc)" --target freeride_emulated_tests
+  (cd "$emulate" && ctest --output-on-failure -j "$(nproc)" --timeout 300 -L emulated "$@") ||
+    status=$?
+fi
 # ctest does not print why a test skipped; the skipping suites say it on their first line.
 log=$build/Testing/Temporary/LastTest.log
 if [[ -f $log ]] && grep -q '^SKIPPED:' "$log"; then
