@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The CUDA chunk trains the project's default config (configs/tiny_cpu.toml: 4 layers, C = 128,
+# GPT-2's vocabulary, 4 micro-batches of 2 × 64) under the CUDA emulation build: STEPS steps with
+# runtime.device = "cuda" in fp32 and in bf16 against the same steps on the CPU backend of the
+# same binary. Passes when every step's loss is within the GPU suites' tolerances of the CPU's
+# (fp32: 1e-4 relative, bf16: 2e-2, tests/gpu/cuda_model_gpu_test.cc).
+#   tests/scripts/emulated_tiny_train.sh --build DIR [--steps N]
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+source "$root/tests/scripts/common.sh"
+build_and_steps "$root" 4 "$@"
+freeride=$build/freeride
+if ! "$freeride" version | grep -q "CUDA backend.*emulated"; then
+  echo "$freeride is not an emulation build (-DFREERIDE_CUDA=EMULATE)" >&2
+  exit 2
+fi
+work=$(mktemp -d /tmp/freeride_emulated_tiny.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+prepare_corpus "$freeride" "$root" "$work/data"
+
+# Trains DEVICE PRECISION into $work/DEVICE-PRECISION; prints its losses.
+train() {
+  local run=$work/$1-$2
+  "$freeride" train --config "$root/configs/tiny_cpu.toml" --set run.dir="$run" \
+    --set data.train="$work/data/train_*.bin" --set data.val="$work/data/val_*.bin" \
+    --set train.steps="$steps" --set eval.every=1000 --set runtime.device="$1" \
+    --set runtime.precision="$2" >"$run.log" 2>&1 || { tail -20 "$run.log"; exit 1; }
+  train_losses "$run"
+}
+cpu=$(train cpu fp32)
+status=0
+for precision in fp32 bf16; do
+  cuda=$(train cuda "$precision")
+  echo "cpu:         $cpu"
+  echo "cuda $precision: $cuda"
+  python3 - "$cpu" "$cuda" "$precision" <<'PY' || status=1
+import ast, sys
+cpu, cuda, precision = ast.literal_eval(sys.argv[1]), ast.literal_eval(sys.argv[2]), sys.argv[3]
+tolerance = 1e-4 if precision == "fp32" else 2e-2
+assert len(cpu) == len(cuda) > 0, (len(cpu), len(cuda))
+worst = max(abs(a - b) / abs(a) for a, b in zip(cpu, cuda))
+print(f"{precision}: worst relative difference {worst:.2e} (tolerance {tolerance:.0e})")
+sys.exit(0 if worst <= tolerance else 1)
+PY
+done
+exit $status
