@@ -1,6 +1,7 @@
 // Each CUDA kernel against the CPU backend's (models/cpu/kernels.h) on random inputs: fp32
 // within 1e-5 relative, bf16 within 1e-2 (inputs rounded to bf16 first, so the difference is
-// only the kernel's own rounding).
+// only the kernel's own rounding). Every shape is small: the emulation build
+// (tests/gpu/emulated.h) runs them all.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "core/cuda_check.h"
 #include "gtest/gtest.h"
+#include "tests/gpu/emulated.h"
 #include "tests/gpu/relative_error.h"
 #include "models/cpu/kernels.h"
 #include "models/cuda/kernels.h"
@@ -82,6 +84,7 @@ constexpr int64_t kB = 2, kT = 16, kC = 64, kNH = 4, kN = kB * kT;
 
 TYPED_TEST(CudaKernelsTest, LayerNormForwardAndBackward) {
   using T = TypeParam;
+  testing::PrintShapes({"N 32 (B 2 T 16) C 64"});
   const auto x = AsDevice<T>(Random(kN * kC, 1)), w = AsDevice<T>(Random(kC, 2));
   const auto b = AsDevice<T>(Random(kC, 3)), dout = AsDevice<T>(Random(kN * kC, 4));
   std::vector<float> out(kN * kC), mean(kN), rstd(kN), dinp(kN * kC, 0), dw(kC, 0), db(kC, 0);
@@ -109,6 +112,7 @@ TYPED_TEST(CudaKernelsTest, LayerNormForwardAndBackward) {
 TYPED_TEST(CudaKernelsTest, EncoderForwardAndBackward) {
   using T = TypeParam;
   const int64_t V = 50;
+  testing::PrintShapes({"B 2 T 16 C 64 V 50"});
   std::vector<int32_t> tokens(kN);
   std::mt19937 rng(5);
   for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 7);  // repeats on purpose
@@ -142,6 +146,7 @@ TYPED_TEST(CudaKernelsTest, EncoderForwardAndBackward) {
 TYPED_TEST(CudaKernelsTest, GeluResidualAndCrossEntropy) {
   using T = TypeParam;
   const int64_t V = 100, Vp = 128, n = kN * 4 * kC;
+  testing::PrintShapes({"elementwise 32 × 256", "cross-entropy N 32 V 100 of 128"});
   const auto x = AsDevice<T>(Random(n, 9)), dout = AsDevice<T>(Random(n, 10));
   std::vector<float> gelu(n), dgelu(n), sum(n);
   cpu::GeluForward(gelu.data(), x.data(), n);
@@ -178,6 +183,7 @@ TYPED_TEST(CudaKernelsTest, GeluResidualAndCrossEntropy) {
 TYPED_TEST(CudaKernelsTest, MatmulsWithFusedBiasAndGelu) {
   using T = TypeParam;
   const int64_t C = kC, OC = 4 * kC;
+  testing::PrintShapes({"N 32 C 64 OC 256"});
   const auto inp = AsDevice<T>(Random(kN * C, 12)), w = AsDevice<T>(Random(OC * C, 13, 0.1f));
   const auto bias = AsDevice<T>(Random(OC, 14)), dout = AsDevice<T>(Random(kN * OC, 15));
   std::vector<float> pre(kN * OC), post(kN * OC), dinp(kN * C), dw(OC * C, 0), db(OC, 0);
@@ -226,6 +232,7 @@ TYPED_TEST(CudaKernelsTest, MatmulsWithFusedBiasAndGelu) {
 
 TEST(CudaKernelsTest, SumOfSquaresMatchesFloat64) {
   const int64_t n = 100003;
+  testing::PrintShapes({"n 100003"});
   const auto x = Random(n, 18);
   double want = 0;
   for (float v : x) want += double(v) * v;

@@ -1,6 +1,7 @@
 // The CUDA backend as a whole against the CPU backend: one training step of a tiny GPT-2, a
 // 10-step trajectory, bitwise determinism, the per-step ledger, and the trainer on
 // runtime.device = "cuda" against the PyTorch golden trajectory the CPU trainer is held to.
+// Every model is small: the emulation build (tests/gpu/emulated.h) runs them all.
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -15,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "freeride/side_task.h"
 #include "gtest/gtest.h"
+#include "tests/gpu/emulated.h"
 #include "tests/gpu/relative_error.h"
 #include "models/cpu_stage_model.h"
 #include "models/cuda/cuda_stage_model.h"
@@ -32,6 +34,9 @@ GPT2Config Tiny() {
 }
 
 constexpr int64_t kB = 4, kT = 32;
+constexpr char kTinyShape[] = "tiny: 2 layers C 64 (4 heads) V 200, B 4 T 32";
+// tests/data/gpt2_golden/model.bin, as the trainer runs it (tests/trainer/golden_trajectory.h).
+constexpr char kGoldenShape[] = "golden: 2 layers C 32 (2 heads) V 100, B 4 T 8";
 
 std::unique_ptr<CudaStageModel> MustCreate(
     CudaPrecision precision, cuda::GeluFusionMode fuse_gelu = cuda::GeluFusionMode::kAuto) {
@@ -91,6 +96,7 @@ class CudaModelTest : public ::testing::TestWithParam<CudaPrecision> {
 };
 
 TEST_P(CudaModelTest, OneTrainingStepMatchesTheCpuBackend) {
+  testing::PrintShapes({kTinyShape});
   CpuStageModel cpu(Tiny(), WholeModel(Tiny()), kB, kT, 1);
   auto gpu = MustCreate(GetParam());
   ASSERT_NE(gpu, nullptr);
@@ -107,6 +113,7 @@ TEST_P(CudaModelTest, OneTrainingStepMatchesTheCpuBackend) {
 }
 
 TEST_P(CudaModelTest, TenStepLossTrajectoryFollowsTheCpu) {
+  testing::PrintShapes({kTinyShape});
   CpuStageModel cpu(Tiny(), WholeModel(Tiny()), kB, kT, 1);
   auto gpu = MustCreate(GetParam());
   ASSERT_NE(gpu, nullptr);
@@ -120,6 +127,7 @@ TEST_P(CudaModelTest, TenStepLossTrajectoryFollowsTheCpu) {
 }
 
 TEST_P(CudaModelTest, TwoIdenticalRunsAreBitwiseEqual) {
+  testing::PrintShapes({kTinyShape});
   std::vector<float> params[2];
   for (int run = 0; run < 2; ++run) {
     auto gpu = MustCreate(GetParam());
@@ -132,6 +140,7 @@ TEST_P(CudaModelTest, TwoIdenticalRunsAreBitwiseEqual) {
 }
 
 TEST_P(CudaModelTest, FusedAndUnfusedGeluAgree) {
+  testing::PrintShapes({kTinyShape});
   auto fused = MustCreate(GetParam(), cuda::GeluFusionMode::kOn);
   auto plain = MustCreate(GetParam(), cuda::GeluFusionMode::kOff);
   ASSERT_NE(fused, nullptr);
@@ -160,6 +169,7 @@ TEST_P(CudaModelTest, FusedAndUnfusedGeluAgree) {
 // buffers (tokens, targets) when the host is a whole slot ahead of the device. It was 5m + 4.
 // FREERIDE_CUDA_CHECK_LAUNCHES=1 (bench/gpu/test.sh) adds one wait per launch.
 TEST_P(CudaModelTest, LedgerHasNoAllocationsAfterTheFirstStepAndFewSyncs) {
+  testing::PrintShapes({"golden: 2 layers C 32 (2 heads) V 100, B 4 T 8 in 4 micro-batches"});
   constexpr int m = 4, kSteps = 6;
   const std::string dir = (std::filesystem::path(::testing::TempDir()) / "cuda_ledger").string();
   const std::string toml = absl::StrFormat(R"(
@@ -223,6 +233,7 @@ INSTANTIATE_TEST_SUITE_P(Precisions, CudaModelTest,
                          });
 
 TEST(CudaModelTest, MemoryPlanIsReportedAndHeld) {
+  testing::PrintShapes({kTinyShape});
   auto gpu = MustCreate(CudaPrecision::kBf16);
   ASSERT_NE(gpu, nullptr);
   EXPECT_GT(gpu->memory_plan().TotalBytes(), 0);
@@ -232,6 +243,7 @@ TEST(CudaModelTest, MemoryPlanIsReportedAndHeld) {
 // The `train` side task on the GPU (its own lowest-priority stream): its loss falls as on the
 // CPU (tests/freeride/tasks_test.cc).
 TEST(CudaSideTaskTest, TrainTaskLearnsOnTheGpu) {
+  testing::PrintShapes({"train task: 1 layer C 32 (2 heads) V 32, B 4 T 16, 80 steps"});
   for (const std::string precision : {"fp32", "bf16"}) {
     auto task = CreateSideTask("train", "");
     ASSERT_TRUE(task.ok());
@@ -255,6 +267,7 @@ TEST(CudaSideTaskTest, TrainTaskLearnsOnTheGpu) {
 // `gpt_infer` on the GPU (recompute engine, fp32) samples what the CPU's key/value-cache
 // decoder samples from the same checkpoint and seed.
 TEST(CudaSideTaskTest, GptInferOnTheGpuGeneratesWhatTheCpuDoes) {
+  testing::PrintShapes({"gpt_infer: golden 2 layers C 32 V 100, batch 3, 6 requests of 7 tokens"});
   std::string text[2];
   for (int gpu = 0; gpu < 2; ++gpu) {
     auto task = CreateSideTask("gpt_infer", "");
@@ -282,6 +295,7 @@ TEST(CudaSideTaskTest, GptInferOnTheGpuGeneratesWhatTheCpuDoes) {
 // The trainer with runtime.device = "cuda" against the PyTorch golden run the CPU trainer is
 // held to (tests/trainer/golden_trajectory.h).
 TEST(CudaTrainerTest, MatchesPyTorchGoldenTrajectory) {
+  testing::PrintShapes({kGoldenShape});
   const std::string dir = (std::filesystem::path(::testing::TempDir()) / "cuda_golden").string();
   auto trainer = Trainer::Create(testing::GoldenConfig(dir, "cuda"));
   ASSERT_TRUE(trainer.ok()) << trainer.status();

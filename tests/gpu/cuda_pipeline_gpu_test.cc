@@ -1,7 +1,8 @@
 // The CUDA backend under the pipeline runtime: stages as threads on one GPU (the in-process
 // transport; messages and cross-rank sums through host memory) reproduce the one-process
 // CUDA run, and the one-process CUDA run follows the CPU backend. bf16 chunks send bf16
-// messages from pinned host memory.
+// messages from pinned host memory. Every model is small: the emulation build
+// (tests/gpu/emulated.h) runs them all.
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 
 #include "absl/strings/str_format.h"
 #include "models/backend.h"
+#include "tests/gpu/emulated.h"
 #include "tests/pipeline/train_parity.h"
 
 namespace freeride {
@@ -29,13 +31,18 @@ void ExpectClose(const std::vector<double>& got, const std::vector<double>& want
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], rel * want[i]) << "step " << i;
 }
 
+// tests/pipeline/train_parity.h's model: 8 layers C 16 (2 heads) V 64, T 8.
+constexpr char kParityShape[] = "parity: 8 layers C 16 (2 heads) V 64, T 8";
+
 TEST(CudaPipelineTest, OneProcessFollowsTheCpuBackend) {
+  testing::PrintShapes({std::string(kParityShape) + ", batch 8 in 4 micro-batches"});
   const std::string shard = ParityShard();
   const Config cpu = ParityConfig(shard, "1f1b", 1, 1, 4);
   ExpectClose(SingleProcessLosses(OnCuda(cpu)), SingleProcessLosses(cpu), 1e-4);
 }
 
 TEST(CudaPipelineTest, StagesAsThreadsMatchOneProcess) {
+  testing::PrintShapes({std::string(kParityShape) + ", 2 stages × 1-2 replicas, batch 8"});
   const std::string shard = ParityShard();
   const std::vector<double> expected =
       SingleProcessLosses(OnCuda(ParityConfig(shard, "1f1b", 1, 1, 4)));
@@ -62,6 +69,7 @@ Config InBf16(Config config) {
 // to the same values: stage_message_test.cc), so a bf16 pipeline follows the one-process bf16
 // run within the bf16 contract (cuda_model_gpu_test's 2e-2 on losses).
 TEST(CudaPipelineTest, Bf16StagesAsThreadsFollowOneProcess) {
+  testing::PrintShapes({"parity in bf16: 8 layers C 64 (4 heads) V 64, T 8, 2 stages, batch 8"});
   const std::string shard = ParityShard();
   const std::vector<double> expected =
       SingleProcessLosses(InBf16(ParityConfig(shard, "1f1b", 1, 1, 4)));
@@ -75,6 +83,7 @@ TEST(CudaPipelineTest, Bf16StagesAsThreadsFollowOneProcess) {
 }
 
 TEST(CudaPipelineTest, Bf16MessagesAreHalfTheBytesInPinnedMemory) {
+  testing::PrintShapes({"parity in bf16: layers [0, 4) of 8, C 64 V 64, micro-batch 2 × 8"});
   const std::string shard = ParityShard();
   const Config config = InBf16(ParityConfig(shard, "1f1b", 2, 1, 4));
   const GPT2Config model = *ResolveModelConfig(config);

@@ -23,6 +23,7 @@
 #include "models/cuda/kernels.h"
 #include "models/cuda/matmul.h"
 #include "models/device_reductions.h"
+#include "tests/gpu/emulated.h"
 #include "tests/gpu/relative_error.h"
 
 namespace freeride {
@@ -34,6 +35,10 @@ using testing::RelativeError;
 struct Shape {
   int64_t B, NH, hs, T;
   int64_t C() const { return NH * hs; }
+  std::string Name() const {
+    return "B " + std::to_string(B) + " NH " + std::to_string(NH) + " hs " + std::to_string(hs) +
+           " T " + std::to_string(T);
+  }
 };
 
 // bf16 values (as floats), so that both paths see the same inputs.
@@ -140,9 +145,17 @@ Attention Reference(const Shape& s, const std::vector<float>& qkv, const std::ve
 // than 12: the batch only repeats blocks, and the sanitizer passes stay within their budget.
 // Last, hs 16 and 32 over several tiles with a partial last one (the running softmax rescaled
 // across tiles, the dK/dV loop over query tiles).
-const Shape kShapes[] = {{4, 4, 16, 32},    {2, 4, 32, 64},   {2, 2, 64, 100},
-                         {8, 12, 64, 1024}, {2, 2, 128, 100}, {2, 16, 128, 1024},
-                         {2, 4, 16, 130},   {2, 4, 32, 200}};
+const std::vector<Shape> kShapes = {{4, 4, 16, 32},    {2, 4, 32, 64},   {2, 2, 64, 100},
+                                    {8, 12, 64, 1024}, {2, 2, 128, 100}, {2, 16, 128, 1024},
+                                    {2, 4, 16, 130},   {2, 4, 32, 200}};
+
+// The shapes of `shapes` this build runs: the T 1024 ones are left to real GPUs under
+// emulation (tests/gpu/emulated.h); every head size still runs, over several tiles with a
+// partial last one.
+std::vector<Shape> ShapesToRun(const std::vector<Shape>& shapes) {
+  return testing::ShapesToRun(
+      shapes, [](const Shape& s) { return s.T <= 256; }, [](const Shape& s) { return s.Name(); });
+}
 
 // One of dq, dk, dv (`part` 0, 1, 2) out of the [B·T, 3C] gradient: each compared on its own
 // scale, so that an error in the smaller ones (the last keys' dK and dV) is not lost in dq's.
@@ -156,9 +169,8 @@ std::vector<float> Part(const std::vector<float>& dqkv, int part, int64_t C) {
 }
 
 TEST(FlashAttentionGpuTest, MatchesTheReferencePathForwardAndBackward) {
-  for (const Shape& s : kShapes) {
-    SCOPED_TRACE(::testing::Message()
-                 << "B " << s.B << " NH " << s.NH << " hs " << s.hs << " T " << s.T);
+  for (const Shape& s : ShapesToRun(kShapes)) {
+    SCOPED_TRACE(s.Name());
     ASSERT_TRUE(cuda::flash::ShapeSupported(s.B, s.NH, s.hs, s.T));
     const auto qkv = RandomBf16(s.B * s.T * 3 * s.C(), 1), dout = RandomBf16(s.B * s.T * s.C(), 2);
     const Attention want = Reference(s, qkv, dout), got = Flash(s, qkv, dout);
@@ -171,10 +183,13 @@ TEST(FlashAttentionGpuTest, MatchesTheReferencePathForwardAndBackward) {
   }
 }
 
-// GPT-2 124M's shape, and the 1B config's (hs 128: dK summed in shared memory).
+// GPT-2 124M's shape, and the 1B config's (hs 128: dK summed in shared memory); under
+// emulation the same head sizes at T 100 (a partial tile).
 TEST(FlashAttentionGpuTest, TwoRunsAreBitwiseEqual) {
-  for (const Shape& s : {kShapes[3], kShapes[5]}) {
-    SCOPED_TRACE(::testing::Message() << "hs " << s.hs);
+  const std::vector<Shape> shapes = testing::EmulatedInstead<Shape>(
+      {kShapes[3], kShapes[5]}, {kShapes[2], kShapes[4]}, [](const Shape& s) { return s.Name(); });
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE(s.Name());
     const auto qkv = RandomBf16(s.B * s.T * 3 * s.C(), 3), dout = RandomBf16(s.B * s.T * s.C(), 4);
     const Attention a = Flash(s, qkv, dout), b = Flash(s, qkv, dout);
     for (auto [x, y] :
@@ -226,8 +241,17 @@ TEST(FlashAttentionGpuTest, TenStepLossesFollowTheReferencePath) {
     int n_head, n_embd;
     int64_t B, T;
   };
-  // The GPU tests' tiny model (hs 16), an hs-64 model and an hs-128 one at a T no tile divides.
-  for (const Case& c : {Case{4, 64, 4, 32}, Case{2, 128, 2, 100}, Case{2, 256, 2, 100}}) {
+  // The GPU tests' tiny model (hs 16), an hs-64 model and an hs-128 one at a T no tile divides
+  // (all small enough to emulate).
+  const std::vector<Case> cases = testing::ShapesToRun(
+      std::vector<Case>{{4, 64, 4, 32}, {2, 128, 2, 100}, {2, 256, 2, 100}},
+      [](const Case&) { return true; },
+      [](const Case& c) {
+        return "2 layers, C " + std::to_string(c.n_embd) + " (hs " +
+               std::to_string(c.n_embd / c.n_head) + "), B " + std::to_string(c.B) + " T " +
+               std::to_string(c.T);
+      });
+  for (const Case& c : cases) {
     absl::StatusOr<GPT2Config> cfg = MakeGPT2Config(2, c.n_head, c.n_embd, c.T, 200);
     ASSERT_TRUE(cfg.ok());
     std::string flash_name, reference_name;

