@@ -93,6 +93,10 @@ struct Event {
     }
     cv.notify_all();
   }
+  uint64_t Latest() {
+    std::lock_guard<std::mutex> lock(mu);
+    return recorded;
+  }
   void WaitFor(uint64_t record) {
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return reached >= record; });
@@ -497,11 +501,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned /*flags*/) {
   if (event == nullptr || !freeride::emu::ValidStream(stream)) return cudaErrorInvalidResourceHandle;
-  uint64_t record;
-  {
-    std::lock_guard<std::mutex> lock(event->mu);
-    record = event->recorded;  // the most recent record at the time of the call
-  }
+  const uint64_t record = event->Latest();  // the most recent record at the time of the call
   if (record == 0) return cudaSuccess;
   freeride::emu::Enqueue(stream, [event, record] { event->WaitFor(record); });
   return cudaSuccess;
@@ -522,12 +522,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
   if (event == nullptr) return cudaErrorInvalidResourceHandle;
   // CUDA lets a pending event be destroyed; its record still completes. Wait for it here so
   // the stream's op never touches freed memory.
-  uint64_t record;
-  {
-    std::lock_guard<std::mutex> lock(event->mu);
-    record = event->recorded;
-  }
-  event->WaitFor(record);
+  event->WaitFor(event->Latest());
   delete event;
   return cudaSuccess;
 }
@@ -548,12 +543,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (event == nullptr) return cudaErrorInvalidResourceHandle;
-  uint64_t record;
-  {
-    std::lock_guard<std::mutex> lock(event->mu);
-    record = event->recorded;
-  }
-  event->WaitFor(record);
+  event->WaitFor(event->Latest());
   return cudaSuccess;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
