@@ -12,8 +12,7 @@
 #include "models/cuda/emulation/device.h"
 #define FR_LAUNCH(grid, block, shared_bytes, stream, ...) \
   ::freeride::emu::MakeLauncher(#__VA_ARGS__, grid, block, shared_bytes, stream, __VA_ARGS__)
-#define FR_DYNAMIC_SHARED(T, name) \
-  T* const name = static_cast<T*>(::freeride::emu::DynamicShared())
+#define FR_DYNAMIC_SHARED(T, name) T* const name = static_cast<T*>(::freeride::emu::DynamicShared())
 #else
 #define FR_LAUNCH(grid, block, shared_bytes, stream, ...) \
   __VA_ARGS__<<<grid, block, shared_bytes, stream>>>

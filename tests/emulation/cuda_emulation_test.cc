@@ -74,7 +74,8 @@ TEST_P(OrderTest, SyncThreadsOrdersSharedMemory) {
   FR_LAUNCH(4, 128, 128 * sizeof(float), nullptr, NeighbourKernel<true>)(out);
   const std::vector<float> got = HostCopy(out, init.size());
   for (int b = 0; b < 4; ++b) {
-    for (int t = 0; t < 128; ++t) EXPECT_EQ(got[b * 128 + t], static_cast<float>((t + 1) % 128 + b));
+    for (int t = 0; t < 128; ++t)
+      EXPECT_EQ(got[b * 128 + t], static_cast<float>((t + 1) % 128 + b));
   }
   cudaFree(out);
 }
@@ -86,7 +87,8 @@ TEST_P(OrderTest, AMissingBarrierReadsPoisonOrAnotherBlocksValues) {
   const std::vector<float> got = HostCopy(out, init.size());
   int wrong = 0;
   for (int b = 0; b < 4; ++b) {
-    for (int t = 0; t < 128; ++t) wrong += !(got[b * 128 + t] == static_cast<float>((t + 1) % 128 + b));
+    for (int t = 0; t < 128; ++t)
+      wrong += !(got[b * 128 + t] == static_cast<float>((t + 1) % 128 + b));
   }
   // Without the barrier every thread runs to its end before the next starts: in lane order
   // all but the last read poison (NaN), reversed only the first; no order gets them all right.
@@ -162,10 +164,11 @@ TEST(SharedMemoryTest, OverFortyEightKibNeedsTheAttribute) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   EXPECT_EQ(HostCopy(out, 32)[0], 31u);
   int optin = 0;
-  ASSERT_EQ(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0), cudaSuccess);
-  EXPECT_EQ(cudaFuncSetAttribute(BigSharedKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 optin + 1),
-            cudaErrorInvalidValue);
+  ASSERT_EQ(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0),
+            cudaSuccess);
+  EXPECT_EQ(
+      cudaFuncSetAttribute(BigSharedKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin + 1),
+      cudaErrorInvalidValue);
   cudaFree(out);
 }
 
@@ -223,7 +226,8 @@ TEST(StreamTest, EventsOrderWorkAcrossStreams) {
     FR_LAUNCH(n / 256, 256, 0, a, AddOneKernel)(x, n);
     ASSERT_EQ(cudaEventRecord(done, a), cudaSuccess);
     ASSERT_EQ(cudaStreamWaitEvent(b, done), cudaSuccess);
-    ASSERT_EQ(cudaMemcpyAsync(pinned, x, n * sizeof(float), cudaMemcpyDeviceToHost, b), cudaSuccess);
+    ASSERT_EQ(cudaMemcpyAsync(pinned, x, n * sizeof(float), cudaMemcpyDeviceToHost, b),
+              cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(b), cudaSuccess);
     EXPECT_EQ(pinned[0], round + 1.0f);
     EXPECT_EQ(pinned[n - 1], round + 1.0f);
@@ -257,9 +261,9 @@ TEST(MemoryTest, AllocationsAreCountedAndCopiesChecked) {
   std::vector<char> host(16);
   EXPECT_EQ(cudaMemcpy(host.data(), host.data() + 8, 8, cudaMemcpyDeviceToHost),
             cudaErrorInvalidValue);  // the "device" side is host memory
-  EXPECT_EQ(cudaMemcpy(static_cast<char*>(p) + (1 << 20) - 4, host.data(), 8,
-                       cudaMemcpyHostToDevice),
-            cudaErrorInvalidValue);  // past the allocation's end
+  EXPECT_EQ(
+      cudaMemcpy(static_cast<char*>(p) + (1 << 20) - 4, host.data(), 8, cudaMemcpyHostToDevice),
+      cudaErrorInvalidValue);  // past the allocation's end
   EXPECT_EQ(cudaFree(p), cudaSuccess);
   EXPECT_EQ(cudaFree(p), cudaErrorInvalidValue);
 }
@@ -299,7 +303,8 @@ TEST(WmmaTest, TileProductMatchesFloat64) {
   for (int r = 0; r < 16; ++r) {
     for (int c = 0; c < 16; ++c) {
       double want = 1.0;
-      for (int k = 0; k < 16; ++k) want += double(a[r * 16 + k]) * double(b[c * 16 + k]);  // b col-major
+      for (int k = 0; k < 16; ++k)
+        want += double(a[r * 16 + k]) * double(b[c * 16 + k]);  // b col-major
       EXPECT_NEAR(got[r * 16 + c], want, 1e-5 * (1 + std::abs(want)));
     }
   }

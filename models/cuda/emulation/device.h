@@ -101,7 +101,8 @@ template <typename T>
 T Shuffled(unsigned mask, T value, int src, const char* what) {
   const uint64_t* slots = WarpExchange(mask, ToBits(value), what);
   if (src < 0) return value;
-  if (!(mask & (1u << src))) KernelFault("%s reads lane %d, which is not in mask 0x%08x", what, src, mask);
+  if (!(mask & (1u << src)))
+    KernelFault("%s reads lane %d, which is not in mask 0x%08x", what, src, mask);
   return FromBits<T>(slots[src]);
 }
 

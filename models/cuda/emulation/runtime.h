@@ -1,4 +1,5 @@
-// What the emulated libraries (blas.cc) need from the emulated runtime (runtime.cc).
+// What the parts of the emulated runtime need from each other: blas.cc and runtime.cc from
+// streams.cc, scheduler.cc from runtime.cc, and runtime.cc from scheduler.cc.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +14,13 @@ namespace freeride::emu {
 // Runs `op` in stream order: on the stream's own host thread after the work enqueued before
 // it, or, on the legacy default stream (null), on the caller after all other streams drain.
 void Enqueue(cudaStream_t stream, std::function<void()> op);
+
+// Waits for the work enqueued so far on every stream, or on those the legacy default stream
+// waits for (not cudaStreamNonBlocking ones).
+void DrainAll();
+void DrainBlocking();
+// Null (the legacy default stream) or a stream that exists.
+bool ValidStream(cudaStream_t stream);
 
 // Whether [p, p + bytes) lies inside one cudaMalloc allocation.
 bool IsDeviceMemory(const void* p, size_t bytes);

@@ -154,7 +154,8 @@ void WarpBarrier(unsigned mask, const char* what) {
   Fiber& f = *b.running;
   Warp& w = b.warps[f.warp];
   const unsigned bit = 1u << f.lane;
-  if (!(mask & bit)) KernelFault("%s: mask 0x%08x does not name the calling lane %d", what, mask, f.lane);
+  if (!(mask & bit))
+    KernelFault("%s: mask 0x%08x does not name the calling lane %d", what, mask, f.lane);
   if (mask & ~w.lanes) {
     KernelFault("%s: mask 0x%08x names lanes warp %d does not have (0x%08x)", what, mask, f.warp,
                 w.lanes);
@@ -244,8 +245,8 @@ void Schedule(Block& b, Order order) {
   }
 }
 
-void RunBlock(const char* name, uint3 block_idx, dim3 grid, dim3 dims, char* shared,
-              size_t shmem, const std::function<void()>& body, Order order) {
+void RunBlock(const char* name, uint3 block_idx, dim3 grid, dim3 dims, char* shared, size_t shmem,
+              const std::function<void()>& body, Order order) {
   Block b;
   b.kernel = name;
   const int n = static_cast<int>(dims.x * dims.y * dims.z);
@@ -260,13 +261,13 @@ void RunBlock(const char* name, uint3 block_idx, dim3 grid, dim3 dims, char* sha
     f.warp = t / 32;
     f.lane = t % 32;
     b.warps[f.warp].lanes |= 1u << f.lane;
-    f.context = bctx::fiber(std::allocator_arg, PooledStack(),
-                            [&b, &f, &body](bctx::fiber&& scheduler) {
-                              f.scheduler = std::move(scheduler);
-                              body();
-                              Exit(b, f);
-                              return std::move(f.scheduler);
-                            });
+    f.context =
+        bctx::fiber(std::allocator_arg, PooledStack(), [&b, &f, &body](bctx::fiber&& scheduler) {
+          f.scheduler = std::move(scheduler);
+          body();
+          Exit(b, f);
+          return std::move(f.scheduler);
+        });
   }
   for (Warp& w : b.warps) w.live = w.lanes;
   Block* outer = block;
@@ -282,8 +283,7 @@ void RunGrid(const char* name, dim3 grid, dim3 dims, size_t shmem,
   const Order order = thread_order.load();
   // 128-byte aligned, as the hardware's shared memory window is.
   std::unique_ptr<char, decltype(&std::free)> shared(
-      shmem > 0 ? static_cast<char*>(std::aligned_alloc(128, (shmem + 127) / 128 * 128))
-                : nullptr,
+      shmem > 0 ? static_cast<char*>(std::aligned_alloc(128, (shmem + 127) / 128 * 128)) : nullptr,
       &std::free);
   const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
   const bool reversed = order == Order::kReversed || order == Order::kWarpReversed;
@@ -350,8 +350,8 @@ void KernelFault(const char* format, ...) {
 void LaunchKernel(const char* name, const void* kernel, dim3 grid, dim3 dims, size_t shmem,
                   cudaStream_t stream, std::function<void()> body) {
   const uint64_t threads = uint64_t{dims.x} * dims.y * dims.z;
-  if (threads == 0 || threads > 1024 || dims.z > 64 || grid.x == 0 || grid.y == 0 ||
-      grid.z == 0 || grid.y > 65535 || grid.z > 65535) {
+  if (threads == 0 || threads > 1024 || dims.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
+      grid.y > 65535 || grid.z > 65535) {
     SetLastError(cudaErrorInvalidConfiguration);
     return;
   }
