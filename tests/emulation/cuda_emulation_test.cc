@@ -207,6 +207,19 @@ TEST(FaultTest, KernelBugsStopTheProcessNamingTheKernel) {
                "HalfBlockBarrierKernel deadlocks");
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+// Only in an AddressSanitizer build (tests/scripts/emulation_asan.sh): device memory is host
+// memory of exactly the size asked for, so ASan sees a kernel write one past its end.
+__global__ void OnePastTheEndKernel(float* x, int n) { x[n + threadIdx.x] = 1.0f; }
+
+TEST(AddressSanitizerTest, AnOutOfBoundsWriteInAKernelIsReported) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  float* x = DeviceCopy(std::vector<float>(32, 0.0f));
+  EXPECT_DEATH(FR_LAUNCH(1, 32, 0, nullptr, OnePastTheEndKernel)(x, 32), "heap-buffer-overflow");
+  cudaFree(x);
+}
+#endif
+
 __global__ void AddOneKernel(float* x, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) x[i] += 1.0f;

@@ -264,10 +264,14 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
       return cudaErrorMemoryAllocation;
     }
   }
-  const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
-  char* p = static_cast<char*>(std::aligned_alloc(256, rounded));
-  if (p == nullptr) return cudaErrorMemoryAllocation;
-  std::memset(p, 0xff, rounded);
+  // 256-byte aligned as cudaMalloc's are, and exactly `bytes` long, so that AddressSanitizer
+  // reports an access one past the end.
+  void* memory = nullptr;
+  if (posix_memalign(&memory, 256, std::max<size_t>(bytes, 1)) != 0) {
+    return cudaErrorMemoryAllocation;
+  }
+  char* p = static_cast<char*>(memory);
+  std::memset(p, 0xff, bytes);
   std::lock_guard<std::mutex> lock(d.mu);
   d.allocations[p] = bytes;
   d.allocated += bytes;

@@ -5,12 +5,6 @@
 // what another has not written yet, and a thread order under which that differs.
 #include <sys/mman.h>
 
-// Under AddressSanitizer the fibers switch with ucontext and tell ASan about each switch, so
-// that it follows the stacks (Boost.Context's own annotations).
-#if defined(__SANITIZE_ADDRESS__)
-#define BOOST_USE_ASAN
-#define BOOST_USE_UCONTEXT
-#endif
 #include <atomic>
 #include <boost/context/fiber.hpp>
 #include <cstdarg>
@@ -23,6 +17,10 @@
 
 #include "models/cuda/emulation/device.h"
 #include "models/cuda/emulation/runtime.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 namespace freeride::emu {
 
@@ -79,12 +77,33 @@ class StackPool {
 };
 thread_local StackPool stack_pool;
 
-// Boost.Context's StackAllocator over the pool.
+// AddressSanitizer is told of every switch between the scheduler's stack and a fiber's, so
+// that it checks each against the right stack (no-ops in other builds).
+void StartSwitch([[maybe_unused]] void** fake_stack, [[maybe_unused]] const void* bottom,
+                 [[maybe_unused]] size_t size) {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_start_switch_fiber(fake_stack, bottom, size);
+#endif
+}
+void FinishSwitch([[maybe_unused]] void* fake_stack, [[maybe_unused]] const void** bottom,
+                  [[maybe_unused]] size_t* size) {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_finish_switch_fiber(fake_stack, bottom, size);
+#endif
+}
+// The stack of the host thread that runs the scheduler, as a fiber's switches back name it.
+thread_local const void* scheduler_stack = nullptr;
+thread_local size_t scheduler_stack_size = 0;
+
+// Boost.Context's StackAllocator over the pool; tells `*bottom` where the stack it gave lies.
 struct PooledStack {
+  const void** bottom;
   bctx::stack_context allocate() {
     bctx::stack_context stack;
     stack.size = kStackBytes;
-    stack.sp = static_cast<char*>(stack_pool.Take()) + kGuardBytes + kStackBytes;
+    char* usable = static_cast<char*>(stack_pool.Take()) + kGuardBytes;
+    *bottom = usable;
+    stack.sp = usable + kStackBytes;
     return stack;
   }
   void deallocate(bctx::stack_context& stack) {
@@ -96,6 +115,7 @@ struct Fiber {
   bctx::fiber context;    // resumes the CUDA thread
   bctx::fiber scheduler;  // from inside the thread: back to the scheduler
   ThreadIndices indices{};
+  const void* stack = nullptr;  // its lowest address, kStackBytes long
   int warp = 0, lane = 0;
   bool done = false;
   // Blocked while *wait_on still equals wait_generation (a barrier not yet released).
@@ -132,14 +152,20 @@ void Yield(Fiber& f, const uint64_t* wait_on, const char* what) {
   f.wait_on = wait_on;
   f.wait_generation = *wait_on;
   f.waiting_in = what;
+  void* fake_stack = nullptr;
+  StartSwitch(&fake_stack, scheduler_stack, scheduler_stack_size);
   f.scheduler = std::move(f.scheduler).resume();
+  FinishSwitch(fake_stack, &scheduler_stack, &scheduler_stack_size);
   f.wait_on = nullptr;
 }
 
 void Resume(Block& b, Fiber& f) {
   b.running = &f;
   current_thread = &f.indices;
+  void* fake_stack = nullptr;
+  StartSwitch(&fake_stack, f.stack, kStackBytes);
   f.context = std::move(f.context).resume();
+  FinishSwitch(fake_stack, nullptr, nullptr);
   b.running = nullptr;
   current_thread = nullptr;
 }
@@ -261,11 +287,13 @@ void RunBlock(const char* name, uint3 block_idx, dim3 grid, dim3 dims, char* sha
     f.warp = t / 32;
     f.lane = t % 32;
     b.warps[f.warp].lanes |= 1u << f.lane;
-    f.context =
-        bctx::fiber(std::allocator_arg, PooledStack(), [&b, &f, &body](bctx::fiber&& scheduler) {
+    f.context = bctx::fiber(
+        std::allocator_arg, PooledStack{&f.stack}, [&b, &f, &body](bctx::fiber&& scheduler) {
+          FinishSwitch(nullptr, &scheduler_stack, &scheduler_stack_size);
           f.scheduler = std::move(scheduler);
           body();
           Exit(b, f);
+          StartSwitch(nullptr, scheduler_stack, scheduler_stack_size);  // null: this stack is done
           return std::move(f.scheduler);
         });
   }
