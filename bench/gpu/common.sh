@@ -147,7 +147,8 @@ finish() {
   exit "$rc"
 }
 
-# A copy sent without .git (the device tool sends the working tree alone) names its commit
-# through FREERIDE_COMMIT, set by whoever sends it.
-say "$(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo "${FREERIDE_COMMIT:-unknown}")" \
+# FREERIDE_COMMIT, set by whoever sends the tree, comes first: the device tool's copy has no
+# .git of its own, and the one a machine may hold from elsewhere names another commit (on
+# 2026-11-26 it said 477cdf0 for 404d65e plus work in progress).
+say "$(date -u +%FT%TZ) commit ${FREERIDE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}" \
   "build $build$([[ $dry_run == 1 ]] && echo ', DRY RUN')"
