@@ -99,68 +99,51 @@ size_t MaxDynamicSharedBytes(const void* kernel) {
 using freeride::emu::Device;
 using freeride::emu::TheDevice;
 
-const char* cudaGetErrorName(cudaError_t error) {
-  switch (error) {
-    case cudaSuccess:
-      return "cudaSuccess";
-    case cudaErrorInvalidValue:
-      return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation:
-      return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidConfiguration:
-      return "cudaErrorInvalidConfiguration";
-    case cudaErrorInvalidDevicePointer:
-      return "cudaErrorInvalidDevicePointer";
-    case cudaErrorInsufficientDriver:
-      return "cudaErrorInsufficientDriver";
-    case cudaErrorDevicesUnavailable:
-      return "cudaErrorDevicesUnavailable";
-    case cudaErrorNoDevice:
-      return "cudaErrorNoDevice";
-    case cudaErrorInvalidDevice:
-      return "cudaErrorInvalidDevice";
-    case cudaErrorInvalidResourceHandle:
-      return "cudaErrorInvalidResourceHandle";
-    case cudaErrorNotReady:
-      return "cudaErrorNotReady";
-    case cudaErrorLaunchOutOfResources:
-      return "cudaErrorLaunchOutOfResources";
-    case cudaErrorLaunchFailure:
-      return "cudaErrorLaunchFailure";
+namespace freeride::emu {
+namespace {
+
+// The runtime's name and text of each error this emulation returns.
+struct ErrorText {
+  cudaError_t code;
+  const char* name;
+  const char* text;
+};
+const ErrorText* FindError(cudaError_t error) {
+  static constexpr ErrorText kErrors[] = {
+      {cudaSuccess, "cudaSuccess", "no error"},
+      {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
+      {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
+      {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration",
+       "invalid configuration argument"},
+      {cudaErrorInvalidDevicePointer, "cudaErrorInvalidDevicePointer", "invalid device pointer"},
+      {cudaErrorInsufficientDriver, "cudaErrorInsufficientDriver",
+       "CUDA driver version is insufficient for CUDA runtime version"},
+      {cudaErrorDevicesUnavailable, "cudaErrorDevicesUnavailable",
+       "CUDA-capable device(s) is/are busy or unavailable"},
+      {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
+      {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
+      {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
+      {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
+      {cudaErrorLaunchOutOfResources, "cudaErrorLaunchOutOfResources",
+       "too many resources requested for launch"},
+      {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
+  };
+  for (const ErrorText& e : kErrors) {
+    if (e.code == error) return &e;
   }
-  return "cudaErrorUnknown";
+  return nullptr;
 }
 
+}  // namespace
+}  // namespace freeride::emu
+
+const char* cudaGetErrorName(cudaError_t error) {
+  const freeride::emu::ErrorText* e = freeride::emu::FindError(error);
+  return e != nullptr ? e->name : "cudaErrorUnknown";
+}
 const char* cudaGetErrorString(cudaError_t error) {
-  switch (error) {
-    case cudaSuccess:
-      return "no error";
-    case cudaErrorInvalidValue:
-      return "invalid argument";
-    case cudaErrorMemoryAllocation:
-      return "out of memory";
-    case cudaErrorInvalidConfiguration:
-      return "invalid configuration argument";
-    case cudaErrorInvalidDevicePointer:
-      return "invalid device pointer";
-    case cudaErrorInsufficientDriver:
-      return "CUDA driver version is insufficient for CUDA runtime version";
-    case cudaErrorDevicesUnavailable:
-      return "CUDA-capable device(s) is/are busy or unavailable";
-    case cudaErrorNoDevice:
-      return "no CUDA-capable device is detected";
-    case cudaErrorInvalidDevice:
-      return "invalid device ordinal";
-    case cudaErrorInvalidResourceHandle:
-      return "invalid resource handle";
-    case cudaErrorNotReady:
-      return "device not ready";
-    case cudaErrorLaunchOutOfResources:
-      return "too many resources requested for launch";
-    case cudaErrorLaunchFailure:
-      return "unspecified launch failure";
-  }
-  return "unknown error";
+  const freeride::emu::ErrorText* e = freeride::emu::FindError(error);
+  return e != nullptr ? e->text : "unknown error";
 }
 
 cudaError_t cudaGetLastError() {
