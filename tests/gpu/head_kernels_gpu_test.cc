@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -285,9 +286,9 @@ struct TrainRun {
 };
 
 // `steps` optimizer steps of two micro-batches each, as the pipeline executor drives a chunk
-// (ForwardTraining), the loss scale 1 / tokens of the step.
+// (ForwardTraining), the loss scale 1 / tokens of the step, AdamW at learning rate `lr`.
 TrainRun Train(const GPT2Config& config, int64_t B, int64_t T, CudaPrecision precision,
-               cuda::KernelMode kernels, int steps) {
+               cuda::KernelMode kernels, int steps, double lr) {
   CudaStageOptions options;
   options.precision = precision;
   options.kernels = kernels;
@@ -328,7 +329,7 @@ TrainRun Train(const GPT2Config& config, int64_t B, int64_t T, CudaPrecision pre
       if (g.ok()) run.first_grads.assign(*g, *g + model.num_params());
     }
     AdamWStep adam;
-    adam.lr = 1e-3;
+    adam.lr = static_cast<float>(lr);
     adam.weight_decay = 0.1;
     adam.step = step;
     EXPECT_TRUE(model.ApplyAdamW(adam).ok());
@@ -353,11 +354,12 @@ std::vector<float> WithoutKeyBias(const GPT2Config& config, std::vector<float> p
 class KernelModeTest : public ::testing::TestWithParam<CudaPrecision> {
  protected:
   bool bf16() const { return GetParam() == CudaPrecision::kBf16; }
-  void Compare(const GPT2Config& config, int64_t B, int64_t T) {
-    const TrainRun a = Train(config, B, T, GetParam(), cuda::KernelMode::kAuto, 10);
-    const TrainRun r = Train(config, B, T, GetParam(), cuda::KernelMode::kReference, 10);
+  void Compare(const GPT2Config& config, int64_t B, int64_t T, double lr) {
+    const TrainRun a = Train(config, B, T, GetParam(), cuda::KernelMode::kAuto, 10, lr);
+    const TrainRun r = Train(config, B, T, GetParam(), cuda::KernelMode::kReference, 10, lr);
     ASSERT_EQ(a.losses.size(), r.losses.size());
     for (size_t s = 0; s < r.losses.size(); ++s) {
+      std::printf("step %zu loss auto %.9f reference %.9f\n", s + 1, a.losses[s], r.losses[s]);
       EXPECT_NEAR(a.losses[s], r.losses[s], (bf16() ? 1e-2 : 1e-5) * r.losses[s])
           << "step " << s + 1;
     }
@@ -376,14 +378,14 @@ class KernelModeTest : public ::testing::TestWithParam<CudaPrecision> {
     // (tiny) and 1.3e-4 (GPT-2) on an H100, 4.1e-5 (2 layers, C 128) under emulation.
     EXPECT_LT(RelativeError(WithoutKeyBias(config, a.params), WithoutKeyBias(config, r.params)),
               bf16() ? 2e-2 : 5e-4);
-    const TrainRun again = Train(config, B, T, GetParam(), cuda::KernelMode::kAuto, 3);
+    const TrainRun again = Train(config, B, T, GetParam(), cuda::KernelMode::kAuto, 3, lr);
     for (size_t s = 0; s < again.losses.size(); ++s) EXPECT_EQ(again.losses[s], a.losses[s]);
   }
 };
 
 TEST_P(KernelModeTest, TinyTenStepsAutoFollowReference) {
   testing::PrintShapes({"tiny: 2 layers C 64 (hs 16) V 200, B 4 T 32"});
-  Compare(*MakeGPT2Config(2, 4, 64, 32, 200), 4, 32);
+  Compare(*MakeGPT2Config(2, 4, 64, 32, 200), 4, 32, 1e-3);
 }
 
 // Under emulation only the tiny model's ten steps run (TinyTenStepsAutoFollowReference: about
@@ -400,7 +402,11 @@ TEST_P(KernelModeTest, Gpt2TenStepsAutoFollowReference) {
                     "TinyTenStepsAutoFollowReference runs the same comparison on the tiny model";
   }
   testing::PrintShapes({kShape});
-  Compare(*MakeGPT2Config(12, 12, 768, 1024, 50257), 4, 1024);
+  // At lr 1e-3 with no warm-up GPT-2 124M trains at the edge of stability (10.98 to 5.6 in
+  // 10 steps, the bf16 reference itself bouncing 5.9 → 7.0 → 5.7): rounding differences then
+  // grow as any perturbation does, fp32 losses agreeing to 1e-5 for 6 steps and 1.4e-3 by
+  // step 10 (H100, 2026-11-26). Kernels are compared where the dynamics do not amplify them.
+  Compare(*MakeGPT2Config(12, 12, 768, 1024, 50257), 4, 1024, 1e-4);
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, KernelModeTest,
