@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/sched_class.h"
 #include "core/timer.h"
 
 extern char** environ;
@@ -129,6 +130,7 @@ bool WriteAll(int fd, const void* data, size_t size) {
                        static_cast<rlim_t>(options.data_limit_bytes)};
     if (setrlimit(RLIMIT_DATA, &limit) != 0) _exit(125);
   }
+  if (options.idle_class) LowerThisProcessAfterFork();
   if (!options.working_dir.empty() && chdir(options.working_dir.c_str()) != 0) _exit(126);
   execvpe(p.argv[0], const_cast<char* const*>(p.argv.data()),
           const_cast<char* const*>(p.env.data()));

@@ -33,6 +33,9 @@ struct ChildOptions {
   std::vector<std::string> env;      // "NAME=value" added to (or replacing in) the environment
   int64_t data_limit_bytes = 0;      // RLIMIT_DATA of the program; 0: none
   bool start_stopped = false;        // nothing runs until the first Continue
+  // The program runs in SCHED_IDLE (else nice 19; core/sched_class.h), its threads and children
+  // with it: side work that gets a core only when no normal thread wants one.
+  bool idle_class = false;
   int pass_fd = -1;                  // becomes fd 3 of the child; every other fd above 2 closes
   // Non-empty: the program's stdout and stderr append to this file and its stdin is /dev/null,
   // so nothing it leaves behind holds the rank's descriptors (mpirun waits for those to close).

@@ -88,6 +88,7 @@ class WorkerHost : public TaskHost {
                   "--results", options_.results_dir};
     child.pass_fd = fds[1];
     child.env = MpsEnvironment(spec_);
+    child.idle_class = true;  // side work: a core only when no training thread wants it
     absl::StatusOr<ChildProcess> started = ChildProcess::Start(child);
     close(fds[1]);
     if (!started.ok()) {

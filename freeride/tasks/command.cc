@@ -41,6 +41,7 @@ class CommandTask : public SideTask {
     options.working_dir = ctx.results_dir;
     options.data_limit_bytes = ctx.arena->cap();
     options.start_stopped = true;
+    options.idle_class = true;  // side work: a core only when no training thread wants it
     // Not the rank's descriptors: mpirun waits for those to close, and a process that escaped
     // the program (until the supervisor ends it) must not hold the job open.
     options.output_path = ctx.results_dir + "/output.log";

@@ -2,10 +2,15 @@
 // (each `step_ms` of busy work) it segfaults, aborts, throws, exits, hangs, grows its memory by
 // 16 MiB a step (`hog`), or takes `slow_ms` per step, times `growth` more each step (`slow`;
 // `slow_steps` > 0: that many slow steps, then `step_ms` ones again). `mode = "ok"` never
-// misbehaves.
+// misbehaves. Its summary says the scheduling policy and nice value of the thread that ran its
+// last step, as /proc/thread-self/stat shows them (where side work runs, for the tests).
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -44,6 +49,7 @@ class MisbehaveTask : public freeride::SideTask {
   }
 
   absl::StatusOr<double> Step(freeride::SideTaskContext& ctx) override {
+    ReadOwnSched();
     if (steps_++ >= after_) Misbehave();
     if (mode_ == "slow" && steps_ > after_ &&
         (slow_steps_ == 0 || steps_ <= after_ + slow_steps_)) {
@@ -55,7 +61,9 @@ class MisbehaveTask : public freeride::SideTask {
     return 1.0;
   }
   std::string UnitName() const override { return "steps"; }
-  std::string Summary() const override { return absl::StrFormat("%d steps", steps_); }
+  std::string Summary() const override {
+    return absl::StrFormat("%d steps, policy %d nice %d", steps_, policy_, nice_);
+  }
 
  private:
   // On the host's clock: a test on simulated time sees the step take `seconds` of it.
@@ -67,6 +75,21 @@ class MisbehaveTask : public freeride::SideTask {
     const double until = freeride::MonotonicSeconds() + seconds;
     volatile double sink = 0;
     while (freeride::MonotonicSeconds() < until) sink = sink + 1;
+  }
+
+  // Fields 19 (nice) and 41 (policy) of /proc/thread-self/stat, counted after the ')' that
+  // closes the command name.
+  void ReadOwnSched() {
+    std::ifstream in("/proc/thread-self/stat");
+    const std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) return;
+    std::istringstream fields(stat.substr(close + 2));
+    std::string field;
+    for (int n = 3; fields >> field && n <= 41; ++n) {
+      if (n == 19) nice_ = std::atoi(field.c_str());
+      if (n == 41) policy_ = std::atoi(field.c_str());
+    }
   }
 
   void Misbehave() {
@@ -90,6 +113,7 @@ class MisbehaveTask : public freeride::SideTask {
   std::string mode_;
   int64_t after_ = 0, steps_ = 0, slow_steps_ = 0;
   double step_s_ = 1e-3, slow_s_ = 0.05, growth_ = 1;
+  int policy_ = -1, nice_ = 0;
   std::vector<std::vector<char>> hoard_;
 };
 

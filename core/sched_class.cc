@@ -1,0 +1,77 @@
+#include "core/sched_class.h"
+
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/numbers.h"
+
+namespace freeride {
+
+const char* SchedClassName(SchedClass c) {
+  switch (c) {
+    case SchedClass::kIdle:
+      return "SCHED_IDLE";
+    case SchedClass::kLowestNice:
+      return "nice 19";
+    case SchedClass::kNormal:
+      break;
+  }
+  return "normal";
+}
+
+pid_t CurrentThreadId() { return static_cast<pid_t>(syscall(SYS_gettid)); }
+
+SchedClass LowerCallingThread() {
+  // With pid 0 both calls act on the calling thread alone (Linux's thread-level scheduling;
+  // setpriority's PRIO_PROCESS takes a thread id).
+  const sched_param param{};
+  if (sched_setscheduler(0, SCHED_IDLE, &param) == 0) return SchedClass::kIdle;
+  if (setpriority(PRIO_PROCESS, static_cast<id_t>(CurrentThreadId()), 19) == 0) {
+    return SchedClass::kLowestNice;
+  }
+  return SchedClass::kNormal;
+}
+
+void LowerThisProcessAfterFork() {
+  const sched_param param{};
+  if (sched_setscheduler(0, SCHED_IDLE, &param) != 0) setpriority(PRIO_PROCESS, 0, 19);
+}
+
+SchedClass ThreadSched::sched_class() const {
+  if (policy == SCHED_IDLE) return SchedClass::kIdle;
+  if (nice >= 19) return SchedClass::kLowestNice;
+  return SchedClass::kNormal;
+}
+
+absl::StatusOr<ThreadSched> ReadThreadSched(pid_t pid, pid_t tid) {
+  const std::string path = absl::StrFormat("/proc/%d/task/%d/stat", pid, tid);
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string stat = text.str();
+  // The command name (field 2) is in parentheses and may hold spaces: fields count after the
+  // last ')'. Field 3 is the first after it.
+  const size_t close = stat.rfind(')');
+  if (!in || close == std::string::npos) {
+    return absl::NotFoundError(absl::StrFormat("cannot read %s", path));
+  }
+  const std::vector<std::string> fields =
+      absl::StrSplit(stat.substr(close + 2), ' ', absl::SkipEmpty());
+  ThreadSched out;
+  // Field n is fields[n - 3].
+  if (fields.size() < 39 || !absl::SimpleAtoi(fields[19 - 3], &out.nice) ||
+      !absl::SimpleAtoi(fields[41 - 3], &out.policy)) {
+    return absl::DataLossError(absl::StrFormat("%s: unexpected format", path));
+  }
+  return out;
+}
+
+}  // namespace freeride

@@ -1,0 +1,175 @@
+// Side work runs where it cannot take a core from training (issue 47): an in-process task's code
+// on a side thread of its own in SCHED_IDLE, a worker process and a `command` program in
+// SCHED_IDLE too, each read back from /proc; the training thread keeps its class. A step that
+// outlives its bubble goes on at the idle class and a later bubble collects its work, while
+// the rank returns to training when its input lands.
+#include <sched.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <atomic>
+#include <sstream>
+#include <thread>
+
+#include "core/sched_class.h"
+#include "freeride/executor.h"
+#include "freeride/side_thread.h"
+#include "gtest/gtest.h"
+
+namespace freeride {
+namespace {
+
+using pipeline::BubbleKind;
+using pipeline::Instr;
+using pipeline::Op;
+
+std::string ResultsDir() {
+  return (std::filesystem::path(::testing::TempDir()) / "side_class").string();
+}
+
+std::unique_ptr<SideTaskExecutor> MakeExecutor(const std::vector<SideTaskSpec>& specs) {
+  ExecutorOptions options;
+  options.results_dir = ResultsDir();
+  options.calibration_steps = 2;
+  options.step_timeout_s = 30;  // far beyond any step here: only a hang reaches it
+  auto ex = SideTaskExecutor::Create(specs, options);
+  EXPECT_TRUE(ex.ok()) << ex.status();
+  return ex.ok() ? *std::move(ex) : nullptr;
+}
+
+SideTaskSpec Misbehave(const std::string& name, const std::string& isolation, double step_ms) {
+  SideTaskSpec spec{"misbehave", name, FREERIDE_MISBEHAVE_PLUGIN, 0, 0,
+                    {{"mode", std::string("ok")}, {"step_ms", step_ms}}};
+  spec.isolation = isolation;
+  return spec;
+}
+
+// A bubble on real time whose input lands after `ready_after_s`; how long the rank was held.
+double Bubble(SideTaskExecutor& ex, double ready_after_s, int index = 0) {
+  Instr bubble;
+  bubble.op = Op::kBubble;
+  bubble.bubble = BubbleKind::kSteady;
+  Clock& clock = SystemClock();
+  const double start = clock.Now();
+  ex.OnBubble(bubble, index, start, [&] { return clock.Now() >= start + ready_after_s; });
+  const double held = clock.Now() - start;
+  ex.OnBubbleEnd(index, std::max(clock.Now(), start + ready_after_s));
+  return held;
+}
+
+bool BubblesUntil(SideTaskExecutor& ex, double ready_after_s, int cap,
+                  const std::function<bool()>& done) {
+  for (int i = 0; i < cap && !done(); ++i) Bubble(ex, ready_after_s);
+  return done();
+}
+
+TEST(SchedClassTest, ASideThreadIsInTheIdleClassAndTheCallerKeepsItsOwn) {
+  const absl::StatusOr<ThreadSched> before = ReadThreadSched(getpid(), CurrentThreadId());
+  ASSERT_TRUE(before.ok()) << before.status();
+  SideThread side;
+  EXPECT_EQ(side.sched_class(), SchedClass::kIdle) << SchedClassName(side.sched_class());
+  const absl::StatusOr<ThreadSched> read = ReadThreadSched(getpid(), side.tid());
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->policy, SCHED_IDLE);
+  EXPECT_EQ(read->sched_class(), side.sched_class());
+  // What runs there runs at that class; the thread that started it is untouched.
+  int policy_there = -1;
+  side.Run([&] { policy_there = sched_getscheduler(0); });
+  EXPECT_EQ(policy_there, SCHED_IDLE);
+  const absl::StatusOr<ThreadSched> after = ReadThreadSched(getpid(), CurrentThreadId());
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->policy, before->policy);
+  EXPECT_EQ(after->nice, before->nice);
+  EXPECT_NE(after->policy, SCHED_IDLE);
+}
+
+TEST(SchedClassTest, ACallLeftRunningOutlivesItsHandle) {
+  // A hung task's thread is left to end on its own: what its call holds stays alive.
+  auto flag = std::make_shared<std::atomic<bool>>(false);
+  {
+    SideThread side;
+    side.Start([flag] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      flag->store(true);
+    });
+    EXPECT_TRUE(side.busy());
+  }
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!flag->load() && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(flag->load());
+}
+
+// The policy and nice value a misbehave task's summary reports ("policy P nice N").
+std::pair<int, int> PolicyOf(const TaskReport& t) {
+  int policy = -1, nice = 0;
+  const size_t at = t.summary.find("policy ");
+  if (at != std::string::npos) sscanf(t.summary.c_str() + at, "policy %d nice %d", &policy, &nice);
+  return {policy, nice};
+}
+
+TEST(SchedClassTest, InProcessAndWorkerTasksRunInTheIdleClass) {
+  auto ex = MakeExecutor({Misbehave("inprocess", "inprocess", 0.5),
+                          Misbehave("worker", "process", 0.5)});
+  ASSERT_NE(ex, nullptr);
+  EXPECT_TRUE(BubblesUntil(*ex, 0.010, 2000, [&] {
+    const HarvestReport r = ex->Report();
+    return r.tasks[0].steps > 2 && r.tasks[1].steps > 2;
+  }));
+  ex->Finish();  // a worker's summary comes with its unload
+  const HarvestReport r = ex->Report();
+  for (const TaskReport& t : r.tasks) {
+    EXPECT_EQ(PolicyOf(t).first, SCHED_IDLE) << t.name << ": " << t.summary;
+  }
+  const absl::StatusOr<ThreadSched> here = ReadThreadSched(getpid(), CurrentThreadId());
+  ASSERT_TRUE(here.ok());
+  EXPECT_NE(here->policy, SCHED_IDLE);  // the rank's own thread ran none of it
+}
+
+TEST(SchedClassTest, ACommandsProgramRunsInTheIdleClass) {
+  const std::filesystem::path stat_file =
+      std::filesystem::path(ResultsDir()) / "cmd_r0" / "stat";
+  std::filesystem::remove(stat_file);
+  SideTaskSpec command{
+      "command", "cmd", "", 0, 0,
+      {{"argv", std::vector<std::string>{
+                    "sh", "-c", "cat /proc/self/stat > stat.tmp && mv stat.tmp stat; sleep 1000"}}}};
+  auto ex = MakeExecutor({command});
+  ASSERT_NE(ex, nullptr);
+  // The program runs only inside bubbles: more of them until it has written its line.
+  EXPECT_TRUE(BubblesUntil(*ex, 0.005, 20000, [&] { return std::filesystem::exists(stat_file); }));
+  std::ifstream in(stat_file);
+  const std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');
+  ASSERT_NE(close, std::string::npos) << stat;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string field;
+  int policy = -1;
+  for (int n = 3; fields >> field && n <= 41; ++n) {
+    if (n == 41) policy = std::stoi(field);
+  }
+  EXPECT_EQ(policy, SCHED_IDLE) << stat;
+}
+
+TEST(SchedClassTest, AStepOutlivingItsBubbleGoesOnAndALaterBubbleCollectsIt) {
+  // 40 ms steps in bubbles whose input lands after 2 ms: the rank goes back to training at the
+  // input (it never waits for the step), and the steps still end and count.
+  auto ex = MakeExecutor({Misbehave("long", "inprocess", 40.0)});
+  ASSERT_NE(ex, nullptr);
+  EXPECT_TRUE(BubblesUntil(*ex, 0.002, 5000, [&] {
+    const TaskReport t = ex->Report().tasks[0];
+    return t.steps >= 3 && t.pauses >= 3;
+  }));
+  const TaskReport t = ex->Report().tasks[0];
+  EXPECT_EQ(t.state, "LOADED");
+  EXPECT_GE(t.units, 3.0);
+  EXPECT_EQ(t.overruns, 0);  // nothing held the rank past its input: no in-process overrun
+  ex->Finish();
+  EXPECT_EQ(ex->Report().tasks[0].state, "STOPPED");
+}
+
+}  // namespace
+}  // namespace freeride
