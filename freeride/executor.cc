@@ -319,6 +319,16 @@ absl::StatusOr<std::unique_ptr<SideTaskExecutor>> SideTaskExecutor::Create(
   return ex;
 }
 
+void SideTaskExecutor::set_offer(double share, int stride) {
+  offer_share_ = std::clamp(share, 0.0, 1.0);
+  offer_stride_ = std::max(1, stride);
+}
+
+void SideTaskExecutor::set_benched(int id, bool benched) {
+  if (benched_.size() < tasks_.size()) benched_.resize(tasks_.size(), false);
+  benched_[id] = benched;
+}
+
 void SideTaskExecutor::set_active_tasks(const std::vector<std::string>& names) {
   active_.assign(tasks_.size(), false);
   for (size_t i = 0; i < tasks_.size(); ++i) {
@@ -344,7 +354,8 @@ SideTaskExecutor::Task* SideTaskExecutor::Pick(double remaining, bool pollable) 
         const size_t index = order_[i + (round_robin_ + k) % n];
         Task& t = *tasks_[index];
         if (t.state != TaskState::kLoaded || t.demoted != demoted ||
-            (!active_.empty() && (index >= active_.size() || !active_[index]))) {
+            (!active_.empty() && (index >= active_.size() || !active_[index])) ||
+            (index < benched_.size() && benched_[index])) {
           continue;
         }
         const bool fits = t.runs_until_deadline() ? pollable || remaining > kMinSideSliceS
@@ -385,11 +396,14 @@ void SideTaskExecutor::OnBubble(const pipeline::Instr& bubble, int index, double
   const double predicted = own > 0 ? own : predicted_[!harvesting_][index];
   open_.predicted = predicted;
   if (!harvesting_ || predicted <= 0 || tasks_.empty()) return;  // measure first
+  if (offered_++ % offer_stride_ != 0) return;  // a bubble the overhead guard leaves out
   const std::function<bool()>& ready = open_.pollable ? input_ready : kNever;
   open_.predicted_end = start_s + predicted;
-  // The deadline: the predicted end less the margin. Where the input can be polled, a task
-  // that can be paused (or stops itself) runs until it lands instead.
-  const double stop_at = start_s + predicted * (1.0 - options_.margin);
+  // The deadline: the predicted end less the margin (of the share the guard offers). Where the
+  // input can be polled, a task that can be paused (or stops itself) runs until it lands
+  // instead, unless the guard offers only a share.
+  const double stop_at = start_s + predicted * (1.0 - options_.margin) * offer_share_;
+  const bool until_input = open_.pollable && offer_share_ >= 1.0;
   bool ran_since_poll = false;
   while (true) {
     const double now = clock().Now();
@@ -397,15 +411,15 @@ void SideTaskExecutor::OnBubble(const pipeline::Instr& bubble, int index, double
       open_.overran = ran_since_poll;
       break;
     }
-    if (!open_.pollable && now >= stop_at) break;
+    if (!until_input && now >= stop_at) break;
     ran_since_poll = false;
-    Task* task = Pick(stop_at - now, open_.pollable);
+    Task* task = Pick(stop_at - now, until_input);
     if (task == nullptr) break;
     int which = 0;
     while (tasks_[which].get() != task) ++which;
     double deadline = now + StepNeeds(*task);
     if (task->runs_until_deadline()) {
-      deadline = open_.pollable ? start_s + kPollableBubbleLimit * predicted : stop_at;
+      deadline = until_input ? start_s + kPollableBubbleLimit * predicted : stop_at;
     }
     const bool go_on = RunStep(which, deadline, ready);
     if (!go_on && task->state != TaskState::kFailed) break;  // paused: the bubble is over

@@ -99,6 +99,12 @@ class SideTaskExecutor : public pipeline::BubbleHook {
   // Off: bubbles are still measured (for the predictions), nothing runs in them and they stay
   // out of the report (the overhead's reference blocks).
   void set_harvesting(bool on) { harvesting_ = on; }
+  // How much of the bubbles side work is offered (the overhead guard's levels,
+  // trainer/overhead_guard.h): `share` of each bubble's predicted time less the margin, even
+  // where the input can be polled, and only every `stride`-th bubble; (1, 1) offers all.
+  void set_offer(double share, int stride);
+  // A benched task is offered no bubble until unbenched (the guard's costliest task).
+  void set_benched(int id, bool benched);
   // Only the named tasks are offered bubbles (all when never called); an empty set harvests
   // nothing while still measuring and counting the bubbles (a study's "training alone"). Tasks
   // added after the call are not among them.
@@ -170,6 +176,10 @@ class SideTaskExecutor : public pipeline::BubbleHook {
   int last_index_ = std::numeric_limits<int>::max();
   std::vector<bool> active_;  // per task (in tasks_ order)
   bool harvesting_ = true;
+  double offer_share_ = 1.0;
+  int offer_stride_ = 1;
+  int64_t offered_ = 0;  // bubbles seen while harvesting, for the stride
+  std::vector<bool> benched_;  // per task (in tasks_ order); empty: none
   Open open_;
   size_t round_robin_ = 0;
   HarvestReport report_;

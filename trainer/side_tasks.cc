@@ -65,6 +65,14 @@ absl::Status Trainer::CreateSideTasks() {
   if (!side.ok()) return side.status();
   side_ = *std::move(side);
   executor_->set_bubble_hook(side_.get());
+  if (config_.freeride.overhead_check == "on") {
+    OverheadGuardOptions guard;
+    guard.budget = config_.freeride.max_overhead;
+    if (const int64_t every = config_.freeride.alternate_every; every > 0) {
+      guard.plain_steps = guard.harvest_steps = every;
+    }
+    guard_ = std::make_unique<OverheadGuard>(guard);
+  }
   return absl::OkStatus();
 }
 
@@ -208,10 +216,30 @@ absl::Status Trainer::ReportHarvest() {
       "reclaimed: %.2f%% (side work worth %.3f s of the tasks alone, over %.3f training "
       "device-seconds)",
       100 * reclaimed, totals[0], totals[1]);
+  std::string budget = "null", level = "null";
+  if (guard_) {
+    const double b = guard_->options().budget;
+    budget = absl::StrFormat("%.6f", b);
+    level = absl::StrFormat("\"%s\"", SideLevelName(guard_->level()));
+    const std::optional<Estimate> e = AlternatingOverhead(timed_steps_);
+    const std::string verdict =
+        !e || !e->known() ? "not measured with an interval"
+        : e->lo > b       ? absl::StrFormat("above the budget of %.1f%%", 100 * b)
+        : e->hi <= b      ? absl::StrFormat("within the budget of %.1f%%", 100 * b)
+                          : absl::StrFormat("not shown to exceed the budget of %.1f%%", 100 * b);
+    FR_LOG(INFO) << absl::StrFormat(
+        "overhead budget: %s over the run; %d back-offs; side work ended at level '%s'%s",
+        verdict, guard_->back_offs(), SideLevelName(guard_->level()),
+        guard_->level() == SideLevel::kPaused
+            ? " (no side work: every level with some cost more than the budget here)"
+            : "");
+  }
   WriteMetric(absl::StrFormat(
       "{\"kind\": \"harvest_summary\", \"step\": %d, \"overhead\": %s, \"overhead_ci\": %s, "
-      "\"reclaimed\": %.6f, \"side_work_s\": %.6f, \"device_s\": %.6f}",
-      step_, overhead, interval, reclaimed, totals[0], totals[1]));
+      "\"reclaimed\": %.6f, \"side_work_s\": %.6f, \"device_s\": %.6f, \"budget\": %s, "
+      "\"back_offs\": %d, \"guard_level\": %s}",
+      step_, overhead, interval, reclaimed, totals[0], totals[1], budget,
+      guard_ ? guard_->back_offs() : 0, level));
   return absl::OkStatus();
 }
 

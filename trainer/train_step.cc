@@ -54,6 +54,8 @@ absl::StatusOr<std::vector<double>> Trainer::StepSums(const pipeline::StepOutcom
     sums.resize(jobs_at + jobs_->exchange_size(), 0.0);
     if (absl::Status s = jobs_->Fill(step_, &sums[jobs_at]); !s.ok()) return s;
   }
+  // Last, the step's time: summed, it gives every rank the same mean for the overhead guard.
+  if (guard_) sums.push_back(outcome.step_s);
   return sums;
 }
 
@@ -67,6 +69,9 @@ absl::Status Trainer::FinishStep(const pipeline::StepOutcome& outcome,
   const size_t head = 3 * pp + 1;
   if (jobs_) {
     if (absl::Status s = jobs_->Apply(stats->step, sums.data() + JobsAt()); !s.ok()) return s;
+  }
+  if (guard_) {
+    ObserveOverhead(stats->step - 1, sums.back() / static_cast<double>(transport_->size()));
   }
   stats->stop_requested = sums[pp] > 0;
   stats->bubble_s.assign(sums.begin(), sums.begin() + pp);
@@ -101,11 +106,9 @@ absl::StatusOr<StepStats> Trainer::Step() {
   if (!next_batch_loaded_) train_->Next(inputs_.data(), targets_.data());
   next_batch_loaded_ = false;
   const float loss_scale = 1.0f / static_cast<float>(tc.batch_size * layout_.dp * tc.seq_len);
-  // Alternating blocks (freeride.alternate_every) give the overhead within one run.
-  const int64_t every = config_.freeride.alternate_every;
-  const auto harvesting_in = [every](int64_t step) {
-    return every == 0 || (step / every) % 2 == 0;
-  };
+  // Alternating blocks (freeride.alternate_every, or the overhead guard's cycles) give the
+  // overhead within one run.
+  const auto harvesting_in = [this](int64_t step) { return HarvestingStep(step); };
   const bool harvesting = harvesting_in(step_);
   if (side_) side_->set_harvesting(harvesting);
   // Each compute instruction waits for the device only where its timeline is used: a
@@ -117,8 +120,11 @@ absl::StatusOr<StepStats> Trainer::Step() {
   executor_->set_exact_timeline(exact_timeline(step_ + 1));
   absl::StatusOr<pipeline::StepOutcome> outcome = executor_->RunStep(Microbatches(), loss_scale);
   if (!outcome.ok()) return outcome.status();
-  // The first step warms up: left out of the comparison.
-  if (step_ > 0) timed_steps_.emplace_back(harvesting, outcome->step_s);
+  // The first step warms up: left out of the comparison. Under the guard a step counts with its
+  // block, whatever the level (a paused harvesting block is still one of the pair).
+  if (step_ > 0) {
+    timed_steps_.emplace_back(guard_ ? guard_->Harvesting(step_) : harvesting, outcome->step_s);
+  }
   StepStats stats;
   stats.step = ++step_;
   stats.harvesting = config_.freeride.enabled && harvesting;

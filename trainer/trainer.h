@@ -23,6 +23,7 @@
 #include "trainer/config/config.h"
 #include "trainer/data/token_shards.h"
 #include "trainer/optimizer.h"
+#include "trainer/overhead_guard.h"
 #include "trainer/run_metrics.h"
 #include "trainer/study_stats.h"
 #include "trainer/tensorboard.h"
@@ -177,6 +178,12 @@ class Trainer {
   // Fill jobs (freeride.jobs): every rank takes part, the leader reads the queue.
   absl::Status CreateJobRunner();
   absl::Status ReportHarvest();
+  // The overhead budget (freeride.overhead_check, trainer/overhead_guard.h): whether the step
+  // with 0-based index `step` harvests, and the guard's view of a step just run (its time
+  // agreed by every rank), with the decision applied to the executor and recorded.
+  bool HarvestingStep(int64_t step) const;
+  void ObserveOverhead(int64_t step, double mean_step_s);
+  void ApplySideLevel(SideLevel level);
 
   Config config_;
   GPT2Config model_config_;
@@ -223,6 +230,8 @@ class Trainer {
   // harvested, with its time (alternating blocks give the overhead).
   std::unique_ptr<SideTaskExecutor> side_;
   std::unique_ptr<JobRunner> jobs_;
+  std::unique_ptr<OverheadGuard> guard_;  // freeride.overhead_check = "on", with side tasks
+  int benched_task_ = -1;                 // the task the guard benched, if any
   std::vector<std::pair<bool, double>> timed_steps_;
   // Metrics rows (leader): the peak MFU is taken against, and training time so far (on the
   // trainer's clock; earlier runs' share from the rows a resume keeps).

@@ -110,6 +110,8 @@ struct FreerideConfig {
   bool jobs = true;
   std::string job_policy = "fifo";
   double job_age_limit_s = 600;
+  double max_overhead = 0.01;
+  std::string overhead_check = "on";
 };
 
 struct TraceConfig {

@@ -220,6 +220,19 @@ std::vector<KeySpec> BuildSchema() {
           .Doc(
               "Measure overhead in one run: harvest in blocks of this many steps, alternating with "
               "blocks without; 0 harvests every step."),
+      FR_KEY(freeride, max_overhead)
+          .Min(0)
+          .Max(1)
+          .Doc("The overhead budget: the share by which side work may lengthen training steps "
+               "(0.01: 1%). With overhead_check on, side work backs off when the measured "
+               "interval's lower bound is above it (docs/side_tasks.md#the-overhead-budget)."),
+      FR_KEY(freeride, overhead_check)
+          .Choices({"on", "off"})
+          .Doc("Keep the budget online: cycles of plain and harvesting blocks (alternate_every "
+               "steps each; 0: 2 plain and 6 harvesting), the overhead of each harvesting block "
+               "against its plain neighbours, and back-offs (shorter offers, fewer bubbles, the "
+               "costliest task benched, paused) while it is over max_overhead, probing back up "
+               "when it is not. Off: side work runs in every step (or as alternate_every says)."),
       FR_KEY(freeride, calibration_steps)
           .Min(1)
           .Doc("Steps of each task run alone before training: their median starts the step-time "

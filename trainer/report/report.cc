@@ -226,6 +226,35 @@ std::string Bubbles(const RunFiles& run) {
   return html + "</div>\n";
 }
 
+// The overhead budget (freeride.overhead_check): the budget, the run's interval against it, and
+// every back-off and probe the guard made.
+std::string OverheadBudget(const RunFiles& run, const json& summary) {
+  std::string html = absl::StrFormat(
+      "<h3>Overhead budget</h3>\n<p>Budget %s; measured over the run %s %s; %d back-offs; side "
+      "work ended at level <em>%s</em>.</p>\n",
+      Percent(Num(summary, "budget")),
+      summary["overhead"].is_number() ? Percent(Num(summary, "overhead")) : "not measured",
+      Interval(summary.value("overhead_ci", json())), summary.value("back_offs", 0),
+      HtmlEscape(summary.value("guard_level", "")));
+  const std::vector<const json*> decisions = run.Records("overhead_guard");
+  if (decisions.empty()) return html;
+  html +=
+      "<table><tr><th>after step</th><th class=\"text\">decision</th><th class=\"text\">from"
+      "</th><th class=\"text\">to</th><th>overhead [95%]</th><th>pairs</th></tr>\n";
+  for (const json* d : decisions) {
+    absl::StrAppendFormat(
+        &html,
+        "<tr><td>%d</td><td class=\"text\">%s</td><td class=\"text\">%s</td>"
+        "<td class=\"text\">%s</td><td>%s %s</td><td>%d</td></tr>\n",
+        d->value("step", 0),
+        d->value("action", "") == "back_off" ? "backed off" : "probed up",
+        HtmlEscape(d->value("from", "")), HtmlEscape(d->value("to", "")),
+        Percent(Num(*d, "overhead")), Interval(d->value("overhead_ci", json())),
+        d->value("pairs", 0));
+  }
+  return html + "</table>\n";
+}
+
 std::string SideTasks(const RunFiles& run) {
   std::string html;
   if (const json* s = run.Last("harvest_summary")) {
@@ -241,6 +270,7 @@ std::string SideTasks(const RunFiles& run) {
         s->contains("overhead") && (*s)["overhead"].is_number() ? Percent(Num(*s, "overhead"))
                                                                 : "not measured",
         Percent(Num(*s, "reclaimed")), Fmt(Num(*s, "side_work_s")), Fmt(Num(*s, "device_s")));
+    if ((*s)["budget"].is_number()) html += OverheadBudget(run, *s);
   }
   if (run.side_tasks.empty()) return html;
   html +=

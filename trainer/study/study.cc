@@ -158,6 +158,7 @@ void PrepareStudyConfig(Config& config, const StudyOptions& options) {
   config.run.dir = (std::filesystem::path(config.run.dir) / "study").string();
   config.train.steps = StudySteps(config, options);
   config.freeride.alternate_every = 0;
+  config.freeride.overhead_check = "off";  // a study measures every arm itself
   config.eval.every = 0;
   for (SideTaskConfig& task : config.side_tasks) {
     if (!task.repeat) task.repeat = true;
