@@ -41,7 +41,7 @@ OverheadGuard::OverheadGuard(const OverheadGuardOptions& options)
 
 bool OverheadGuard::Harvesting(int64_t step) const {
   const int64_t cycle = options_.plain_steps + options_.harvest_steps;
-  return step % cycle >= options_.plain_steps;
+  return step % cycle < options_.harvest_steps;
 }
 
 void OverheadGuard::Close() {
@@ -63,7 +63,7 @@ std::optional<GuardDecision> OverheadGuard::Observe(int64_t step, double step_s)
     open_.steps += 1;
   }
   // A plain block's last step completes a pair: plain, harvesting, plain.
-  const bool plain_ends = !harvesting && step % cycle == options_.plain_steps - 1;
+  const bool plain_ends = step % cycle == cycle - 1;
   if (!plain_ends) return std::nullopt;
   Close();
   if (closed_.size() < 3 || closed_[0].harvesting || !closed_[1].harvesting ||
@@ -98,6 +98,9 @@ std::optional<GuardDecision> OverheadGuard::Judge(int64_t step) {
              e.known() && e.lo <= options_.budget) {
     d.to = static_cast<SideLevel>(at - 1);
   } else {
+    // A level that has held a whole window of pairs within the budget has shown what it costs:
+    // a back-off from it earlier (noise, a neighbour since gone) no longer delays probes to it.
+    if (static_cast<int>(n) >= options_.window) required_[at] = options_.min_pairs;
     return std::nullopt;
   }
   level_ = d.to;

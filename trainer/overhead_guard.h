@@ -1,6 +1,6 @@
 // The overhead budget, kept online (freeride.max_overhead, freeride.overhead_check = "on").
 //
-// Training runs in cycles of a plain block (no side work: the reference) and a harvesting block;
+// Training runs in cycles of a harvesting block and a plain block (no side work: the reference);
 // each harvesting block's mean step time is compared with the plain blocks on either side of it,
 // as a study pairs them (trainer/study_stats.h), which cancels drifts slower than a cycle (a
 // neighbour arriving on the host). The ratios at the current level of side work give a mean
@@ -9,7 +9,8 @@
 // benched, then no side work at all. A level is probed back up once it has held enough pairs
 // whose interval does not exclude the budget; each back-off from a level doubles the pairs the
 // level below must hold before that level is tried again, so a level that costs too much is
-// retried ever more rarely instead of every few cycles.
+// retried ever more rarely instead of every few cycles (until a whole window of pairs at it
+// keeps the budget: then a back-off from it earlier was noise, or a neighbour since gone).
 //
 // Every rank feeds it the same step times (the mean over ranks, agreed in the step's sum), so
 // every rank takes the same decisions at the same step.

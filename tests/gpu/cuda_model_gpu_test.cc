@@ -240,6 +240,26 @@ TEST(CudaModelTest, MemoryPlanIsReportedAndHeld) {
   EXPECT_NE(gpu->Describe().find("bf16"), std::string::npos);
 }
 
+// Training's chunk takes the device's highest stream priority and a side task's model the
+// lowest, so that side kernels are what yields when both have work waiting.
+TEST(CudaModelTest, TrainingStreamsOutrankSideWork) {
+  testing::PrintShapes({kTinyShape});
+  int least = 0, greatest = 0;
+  ASSERT_EQ(cudaDeviceGetStreamPriorityRange(&least, &greatest), cudaSuccess);
+  auto training = MustCreate(CudaPrecision::kFp32);
+  CudaStageOptions side_options;
+  side_options.low_priority = true;
+  auto side = CudaStageModel::Create(Tiny(), WholeModel(Tiny()), kB, kT, 1, side_options);
+  ASSERT_TRUE(side.ok()) << side.status();
+  ASSERT_NE(training, nullptr);
+  int training_priority = 1, side_priority = 1;
+  ASSERT_EQ(cudaStreamGetPriority(training->stream(), &training_priority), cudaSuccess);
+  ASSERT_EQ(cudaStreamGetPriority((*side)->stream(), &side_priority), cudaSuccess);
+  EXPECT_EQ(training_priority, greatest);
+  EXPECT_EQ(side_priority, least);
+  EXPECT_LT(greatest, least);  // CUDA: lower numbers are higher priorities
+}
+
 // The `train` side task on the GPU (its own lowest-priority stream): its loss falls as on the
 // CPU (tests/freeride/tasks_test.cc).
 TEST(CudaSideTaskTest, TrainTaskLearnsOnTheGpu) {

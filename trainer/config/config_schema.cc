@@ -228,8 +228,8 @@ std::vector<KeySpec> BuildSchema() {
                "interval's lower bound is above it (docs/side_tasks.md#the-overhead-budget)."),
       FR_KEY(freeride, overhead_check)
           .Choices({"on", "off"})
-          .Doc("Keep the budget online: cycles of plain and harvesting blocks (alternate_every "
-               "steps each; 0: 2 plain and 6 harvesting), the overhead of each harvesting block "
+          .Doc("Keep the budget online: cycles of harvesting and plain blocks (alternate_every "
+               "steps each; 0: 6 harvesting and 2 plain), the overhead of each harvesting block "
                "against its plain neighbours, and back-offs (shorter offers, fewer bubbles, the "
                "costliest task benched, paused) while it is over max_overhead, probing back up "
                "when it is not. Off: side work runs in every step (or as alternate_every says)."),

@@ -3,6 +3,7 @@
 // The legacy default stream (null) waits for the blocking streams and runs its work on the
 // caller, which is what its implicit synchronisation promises; a cudaStreamNonBlocking stream
 // does not synchronise with it.
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -192,6 +193,12 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
   *least = 0;
   *greatest = -5;
+  return cudaSuccess;
+}
+// As the driver reports it: the priority asked for, clamped to the device's range.
+cudaError_t cudaStreamGetPriority(cudaStream_t stream, int* priority) {
+  if (!freeride::emu::ValidStream(stream)) return cudaErrorInvalidResourceHandle;
+  *priority = stream == nullptr ? 0 : std::clamp(stream->priority, -5, 0);
   return cudaSuccess;
 }
 
