@@ -40,7 +40,9 @@ absl::StatusOr<std::map<std::string, Recorded>> ReadChecksums(const std::string&
   absl::StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) return text.status();
   absl::StatusOr<nlohmann::json> json = ParseJsonObject(*text, path);
-  const JsonFields fields(json.ok() ? *json : nlohmann::json::object(), path);
+  // Both lvalues: JsonFields keeps a reference, which a temporary would leave dangling.
+  static const nlohmann::json kNone = nlohmann::json::object();
+  const JsonFields fields(json.ok() ? *json : kNone, path);
   absl::StatusOr<std::string> format = fields.String("format");
   if (!json.ok() || !format.ok() || *format != "freeride-checkpoint") {
     return absl::DataLossError(

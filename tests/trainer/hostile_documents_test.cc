@@ -245,6 +245,7 @@ TEST(HostileDocumentsTest, RunFilesForTheReportNeverThrow) {
 }
 
 TEST(HostileDocumentsTest, ServeRequestBodiesNeverThrow) {
+  using serve::Endpoint;
   const json completion = {{"model", "m"}, {"prompt", {"a", "b"}}, {"max_tokens", 4},
                            {"temperature", 0.5}, {"top_k", 4}, {"seed", 1}, {"n", 1},
                            {"stream", true}, {"stream_options", {{"include_usage", true}}},
@@ -253,7 +254,7 @@ TEST(HostileDocumentsTest, ServeRequestBodiesNeverThrow) {
   chat.erase("prompt");
   chat["messages"] = {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "hi"}}}}},
                       {{"role", "system"}, {"content", "be brief"}}};
-  ParseLimits limits;
+  serve::ParseLimits limits;
   limits.model_name = "m";
   for (const auto& [endpoint, body] :
        {std::pair{Endpoint::kCompletions, completion}, std::pair{Endpoint::kChat, chat}}) {
@@ -261,8 +262,8 @@ TEST(HostileDocumentsTest, ServeRequestBodiesNeverThrow) {
         body,
         [&](const json& doc, const std::string& what) {
           SCOPED_TRACE(what);
-          ParsedRequest parsed;
-          EXPECT_NO_THROW(ParseRequest(endpoint, doc.dump(), limits, &parsed));
+          serve::ParsedRequest parsed;
+          EXPECT_NO_THROW(serve::ParseRequest(endpoint, doc.dump(), limits, &parsed));
         },
         /*depth=*/4);
   }
