@@ -14,6 +14,12 @@ namespace {
 
 std::atomic<int> g_stop_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free flag");
+// Checkpoint writes in flight (the low bits, counted) and a second signal deferred until they
+// end (its number, shifted above them). One word, so that the handler and the writer that
+// ends the last write agree on who exits: whichever changes it second sees the other's mark.
+std::atomic<int> g_writes{0};
+constexpr int kWriteBits = 8;
+constexpr int kWriteMask = (1 << kWriteBits) - 1;
 
 void WriteStderr(const char* text) {
   ssize_t ignored = write(STDERR_FILENO, text, std::strlen(text));
@@ -29,6 +35,15 @@ void OnStopSignal(int signal_number) {
     WriteStderr("freeride: stop requested; stopping at the next step boundary with a "
                 "checkpoint (send the signal again to exit at once)\n");
     return;
+  }
+  int writes = g_writes.load();
+  while ((writes & kWriteMask) != 0) {
+    if (g_writes.compare_exchange_weak(writes, (writes & kWriteMask) |
+                                                   (signal_number << kWriteBits))) {
+      WriteStderr("freeride: second stop signal; exiting once the checkpoint being written is "
+                  "complete, without another\n");
+      return;
+    }
   }
   WriteStderr("freeride: second stop signal; exiting now without a checkpoint\n");
   _exit(128 + signal_number);
@@ -48,9 +63,23 @@ bool InstallStopHandlers() {
   return ok;
 }
 
+void BeginCheckpointWrite() { g_writes.fetch_add(1); }
+
+void EndCheckpointWrite() {
+  const int before = g_writes.fetch_sub(1);
+  const int deferred = before >> kWriteBits;
+  if ((before & kWriteMask) == 1 && deferred != 0) {
+    WriteStderr("freeride: the checkpoint is complete; exiting (second stop signal)\n");
+    _exit(128 + deferred);
+  }
+}
+
 int StopRequestedBy() { return g_stop_signal.load(std::memory_order_relaxed); }
 
-void ClearStopRequest() { g_stop_signal.store(0); }
+void ClearStopRequest() {
+  g_stop_signal.store(0);
+  g_writes.store(0);
+}
 
 const char* StopSignalName(int signal_number) {
   switch (signal_number) {

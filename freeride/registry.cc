@@ -86,12 +86,21 @@ absl::StatusOr<std::unique_ptr<SideTask>> CreateSideTask(const std::string& type
         "FREERIDE_SIDE_TASK_PLUGIN(Type, \"name\") in it)",
         plugin));
   }
-  if (std::string(identity()) != FREERIDE_SIDE_TASK_BUILD_IDENTITY) {
+  // Called once: a plugin's answer is not ours to trust twice, and null is no string.
+  const char* built_with = identity();
+  if (built_with == nullptr) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "side task plugin %s: freeride_side_task_build_identity() returned null instead of "
+        "its build's identity; define it with FREERIDE_SIDE_TASK_PLUGIN(Type, \"name\") and "
+        "rebuild the plugin with this freeride (docs/side_tasks.md: find_package(freeride))",
+        plugin));
+  }
+  if (std::string(built_with) != FREERIDE_SIDE_TASK_BUILD_IDENTITY) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "side task plugin %s was built with %s; this freeride was built with %s: "
         "std::string, std::function and absl::Status cross between them, so rebuild the plugin "
         "with this freeride's compiler and abseil (docs/side_tasks.md: find_package(freeride))",
-        plugin, identity(), FREERIDE_SIDE_TASK_BUILD_IDENTITY));
+        plugin, built_with, FREERIDE_SIDE_TASK_BUILD_IDENTITY));
   }
   SideTask* task = create(type.c_str());
   if (task == nullptr) {

@@ -32,7 +32,9 @@ toml::array ToArray(const std::vector<T>& values) {
 
 std::string EncodeWorkerSpec(const WorkerSpec& spec) {
   toml::table args;
-  for (const auto& [name, value] : spec.task.args) {
+  // Not a structured binding: clang before 16 cannot capture one in the lambda (the fuzz build).
+  for (const auto& arg : spec.task.args) {
+    const std::string& name = arg.first;
     std::visit(
         [&](const auto& v) {
           using V = std::decay_t<decltype(v)>;
@@ -44,7 +46,7 @@ std::string EncodeWorkerSpec(const WorkerSpec& spec) {
             args.insert(name, v);
           }
         },
-        value);
+        arg.second);
   }
   toml::table t{{"type", spec.task.type},
                 {"name", spec.task.name},

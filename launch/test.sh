@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the whole test suite. GPU-labelled tests are
-# reported as skipped, with the reason, where no GPU is visible; then the same GPU suites run
-# on the CPU in the CUDA emulation build (build-emulate/). Exit status is the suites'.
+# reported as skipped, with the reason, where no GPU is visible; then the fuzz targets run for
+# a bounded time (build-fuzz/), and the same GPU suites run on the CPU in the CUDA emulation
+# build (build-emulate/). Exit status is the suites'.
 # Extra arguments go to ctest, e.g. `launch/test.sh -L gpu` or `launch/test.sh -R Config`.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -13,6 +14,12 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 status=0
 # Every entry has its own TIMEOUT (tests/CMakeLists.txt); 300 s is the bound of any without.
 (cd "$build" && ctest --output-on-failure -j "$(nproc)" --timeout 300 "$@") || status=$?
+# The readers of every external format under libFuzzer, AddressSanitizer and UBSan
+# (tests/fuzz/README.md): FREERIDE_FUZZ_SECONDS each (default 10; 0 leaves them out).
+fuzz_seconds=${FREERIDE_FUZZ_SECONDS:-10}
+if [[ $fuzz_seconds != 0 ]]; then
+  "$root/tests/fuzz/run.sh" "$fuzz_seconds" || status=$?
+fi
 # The CUDA path on the CPU: the GPU suites, the CUDA chunk and the emulation's own suites in
 # the emulation build (-DFREERIDE_CUDA=EMULATE, models/cuda/emulation/README.md), label
 # `emulated`. FREERIDE_EMULATED_TESTS=0 leaves them out.

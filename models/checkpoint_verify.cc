@@ -6,17 +6,25 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "core/checksum.h"
 #include "core/files.h"
+#include "core/json_fields.h"
 #include "core/logging.h"
+#include "core/status.h"
 
 namespace freeride {
 namespace {
 
 namespace fs = std::filesystem;
+
+bool IsFileNameInDirectory(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.size() <= 255 &&
+         name.find_first_of(std::string("/\\\0", 3)) == std::string::npos;
+}
 
 struct Recorded {
   int64_t bytes = 0;
@@ -31,29 +39,40 @@ absl::StatusOr<std::map<std::string, Recorded>> ReadChecksums(const std::string&
   if (absl::Status s = CheckRegularFile(path); !s.ok()) return s;
   absl::StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) return text.status();
-  const nlohmann::json json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded() || !json.is_object() ||
-      json.value("format", "") != "freeride-checkpoint") {
+  absl::StatusOr<nlohmann::json> json = ParseJsonObject(*text, path);
+  // Both lvalues: JsonFields keeps a reference, which a temporary would leave dangling.
+  static const nlohmann::json kNone = nlohmann::json::object();
+  const JsonFields fields(json.ok() ? *json : kNone, path);
+  absl::StatusOr<std::string> format = fields.String("format");
+  if (!json.ok() || !format.ok() || *format != "freeride-checkpoint") {
     return absl::DataLossError(
-        absl::StrFormat("%s: not a freeride checkpoint manifest (unreadable JSON or no \"format\": "
-                        "\"freeride-checkpoint\")",
-                        path));
+        absl::StrFormat("%s: not a freeride checkpoint manifest (%s)", path,
+                        !json.ok()      ? json.status().message()
+                        : !format.ok()  ? format.status().message()
+                                        : "expected \"format\": \"freeride-checkpoint\""));
   }
   std::map<std::string, Recorded> recorded;
-  *has_checksums = json.contains("checksums");
+  *has_checksums = fields.Has("checksums");
   if (!*has_checksums) return recorded;
-  const nlohmann::json& sums = json["checksums"];
-  if (!sums.is_object()) {
-    return absl::DataLossError(absl::StrFormat("%s: \"checksums\" is not an object", path));
-  }
-  for (const auto& [file, entry] : sums.items()) {
-    if (!entry.is_object() || !entry.contains("bytes") || !entry["bytes"].is_number_integer() ||
-        !entry.contains("crc32c") || !entry["crc32c"].is_string()) {
+  FR_ASSIGN_OR_RETURN(const nlohmann::json* sums, fields.Object("checksums"));
+  for (const auto& [file, entry] : sums->items()) {
+    // Names of files inside the checkpoint directory, nothing else: a manifest must not make
+    // `verify` read (and print the size and CRC of) a file elsewhere.
+    if (!IsFileNameInDirectory(file)) {
       return absl::DataLossError(absl::StrFormat(
-          "%s: checksums[\"%s\"] needs \"bytes\" (an integer) and \"crc32c\" (a string)", path,
-          file));
+          "%s: checksums: \"%s\" is not the name of a file in the checkpoint directory (a "
+          "name with no '/', not \".\" or \"..\")",
+          path, absl::CHexEscape(file)));
     }
-    recorded[file] = {entry["bytes"].get<int64_t>(), entry["crc32c"].get<std::string>()};
+    const JsonFields e(entry, absl::StrFormat("%s: checksums[\"%s\"]", path, file));
+    if (!entry.is_object()) {
+      return absl::DataLossError(
+          absl::StrFormat("%s: expected an object of \"bytes\" and \"crc32c\", found %s",
+                          e.where(), DescribeJson(entry)));
+    }
+    FR_ASSIGN_OR_RETURN(const int64_t bytes, e.Int("bytes", 0));
+    FR_ASSIGN_OR_RETURN(std::string crc, e.String("crc32c"));
+    recorded[file] = {bytes, std::move(crc)};
   }
   return recorded;
 }

@@ -1,7 +1,8 @@
 // checkpoint.background: a checkpoint's files written by a thread of their own, from a snapshot
 // the step boundary took, while training goes on. One is in flight at a time: the next
 // checkpoint (and a stop's or the run's end) waits for it first, on every rank alike, so the
-// ranks' collectives stay in step.
+// ranks' collectives stay in step. A write counts as in flight for core/stop_request.h from
+// Start until the checkpoint is whole: a second stop signal meanwhile waits for it.
 #pragma once
 
 #include <atomic>
@@ -45,10 +46,17 @@ absl::Status WaitForStateFiles(const std::string& staging, int64_t pp, double ti
 // stops waiting for it.
 std::string FailedStateFileName(int stage);
 
+// A rank that writes no manifest: waits until the checkpoint of `step` in `dir` is whole
+// (renamed into place and named by `latest`) or abandoned (its staging directory gone and no
+// step directory), or `timeout_s` passes.
+void WaitForCheckpointEnd(const std::string& dir, int64_t step, double timeout_s);
+
 // Tests only: FREERIDE_TEST_HOLD_CHECKPOINT=N holds the write of the checkpoint of step N, once
-// this rank's state file is in its staging directory, until the process is killed; it first
-// creates `held_rNNN` there, so a test knows the write is under way (kill it mid-write, see
-// that training went on) without guessing at timing.
+// this rank's state file is in its staging directory, until the file `release` appears there
+// (or the process is killed); it first creates `held_rNNN` there, so a test knows the write is
+// under way (kill it mid-write, see that training went on, send signals) without guessing at
+// timing. FREERIDE_TEST_SLOW_CHECKPOINT_S=S makes every state file's write take S seconds more
+// (at most 60), so that a test finds a background checkpoint in flight whenever it looks.
 void HoldIfTestAsks(const std::string& staging, int64_t step, int stage);
 
 }  // namespace freeride

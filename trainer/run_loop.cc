@@ -177,6 +177,19 @@ absl::Status Trainer::StopAfterSignal(int64_t total) {
 }
 
 absl::Status Trainer::Run() {
+  absl::Status s = RunSteps();
+  // `freeride train` ends a failed MPI job at once (MPI_Abort), which would cut the checkpoint
+  // in flight short and leave step_N.partial: it is completed first (the step it holds was
+  // applied; the failure came after).
+  if (!s.ok() && !absl::IsCancelled(s)) {
+    if (absl::Status w = checkpoint_writer_.Wait(); !w.ok()) {
+      FR_LOG(WARN) << "the checkpoint being written when the run failed: " << w.message();
+    }
+  }
+  return s;
+}
+
+absl::Status Trainer::RunSteps() {
   const bool leader = this->leader();
   const int64_t total = config_.train.steps;
   if (step_ > total) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "core/checksum.h"
 #include "core/files.h"
+#include "core/json_fields.h"
 #include "trainer/tensorboard_event.pb.h"
 
 namespace freeride {
@@ -118,14 +119,14 @@ std::vector<TensorBoardScalar> ScalarsOfMetricsRow(const json& row) {
   const std::string kind = row["kind"];
   const int64_t step = row["step"];
   const std::string run =
-      row.contains("stage") ? absl::StrFormat("stage%d", row["stage"].get<int64_t>()) : "pipeline";
+      row.contains("stage") ? absl::StrFormat("stage%d", JsonIntOr(row, "stage", -1)) : "pipeline";
   std::string prefix = kind;
   if (kind == "bubble") {
-    prefix = absl::StrFormat("bubble/%d_%s", row.value("index", 0),
-                             row.value("bubble_kind", std::string()));
+    prefix = absl::StrFormat("bubble/%d_%s", JsonIntOr(row, "index", 0),
+                             JsonStringOr(row, "bubble_kind", ""));
   } else if (kind == "side_task") {
-    prefix = absl::StrFormat("side_task/%s/rank%d", row.value("name", std::string()),
-                             row.value("rank", 0));
+    prefix = absl::StrFormat("side_task/%s/rank%d", JsonStringOr(row, "name", ""),
+                             JsonIntOr(row, "rank", 0));
   }
   for (const auto& [key, value] : row.items()) {
     if (key == "kind" || key == "step" || key == "stage" || key == "index" || key == "rank") {

@@ -81,7 +81,8 @@ class Trainer {
 
   // Runs the remaining steps with logging (rank 0), evaluation and checkpoints. A stop
   // request (SIGTERM, SIGINT, SIGUSR1) ends it after the current step with a checkpoint and
-  // a Cancelled status that says how to resume.
+  // a Cancelled status that says how to resume. A run that fails still completes the
+  // background checkpoint in flight first, on every rank.
   absl::Status Run();
   // The run's last metrics record (rank 0): {"kind": "end", "status": "finished" | "stopped" |
   // "failed", "reason"}, and the command that shows the run. A run without one is in progress
@@ -157,6 +158,7 @@ class Trainer {
   // Model FLOPs utilisation of a step that took `step_s`; NaN without a known peak.
   double Mfu(double step_s) const;
   absl::Status StopAfterSignal(int64_t total);
+  absl::Status RunSteps();
   absl::Status WriteTrainMetric(const StepStats& s);
   absl::Status Barrier();
   pipeline::MicrobatchData Microbatches() const;

@@ -314,7 +314,12 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint(bool background) {
     std::move(abandon).Cancel();  // the writer's own failures abandon it
     checkpoint_writer_.Start([=]() -> absl::Status {
       absl::Status s = write_state();
-      if (!leader) return s;
+      if (!leader) {
+        // Busy until the leader has made the checkpoint whole, so that a rank that exits on a
+        // second stop signal (or an error) as its write ends cannot end the job before that.
+        WaitForCheckpointEnd(dir, state->step, timeout_s);
+        return s;
+      }
       if (s.ok()) s = WaitForStateFiles(staging, pp, timeout_s);
       if (s.ok()) s = finish().status();
       if (!s.ok()) AbandonCheckpoint(dir, state->step);

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "core/json_fields.h"
 #include "absl/strings/str_join.h"
 
 namespace freeride::serve {
@@ -98,7 +99,7 @@ std::optional<ApiError> Messages(const json& v) {
     bool ok = content.is_string();
     if (content.is_array()) {
       ok = std::all_of(content.begin(), content.end(), [](const json& part) {
-        return part.is_object() && part.value("type", "") == "text" && part.contains("text") &&
+        return part.is_object() && JsonStringOr(part, "type", "") == "text" && part.contains("text") &&
                part["text"].is_string();
       });
     }

@@ -80,6 +80,22 @@ TEST(SideTaskRegistryTest, PluginOfAnotherAbseilAndCompilerIsRefusedNamingBoth) 
   EXPECT_EQ(std::string(FREERIDE_SIDE_TASK_BUILD_IDENTITY).find("unknown"), std::string::npos);
 }
 
+TEST(SideTaskRegistryTest, PluginWithNullIdentityIsRefusedInProcessAndInAWorker) {
+  const std::string expected = "freeride_side_task_build_identity() returned null";
+  EXPECT_NE(ErrorOf("x", FREERIDE_NULL_IDENTITY_PLUGIN).find(expected), std::string::npos);
+  SideTaskSpec spec{"x", "x", FREERIDE_NULL_IDENTITY_PLUGIN, 0, 0, {}};
+  spec.isolation = "process";
+  HostOptions options;
+  options.results_dir = Temp("null_identity");
+  auto host = MakeTaskHost(spec, options);
+  ASSERT_TRUE(host.ok()) << host.status();
+  const absl::Status created = (*host)->Create();
+  (*host)->Release();
+  // The worker answers with the same refusal (a configuration error), not a crash.
+  EXPECT_TRUE(absl::IsInvalidArgument(created)) << created;
+  EXPECT_NE(created.message().find(expected), std::string::npos) << created;
+}
+
 TEST(SideTaskArgsTest, BadArgumentsNameTaskAndArgument) {
   ExecutorOptions options;
   options.results_dir = Temp("args");

@@ -116,6 +116,18 @@ TEST(ConfigTest, DpBucketMbIsANumberAtLeastZero) {
   EXPECT_EQ(c->parallel.dp_bucket_mb, 25.0);
 }
 
+TEST(ConfigTest, DpBucketMbHasALowerBoundAboveZeroStatedInTheError) {
+  const std::string error = ErrorOf("[data]\ntrain = \"x\"\n[parallel]\ndp_bucket_mb = 1e-7\n");
+  EXPECT_THAT(error, HasSubstr("parallel.dp_bucket_mb: expected 0 (one sum per model chunk) or "
+                               "at least 0.00390625 (4 KiB: buckets of 1024 floats or more), "
+                               "found 1e-07"));
+  EXPECT_TRUE(ParseConfig("[data]\ntrain = \"x\"\n[parallel]\ndp_bucket_mb = 0.00390625\n",
+                          "test.toml")
+                  .ok());
+  EXPECT_TRUE(ParseConfig("[data]\ntrain = \"x\"\n[parallel]\ndp_bucket_mb = 0\n", "test.toml")
+                  .ok());
+}
+
 TEST(ConfigTest, MissingRequiredKeyIsNamed) {
   EXPECT_THAT(ErrorOf("[train]\nsteps = 3\n"),
               HasSubstr("test.toml: data.train: required key missing"));

@@ -73,11 +73,11 @@ TEST(FlagsTest, NamedNumbersInOrderOrTheItemThatIsNot) {
   EXPECT_THAT(*items, ElementsAre(std::pair<std::string, double>{"block", 2},
                                   std::pair<std::string, double>{"head", 0.5},
                                   std::pair<std::string, double>{"embedding", 0}));
-  for (const char* bad : {"block", "block=x", "=2", "block=-1"}) {
+  for (const char* bad : {"block", "block=x", "=2", "block=-1", "block=inf", "block=nan"}) {
     flags = ParseFlags({"--kind", bad}, kSpecs);
     ASSERT_TRUE(flags.ok());
     EXPECT_EQ(NamedNumbersFlag(*flags, "kind").status().message(),
-              std::string("--kind: '") + bad + "': expected NAME=number with a number >= 0");
+              std::string("--kind: '") + bad + "': expected NAME=number with a finite number >= 0");
   }
   flags = ParseFlags({}, kSpecs);
   EXPECT_TRUE(NamedNumbersFlag(*flags, "kind")->empty());  // absent: nothing given

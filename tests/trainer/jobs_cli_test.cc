@@ -1,6 +1,7 @@
 // `freeride submit`, `jobs` and `cancel` on a run directory with no training in it (the
 // training's side is tests/pipeline/fill_jobs_test.cc and tests/scripts/fill_jobs.sh).
 #include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "core/files.h"
@@ -104,6 +105,61 @@ TEST(JobsCliTest, CancelEndsAJobAtOnceOrAsksTheTrainingThatHoldsTheDirectory) {
   EXPECT_THAT(RunCommand({"jobs", run}).out, HasSubstr("(cancel requested)"));
   EXPECT_EQ(RunCommand({"cancel", run, "9"}).status, kExitFailure);
   EXPECT_EQ(RunCommand({"cancel", run, "x"}).status, kExitUsage);
+}
+
+TEST(JobsCliTest, WorkMustBeAFiniteNumberOfSeconds) {
+  const std::string run = RunDir("cli_work_inf");
+  const std::string job = JobFile("work_job.toml", "[[side_tasks]]\ntype = \"spin\"\n");
+  for (const char* work : {"inf", "1e999", "nan", "-inf", "0", "-3", "1e300"}) {
+    SCOPED_TRACE(work);
+    CliResult r = RunCommand({"submit", run, job, "--work", work});
+    EXPECT_EQ(r.status, kExitUsage) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(absl::StrCat("--work: expected seconds, a number > 0 and at most "
+                                              "3.1536e+07, found '",
+                                              work, "'")));
+  }
+  EXPECT_TRUE(ListJobIds(run).empty());
+}
+
+TEST(JobsCliTest, AJobJsonOfWrongTypesIsListedAndCancelledNeverAborts) {
+  const std::string run = RunDir("cli_bad_job_json");
+  const std::string job = JobFile("typed_job.toml", "[[side_tasks]]\ntype = \"spin\"\n");
+  ASSERT_EQ(RunCommand({"submit", run, job}).status, kExitOk);
+  ASSERT_EQ(RunCommand({"submit", run, job}).status, kExitOk);
+  // What --work inf used to write, and a priority by name.
+  ASSERT_TRUE(WriteFileAtomically(JobDir(run, 1) + "/job.json",
+                                  R"({"id": 1, "name": "spin", "type": "spin", "work_s": null})")
+                  .ok());
+  ASSERT_TRUE(
+      WriteFileAtomically(JobDir(run, 2) + "/job.json", R"({"id": 2, "priority": "high"})").ok());
+  CliResult table = RunCommand({"jobs", run});
+  ASSERT_EQ(table.status, kExitOk) << table.err;
+  EXPECT_THAT(table.err, HasSubstr("job 1: " + JobDir(run, 1) +
+                                   "/job.json: \"work_s\": expected a finite number >= 0, found "
+                                   "null"));
+  EXPECT_THAT(table.err, HasSubstr("\"priority\": expected an integer, found a string (\"high\")"));
+  EXPECT_EQ(RunCommand({"jobs", run, "--format", "json"}).status, kExitOk);
+  CliResult cancelled = RunCommand({"cancel", run, "1"});
+  ASSERT_EQ(cancelled.status, kExitOk) << cancelled.err;
+  EXPECT_EQ(cancelled.out, "job 1 CANCELLED\n");
+  // A record of the wrong type is skipped with a word, never fatal.
+  ASSERT_TRUE(AppendJobRecord(run, {2, JobState::kRunning, 5, 1, {0}, "", std::nullopt}).ok());
+  {
+    std::ofstream log(run + "/jobs.jsonl", std::ios::app);
+    log << R"({"id": 2, "state": 7, "time": null})" << "\n" << R"({"id": 2, "state": "PENDING"})"
+        << "\n";
+  }
+  CliResult after = RunCommand({"jobs", run});
+  EXPECT_EQ(after.status, kExitOk) << after.err;
+  EXPECT_THAT(after.err, HasSubstr("jobs.jsonl line 5: \"state\": expected a string, found the "
+                                   "number 7 (line skipped)"));
+}
+
+TEST(JobsCliTest, JobsOfARunDirectoryThatIsNotThereIsBadUsage) {
+  CliResult r = RunCommand({"jobs", "/nonexistent"});
+  EXPECT_EQ(r.status, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("/nonexistent: no such run directory"));
+  EXPECT_EQ(RunCommand({"cancel", "/nonexistent", "1"}).status, kExitUsage);
 }
 
 }  // namespace

@@ -225,7 +225,10 @@ TEST(JobFileTest, AnythingElseIsRefusedWithWhereItIs) {
   EXPECT_THAT(error("[[side_tasks]]\ntype = \"spin\"\n[[side_tasks]]\ntype = \"spin\"\n"),
               HasSubstr("expected one [[side_tasks]] table and nothing else, found 2"));
   EXPECT_THAT(error("[train]\nsteps = 3\n[[side_tasks]]\ntype = \"spin\"\n"),
-              HasSubstr("and other keys or sections"));
+              HasSubstr("found 1 [[side_tasks]] table(s) and [train] (a job file holds the task "
+                        "alone"));
+  EXPECT_THAT(error("steps = 3\n[[side_tasks]]\ntype = \"spin\"\n[[x]]\n"),
+              HasSubstr("and the key steps, [[x]]"));
   EXPECT_THAT(error("type = \"spin\"\n"), HasSubstr("found 0 [[side_tasks]] table(s)"));
   EXPECT_THAT(
       error("[[side_tasks]]\ntype = \"spin\"\nstagse = [0]\n"),

@@ -1,5 +1,6 @@
 #include "trainer/cli/cmd_jobs.h"
 
+#include <cmath>
 #include <iostream>
 
 #include "absl/strings/numbers.h"
@@ -28,6 +29,14 @@ int Usage(const std::string& message) {
   std::cerr << "error: " << message << "\n";
   return kExitUsage;
 }
+
+// A run directory that is not there is bad usage (exit 2), not an empty queue.
+int FailLoading(const absl::Status& status) {
+  return absl::IsNotFound(status) ? Usage(std::string(status.message())) : Fail(status);
+}
+
+// --work's bound: a year of work, far beyond any fill job, and far inside a double's range.
+constexpr double kMaxWorkS = 365.0 * 24 * 3600;
 
 // The run a job goes to, by the effective config `freeride train` wrote in its directory.
 absl::StatusOr<Config> ConfigOfRun(const std::string& run_dir) {
@@ -59,7 +68,8 @@ std::string JobsTable(const std::vector<Job>& jobs) {
         JobStateName(job.state), job.stages.empty() ? "-" : absl::StrJoin(job.stages, ","), p.steps,
         absl::StrFormat("%.6g %s", p.units, p.unit.empty() ? "units" : p.unit), p.bubble_s,
         IsTerminal(job.state) ? "-" : Duration(p.eta_s),
-        job.cancel_requested && !IsTerminal(job.state) ? "(cancel requested) " : "", job.reason);
+        job.cancel_requested && !IsTerminal(job.state) ? "(cancel requested) " : "",
+        job.invalid.empty() || IsTerminal(job.state) ? job.reason : job.invalid);
   }
   return out;
 }
@@ -83,8 +93,11 @@ int SubmitCommand(const ParsedFlags& flags) {
     return Usage(
         absl::StrCat("--priority: expected an integer, found '", flags.Get("priority"), "'"));
   }
-  if (flags.Has("work") && (!absl::SimpleAtod(flags.Get("work"), &work) || !(work > 0))) {
-    return Usage(absl::StrCat("--work: expected seconds > 0, found '", flags.Get("work"), "'"));
+  // Finite: job.json must hold a number every reader takes (nlohmann writes inf as null).
+  if (flags.Has("work") && (!absl::SimpleAtod(flags.Get("work"), &work) || !std::isfinite(work) ||
+                            !(work > 0) || work > kMaxWorkS)) {
+    return Usage(absl::StrFormat("--work: expected seconds, a number > 0 and at most %g, found '%s'",
+                                 kMaxWorkS, flags.Get("work")));
   }
   if (flags.Has("name") && !IsPlainName(flags.Get("name"))) {
     return Usage(
@@ -146,7 +159,13 @@ int JobsCommand(const ParsedFlags& flags) {
     return Usage(absl::StrCat("--format: expected text or json, found '", format, "'"));
   }
   absl::StatusOr<std::vector<Job>> jobs = LoadJobs(flags.positional()[0]);
-  if (!jobs.ok()) return Fail(jobs.status());
+  if (!jobs.ok()) return FailLoading(jobs.status());
+  for (const Job& job : *jobs) {
+    if (!job.invalid.empty() && !IsTerminal(job.state)) {
+      std::cerr << "warning: job " << job.id << ": " << job.invalid
+                << " (a training refuses it; `freeride cancel` ends it)\n";
+    }
+  }
   if (format == "json") {
     nlohmann::ordered_json out = nlohmann::ordered_json::array();
     for (const Job& job : *jobs) out.push_back(JobToJson(job));
@@ -166,7 +185,7 @@ int CancelCommand(const ParsedFlags& flags) {
                               flags.positional()[1], "'"));
   }
   absl::StatusOr<std::vector<Job>> jobs = LoadJobs(run_dir);
-  if (!jobs.ok()) return Fail(jobs.status());
+  if (!jobs.ok()) return FailLoading(jobs.status());
   auto job = std::find_if(jobs->begin(), jobs->end(), [&](const Job& j) { return j.id == id; });
   if (job == jobs->end()) {
     return Fail(absl::NotFoundError(absl::StrFormat("no job %d in %s/jobs", id, run_dir)));

@@ -71,11 +71,14 @@ bool ParseNumber(const ParsedFlags& flags, const std::string& name, N* value) {
   if (!flags.Has(name)) return true;
   bool ok;
   if constexpr (std::is_floating_point_v<N>) {
-    ok = absl::SimpleAtod(flags.Get(name), value);
+    ok = absl::SimpleAtod(flags.Get(name), value) && std::isfinite(*value);
   } else {
     ok = absl::SimpleAtoi(flags.Get(name), value);
   }
-  if (!ok) std::cerr << "error: --" << name << " expects a number, found '" << flags.Get(name) << "'\n";
+  if (!ok) {
+    std::cerr << "error: --" << name << " expects a finite number, found '" << flags.Get(name)
+              << "'\n";
+  }
   return ok;
 }
 

@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/files.h"
@@ -409,6 +410,15 @@ void Loader::CheckCrossField() {
          absl::StrCat("a multiple of train.microbatches (", c.train.microbatches, ")"),
          absl::StrCat(c.train.batch_size));
   }
+  // Each bucket is a sum of its own: below a few thousand floats the sums' latency, not their
+  // bytes, is the step (1e-7 MiB made one-float buckets, and no step in 70 s at dp 2).
+  if (c.parallel.dp_bucket_mb > 0 && c.parallel.dp_bucket_mb < kMinDpBucketMb) {
+    fail("parallel.dp_bucket_mb",
+         absl::StrFormat("0 (one sum per model chunk) or at least %g (4 KiB: buckets of 1024 "
+                         "floats or more)",
+                         kMinDpBucketMb),
+         absl::StrFormat("%g", c.parallel.dp_bucket_mb));
+  }
   const std::string& kind = c.parallel.schedule;
   const bool interleaved = kind == "interleaved", v_shaped = kind == "zbv" || kind == "dualpipev";
   int64_t chunks = c.parallel.chunks;  // per stage, as the schedule will run them
@@ -551,11 +561,25 @@ absl::StatusOr<SideTaskConfig> ParseSideTaskFile(absl::string_view text, absl::s
   }
   const toml::array* tables = root["side_tasks"].as_array();
   const size_t found = tables == nullptr ? 0 : tables->size();
-  const bool others = root.size() > (tables == nullptr ? 0u : 1u);
-  if (found != 1 || others) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": expected one [[side_tasks]] table and nothing else, found ", found,
-                     " [[side_tasks]] table(s)", others ? " and other keys or sections" : ""));
+  // What else is there, named as it is written: "[train]", "[[x]]", "key steps".
+  std::vector<std::string> others;
+  for (const auto& [key, node] : root) {
+    const std::string name(key.str());
+    if (name == "side_tasks" && tables != nullptr) continue;
+    if (node.is_table()) {
+      others.push_back(absl::StrCat("[", name, "]"));
+    } else if (node.is_array_of_tables()) {
+      others.push_back(absl::StrCat("[[", name, "]]"));
+    } else {
+      others.push_back(absl::StrCat("the key ", name));
+    }
+  }
+  if (found != 1 || !others.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": expected one [[side_tasks]] table and nothing else, found ", found,
+        " [[side_tasks]] table(s)",
+        others.empty() ? "" : absl::StrCat(" and ", absl::StrJoin(others, ", ")),
+        others.empty() ? "" : " (a job file holds the task alone; the run's config holds the rest)"));
   }
   loader.LoadDocument(root);
   if (loader.errors.empty()) loader.CheckCrossField();

@@ -75,6 +75,9 @@ struct CheckpointConfig {
   bool background = true;
 };
 
+// parallel.dp_bucket_mb's least value above 0: 4 KiB, buckets of 1024 floats.
+inline constexpr double kMinDpBucketMb = 1.0 / 256;
+
 struct ParallelConfig {
   int64_t pp = 1;
   int64_t dp = 1;

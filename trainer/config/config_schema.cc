@@ -165,7 +165,8 @@ std::vector<KeySpec> BuildSchema() {
                "started as soon as the step's last backward has made its gradients final "
                "(blocks from the last, then the embedding; the tied wte after its sum), so the "
                "sum overlaps the backward; REDUCE_GRADS waits for what is left. 0: one sum per "
-               "model chunk after its last backward. The same bits either way "
+               "model chunk after its last backward. Otherwise at least 1/256 (4 KiB: a bucket is a sum "
+               "of its own, and tiny ones stall the step). The same bits either way "
                "(docs/training.md#data-parallel-buckets)."),
 
       FR_KEY(runtime, device).Choices({"cpu", "cuda"}).Doc("Backend that runs the model."),

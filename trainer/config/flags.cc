@@ -1,6 +1,7 @@
 #include "trainer/config/flags.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "CLI/CLI.hpp"
 
@@ -37,9 +38,9 @@ absl::StatusOr<double> PositiveNumberFlag(const ParsedFlags& flags, const std::s
                                           double fallback) {
   if (!flags.Has(name)) return fallback;
   double value = 0;
-  if (!absl::SimpleAtod(flags.Get(name), &value) || !(value > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat("--", name, ": expected a number > 0, found '",
-                                                   flags.Get(name), "'"));
+  if (!absl::SimpleAtod(flags.Get(name), &value) || !std::isfinite(value) || !(value > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", name, ": expected a finite number > 0, found '", flags.Get(name), "'"));
   }
   return value;
 }
@@ -50,9 +51,10 @@ absl::StatusOr<std::vector<std::pair<std::string, double>>> NamedNumbersFlag(
   for (absl::string_view item : absl::StrSplit(flags.Get(name), ',', absl::SkipEmpty())) {
     std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
     double value = 0;
-    if (kv.first.empty() || !absl::SimpleAtod(kv.second, &value) || !(value >= 0)) {
+    if (kv.first.empty() || !absl::SimpleAtod(kv.second, &value) || !std::isfinite(value) ||
+        !(value >= 0)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--", name, ": '", item, "': expected NAME=number with a number >= 0"));
+          "--", name, ": '", item, "': expected NAME=number with a finite number >= 0"));
     }
     out.emplace_back(kv.first, value);
   }

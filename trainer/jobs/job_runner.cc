@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "core/device.h"
 #include "core/host_memory.h"
+#include "core/json_fields.h"
 #include "core/logging.h"
 #include "trainer/config/side_task_check.h"
 #include "trainer/jobs/job_placement.h"
@@ -57,6 +58,10 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const Options& opti
   for (Job& job : *jobs) {
     runner->last_id_ = std::max(runner->last_id_, job.id);
     if (IsTerminal(job.state)) continue;
+    if (!job.invalid.empty()) {
+      runner->Record(job, JobState::kRefused, job.step, job.invalid);
+      continue;
+    }
     if (job.state != JobState::kPending) {
       runner->Record(job, JobState::kPending, job.step,
                      "queued again: the training that ran it stopped before it ended");
@@ -123,10 +128,10 @@ void JobRunner::WriteInstance(int64_t id, const TaskReport& report, const std::s
 std::string JobRunner::FailureReason(int64_t id) const {
   std::vector<std::string> reasons;
   for (const ordered_json& instance : ReadJobInstances(run_dir(), id)) {
-    if (instance.value("state", "") != "FAILED") continue;
-    reasons.push_back(absl::StrFormat("stage %d (rank %d): %s", instance.value("stage", -1),
-                                      instance.value("rank", -1),
-                                      instance.value("reason", std::string("?"))));
+    if (JsonStringOr(instance, "state", "") != "FAILED") continue;
+    reasons.push_back(absl::StrFormat("stage %d (rank %d): %s", JsonIntOr(instance, "stage", -1),
+                                      JsonIntOr(instance, "rank", -1),
+                                      JsonStringOr(instance, "reason", "?")));
   }
   return reasons.empty() ? "failed on a rank whose report is missing"
                          : absl::StrJoin(reasons, "; ");
@@ -138,7 +143,10 @@ void JobRunner::ReadQueue(int64_t step) {
     last_id_ = id;
     absl::StatusOr<Job> job = ReadSubmittedJob(run_dir(), id);
     if (!job.ok()) {
-      FR_LOG(WARN) << "job " << id << " left out: " << job.status().message();
+      // Refused once, on the record: a damaged job never stops the training it rides on.
+      Job refused;
+      refused.id = id;
+      Record(refused, JobState::kRefused, step, std::string(job.status().message()));
       continue;
     }
     FR_LOG(INFO) << absl::StrFormat("job %d '%s' (%s) submitted", id, job->name, job->type);
@@ -173,7 +181,7 @@ absl::Status JobRunner::Fill(int64_t step, double* values) {
         std::error_code ec;
         for (const ordered_json& old : ReadJobInstances(run_dir(), id)) {
           std::filesystem::remove(absl::StrFormat("%s/instance_r%03d.json", JobDir(run_dir(), id),
-                                                  old.value("rank", -1)),
+                                                  JsonIntOr(old, "rank", -1)),
                                   ec);
         }
         std::filesystem::remove(JobDir(run_dir(), id) + "/progress.jsonl", ec);
@@ -422,7 +430,7 @@ absl::Status JobRunner::Place(int64_t step, int64_t bytes) {
     job->progress = JobProgress{};
     // What a unit of its work is, as its instances said when they were calibrated.
     for (const ordered_json& instance : ReadJobInstances(run_dir(), id)) {
-      if (job->progress.unit.empty()) job->progress.unit = instance.value("unit", "");
+      if (job->progress.unit.empty()) job->progress.unit = JsonStringOr(instance, "unit", "");
     }
     a.job = *job;
     pending_.erase(id);

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <limits>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -18,7 +20,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/files.h"
+#include "core/json_fields.h"
 #include "core/logging.h"
+#include "core/status.h"
 
 namespace freeride {
 namespace {
@@ -39,28 +43,70 @@ std::string JobsLog(const std::string& run_dir) {
   return (fs::path(run_dir) / "jobs.jsonl").string();
 }
 
+// nlohmann writes inf and NaN as null, which no reader takes for a number: a task that reports
+// a non-finite amount is recorded as having done none.
+double Finite(double v) { return std::isfinite(v) ? v : 0.0; }
+
 void ProgressToJson(const JobProgress& p, ordered_json* out) {
   (*out)["steps"] = p.steps;
-  (*out)["units"] = p.units;
+  (*out)["units"] = Finite(p.units);
   (*out)["unit"] = p.unit;
-  (*out)["bubble_s"] = p.bubble_s;
-  (*out)["alone_s"] = p.alone_s;
+  (*out)["bubble_s"] = Finite(p.bubble_s);
+  (*out)["alone_s"] = Finite(p.alone_s);
 }
 
-void ProgressFromJson(const json& in, JobProgress* p) {
-  p->steps = in.value("steps", p->steps);
-  p->units = in.value("units", p->units);
-  p->unit = in.value("unit", p->unit);
-  p->bubble_s = in.value("bubble_s", p->bubble_s);
-  p->alone_s = in.value("alone_s", p->alone_s);
-  p->eta_s = in.value("eta_s", p->eta_s);
+// The progress fields of `in` (a jobs.jsonl or progress.jsonl line) over `p`. eta_s is null
+// where the estimate was unknown.
+absl::Status ProgressFromJson(const JsonFields& in, JobProgress* p) {
+  FR_ASSIGN_OR_RETURN(p->steps, in.IntOr("steps", p->steps, 0));
+  FR_ASSIGN_OR_RETURN(p->units, in.NumberOr("units", p->units));
+  FR_ASSIGN_OR_RETURN(p->unit, in.StringOr("unit", p->unit));
+  FR_ASSIGN_OR_RETURN(p->bubble_s, in.NumberOr("bubble_s", p->bubble_s, 0));
+  FR_ASSIGN_OR_RETURN(p->alone_s, in.NumberOr("alone_s", p->alone_s, 0));
+  if (in.IsNull("eta_s")) {
+    p->eta_s = -1;
+  } else {
+    FR_ASSIGN_OR_RETURN(p->eta_s, in.NumberOr("eta_s", p->eta_s));
+  }
+  return absl::OkStatus();
 }
 
-// The JSON object in `path`, or a discarded value when it is missing or does not parse.
-json ReadJson(const std::string& path) {
+// The JSON object in `path`.
+absl::StatusOr<json> ReadJsonObject(const std::string& path) {
   absl::StatusOr<std::string> text = ReadFile(path);
-  if (!text.ok()) return json(json::value_t::discarded);
-  return json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!text.ok()) return text.status();
+  return ParseJsonObject(*text, path);
+}
+
+// One line of jobs.jsonl; `where` names it.
+absl::StatusOr<JobRecord> ParseJobRecord(absl::string_view line, const std::string& where) {
+  FR_ASSIGN_OR_RETURN(const json r, ParseJsonObject(line, where));
+  const JsonFields f(r, where);
+  JobRecord record;
+  FR_ASSIGN_OR_RETURN(record.id, f.Int("id", 1));
+  FR_ASSIGN_OR_RETURN(const std::string state, f.String("state"));
+  const std::optional<JobState> known = JobStateFromName(state);
+  if (!known) {
+    return absl::DataLossError(absl::StrCat(
+        where, ": \"state\": expected a job state (PENDING, PLACED, RUNNING, FINISHED, FAILED, "
+               "CANCELLED or REFUSED), found \"",
+        state, "\""));
+  }
+  record.state = *known;
+  FR_ASSIGN_OR_RETURN(record.time_s, f.NumberOr("time", 0));
+  FR_ASSIGN_OR_RETURN(record.step, f.IntOr("step", -1, -1));
+  if (f.Has("stages")) {
+    FR_ASSIGN_OR_RETURN(const std::vector<int64_t> stages,
+                        f.IntArray("stages", 0, std::numeric_limits<int>::max()));
+    record.stages.assign(stages.begin(), stages.end());
+  }
+  FR_ASSIGN_OR_RETURN(record.reason, f.StringOr("reason", ""));
+  if (f.Has("steps")) {  // the submitter's record has no progress
+    JobProgress progress;
+    FR_RETURN_IF_ERROR(ProgressFromJson(f, &progress));
+    record.progress = progress;
+  }
+  return record;
 }
 
 absl::Status ErrnoError(const std::string& what) {
@@ -177,47 +223,58 @@ std::vector<int64_t> ListJobIds(const std::string& run_dir) {
 
 absl::StatusOr<Job> ReadSubmittedJob(const std::string& run_dir, int64_t id) {
   const std::string path = JobDir(run_dir, id) + "/job.json";
-  const json meta = ReadJson(path);
-  if (!meta.is_object()) {
-    return absl::DataLossError(absl::StrCat(path, ": missing or not a JSON object"));
-  }
+  FR_ASSIGN_OR_RETURN(const json meta, ReadJsonObject(path));
+  const JsonFields f(meta, path);
   Job job;
   job.id = id;
-  job.name = meta.value("name", "");
-  job.type = meta.value("type", "");
-  job.priority = meta.value("priority", int64_t{0});
-  job.work_s = meta.value("work_s", 0.0);
-  job.submitted_s = meta.value("submitted", 0.0);
+  FR_ASSIGN_OR_RETURN(job.name, f.StringOr("name", ""));
+  FR_ASSIGN_OR_RETURN(job.type, f.StringOr("type", ""));
+  FR_ASSIGN_OR_RETURN(job.priority, f.IntOr("priority", 0));
+  FR_ASSIGN_OR_RETURN(job.work_s, f.NumberOr("work_s", 0, 0));
+  FR_ASSIGN_OR_RETURN(job.submitted_s, f.NumberOr("submitted", 0, 0));
   job.updated_s = job.submitted_s;
   return job;
 }
 
 absl::StatusOr<std::vector<Job>> LoadJobs(const std::string& run_dir) {
+  std::error_code ec;
+  if (!fs::is_directory(run_dir, ec)) {
+    return absl::NotFoundError(absl::StrCat(run_dir, ": no such run directory"));
+  }
   std::map<int64_t, Job> jobs;
   for (int64_t id : ListJobIds(run_dir)) {
     absl::StatusOr<Job> job = ReadSubmittedJob(run_dir, id);
     if (!job.ok()) {
-      FR_LOG(WARN) << "job " << id << " left out: " << job.status().message();
+      // Kept, so that it can be listed and cancelled, and refused by the training.
+      jobs[id].id = id;
+      jobs[id].invalid = std::string(job.status().message());
       continue;
     }
     jobs[id] = *std::move(job);
   }
-  if (absl::StatusOr<std::string> log = ReadFile(JobsLog(run_dir)); log.ok()) {
+  const std::string log_path = JobsLog(run_dir);
+  if (absl::StatusOr<std::string> log = ReadFile(log_path); log.ok()) {
     std::set<int64_t> recorded;
-    for (absl::string_view line : absl::StrSplit(*log, '\n', absl::SkipEmpty())) {
-      const json r = json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (!r.is_object()) continue;  // cut short by a kill
-      auto it = jobs.find(r.value("id", int64_t{0}));
-      const std::optional<JobState> state = JobStateFromName(r.value("state", ""));
-      if (it == jobs.end() || !state) continue;
-      if (!recorded.insert(it->first).second && r.value("reason", "") == kSubmitted) continue;
+    const std::vector<absl::string_view> lines = absl::StrSplit(*log, '\n');
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (lines[i].empty()) continue;
+      absl::StatusOr<JobRecord> r =
+          ParseJobRecord(lines[i], absl::StrCat(log_path, " line ", i + 1));
+      if (!r.ok()) {
+        // The last line cut short by a kill is expected; anything else is worth a word.
+        if (i + 1 < lines.size()) FR_LOG(WARN) << r.status().message() << " (line skipped)";
+        continue;
+      }
+      auto it = jobs.find(r->id);
+      if (it == jobs.end()) continue;
+      if (!recorded.insert(it->first).second && r->reason == kSubmitted) continue;
       Job& job = it->second;
-      job.state = *state;
-      job.updated_s = r.value("time", job.updated_s);
-      job.step = r.value("step", job.step);
-      job.reason = r.value("reason", "");
-      job.stages = r.value("stages", std::vector<int>{});
-      ProgressFromJson(r, &job.progress);
+      job.state = r->state;
+      job.updated_s = r->time_s;
+      job.step = r->step;
+      job.reason = r->reason;
+      job.stages = r->stages;
+      if (r->progress) job.progress = *r->progress;
     }
   }
   std::vector<Job> out;
@@ -249,21 +306,24 @@ absl::Status AppendJobProgress(const std::string& run_dir, int64_t id, int64_t s
                                const JobProgress& progress) {
   ordered_json line = {{"step", step}, {"time", WallClockSeconds()}};
   ProgressToJson(progress, &line);
-  line["eta_s"] = progress.eta_s;
+  line["eta_s"] = std::isfinite(progress.eta_s) ? progress.eta_s : -1.0;
   return AppendLine(ProgressLog(run_dir, id), line.dump() + "\n");
 }
 
 std::vector<std::pair<int64_t, JobProgress>> ReadJobProgress(const std::string& run_dir,
                                                              int64_t id) {
   std::vector<std::pair<int64_t, JobProgress>> series;
-  absl::StatusOr<std::string> text = ReadFile(ProgressLog(run_dir, id));
+  const std::string path = ProgressLog(run_dir, id);
+  absl::StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) return series;
   for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
-    const json point = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!point.is_object()) continue;  // cut short by a kill
+    absl::StatusOr<json> point = ParseJsonObject(line, path);
+    if (!point.ok()) continue;  // cut short by a kill
+    const JsonFields f(*point, path);
     JobProgress progress;
-    ProgressFromJson(point, &progress);
-    series.emplace_back(point.value("step", int64_t{-1}), progress);
+    absl::StatusOr<int64_t> step = f.IntOr("step", -1, -1);
+    if (!step.ok() || !ProgressFromJson(f, &progress).ok()) continue;
+    series.emplace_back(*step, progress);
   }
   return series;
 }
@@ -315,6 +375,7 @@ ordered_json JobToJson(const Job& job) {
   out["eta_s"] = job.progress.eta_s >= 0 ? ordered_json(job.progress.eta_s) : ordered_json();
   out["cancel_requested"] = job.cancel_requested;
   out["reason"] = job.reason;
+  if (!job.invalid.empty()) out["invalid"] = job.invalid;
   return out;
 }
 

@@ -58,6 +58,9 @@ struct Job {
   double updated_s = 0;     // wall-clock seconds of the last change
   bool cancel_requested = false;
   JobProgress progress;
+  // Why its job.json could not be read (a wrong type, a value out of range); empty when it
+  // was. Such a job is listed, can be cancelled, and a training refuses it.
+  std::string invalid;
 };
 
 // One line of jobs.jsonl.
@@ -85,8 +88,9 @@ absl::Status AppendJobRecord(const std::string& run_dir, const JobRecord& record
 std::vector<int64_t> ListJobIds(const std::string& run_dir);
 // Job `id` as submitted (PENDING, no records read).
 absl::StatusOr<Job> ReadSubmittedJob(const std::string& run_dir, int64_t id);
-// Every job with its records folded in order (a line cut short by a kill is skipped), its
-// progress and whether a cancellation was asked.
+// Every job with its records folded in order (a line cut short by a kill, or with a value of
+// the wrong type, is skipped), its progress and whether a cancellation was asked. NotFound when
+// `run_dir` is not a directory.
 absl::StatusOr<std::vector<Job>> LoadJobs(const std::string& run_dir);
 absl::StatusOr<std::string> ReadJobToml(const std::string& run_dir, int64_t id);
 

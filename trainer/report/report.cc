@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/json_fields.h"
 #include "absl/strings/str_join.h"
 #include "core/build_info.h"
 #include "trainer/config/config.h"
@@ -47,18 +48,18 @@ std::string Percent(double v) {
 }
 
 std::string Interval(const json& v) {
-  if (!v.is_array() || v.size() != 2) return "";
+  if (!v.is_array() || v.size() != 2 || !v[0].is_number() || !v[1].is_number()) return "";
   return absl::StrFormat(" [%.1f, %.1f]", 100 * v[0].get<double>(), 100 * v[1].get<double>());
 }
 
 // The run's state from its last record: the end record, else in progress (or killed).
 std::string StateBadge(const RunFiles& run) {
   if (const json* end = run.Last("end")) {
-    const std::string status = end->value("status", "finished");
+    const std::string status = JsonStringOr(*end, "status", "finished");
     std::string out =
         absl::StrFormat("<span class=\"state %s\">%s at step %d</span>", HtmlEscape(status),
-                        HtmlEscape(status), end->value("step", 0));
-    const std::string reason = end->value("reason", "");
+                        HtmlEscape(status), JsonIntOr(*end, "step", 0));
+    const std::string reason = JsonStringOr(*end, "reason", "");
     if (!reason.empty()) absl::StrAppend(&out, "<p class=\"reason\">", HtmlEscape(reason), "</p>");
     return out;
   }
@@ -67,7 +68,7 @@ std::string StateBadge(const RunFiles& run) {
   return absl::StrFormat(
       "<span class=\"state running\">in progress, or stopped without a word (killed)</span> "
       "<span class=\"note\">last step recorded: %d</span>",
-      last ? last->value("step", 0) : 0);
+      last ? JsonIntOr(*last, "step", 0) : 0);
 }
 
 // The steps that harvested (train records' `harvesting`) as x intervals of per-step plots:
@@ -75,7 +76,7 @@ std::string StateBadge(const RunFiles& run) {
 std::vector<std::pair<double, double>> HarvestingSteps(const std::vector<const json*>& train) {
   std::vector<std::pair<double, double>> spans;
   for (const json* r : train) {
-    if (!r->value("harvesting", false)) continue;
+    if (!JsonBoolOr(*r, "harvesting", false)) continue;
     const double step = Num(*r, "step");
     if (!spans.empty() && spans.back().second >= step - 0.5 - 1e-9) {
       spans.back().second = step + 0.5;
@@ -102,7 +103,7 @@ std::vector<PlotSeries> PerStage(const std::vector<const json*>& train, const ch
                                  Value value) {
   std::vector<PlotSeries> out;
   for (const json* r : train) {
-    const json list = r->value(key, json::array());
+    const json list = JsonArrayOr(*r, key);
     for (size_t s = 0; s < list.size(); ++s) {
       if (out.size() <= s) {
         out.push_back({absl::StrFormat("stage %d", s), {}});
@@ -194,8 +195,8 @@ std::string Bubbles(const RunFiles& run) {
   }
   std::vector<BarRow> rows;
   for (const json* h : harvest) {
-    const int stage = h->value("stage", 0);
-    const json by_kind = h->value("by_kind", json::object());
+    const int stage = JsonIntOr(*h, "stage", 0);
+    const json by_kind = JsonObjectOr(*h, "by_kind");
     for (const auto& [kind, k] : by_kind.items()) {
       rows.push_back(
           {absl::StrFormat("stage %d %s", stage, kind), Num(k, "bubble_s"), Num(k, "harvested_s")});
@@ -209,7 +210,7 @@ std::string Bubbles(const RunFiles& run) {
   for (const json* b : bubbles) {
     const double predicted = Num(*b, "predicted_s");
     if (!std::isfinite(predicted)) continue;
-    const int stage = b->value("stage", 0);
+    const int stage = JsonIntOr(*b, "stage", 0);
     if (!by_stage.count(stage)) {
       by_stage[stage] = {absl::StrFormat("stage %d", stage), {}, true, StageColor(stage)};
     }
@@ -279,19 +280,19 @@ std::string SideTasks(const RunFiles& run) {
       "<th>steps</th><th>work done</th><th>harvested</th><th>overruns</th><th>overrun</th>"
       "<th>restarts</th><th class=\"text\">summary or failure</th></tr>\n";
   for (const json& t : run.side_tasks) {
-    const std::string reason = t.value("reason", "");
+    const std::string reason = JsonStringOr(t, "reason", "");
     absl::StrAppendFormat(
         &html,
         "<tr><td>%d</td><td class=\"text\">%s</td><td class=\"text\">%s</td>"
         "<td class=\"text\">%s</td><td class=\"text\">%s</td><td>%d</td><td>%s %s</td>"
         "<td>%s</td><td>%d</td><td>%s</td><td>%d</td><td class=\"text%s\">%s</td></tr>\n",
-        t.value("rank", 0), HtmlEscape(t.value("name", "")), HtmlEscape(t.value("type", "")),
-        HtmlEscape(t.value("isolation", "")), HtmlEscape(t.value("state", "")), t.value("steps", 0),
-        HumanNumber(Num(t, "units")), HtmlEscape(t.value("unit", "")),
-        HumanNumber(Num(t, "harvested_s"), NumberKind::kSeconds), t.value("overruns", 0),
-        HumanNumber(Num(t, "overrun_s"), NumberKind::kSeconds), t.value("restarts", 0),
+        JsonIntOr(t, "rank", 0), HtmlEscape(JsonStringOr(t, "name", "")), HtmlEscape(JsonStringOr(t, "type", "")),
+        HtmlEscape(JsonStringOr(t, "isolation", "")), HtmlEscape(JsonStringOr(t, "state", "")), JsonIntOr(t, "steps", 0),
+        HumanNumber(Num(t, "units")), HtmlEscape(JsonStringOr(t, "unit", "")),
+        HumanNumber(Num(t, "harvested_s"), NumberKind::kSeconds), JsonIntOr(t, "overruns", 0),
+        HumanNumber(Num(t, "overrun_s"), NumberKind::kSeconds), JsonIntOr(t, "restarts", 0),
         reason.empty() ? "" : " reason",
-        HtmlEscape(reason.empty() ? t.value("summary", "") : reason));
+        HtmlEscape(reason.empty() ? JsonStringOr(t, "summary", "") : reason));
   }
   return html + "</table>\n";
 }
@@ -304,21 +305,21 @@ std::string Study(const RunFiles& run) {
       "<table><tr><th class=\"text\">arm</th><th>steps</th><th>step s</th>"
       "<th>overhead [95%%]</th><th>utilisation [95%%]</th><th>reclaimed [95%%]</th>"
       "<th class=\"text\">refused</th></tr>\n",
-      study.value("rounds", 0), study.value("block_steps", 0),
+      JsonIntOr(study, "rounds", 0), JsonIntOr(study, "block_steps", 0),
       study.contains("noise_floor") && study["noise_floor"].is_number()
           ? absl::StrFormat("±%.2f%%", 100 * study["noise_floor"].get<double>())
           : "not measured");
   std::vector<BarRow> rows;
   for (const json& arm : study["arms"]) {
-    const std::string name = arm.value("arm", "");
+    const std::string name = JsonStringOr(arm, "arm", "");
     absl::StrAppendFormat(
         &html,
         "<tr><td class=\"text\">%s</td><td>%d</td><td>%s</td><td>%s%s</td><td>%s%s</td>"
         "<td>%s%s</td><td class=\"text\">%s</td></tr>\n",
-        HtmlEscape(name), arm.value("steps", 0), Fmt(Num(arm, "step_s")),
-        Percent(Num(arm, "overhead")), Interval(arm.value("overhead_ci", json())),
-        Percent(Num(arm, "utilisation")), Interval(arm.value("utilisation_ci", json())),
-        Percent(Num(arm, "reclaimed")), Interval(arm.value("reclaimed_ci", json())),
+        HtmlEscape(name), JsonIntOr(arm, "steps", 0), Fmt(Num(arm, "step_s")),
+        Percent(Num(arm, "overhead")), Interval(JsonArrayOr(arm, "overhead_ci")),
+        Percent(Num(arm, "utilisation")), Interval(JsonArrayOr(arm, "utilisation_ci")),
+        Percent(Num(arm, "reclaimed")), Interval(JsonArrayOr(arm, "reclaimed_ci")),
         arm.contains("refused") && arm["refused"].is_string()
             ? HtmlEscape(arm["refused"].get<std::string>())
             : "");

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/json_fields.h"
 #include "trainer/report/report.h"
 #include "trainer/report/report_format.h"
 #include "trainer/report/report_header.h"
@@ -17,12 +18,12 @@ using nlohmann::json;
 
 std::string State(const RunFiles& run) {
   if (const json* end = run.Last("end")) {
-    return absl::StrFormat("%s at step %d", end->value("status", "finished"),
-                           end->value("step", 0));
+    return absl::StrFormat("%s at step %d", JsonStringOr(*end, "status", "finished"),
+                           JsonIntOr(*end, "step", 0));
   }
   const json* last = run.Last("train");
   return absl::StrFormat("no end record (running or killed), last step %d",
-                         last ? last->value("step", 0) : 0);
+                         last ? JsonIntOr(*last, "step", 0) : 0);
 }
 
 std::string Name(size_t i) { return absl::StrFormat("run %d", i + 1); }
@@ -56,7 +57,7 @@ std::string FiguresTable(const std::vector<RunFiles>& runs) {
         "<td class=\"text\">%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td>"
         "<td>%s</td><td>%s</td></tr>\n",
         SeriesColor(static_cast<int>(i)), Name(i), HtmlEscape(run.dir), HtmlEscape(State(run)),
-        HtmlEscape(RunDate(run)), HtmlEscape(info.value("commit", "—")),
+        HtmlEscape(RunDate(run)), HtmlEscape(JsonStringOr(info, "commit", "—")),
         absl::StrFormat("%.4g", f.last_loss),
         std::isfinite(f.last_val) ? absl::StrFormat("%.4g", f.last_val) : "—",
         HumanNumber(f.tokens_per_s), HumanNumber(f.step_s, NumberKind::kSeconds),

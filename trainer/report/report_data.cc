@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/files.h"
+#include "core/json_fields.h"
 #include "trainer/config/config.h"
 
 namespace freeride {
@@ -64,14 +65,14 @@ std::vector<std::string> RankFiles(const std::string& dir, const std::string& pr
 std::vector<const json*> RunFiles::Records(const std::string& kind) const {
   std::vector<const json*> out;
   for (const json& r : metrics) {
-    if (r.value("kind", "") == kind) out.push_back(&r);
+    if (JsonStringOr(r, "kind", "") == kind) out.push_back(&r);
   }
   return out;
 }
 
 const json* RunFiles::Last(const std::string& kind) const {
   for (auto it = metrics.rbegin(); it != metrics.rend(); ++it) {
-    if (it->value("kind", "") == kind) return &*it;
+    if (JsonStringOr(*it, "kind", "") == kind) return &*it;
   }
   return nullptr;
 }
@@ -93,7 +94,7 @@ absl::StatusOr<RunFiles> LoadRunFiles(const std::string& dir) {
   std::map<std::pair<int, std::string>, json> tasks;
   for (const std::string& path : RankFiles(dir, "side_tasks_rank", ".jsonl")) {
     for (json& r : ReadJsonLines(path, &run.notes)) {
-      const std::pair<int, std::string> key{r.value("rank", 0), r.value("name", "")};
+      const std::pair<int, std::string> key{JsonIntOr(r, "rank", 0), JsonStringOr(r, "name", "")};
       tasks[key] = std::move(r);
     }
   }
@@ -172,7 +173,7 @@ std::vector<std::pair<double, double>> PeakHostSeries(const RunFiles& run) {
   std::vector<std::pair<double, double>> points;
   for (const json* r : run.Records("train")) {
     double peak = std::nan("");
-    for (const json& b : r->value("host_peak_bytes", json::array())) {
+    for (const json& b : JsonArrayOr(*r, "host_peak_bytes")) {
       if (b.is_number())
         peak = std::isfinite(peak) ? std::max(peak, b.get<double>()) : b.get<double>();
     }
@@ -187,11 +188,11 @@ RunFigures Figures(const RunFiles& run) {
   const json* val = run.Last("val");
   f.last_loss = train.empty() ? std::nan("") : Num(*train.back(), "loss");
   f.last_val = val ? Num(*val, "loss") : std::nan("");
-  f.steps = train.empty() ? 0 : train.back()->value("step", 0);
+  f.steps = train.empty() ? 0 : JsonIntOr(*train.back(), "step", 0);
   double sums[3] = {0, 0, 0};
   int counts[3] = {0, 0, 0};
   for (const json* r : train) {
-    if (r->value("step", 0) <= 1) continue;
+    if (JsonIntOr(*r, "step", 0) <= 1) continue;
     const double values[3] = {Num(*r, "tokens_per_s"), Num(*r, "step_s"), Num(*r, "mfu")};
     for (int i = 0; i < 3; ++i) {
       if (std::isfinite(values[i])) sums[i] += values[i], ++counts[i];
@@ -212,8 +213,8 @@ RunFigures Figures(const RunFiles& run) {
 std::string MergedTrace(const RunFiles& run) {
   json events = json::array();
   for (const json& trace : run.timelines) {
-    const json other = trace.value("otherData", json::object());
-    const int rank = other.value("rank", 0), stage = other.value("stage", 0);
+    const json other = JsonObjectOr(trace, "otherData");
+    const int rank = JsonIntOr(other, "rank", 0), stage = JsonIntOr(other, "stage", 0);
     std::set<int> tids;
     for (const json& e : trace["traceEvents"]) {
       if (e.contains("tid") && e["tid"].is_number_integer()) tids.insert(e["tid"].get<int>());

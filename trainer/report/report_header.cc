@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/json_fields.h"
 #include "absl/strings/str_join.h"
 #include "trainer/config/config.h"
 #include "trainer/report/report_format.h"
@@ -65,7 +66,7 @@ std::string RunDate(const RunFiles& run) {
   for (const json* start : run.Records("start")) {
     if (start->contains("time") && (*start)["time"].is_string()) return (*start)["time"];
   }
-  if (run.run_info && run.run_info->contains("time")) return run.run_info->value("time", "");
+  if (run.run_info && run.run_info->contains("time")) return JsonStringOr(*run.run_info, "time", "");
   return "";
 }
 

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (tests/fuzz/CMakeLists.txt: clang, AddressSanitizer and UBSan)
+# into build-fuzz/ and runs each for SECONDS from its seed corpus (tests/fuzz/corpus/TARGET/;
+# what it finds new goes to build-fuzz/corpus/TARGET/, the tree's seeds are never changed).
+# Prints one line per target (time, runs, coverage) and exits 1 when any target found a crash,
+# a leak or undefined behaviour; the input that did is in build-fuzz/artifacts/.
+#   tests/fuzz/run.sh SECONDS [TARGET...]      (FUZZ_BUILD_DIR overrides build-fuzz/)
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+if [[ $# -lt 1 || ! $1 =~ ^[0-9]+$ || $1 -lt 1 ]]; then
+  echo "usage: tests/fuzz/run.sh SECONDS [TARGET...] (SECONDS: a whole number >= 1)" >&2
+  exit 2
+fi
+seconds=$1
+shift
+build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
+cxx=${FUZZ_CXX:-$(command -v clang++ || command -v clang++-14 || true)}
+[[ -n $cxx ]] || { echo "tests/fuzz/run.sh: clang++ not found (launch/install_deps.sh)" >&2; exit 2; }
+generator=()
+if command -v ninja >/dev/null && [[ ! -f $build/CMakeCache.txt ]]; then generator=(-G Ninja); fi
+start=$(date +%s)
+cmake -S "$root/tests/fuzz" -B "$build" "${generator[@]}" -DCMAKE_CXX_COMPILER="$cxx" \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
+cmake --build "$build" -j "$(nproc)" > "$build/build.log" 2>&1 ||
+  { tail -40 "$build/build.log" >&2; exit 1; }
+echo "fuzz: built in $(($(date +%s) - start)) s"
+targets=("$@")
+if ((${#targets[@]} == 0)); then
+  for dir in "$root"/tests/fuzz/corpus/*/; do targets+=("$(basename "$dir")"); done
+fi
+mkdir -p "$build/artifacts"
+status=0
+for t in "${targets[@]}"; do
+  [[ -x $build/$t ]] || { echo "fuzz: no target $t" >&2; exit 2; }
+  mkdir -p "$build/corpus/$t"
+  log=$build/$t.log
+  rc=0
+  # Leaks are findings too; each input gets 10 s and 2 GiB.
+  (cd "$build" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    "./$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix="$build/artifacts/$t-" "$build/corpus/$t" "$root/tests/fuzz/corpus/$t" \
+    > "$log" 2>&1) || rc=$?
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+  if ((rc != 0)); then
+    status=1
+    echo "fuzz: $t: FOUND a failure after ${runs:-?} runs (exit $rc):"
+    grep -E 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error|SUMMARY' "$log" |
+      head -5 | sed 's/^/  /'
+    ls "$build/artifacts/$t-"* 2> /dev/null | sed 's/^/  input: /'
+  else
+    echo "fuzz: $t: ${seconds} s, ${runs:-?} runs, coverage ${cov:-?} edges, nothing found"
+  fi
+done
+echo "fuzz: ${#targets[@]} targets in $(($(date +%s) - start)) s"
+exit $status
