@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz/CMakeLists.txt: clang, AddressSanitizer and UBSan)
-# into build-fuzz/ and runs each for SECONDS from its seed corpus (tests/fuzz/corpus/TARGET/;
-# what it finds new goes to build-fuzz/corpus/TARGET/, the tree's seeds are never changed).
+# into build-fuzz/ and runs each for SECONDS, as many at once as there are cores, from its seed
+# corpus (tests/fuzz/corpus/TARGET/; what it finds new goes to build-fuzz/corpus/TARGET/, the
+# tree's seeds are never changed).
 # Prints one line per target (time, runs, coverage) and exits 1 when any target found a crash,
 # a leak or undefined behaviour; the input that did is in build-fuzz/artifacts/.
 #   tests/fuzz/run.sh SECONDS [TARGET...]      (FUZZ_BUILD_DIR overrides build-fuzz/)
@@ -29,12 +30,13 @@ if ((${#targets[@]} == 0)); then
   for dir in "$root"/tests/fuzz/corpus/*/; do targets+=("$(basename "$dir")"); done
 fi
 mkdir -p "$build/artifacts"
-status=0
 for t in "${targets[@]}"; do
   [[ -x $build/$t ]] || { echo "fuzz: no target $t" >&2; exit 2; }
+done
+# One target: runs it and writes its verdict line (and the finding) to $build/$t.verdict.
+fuzz_one() {
+  local t=$1 log=$build/$1.log rc=0 runs cov
   mkdir -p "$build/corpus/$t"
-  log=$build/$t.log
-  rc=0
   # Leaks are findings too; each input gets 10 s and 2 GiB.
   (cd "$build" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     "./$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
@@ -43,14 +45,29 @@ for t in "${targets[@]}"; do
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
   if ((rc != 0)); then
-    status=1
-    echo "fuzz: $t: FOUND a failure after ${runs:-?} runs (exit $rc):"
-    grep -E 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error|SUMMARY' "$log" |
-      head -5 | sed 's/^/  /'
-    ls "$build/artifacts/$t-"* 2> /dev/null | sed 's/^/  input: /'
-  else
-    echo "fuzz: $t: ${seconds} s, ${runs:-?} runs, coverage ${cov:-?} edges, nothing found"
+    {
+      echo "fuzz: $t: FOUND a failure after ${runs:-?} runs (exit $rc):"
+      grep -E 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error|SUMMARY' "$log" |
+        head -5 | sed 's/^/  /'
+      ls "$build/artifacts/$t-"* 2> /dev/null | sed 's/^/  input: /'
+    } > "$build/$t.verdict"
+    return 1
   fi
+  echo "fuzz: $t: ${seconds} s, ${runs:-?} runs, coverage ${cov:-?} edges, nothing found" \
+    > "$build/$t.verdict"
+}
+# As many targets at once as there are cores: each is one process, and CI's budget is wall time.
+for t in "${targets[@]}"; do
+  rm -f "$build/$t.verdict"
+  while (($(jobs -rp | wc -l) >= $(nproc))); do wait -n || true; done
+  fuzz_one "$t" &
+done
+wait
+status=0
+for t in "${targets[@]}"; do
+  # A target that wrote no verdict ended without saying (killed): a failure too.
+  cat "$build/$t.verdict" 2> /dev/null || echo "fuzz: $t: ended without a verdict"
+  grep -q 'nothing found$' "$build/$t.verdict" 2> /dev/null || status=1
 done
 echo "fuzz: ${#targets[@]} targets in $(($(date +%s) - start)) s"
 exit $status
