@@ -60,9 +60,9 @@ absl::StatusOr<GPT2Config> ResolveModelConfig(const Config& config);
 absl::Status CheckWorldSize(const Config& config, int world_size);
 
 // The overhead of side tasks from a run's alternating blocks: `steps` is (harvesting, step
-// time) of each step in order; each block with side tasks is compared with the blocks without
-// on either side, and the ratios give a mean with its 95% interval (trainer/study_stats.h).
-// None without a block of each kind.
+// time) of each step in order; each block with side tasks that has a block without on either
+// side is compared with their mean (a first or last block with side tasks is left out), and
+// the ratios give a mean with its 95% interval (trainer/study_stats.h). None without a pair.
 std::optional<Estimate> AlternatingOverhead(const std::vector<std::pair<bool, double>>& steps);
 
 class Trainer {

@@ -138,21 +138,25 @@ TEST(RunMetricsTest, ElapsedTimeContinuesAcrossAResume) {
 }
 
 TEST(AlternatingOverheadTest, PairsEachBlockWithTheBlocksBesideItAsTheStudyDoes) {
-  // Blocks: on 1.1, off 1.0, on 1.2, off 1.0 → ratios 0.1 and 0.2.
-  const std::vector<std::pair<bool, double>> steps = {{true, 1.1},  {true, 1.1}, {false, 1.0},
-                                                      {false, 1.0}, {true, 1.2}, {true, 1.2},
-                                                      {false, 0.9}, {false, 1.1}};
+  // Blocks: on 1.5 (the run's first: warm-up, left out), off 1.0, on 1.2, off 1.0, on 1.3,
+  // off 1.0, on 2.0 (the last, with no block after it: left out) → ratios 0.2 and 0.3.
+  const std::vector<std::pair<bool, double>> steps = {
+      {true, 1.5},  {true, 1.5},  {false, 1.0}, {false, 1.0}, {true, 1.2},
+      {true, 1.2},  {false, 0.9}, {false, 1.1}, {true, 1.3},  {true, 1.3},
+      {false, 1.0}, {false, 1.0}, {true, 2.0}};
   std::optional<Estimate> e = AlternatingOverhead(steps);
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->n, 2);
-  EXPECT_NEAR(e->mean, 0.15, 1e-12);
+  EXPECT_NEAR(e->mean, 0.25, 1e-12);
   EXPECT_TRUE(e->known());
-  EXPECT_LT(e->lo, 0.15);
-  EXPECT_GT(e->hi, 0.15);
-  // One pair: a value without an interval; no block without side tasks: nothing.
-  e = AlternatingOverhead({{true, 1.1}, {false, 1.0}});
+  EXPECT_LT(e->lo, 0.25);
+  EXPECT_GT(e->hi, 0.25);
+  // One pair: a value without an interval; no block with plain blocks on both sides: nothing.
+  e = AlternatingOverhead({{false, 1.0}, {true, 1.1}, {false, 1.0}});
   ASSERT_TRUE(e.has_value());
   EXPECT_FALSE(e->known());
+  EXPECT_NEAR(e->mean, 0.1, 1e-12);
+  EXPECT_FALSE(AlternatingOverhead({{true, 1.1}, {false, 1.0}}).has_value());
   EXPECT_FALSE(AlternatingOverhead({{true, 1.1}, {true, 1.0}}).has_value());
 }
 

@@ -415,8 +415,7 @@ void Loader::CheckCrossField() {
   if (c.parallel.dp_bucket_mb > 0 && c.parallel.dp_bucket_mb < kMinDpBucketMb) {
     fail("parallel.dp_bucket_mb",
          absl::StrFormat("0 (one sum per model chunk) or at least %g (4 KiB: buckets of 1024 "
-                         "floats or more)",
-                         kMinDpBucketMb),
+                         "floats or more)", kMinDpBucketMb),
          absl::StrFormat("%g", c.parallel.dp_bucket_mb));
   }
   const std::string& kind = c.parallel.schedule;
@@ -566,13 +565,9 @@ absl::StatusOr<SideTaskConfig> ParseSideTaskFile(absl::string_view text, absl::s
   for (const auto& [key, node] : root) {
     const std::string name(key.str());
     if (name == "side_tasks" && tables != nullptr) continue;
-    if (node.is_table()) {
-      others.push_back(absl::StrCat("[", name, "]"));
-    } else if (node.is_array_of_tables()) {
-      others.push_back(absl::StrCat("[[", name, "]]"));
-    } else {
-      others.push_back(absl::StrCat("the key ", name));
-    }
+    others.push_back(node.is_table()             ? absl::StrCat("[", name, "]")
+                     : node.is_array_of_tables() ? absl::StrCat("[[", name, "]]")
+                                                 : absl::StrCat("the key ", name));
   }
   if (found != 1 || !others.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
