@@ -9,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "core/files.h"
 #include "core/run_lock.h"
+#include "freeride/side_task.h"
 #include "trainer/cli/cli.h"
 #include "trainer/config/config.h"
 #include "trainer/config/side_task_check.h"
@@ -49,14 +50,15 @@ std::string Duration(double s) {
 }
 
 std::string JobsTable(const std::vector<Job>& jobs) {
-  std::string out =
-      absl::StrFormat("%-4s %-16s %-10s %-9s %-7s %8s %-18s %9s %7s  %s\n", "ID", "NAME", "TYPE",
-                      "STATE", "STAGES", "STEPS", "UNITS", "BUBBLE_S", "ETA", "REASON");
+  std::string out = absl::StrFormat("%-4s %-16s %-10s %-10s %-9s %-7s %8s %-18s %9s %7s  %s\n",
+                                    "ID", "NAME", "TYPE", "CLASS", "STATE", "STAGES", "STEPS",
+                                    "UNITS", "BUBBLE_S", "ETA", "REASON");
   for (const Job& job : jobs) {
     const JobProgress& p = job.progress;
     absl::StrAppendFormat(
-        &out, "%-4d %-16s %-10s %-9s %-7s %8d %-18s %9.3f %7s  %s%s\n", job.id, job.name, job.type,
-        JobStateName(job.state), job.stages.empty() ? "-" : absl::StrJoin(job.stages, ","), p.steps,
+        &out, "%-4d %-16s %-10s %-10s %-9s %-7s %8d %-18s %9.3f %7s  %s%s\n", job.id, job.name,
+        job.type, job.task_class.empty() ? "-" : job.task_class, JobStateName(job.state),
+        job.stages.empty() ? "-" : absl::StrJoin(job.stages, ","), p.steps,
         absl::StrFormat("%.6g %s", p.units, p.unit.empty() ? "units" : p.unit), p.bubble_s,
         IsTerminal(job.state) ? "-" : Duration(p.eta_s),
         job.cancel_requested && !IsTerminal(job.state) ? "(cancel requested) " : "", job.reason);
@@ -125,6 +127,10 @@ int SubmitCommand(const ParsedFlags& flags) {
   job.toml = *text;
   job.name = task->name;
   job.type = task->type;
+  // Shown by `freeride jobs`: a job of the throughput class never outranks serving.
+  absl::StatusOr<std::string> task_class = SideTaskClass(task->type, task->plugin);
+  if (!task_class.ok()) return Fail(task_class.status());
+  job.task_class = *task_class;
   job.priority = task->priority;
   job.work_s = work;
   absl::StatusOr<int64_t> id = SubmitJob(run_dir, job, WallClockSeconds());

@@ -129,6 +129,7 @@ absl::StatusOr<int64_t> SubmitJob(const std::string& run_dir, const JobSubmissio
   ordered_json meta = {{"id", id},
                        {"name", job.name},
                        {"type", job.type},
+                       {"class", job.task_class},
                        {"priority", job.priority},
                        {"work_s", job.work_s},
                        {"submitted", now_s}};
@@ -185,6 +186,7 @@ absl::StatusOr<Job> ReadSubmittedJob(const std::string& run_dir, int64_t id) {
   job.id = id;
   job.name = meta.value("name", "");
   job.type = meta.value("type", "");
+  job.task_class = meta.value("class", "");
   job.priority = meta.value("priority", int64_t{0});
   job.work_s = meta.value("work_s", 0.0);
   job.submitted_s = meta.value("submitted", 0.0);
@@ -304,6 +306,7 @@ ordered_json JobToJson(const Job& job) {
   ordered_json out = {{"id", job.id},
                       {"name", job.name},
                       {"type", job.type},
+                      {"class", job.task_class},
                       {"state", JobStateName(job.state)},
                       {"priority", job.priority},
                       {"stages", job.stages},

@@ -40,6 +40,7 @@ struct JobProgress {
 struct JobSubmission {
   std::string toml;  // the job file as submitted
   std::string name, type;
+  std::string task_class;  // SideTaskClass: "latency" or "throughput"
   int64_t priority = 0;
   double work_s = 0;  // the submitter's estimate of its work, in seconds alone; 0: unknown
 };
@@ -48,6 +49,7 @@ struct JobSubmission {
 struct Job {
   int64_t id = 0;
   std::string name, type;
+  std::string task_class;  // "latency" or "throughput"; "" in a job.json from before classes
   int64_t priority = 0;
   double work_s = 0;
   double submitted_s = 0;  // wall-clock (Unix) seconds
