@@ -101,10 +101,4 @@ absl::StatusOr<std::unique_ptr<SideTask>> CreateSideTask(const std::string& type
   return std::unique_ptr<SideTask>(task);
 }
 
-absl::StatusOr<std::string> SideTaskClass(const std::string& type, const std::string& plugin) {
-  absl::StatusOr<std::unique_ptr<SideTask>> task = CreateSideTask(type, plugin);
-  if (!task.ok()) return task.status();
-  return (*task)->LatencySensitive() ? "latency" : "throughput";
-}
-
 }  // namespace freeride

@@ -105,9 +105,6 @@ std::vector<std::string> RegisteredSideTasks();
 // plugin, the missing symbol or the version found.
 absl::StatusOr<std::unique_ptr<SideTask>> CreateSideTask(const std::string& type,
                                                          const std::string& plugin);
-// The class of a task of `type`, as `freeride jobs` shows it: "latency" (LatencySensitive) or
-// "throughput". Asks an object made with CreateSideTask, not created.
-absl::StatusOr<std::string> SideTaskClass(const std::string& type, const std::string& plugin);
 
 // Bumped whenever SideTask or SideTaskContext changes layout, or the symbols a plugin defines.
 inline constexpr int kSideTaskAbiVersion = 6;

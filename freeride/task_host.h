@@ -80,6 +80,11 @@ class TaskHost {
   virtual bool has_pending_work() const = 0;
 };
 
+// A task's class as `freeride jobs` names it: SideTask::LatencySensitive, or throughput.
+inline const char* SideTaskClassName(bool latency_sensitive) {
+  return latency_sensitive ? "latency" : "throughput";
+}
+
 // In this process: CreateSideTask (built-in registry or plugin); its errors are the config's.
 absl::StatusOr<std::unique_ptr<TaskHost>> MakeInProcessHost(const SideTaskSpec& spec,
                                                             const HostOptions& options);

@@ -9,7 +9,6 @@
 #include "absl/strings/str_split.h"
 #include "core/files.h"
 #include "core/run_lock.h"
-#include "freeride/side_task.h"
 #include "trainer/cli/cli.h"
 #include "trainer/config/config.h"
 #include "trainer/config/side_task_check.h"
@@ -114,8 +113,8 @@ int SubmitCommand(const ParsedFlags& flags) {
   if (flags.Has("priority")) task->priority = priority;
   Config check = *run;
   check.side_tasks = {*task};
-  std::vector<std::string> warnings;
-  absl::Status built = ValidateSideTasks(check, &warnings);
+  std::vector<std::string> warnings, classes;
+  absl::Status built = ValidateSideTasks(check, &warnings, &classes);
   for (const std::string& w : warnings) std::cerr << "warning: " << w << "\n";
   if (!built.ok()) return Fail(built);
   if (!run->freeride.enabled || !run->freeride.jobs) {
@@ -127,10 +126,8 @@ int SubmitCommand(const ParsedFlags& flags) {
   job.toml = *text;
   job.name = task->name;
   job.type = task->type;
-  // Shown by `freeride jobs`: a job of the throughput class never outranks serving.
-  absl::StatusOr<std::string> task_class = SideTaskClass(task->type, task->plugin);
-  if (!task_class.ok()) return Fail(task_class.status());
-  job.task_class = *task_class;
+  // As its host said when built above (in its worker, where isolated); shown by `freeride jobs`.
+  job.task_class = classes.empty() ? "" : classes[0];
   job.priority = task->priority;
   job.work_s = work;
   absl::StatusOr<int64_t> id = SubmitJob(run_dir, job, WallClockSeconds());

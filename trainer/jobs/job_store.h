@@ -40,7 +40,7 @@ struct JobProgress {
 struct JobSubmission {
   std::string toml;  // the job file as submitted
   std::string name, type;
-  std::string task_class;  // SideTaskClass: "latency" or "throughput"
+  std::string task_class;  // SideTaskClassName: "latency" or "throughput"
   int64_t priority = 0;
   double work_s = 0;  // the submitter's estimate of its work, in seconds alone; 0: unknown
 };
