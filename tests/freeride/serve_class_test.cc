@@ -16,6 +16,7 @@
 #include "core/timer.h"
 #include "freeride/executor.h"
 #include "freeride/side_task.h"
+#include "freeride/task_host.h"
 #include "freeride/tasks/serve_metrics.h"
 #include "freeride/tasks/serve_queue.h"
 #include "gtest/gtest.h"
@@ -253,11 +254,13 @@ TEST(ServeClassTest, ARequestUnderAPriorityFillJobMeetsItsTarget) {
     body = res ? res->body : httplib::to_string(res.error());
     answered = true;
   });
-  // Bubbles come (the job's steps fill them) until the request waits in the queue; the next
-  // one serves it, whole: on simulated time its decoding takes none of the bubble. Before
-  // classes it waited, through bubble after bubble, for a gap the job's steps left.
+  // Once the request waits in the queue, the next bubble serves it, whole: on simulated time
+  // its decoding takes none of the bubble. Before classes it waited, through bubble after
+  // bubble, for a gap the job's steps left.
   const double give_up = MonotonicSeconds() + 60;
-  while (metric("queue") != 1 && MonotonicSeconds() < give_up) run_bubble();
+  while (metric("queue") != 1 && MonotonicSeconds() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   EXPECT_EQ(metric("queue"), 1);
   run_bubble();
   EXPECT_EQ(metric("requests_served"), 1);
@@ -270,6 +273,38 @@ TEST(ServeClassTest, ARequestUnderAPriorityFillJobMeetsItsTarget) {
   EXPECT_EQ(metric("ttft_target_met"), 1);
   EXPECT_EQ(metric("ttft_target_missed"), 0);
   (*ex)->Finish();
+}
+
+TEST(ServeClassTest, AWorkerRelaysItsClass) {
+  HostOptions options;
+  options.results_dir = ::testing::TempDir() + "/serve_class_worker";
+  ASSERT_TRUE(MakeDirectories(options.results_dir).ok());
+  const SideTaskSpec serve = {
+      "serve",
+      "serve",
+      "",
+      0,
+      0,
+      {{"checkpoint", std::string("tests/data/gpt2_golden/model.bin")}, {"port", int64_t{0}}},
+      "process"};
+  absl::StatusOr<std::unique_ptr<TaskHost>> host = MakeTaskHost(serve, options);
+  ASSERT_TRUE(host.ok()) << host.status();
+  ASSERT_TRUE((*host)->Create().ok());
+  EXPECT_TRUE((*host)->latency_sensitive());
+  ASSERT_TRUE((*host)->Load().ok());
+  const HostStep step = (*host)->Step(MonotonicSeconds() + 10, [] { return false; });
+  EXPECT_EQ(step.kind, HostStep::Kind::kDone) << step.reason;
+  EXPECT_TRUE(step.idle);
+  EXPECT_FALSE((*host)->has_pending_work());  // no request came
+  (*host)->Release();
+
+  SideTaskSpec spin = Spin(1.0, 0);
+  spin.isolation = "process";
+  absl::StatusOr<std::unique_ptr<TaskHost>> other = MakeTaskHost(spin, options);
+  ASSERT_TRUE(other.ok()) << other.status();
+  ASSERT_TRUE((*other)->Create().ok());
+  EXPECT_FALSE((*other)->latency_sensitive());
+  (*other)->Release();
 }
 
 TEST(ServeClassTest, TheQueueCountsRequestsThatMetTheTargetTimeToFirstToken) {

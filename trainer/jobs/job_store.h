@@ -1,8 +1,8 @@
 // Fill jobs in a run directory: what `freeride submit`, `jobs` and `cancel` and the training's
 // leader share (docs/side_tasks.md#fill-jobs). A job is the directory RUN_DIR/jobs/ID/ (job.toml:
-// its [[side_tasks]] table as submitted; job.json: its name, type, priority, estimated work and
-// submission time), made whole elsewhere and renamed into place, so that submissions at the same
-// moment never share an id and nobody sees half a job. Every change of a job's state is a line
+// its [[side_tasks]] table as submitted; job.json: its name, type, class, priority, estimated work
+// and submission time), made whole elsewhere and renamed into place, so that submissions at the
+// same moment never share an id and nobody sees half a job. Every change of a job's state is a line
 // of RUN_DIR/jobs.jsonl, appended by a single write (O_APPEND: whole lines, whoever writes). A
 // cancellation asked of a running training is the file jobs/ID/cancel; the leader appends the
 // job's work to jobs/ID/progress.jsonl as it runs and writes jobs/ID/status.json when it ends.
