@@ -8,7 +8,9 @@
 // repeatedly is demoted, then failed. Bubble durations are predicted per bubble (its place in
 // the stage's schedule) from the measured durations of earlier steps; task step times from a
 // calibration run at start, corrected online. A failing task (error, exception, crash, hang,
-// memory) is FAILED with its reason; training never sees it.
+// memory) is FAILED with its reason; training never sees it. A latency-sensitive task (serve)
+// whose requests wait goes before every other, and a reserve of the bubble is kept for it
+// (docs/side_tasks.md#classes-of-side-work).
 #pragma once
 
 #include <array>
