@@ -341,7 +341,60 @@ double SideTaskExecutor::StepNeeds(const Task& task) {
   return step + (task.host->done() ? task.restart_s : 0.0);  // done with repeat: restarts first
 }
 
+bool SideTaskExecutor::Offered(size_t index) const {
+  return tasks_[index]->state == TaskState::kLoaded &&
+         (active_.empty() || (index < active_.size() && active_[index])) &&
+         !(index < benched_.size() && benched_[index]);
+}
+
+bool SideTaskExecutor::Fits(const Task& task, double remaining, bool pollable) {
+  return task.runs_until_deadline() ? pollable || remaining > kMinSideSliceS
+                                    : StepNeeds(task) <= remaining;
+}
+
+double SideTaskExecutor::Reserve() const {
+  double step = -1;  // the longest predicted step of a latency-sensitive task; < 0: none
+  for (size_t index = 0; index < tasks_.size(); ++index) {
+    if (Offered(index) && tasks_[index]->host->latency_sensitive()) {
+      step = std::max(step, StepNeeds(*tasks_[index]));
+    }
+  }
+  if (step < 0) return 0;
+  return options_.serve_reserve > 0 ? options_.serve_reserve * std::max(0.0, open_.predicted)
+                                    : step;
+}
+
+double SideTaskExecutor::ReserveStart(const Task& task, double stop_at) const {
+  const double start = stop_at - Reserve();
+  if (task.host->latency_sensitive() || !task.runs_until_deadline() || start >= stop_at ||
+      clock().Now() >= start) {
+    return std::numeric_limits<double>::infinity();
+  }
+  return start;
+}
+
 SideTaskExecutor::Task* SideTaskExecutor::Pick(double remaining, bool pollable) {
+  // Latency-sensitive work with requests waiting goes first, whatever the priorities (a fill
+  // job's included) and the demotions: a client waits on each of its steps, and a throughput
+  // task only loses time it gets back in a later bubble.
+  bool waiting = false;
+  for (const bool demoted : {false, true}) {
+    for (const int index : order_) {
+      Task& t = *tasks_[index];
+      if (!Offered(index) || t.demoted != demoted || !t.host->latency_sensitive() ||
+          !t.host->has_pending_work()) {
+        continue;
+      }
+      waiting = true;
+      if (Fits(t, remaining, pollable)) return &t;
+    }
+  }
+  // While requests wait, throughput work starts only where it ends before the reserve, which
+  // is measured from the predicted end even where the input can be polled.
+  if (waiting) {
+    remaining -= Reserve();
+    pollable = false;
+  }
   // Among runnable tasks of the highest priority that has one that fits, rotate; demoted tasks
   // come after all others.
   for (const bool demoted : {false, true}) {
@@ -353,13 +406,8 @@ SideTaskExecutor::Task* SideTaskExecutor::Pick(double remaining, bool pollable) 
       for (size_t k = 0; k < n; ++k) {
         const size_t index = order_[i + (round_robin_ + k) % n];
         Task& t = *tasks_[index];
-        if (t.state != TaskState::kLoaded || t.demoted != demoted ||
-            (!active_.empty() && (index >= active_.size() || !active_[index])) ||
-            (index < benched_.size() && benched_[index])) {
-          continue;
-        }
-        const bool fits = t.runs_until_deadline() ? pollable || remaining > kMinSideSliceS
-                                                  : StepNeeds(t) <= remaining;
+        if (!Offered(index) || t.demoted != demoted) continue;
+        const bool fits = Fits(t, remaining, pollable);
         // A demoted task passed over decays its worst step towards its prediction, so that it
         // meets a bubble again where its steps can show that they fit.
         if (demoted && !fits) {
@@ -421,8 +469,11 @@ void SideTaskExecutor::OnBubble(const pipeline::Instr& bubble, int index, double
     if (task->runs_until_deadline()) {
       deadline = until_input ? start_s + kPollableBubbleLimit * predicted : stop_at;
     }
+    const double reserve_start = ReserveStart(*task, stop_at);
+    deadline = std::min(deadline, reserve_start);
     const bool go_on = RunStep(which, deadline, ready);
-    if (!go_on && task->state != TaskState::kFailed) break;  // paused: the bubble is over
+    // Paused: the bubble is over, unless at the reserve's start, where requests may wait.
+    if (!go_on && task->state != TaskState::kFailed && deadline != reserve_start) break;
     ran_since_poll = go_on;
   }
   open_.harvest_end = clock().Now();

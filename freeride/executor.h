@@ -8,7 +8,9 @@
 // repeatedly is demoted, then failed. Bubble durations are predicted per bubble (its place in
 // the stage's schedule) from the measured durations of earlier steps; task step times from a
 // calibration run at start, corrected online. A failing task (error, exception, crash, hang,
-// memory) is FAILED with its reason; training never sees it.
+// memory) is FAILED with its reason; training never sees it. A latency-sensitive task (serve)
+// whose requests wait goes before every other, and a reserve of the bubble is kept for it
+// (docs/side_tasks.md#classes-of-side-work).
 #pragma once
 
 #include <array>
@@ -39,6 +41,9 @@ struct ExecutorOptions {
   double step_timeout_s = 60;  // a worker's step (or create, load) running longer: hung, FAILED
   int demote_after = 3;        // in-process overruns before demotion; twice as many: FAILED
   std::string worker_path;     // empty: SideWorkerPath()
+  // Share of each predicted bubble kept for latency-sensitive tasks (serve) while their
+  // requests wait; 0: one predicted step of the latency-sensitive task.
+  double serve_reserve = 0;
   // What bubbles, steps and deadlines are timed on (not owned); null: the system clock. The
   // bubbles handed to OnBubble and OnBubbleEnd must be on the same clock.
   Clock* clock = nullptr;
@@ -150,6 +155,18 @@ class SideTaskExecutor : public pipeline::BubbleHook {
   explicit SideTaskExecutor(const ExecutorOptions& options);
   void Calibrate(Task& task);
   Task* Pick(double remaining, bool pollable);
+  // Whether task `index` is loaded and among those offered bubbles.
+  bool Offered(size_t index) const;
+  // Whether `task`'s next step fits the time left (a task that runs until a deadline needs a
+  // slice of it, or an input it can poll).
+  static bool Fits(const Task& task, double remaining, bool pollable);
+  // The bubble time kept for latency-sensitive tasks while their requests wait
+  // (ExecutorOptions::serve_reserve); 0 where none is offered.
+  double Reserve() const;
+  // Where a throughput task that runs until a deadline stops at the latest: the reserve's
+  // start, so that the executor looks for waiting requests there; +inf where no reserve lies
+  // ahead.
+  double ReserveStart(const Task& task, double stop_at) const;
   // What an in-process task's next step is predicted to take, a restart included.
   static double StepNeeds(const Task& task);
   // Runs (or resumes) one step; false when the bubble is over for side work (a paused worker)

@@ -12,6 +12,7 @@
 #include <exception>
 #include <mutex>
 #include <new>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "core/arena.h"
@@ -89,7 +90,11 @@ absl::Status RestartCore(Core& c) {
   UnloadCore(c);
   absl::StatusOr<std::unique_ptr<SideTask>> fresh = CreateSideTask(c.spec.type, c.spec.plugin);
   if (!fresh.ok()) return fresh.status();
-  c.impl = *std::move(fresh);
+  std::unique_ptr<SideTask> old;  // destroyed after the lock is let go
+  {
+    std::lock_guard<std::mutex> lock(c.mu);  // has_pending_work reads impl from another thread
+    old = std::exchange(c.impl, *std::move(fresh));
+  }
   if (absl::Status s = CreateCore(c); !s.ok()) return s;
   return LoadCore(c);
 }
@@ -166,6 +171,7 @@ class InProcessHost : public TaskHost {
       unit_name_ = core_->impl->UnitName();
       fills_bubble_ = core_->impl->FillsBubble();
       declared_step_s_ = core_->impl->DeclaredStepSeconds();
+      latency_sensitive_ = core_->impl->LatencySensitive();
     }
     return s;
   }
@@ -263,6 +269,14 @@ class InProcessHost : public TaskHost {
     std::lock_guard<std::mutex> lock(core_->mu);
     return core_->done;
   }
+  bool latency_sensitive() const override { return latency_sensitive_; }
+  // Asked while a step may run on the side thread: the task reads an atomic, and the lock keeps
+  // a restart from replacing the object meanwhile.
+  bool has_pending_work() const override {
+    if (!latency_sensitive_ || hung_) return false;
+    std::lock_guard<std::mutex> lock(core_->mu);
+    return core_->impl->HasPendingWork();
+  }
 
  private:
   // Runs `call` on the side thread (or here, on a simulated clock) and waits for it.
@@ -297,6 +311,7 @@ class InProcessHost : public TaskHost {
   std::string unit_name_ = "steps";
   bool fills_bubble_ = false;
   double declared_step_s_ = 0;
+  bool latency_sensitive_ = false;
 };
 
 }  // namespace

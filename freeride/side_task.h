@@ -83,6 +83,15 @@ class SideTask {
   virtual std::string UnitName() const { return "steps"; }
   // One line for the report: what the task produced.
   virtual std::string Summary() const { return ""; }
+  // The class of its work: latency-sensitive (a server: a client waits on each request) or
+  // throughput (all else). While a latency-sensitive task has work waiting, it runs before any
+  // throughput task whatever their priorities, and freeride.serve_reserve of the bubble is
+  // kept for it. Asked once, after Create.
+  virtual bool LatencySensitive() const { return false; }
+  // Whether requests wait for it (queued, or admitted and unfinished). Called from the
+  // training thread while a step may run on another: read an atomic, take no lock a step holds
+  // for long.
+  virtual bool HasPendingWork() const { return false; }
 };
 
 using SideTaskFactory = std::function<std::unique_ptr<SideTask>()>;
@@ -98,7 +107,7 @@ absl::StatusOr<std::unique_ptr<SideTask>> CreateSideTask(const std::string& type
                                                          const std::string& plugin);
 
 // Bumped whenever SideTask or SideTaskContext changes layout, or the symbols a plugin defines.
-inline constexpr int kSideTaskAbiVersion = 5;
+inline constexpr int kSideTaskAbiVersion = 6;
 
 }  // namespace freeride
 

@@ -74,7 +74,16 @@ class TaskHost {
   // What memory_peak_bytes counts and whether (and how) memory_limit capped it, for the report.
   virtual std::string memory_peak_note() const = 0;
   virtual bool done() const = 0;  // with repeat: done until the next Step restarts it
+  virtual bool latency_sensitive() const = 0;  // SideTask::LatencySensitive
+  // SideTask::HasPendingWork, asked between steps or while one runs (on the side thread or
+  // paused).
+  virtual bool has_pending_work() const = 0;
 };
+
+// A task's class as `freeride jobs` names it: SideTask::LatencySensitive, or throughput.
+inline const char* SideTaskClassName(bool latency_sensitive) {
+  return latency_sensitive ? "latency" : "throughput";
+}
 
 // In this process: CreateSideTask (built-in registry or plugin); its errors are the config's.
 absl::StatusOr<std::unique_ptr<TaskHost>> MakeInProcessHost(const SideTaskSpec& spec,

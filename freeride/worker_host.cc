@@ -113,6 +113,7 @@ class WorkerHost : public TaskHost {
     unit_ = (*reply)[1];
     (void)absl::SimpleAtod((*reply)[2], &declared_s_);
     fills_ = (*reply)[3] == "1";
+    latency_ = reply->size() > 4 && (*reply)[4] == "1";
     return absl::OkStatus();
   }
 
@@ -164,6 +165,7 @@ class WorkerHost : public TaskHost {
           (void)absl::SimpleAtod((*reply)[4], &out.restart_s);
         }
         out.idle = reply->size() >= 6 && (*reply)[5] == "1";
+        pending_ = reply->size() >= 7 && (*reply)[6] == "1";
         return out;
       }
       if (!fills_ && step_ran_s_ + (now - start) > options_.step_timeout_s) {
@@ -224,6 +226,10 @@ class WorkerHost : public TaskHost {
            (cap_note_.empty() ? std::string() : "; " + cap_note_);
   }
   bool done() const override { return done_; }
+  bool latency_sensitive() const override { return latency_; }
+  // As of its last step: a stopped worker's server cannot look. A step paused mid-way was
+  // serving.
+  bool has_pending_work() const override { return latency_ && (pending_ || in_flight_); }
 
  private:
   static std::string At(const Message& m, size_t i) { return i < m.size() ? m[i] : "?"; }
@@ -291,6 +297,7 @@ class WorkerHost : public TaskHost {
   ChildProcess child_;
   int fd_ = -1;
   bool in_flight_ = false, fills_ = false, done_ = false;
+  bool latency_ = false, pending_ = false;  // latency-sensitive; work waited at the last step
   double step_ran_s_ = 0, declared_s_ = 0;
   std::string unit_ = "steps", summary_;
   std::string cap_note_;  // how the worker applied memory_limit (its answer to load)

@@ -99,7 +99,7 @@ class Worker {
     Message m = Guarded([&] { return task_->Create(ctx_); });
     if (m[0] != "ok") return {"error", m[1], "config"};
     return {"ok", task_->UnitName(), absl::StrFormat("%.9g", task_->DeclaredStepSeconds()),
-            task_->FillsBubble() ? "1" : "0"};
+            task_->FillsBubble() ? "1" : "0", task_->LatencySensitive() ? "1" : "0"};
   }
 
   absl::Status Load() {
@@ -128,7 +128,8 @@ class Worker {
     return task_->Load(ctx_);
   }
 
-  // Answers "ok", units, done, restarted, restart seconds, idle.
+  // Answers "ok", units, done, restarted, restart seconds, idle, pending work (as the step
+  // ends: the worker is stopped between bubbles, and its server with it).
   // The deadline is on the system clock (MonotonicSeconds), the same in both processes.
   Message Step(const std::string& deadline) {
     (void)absl::SimpleAtod(deadline, &ctx_.deadline_s);
@@ -151,7 +152,8 @@ class Worker {
               task_->Done() ? "1" : "0",
               restarted ? "1" : "0",
               absl::StrFormat("%.9f", restarted ? restart_s : 0.0),
-              ctx_.idle ? "1" : "0"};
+              ctx_.idle ? "1" : "0",
+              task_->HasPendingWork() ? "1" : "0"};
     });
   }
 

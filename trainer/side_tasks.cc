@@ -65,6 +65,7 @@ absl::Status Trainer::CreateSideTasks() {
   options.calibration_steps = static_cast<int>(config_.freeride.calibration_steps);
   options.step_timeout_s = config_.freeride.step_timeout_s;
   options.demote_after = static_cast<int>(config_.freeride.demote_after);
+  options.serve_reserve = config_.freeride.serve_reserve;
   options.results_dir = (std::filesystem::path(config_.run.dir) / "side_tasks").string();
   options.clock = clock_;
   absl::StatusOr<std::unique_ptr<SideTaskExecutor>> side = SideTaskExecutor::Create(specs, options);

@@ -59,10 +59,9 @@ class ServeTask : public SideTask {
 
   absl::Status Create(SideTaskContext& ctx) override {
     ArgReader args(ctx.name, *ctx.args);
-    FR_RETURN_IF_ERROR(
-        args.OnlyKnown({"checkpoint", "tokenizer", "host", "port", "allow_remote", "max_batch",
-                        "max_queue", "max_tokens", "request_timeout_s", "threads",
-                        "read_timeout_s"}));
+    FR_RETURN_IF_ERROR(args.OnlyKnown({"checkpoint", "tokenizer", "host", "port", "allow_remote",
+                                       "max_batch", "max_queue", "max_tokens", "request_timeout_s",
+                                       "threads", "read_timeout_s", "target_ttft_ms"}));
     auto path = args.String("checkpoint", "");
     auto tokenizer = args.String("tokenizer", kDefaultTokenizerPath);
     auto host = args.String("host", "127.0.0.1");
@@ -74,10 +73,11 @@ class ServeTask : public SideTask {
     auto timeout = args.Number("request_timeout_s", 120, 0.1, 86400);
     auto threads = args.Int("threads", 16, 2, 1024);
     auto read_timeout = args.Number("read_timeout_s", 5, 0.1, 3600);
+    auto target = args.Number("target_ttft_ms", 0, 0, 3.6e6);  // 0: none
     for (const absl::Status& s :
          {path.status(), tokenizer.status(), host.status(), port.status(), remote.status(),
           batch.status(), queue.status(), limit.status(), timeout.status(), threads.status(),
-          read_timeout.status()}) {
+          read_timeout.status(), target.status()}) {
       FR_RETURN_IF_ERROR(s);
     }
     if (path->empty()) {
@@ -98,7 +98,10 @@ class ServeTask : public SideTask {
                           loaded.status().message()));
     }
     tokenizer_ = *std::move(loaded);
-    path_ = *path, max_batch_ = *batch, max_queue_ = *queue;
+    path_ = *path, max_batch_ = *batch;
+    // Made here rather than with the server at Load: HasPendingWork reads it from the training
+    // thread, which Create happens before.
+    queue_ = std::make_unique<serve::Queue>(*queue, *target);
     http_.host = *host, http_.port = static_cast<int>(*port), http_.max_tokens_limit = *limit;
     http_.request_timeout_s = *timeout, http_.threads = static_cast<int>(*threads);
     http_.waiting_limit = *queue + *batch, http_.read_timeout_s = *read_timeout;
@@ -164,21 +167,28 @@ class ServeTask : public SideTask {
   }
 
   std::string UnitName() const override { return "tokens"; }
+  bool LatencySensitive() const override { return true; }
+  bool HasPendingWork() const override {
+    return active_.load() > 0 || (queue_ && queue_->any_waiting());
+  }
   std::string Summary() const override {
     const serve::Queue::Stats s = queue_ ? queue_->stats() : serve::Queue::Stats{};
+    const std::string target = s.target_ttft_ms > 0
+                                   ? absl::StrFormat(" (target %.0f ms: met by %d, missed by %d)",
+                                                     s.target_ttft_ms, s.ttft_met, s.ttft_missed)
+                                   : "";
     return absl::StrFormat(
         "%s: %d requests served (%d rejected, %d cancelled), %d tokens; latency ms p50/p95/p99 "
-        "%.0f/%.0f/%.0f, first token %.0f/%.0f/%.0f; %.1f tokens/s in bubbles, %.1f alone "
+        "%.0f/%.0f/%.0f, first token %.0f/%.0f/%.0f%s; %.1f tokens/s in bubbles, %.1f alone "
         "(one sequence)",
         address_, s.served, s.rejected, s.cancelled, s.tokens, s.latency_ms.p50, s.latency_ms.p95,
-        s.latency_ms.p99, s.first_token_ms.p50, s.first_token_ms.p95, s.first_token_ms.p99,
+        s.latency_ms.p99, s.first_token_ms.p50, s.first_token_ms.p95, s.first_token_ms.p99, target,
         busy_s_.load() > 0 ? static_cast<double>(generated_.load()) / busy_s_.load() : 0.0,
         alone_tokens_per_s_.load());
   }
 
  private:
   absl::Status StartServer(SideTaskContext& ctx) {
-    queue_ = std::make_unique<serve::Queue>(max_queue_);
     last_step_s_ = MonotonicSeconds();
     serve::HttpHooks hooks;
     hooks.metrics_json = [this] { return MetricsJson(); };
@@ -299,7 +309,10 @@ class ServeTask : public SideTask {
                 busy_s_.load() > 0 ? static_cast<double>(generated_.load()) / busy_s_.load() : 0.0},
                {"tokens_per_s_alone", alone_tokens_per_s_.load()},
                {"latency_ms", p(s.latency_ms)},
-               {"first_token_ms", p(s.first_token_ms)}}
+               {"first_token_ms", p(s.first_token_ms)},
+               {"target_ttft_ms", s.target_ttft_ms},
+               {"ttft_target_met", s.ttft_met},
+               {"ttft_target_missed", s.ttft_missed}}
                .dump() +
            "\n";
   }
@@ -308,7 +321,6 @@ class ServeTask : public SideTask {
   GPT2Config config_;
   std::unique_ptr<Tokenizer> tokenizer_;
   int max_batch_ = 4;
-  int64_t max_queue_ = 32;
   serve::HttpOptions http_;
   std::unique_ptr<serve::Queue> queue_;
   std::unique_ptr<serve::HttpFront> front_;

@@ -188,6 +188,8 @@ void HttpFront::Routes(httplib::Server& s) {
     g.active_slots = hooks_.active_slots ? hooks_.active_slots() : 0;
     g.slots = options_.slots;
     g.rejected = stats.rejected, g.cancelled = stats.cancelled;
+    g.target_ttft_ms = stats.target_ttft_ms;
+    g.ttft_met = stats.ttft_met, g.ttft_missed = stats.ttft_missed;
     res.set_content(metrics_.Prometheus(g), "text/plain; version=0.0.4; charset=utf-8");
   });
 }

@@ -97,6 +97,17 @@ std::string Metrics::Prometheus(const Gauges& g) const {
   Family(&out, "freeride_serve_time_to_first_token_seconds", "histogram",
          "From a completion's arrival to its first generated token.");
   out += first_token_.Text("freeride_serve_time_to_first_token_seconds");
+  if (g.target_ttft_ms > 0) {
+    Family(&out, "freeride_serve_ttft_target_seconds", "gauge",
+           "The serve task's target time to the first token (args.target_ttft_ms).");
+    absl::StrAppend(&out, "freeride_serve_ttft_target_seconds ", Number(g.target_ttft_ms / 1e3),
+                    "\n");
+    Family(&out, "freeride_serve_ttft_target_total", "counter",
+           "Completions served whose first token came within the target, or not.");
+    absl::StrAppend(&out, "freeride_serve_ttft_target_total{result=\"met\"} ", g.ttft_met, "\n");
+    absl::StrAppend(&out, "freeride_serve_ttft_target_total{result=\"missed\"} ", g.ttft_missed,
+                    "\n");
+  }
   Family(&out, "freeride_serve_request_duration_seconds", "histogram",
          "From a completion's arrival to its last token.");
   out += total_.Text("freeride_serve_request_duration_seconds");

@@ -35,6 +35,8 @@ struct Gauges {
   int64_t slots = 0;         // args.max_batch
   int64_t rejected = 0;      // turned away (429) since the start, by the queue or the pool
   int64_t cancelled = 0;     // whose client left before the answer
+  double target_ttft_ms = 0;              // args.target_ttft_ms; 0: none, and no target lines
+  int64_t ttft_met = 0, ttft_missed = 0;  // served completions whose first token met it or not
 };
 
 class Metrics {

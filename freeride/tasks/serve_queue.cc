@@ -28,6 +28,7 @@ bool Queue::Push(std::shared_ptr<Completion> c) {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_ || static_cast<int64_t>(waiting_.size()) >= capacity_) return false;
     waiting_.push_back(std::move(c));
+    waiting_count_ = static_cast<int64_t>(waiting_.size());
   }
   arrived_.notify_one();
   return true;
@@ -38,6 +39,7 @@ bool Queue::PushAll(const std::vector<std::shared_ptr<Completion>>& cs) {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_ || static_cast<int64_t>(waiting_.size() + cs.size()) > capacity_) return false;
     waiting_.insert(waiting_.end(), cs.begin(), cs.end());
+    waiting_count_ = static_cast<int64_t>(waiting_.size());
   }
   arrived_.notify_all();
   return true;
@@ -60,6 +62,7 @@ std::vector<std::shared_ptr<Completion>> Queue::Take(size_t n) {
     }
     out.push_back(std::move(c));
   }
+  waiting_count_ = static_cast<int64_t>(waiting_.size());
   return out;
 }
 
@@ -78,8 +81,10 @@ void Queue::Finish(const std::shared_ptr<Completion>& c, double now_s, const std
     if (error.empty()) {
       ++served_;
       tokens_ += static_cast<int64_t>(c->generated.size());
+      const double first_token_ms = 1e3 * (c->first_token_s - c->arrived_s);
       latency_ms_.push_back(1e3 * (c->done_s - c->arrived_s));
-      first_token_ms_.push_back(1e3 * (c->first_token_s - c->arrived_s));
+      first_token_ms_.push_back(first_token_ms);
+      if (target_ttft_ms_ > 0) ++(first_token_ms <= target_ttft_ms_ ? ttft_met_ : ttft_missed_);
       if (latency_ms_.size() > kWindow) latency_ms_.pop_front(), first_token_ms_.pop_front();
     }
   }
@@ -123,6 +128,7 @@ void Queue::Close(const std::string& reason, double now_s) {
     std::lock_guard<std::mutex> lock(mu_);
     closed_ = true;
     left.swap(waiting_);
+    waiting_count_ = 0;
   }
   for (const auto& c : left) Finish(c, now_s, reason);
   arrived_.notify_all();
@@ -139,6 +145,8 @@ Queue::Stats Queue::stats() const {
   s.served = served_, s.rejected = rejected_, s.cancelled = cancelled_, s.tokens = tokens_;
   s.latency_ms = Of(latency_ms_);
   s.first_token_ms = Of(first_token_ms_);
+  s.target_ttft_ms = target_ttft_ms_;
+  s.ttft_met = ttft_met_, s.ttft_missed = ttft_missed_;
   return s;
 }
 

@@ -48,7 +48,10 @@ struct Percentiles {
 
 class Queue {
  public:
-  explicit Queue(int64_t capacity) : capacity_(capacity) {}
+  // `target_ttft_ms` > 0: each served completion counts as meeting it or not (its time from
+  // arrival to first token); 0: no target.
+  explicit Queue(int64_t capacity, double target_ttft_ms = 0)
+      : capacity_(capacity), target_ttft_ms_(target_ttft_ms) {}
 
   // False when full (the caller answers 429) or closed (503).
   bool Push(std::shared_ptr<Completion> c);
@@ -78,9 +81,14 @@ class Queue {
   void Close(const std::string& reason, double now_s);
 
   size_t waiting() const;
+  // Whether any completion waits, without the lock: the training thread asks between bubble
+  // steps, and must not wait on a lock that a thread of the idle class holds.
+  bool any_waiting() const { return waiting_count_.load(std::memory_order_relaxed) > 0; }
   struct Stats {
     int64_t served = 0, rejected = 0, cancelled = 0, tokens = 0;
     Percentiles latency_ms, first_token_ms;
+    double target_ttft_ms = 0;              // 0: none
+    int64_t ttft_met = 0, ttft_missed = 0;  // served completions against it
   };
   Stats stats() const;
   void CountRejected();
@@ -88,11 +96,14 @@ class Queue {
 
  private:
   const int64_t capacity_;
+  const double target_ttft_ms_;
   mutable std::mutex mu_;
   std::condition_variable arrived_, finished_;
   std::deque<std::shared_ptr<Completion>> waiting_;
   bool closed_ = false;
+  std::atomic<int64_t> waiting_count_{0};  // waiting_.size(), written under mu_
   int64_t served_ = 0, rejected_ = 0, cancelled_ = 0, tokens_ = 0;
+  int64_t ttft_met_ = 0, ttft_missed_ = 0;
   std::deque<double> latency_ms_, first_token_ms_;  // the last kWindow
 };
 

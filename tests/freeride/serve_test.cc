@@ -109,6 +109,10 @@ TEST(ServeTaskTest, LoopbackUnlessAskedAndArgumentsChecked) {
             std::string::npos);
   EXPECT_NE(create({{"checkpoint", model}, {"port", int64_t{70000}}}).message().find("port"),
             std::string::npos);
+  EXPECT_TRUE(create({{"checkpoint", model}, {"target_ttft_ms", 500.0}}).ok());
+  EXPECT_NE(
+      create({{"checkpoint", model}, {"target_ttft_ms", -1.0}}).message().find("target_ttft_ms"),
+      std::string::npos);
 }
 
 // Bubbles of 20 ms on `clock`; the tasks' states by name afterwards.

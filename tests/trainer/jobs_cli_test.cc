@@ -60,6 +60,29 @@ TEST(JobsCliTest, SubmitQueuesAJobAndPrintsItsId) {
   EXPECT_EQ(ReadJobToml(run, 1).value(), ReadFile(job).value());
 }
 
+TEST(JobsCliTest, TheTableShowsEachJobsClass) {
+  const std::string run = RunDir("cli_class");
+  const std::string spin =
+      JobFile("class_spin.toml", "[[side_tasks]]\ntype = \"spin\"\npriority = 2\n");
+  const std::string serve =
+      JobFile("class_serve.toml",
+              "[[side_tasks]]\ntype = \"serve\"\nstages = [0]\n"
+              "[side_tasks.args]\n"
+              "checkpoint = \"tests/data/gpt2_golden/model.bin\"\nport = 0\n");
+  ASSERT_EQ(RunCommand({"submit", run, spin}).status, kExitOk);
+  CliResult served = RunCommand({"submit", run, serve});
+  ASSERT_EQ(served.status, kExitOk) << served.err;
+  CliResult table = RunCommand({"jobs", run});
+  ASSERT_EQ(table.status, kExitOk) << table.err;
+  EXPECT_THAT(table.out, HasSubstr(" CLASS "));
+  EXPECT_THAT(table.out, ::testing::ContainsRegex("\n1 +spin +spin +throughput +PENDING"));
+  EXPECT_THAT(table.out, ::testing::ContainsRegex("\n2 +serve +serve +latency +PENDING"));
+  const nlohmann::json jobs =
+      nlohmann::json::parse(RunCommand({"jobs", run, "--format", "json"}).out);
+  EXPECT_EQ(jobs[0]["class"], "throughput");
+  EXPECT_EQ(jobs[1]["class"], "latency");
+}
+
 TEST(JobsCliTest, ABadJobIsRefusedAsConfigCheckRefusesATask) {
   const std::string run = RunDir("cli_bad_job");
   const std::string args = JobFile(

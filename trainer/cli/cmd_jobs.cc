@@ -58,14 +58,15 @@ std::string Duration(double s) {
 }
 
 std::string JobsTable(const std::vector<Job>& jobs) {
-  std::string out =
-      absl::StrFormat("%-4s %-16s %-10s %-9s %-7s %8s %-18s %9s %7s  %s\n", "ID", "NAME", "TYPE",
-                      "STATE", "STAGES", "STEPS", "UNITS", "BUBBLE_S", "ETA", "REASON");
+  std::string out = absl::StrFormat("%-4s %-16s %-10s %-10s %-9s %-7s %8s %-18s %9s %7s  %s\n",
+                                    "ID", "NAME", "TYPE", "CLASS", "STATE", "STAGES", "STEPS",
+                                    "UNITS", "BUBBLE_S", "ETA", "REASON");
   for (const Job& job : jobs) {
     const JobProgress& p = job.progress;
     absl::StrAppendFormat(
-        &out, "%-4d %-16s %-10s %-9s %-7s %8d %-18s %9.3f %7s  %s%s\n", job.id, job.name, job.type,
-        JobStateName(job.state), job.stages.empty() ? "-" : absl::StrJoin(job.stages, ","), p.steps,
+        &out, "%-4d %-16s %-10s %-10s %-9s %-7s %8d %-18s %9.3f %7s  %s%s\n", job.id, job.name,
+        job.type, job.task_class.empty() ? "-" : job.task_class, JobStateName(job.state),
+        job.stages.empty() ? "-" : absl::StrJoin(job.stages, ","), p.steps,
         absl::StrFormat("%.6g %s", p.units, p.unit.empty() ? "units" : p.unit), p.bubble_s,
         IsTerminal(job.state) ? "-" : Duration(p.eta_s),
         job.cancel_requested && !IsTerminal(job.state) ? "(cancel requested) " : "",
@@ -125,8 +126,8 @@ int SubmitCommand(const ParsedFlags& flags) {
   if (flags.Has("priority")) task->priority = priority;
   Config check = *run;
   check.side_tasks = {*task};
-  std::vector<std::string> warnings;
-  absl::Status built = ValidateSideTasks(check, &warnings);
+  std::vector<std::string> warnings, classes;
+  absl::Status built = ValidateSideTasks(check, &warnings, &classes);
   for (const std::string& w : warnings) std::cerr << "warning: " << w << "\n";
   if (!built.ok()) return Fail(built);
   if (!run->freeride.enabled || !run->freeride.jobs) {
@@ -138,6 +139,8 @@ int SubmitCommand(const ParsedFlags& flags) {
   job.toml = *text;
   job.name = task->name;
   job.type = task->type;
+  // As its host said when built above (in its worker, where isolated); shown by `freeride jobs`.
+  job.task_class = classes.empty() ? "" : classes[0];
   job.priority = task->priority;
   job.work_s = work;
   absl::StatusOr<int64_t> id = SubmitJob(run_dir, job, WallClockSeconds());

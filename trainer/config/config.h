@@ -110,6 +110,7 @@ struct FreerideConfig {
   double margin = 0.1;
   double step_timeout_s = 60;
   int64_t demote_after = 3;
+  double serve_reserve = 0;  // share of a bubble kept for waiting requests; 0: one serve step
   bool jobs = true;
   std::string job_policy = "fifo";
   double job_age_limit_s = 600;

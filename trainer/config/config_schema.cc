@@ -253,6 +253,13 @@ std::vector<KeySpec> BuildSchema() {
           .Doc("In-process steps that overrun their bubble (over twice their predicted time, past "
                "the "
                "bubble's end) before the task is demoted; twice as many fail it."),
+      FR_KEY(freeride, serve_reserve)
+          .Min(0)
+          .Max(1)
+          .Doc("Share of each predicted bubble kept for latency-sensitive tasks (serve) while "
+               "their requests wait: throughput work (every other task, fill jobs included) "
+               "does not start into it, and one that runs to a deadline stops at its start. 0: "
+               "one predicted step of the serve task (docs/side_tasks.md#classes-of-side-work)."),
       FR_KEY(freeride, jobs)
           .Doc("Take fill jobs (`freeride submit RUN_DIR JOB.toml`) at step boundaries and run "
                "them in the bubbles they fit (docs/side_tasks.md#fill-jobs)."),

@@ -133,7 +133,8 @@ absl::Status CheckSideTaskPlacement(const Config& config) {
   return absl::InvalidArgumentError(absl::StrJoin(problems, "\n"));
 }
 
-absl::Status ValidateSideTasks(const Config& config, std::vector<std::string>* warnings) {
+absl::Status ValidateSideTasks(const Config& config, std::vector<std::string>* warnings,
+                               std::vector<std::string>* classes) {
   if (absl::Status s = CheckSideTaskPlacement(config); !s.ok()) return s;
   std::string scratch = (std::filesystem::temp_directory_path() / "freeride-check-XXXXXX").string();
   if (mkdtemp(scratch.data()) == nullptr) {
@@ -149,6 +150,9 @@ absl::Status ValidateSideTasks(const Config& config, std::vector<std::string>* w
     std::filesystem::create_directories(options.results_dir, ec);
     absl::StatusOr<std::unique_ptr<TaskHost>> host = MakeTaskHost(SpecOf(task), options);
     absl::Status s = host.ok() ? (*host)->Create() : host.status();
+    if (classes != nullptr) {
+      classes->push_back(s.ok() ? SideTaskClassName((*host)->latency_sensitive()) : "");
+    }
     if (host.ok()) (*host)->Release();
     if (s.ok()) continue;
     const std::string message(s.message());

@@ -23,7 +23,9 @@ absl::Status CheckSideTaskPlacement(const Config& config);
 // CheckSideTaskPlacement, then every task created (and released) as training would create it.
 // Errors: one line per problem, each "file:line:column: side_tasks[i] ('name', type): ...".
 // A task that crashes or hangs while being created is not an error of the config (training
-// would mark it FAILED and go on): it is returned in `warnings`.
-absl::Status ValidateSideTasks(const Config& config, std::vector<std::string>* warnings);
+// would mark it FAILED and go on): it is returned in `warnings`. `classes`, when given, gets
+// each task's class as its host says once created (SideTaskClassName; "" where it was not).
+absl::Status ValidateSideTasks(const Config& config, std::vector<std::string>* warnings,
+                               std::vector<std::string>* classes = nullptr);
 
 }  // namespace freeride

@@ -175,6 +175,7 @@ absl::StatusOr<int64_t> SubmitJob(const std::string& run_dir, const JobSubmissio
   ordered_json meta = {{"id", id},
                        {"name", job.name},
                        {"type", job.type},
+                       {"class", job.task_class},
                        {"priority", job.priority},
                        {"work_s", job.work_s},
                        {"submitted", now_s}};
@@ -229,6 +230,7 @@ absl::StatusOr<Job> ReadSubmittedJob(const std::string& run_dir, int64_t id) {
   job.id = id;
   FR_ASSIGN_OR_RETURN(job.name, f.StringOr("name", ""));
   FR_ASSIGN_OR_RETURN(job.type, f.StringOr("type", ""));
+  FR_ASSIGN_OR_RETURN(job.task_class, f.StringOr("class", ""));
   FR_ASSIGN_OR_RETURN(job.priority, f.IntOr("priority", 0));
   FR_ASSIGN_OR_RETURN(job.work_s, f.NumberOr("work_s", 0, 0));
   FR_ASSIGN_OR_RETURN(job.submitted_s, f.NumberOr("submitted", 0, 0));
@@ -364,6 +366,7 @@ ordered_json JobToJson(const Job& job) {
   ordered_json out = {{"id", job.id},
                       {"name", job.name},
                       {"type", job.type},
+                      {"class", job.task_class},
                       {"state", JobStateName(job.state)},
                       {"priority", job.priority},
                       {"stages", job.stages},

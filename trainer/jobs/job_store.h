@@ -1,8 +1,8 @@
 // Fill jobs in a run directory: what `freeride submit`, `jobs` and `cancel` and the training's
 // leader share (docs/side_tasks.md#fill-jobs). A job is the directory RUN_DIR/jobs/ID/ (job.toml:
-// its [[side_tasks]] table as submitted; job.json: its name, type, priority, estimated work and
-// submission time), made whole elsewhere and renamed into place, so that submissions at the same
-// moment never share an id and nobody sees half a job. Every change of a job's state is a line
+// its [[side_tasks]] table as submitted; job.json: its name, type, class, priority, estimated work
+// and submission time), made whole elsewhere and renamed into place, so that submissions at the
+// same moment never share an id and nobody sees half a job. Every change of a job's state is a line
 // of RUN_DIR/jobs.jsonl, appended by a single write (O_APPEND: whole lines, whoever writes). A
 // cancellation asked of a running training is the file jobs/ID/cancel; the leader appends the
 // job's work to jobs/ID/progress.jsonl as it runs and writes jobs/ID/status.json when it ends.
@@ -40,6 +40,7 @@ struct JobProgress {
 struct JobSubmission {
   std::string toml;  // the job file as submitted
   std::string name, type;
+  std::string task_class;  // SideTaskClassName: "latency" or "throughput"
   int64_t priority = 0;
   double work_s = 0;  // the submitter's estimate of its work, in seconds alone; 0: unknown
 };
@@ -48,6 +49,7 @@ struct JobSubmission {
 struct Job {
   int64_t id = 0;
   std::string name, type;
+  std::string task_class;  // "latency" or "throughput"; "" in a job.json from before classes
   int64_t priority = 0;
   double work_s = 0;
   double submitted_s = 0;  // wall-clock (Unix) seconds
