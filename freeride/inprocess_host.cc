@@ -1,9 +1,10 @@
 // A side task run by the rank itself: no process switch, no protection. A thrown exception or
-// an error status fails the task; a crash is the rank's. On the system clock its code runs on a
+// an error status fails the task; a crash is the rank's. On the system clock its steps run on a
 // side thread of its own in the idle scheduling class (side_thread.h): the training thread hands
-// it each call and waits, without spinning, until the call ends or the bubble does (the awaited
+// it each step and waits, without spinning, until the step ends or the bubble does (the awaited
 // input landed, the deadline came); a step still running then goes on at the idle class and the
-// next bubble collects it, as a paused worker is resumed. A step that runs past
+// next bubble collects it, as a paused worker is resumed. Its unload runs there too, not waited
+// for; its create and load run on the calling thread (see Create). A step that runs past
 // freeride.step_timeout_s fails the task as hung, and training goes on. On a simulated clock
 // (tests of the executor's logic) the calls run on the calling thread, whose time is the
 // clock's.
@@ -165,8 +166,12 @@ class InProcessHost : public TaskHost {
   }
   ~InProcessHost() override { Release(); }
 
+  // Create and Load run on the calling thread: training waits for them either way (before it
+  // starts, or at the step boundary that admits a fill job), and at the idle class that wait
+  // would last as long as every other process on the host kept the cores busy.
   absl::Status Create() override {
-    absl::Status s = OnSide([](Core& c) { return CreateCore(c); });
+    absl::Status s = CreateCore(*core_);
+    Snapshot(*core_);
     if (s.ok()) {
       unit_name_ = core_->impl->UnitName();
       fills_bubble_ = core_->impl->FillsBubble();
@@ -175,7 +180,11 @@ class InProcessHost : public TaskHost {
     }
     return s;
   }
-  absl::Status Load() override { return OnSide([](Core& c) { return LoadCore(c); }); }
+  absl::Status Load() override {
+    absl::Status s = LoadCore(*core_);
+    Snapshot(*core_);
+    return s;
+  }
 
   HostStep Step(double deadline_s, const std::function<bool()>& input_ready) override {
     if (!thread_) {
@@ -185,6 +194,7 @@ class InProcessHost : public TaskHost {
     }
     Clock& clock = *core_->ctx.clock;
     const double start = clock.Now();
+    if (unloading_) SettleInFlight();  // a step after a release (never by the executor)
     if (!in_flight_) {
       core_->input_landed = false;
       step_began_ = start;
@@ -232,10 +242,22 @@ class InProcessHost : public TaskHost {
 
   void Release() override {
     if (hung_ || !SettleInFlight()) return;
-    (void)OnSide([](Core& c) {
-      UnloadCore(c);
-      return absl::OkStatus();
+    if (!thread_) {
+      UnloadCore(*core_);
+      Snapshot(*core_);
+      return;
+    }
+    // Not waited for: at the idle class an unload (a task's results written) may wait long
+    // for a core on a busy host, and training must not wait with it (a 3 s step where a
+    // finished PageRank unloaded beside two busy processes, 2026-11-26). The next call on this
+    // host, or its end, waits for it.
+    std::shared_ptr<Core> core = core_;
+    thread_->Start([core] {
+      UnloadCore(*core);
+      Snapshot(*core);
     });
+    in_flight_ = true;
+    unloading_ = true;
   }
   void Abandon() override {
     // Its state is not trusted: no Unload, only the memory back (once no call uses it).
@@ -279,17 +301,6 @@ class InProcessHost : public TaskHost {
   }
 
  private:
-  // Runs `call` on the side thread (or here, on a simulated clock) and waits for it.
-  absl::Status OnSide(const std::function<absl::Status(Core&)>& call) {
-    absl::Status status;
-    if (!thread_) {
-      status = call(*core_);
-    } else {
-      thread_->Run([&] { status = call(*core_); });
-    }
-    Snapshot(*core_);
-    return status;
-  }
   // A step left running at a bubble's end: waited for (it is at the idle class, and the run is
   // ending or the task stopping) up to the step timeout. False when it did not end.
   bool SettleInFlight() {
@@ -299,13 +310,15 @@ class InProcessHost : public TaskHost {
       return false;
     }
     in_flight_ = false;
+    unloading_ = false;
     return true;
   }
 
   std::shared_ptr<Core> core_;
   std::unique_ptr<SideThread> thread_;  // null on a simulated clock
   double step_timeout_s_;
-  bool in_flight_ = false;  // a step started on the side thread has not been collected
+  bool in_flight_ = false;  // a call started on the side thread has not been collected
+  bool unloading_ = false;  // that call is Release's unload, not a step
   bool hung_ = false;       // a step outran the timeout: the side thread is left to it
   double step_began_ = 0;
   std::string unit_name_ = "steps";
