@@ -9,9 +9,10 @@
 #include <sstream>
 #include <vector>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/numbers.h"
 
 namespace freeride {
 
@@ -51,27 +52,32 @@ SchedClass ThreadSched::sched_class() const {
   return SchedClass::kNormal;
 }
 
+absl::StatusOr<ThreadSched> ParseProcStat(absl::string_view stat) {
+  // The command name (field 2) is in parentheses and may hold spaces: fields count after the
+  // last ')'. Field 3 is the first after it, so field n is fields[n - 3].
+  const size_t close = stat.rfind(')');
+  if (close == absl::string_view::npos || close + 2 > stat.size()) {
+    return absl::DataLossError("not a /proc stat line");
+  }
+  const std::vector<absl::string_view> fields =
+      absl::StrSplit(stat.substr(close + 2), ' ', absl::SkipEmpty());
+  ThreadSched out;
+  if (fields.size() < 39 || !absl::SimpleAtoi(fields[19 - 3], &out.nice) ||
+      !absl::SimpleAtoi(fields[41 - 3], &out.policy)) {
+    return absl::DataLossError("a /proc stat line without nice (19) and policy (41) fields");
+  }
+  return out;
+}
+
 absl::StatusOr<ThreadSched> ReadThreadSched(pid_t pid, pid_t tid) {
   const std::string path = absl::StrFormat("/proc/%d/task/%d/stat", pid, tid);
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
-  const std::string stat = text.str();
-  // The command name (field 2) is in parentheses and may hold spaces: fields count after the
-  // last ')'. Field 3 is the first after it.
-  const size_t close = stat.rfind(')');
-  if (!in || close == std::string::npos) {
-    return absl::NotFoundError(absl::StrFormat("cannot read %s", path));
-  }
-  const std::vector<std::string> fields =
-      absl::StrSplit(stat.substr(close + 2), ' ', absl::SkipEmpty());
-  ThreadSched out;
-  // Field n is fields[n - 3].
-  if (fields.size() < 39 || !absl::SimpleAtoi(fields[19 - 3], &out.nice) ||
-      !absl::SimpleAtoi(fields[41 - 3], &out.policy)) {
-    return absl::DataLossError(absl::StrFormat("%s: unexpected format", path));
-  }
-  return out;
+  if (!in) return absl::NotFoundError(absl::StrFormat("cannot read %s", path));
+  absl::StatusOr<ThreadSched> parsed = ParseProcStat(text.str());
+  if (!parsed.ok()) return absl::DataLossError(absl::StrCat(path, ": ", parsed.status().message()));
+  return parsed;
 }
 
 }  // namespace freeride

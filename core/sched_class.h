@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace freeride {
 
@@ -37,6 +38,8 @@ struct ThreadSched {
   SchedClass sched_class() const;
 };
 absl::StatusOr<ThreadSched> ReadThreadSched(pid_t pid, pid_t tid);
+// The same from the text of a stat file (a thread's, or a process's /proc/<pid>/stat).
+absl::StatusOr<ThreadSched> ParseProcStat(absl::string_view stat);
 // The calling thread's id (gettid).
 pid_t CurrentThreadId();
 

@@ -73,12 +73,6 @@ bool SideThread::WaitFor(double timeout_s) {
                              [&] { return !state_->running; });
 }
 
-void SideThread::Run(std::function<void()> call) {
-  Start(std::move(call));
-  std::unique_lock<std::mutex> lock(state_->mu);
-  state_->cv.wait(lock, [&] { return !state_->running; });
-}
-
 bool SideThread::busy() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->running;

@@ -31,8 +31,6 @@ class SideThread {
   void Start(std::function<void()> call);
   // Waits up to `timeout_s` (real time) for the call to end; true when no call runs.
   bool WaitFor(double timeout_s);
-  // Starts `call` and waits for its end.
-  void Run(std::function<void()> call);
   bool busy() const;
 
   // The class the thread got, and its id (for /proc).

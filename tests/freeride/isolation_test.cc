@@ -25,13 +25,13 @@
 #include "freeride/executor.h"
 #include "freeride/worker_protocol.h"
 #include "gtest/gtest.h"
+#include "tests/freeride/synthetic_bubbles.h"
 
 namespace freeride {
 namespace {
 
-using pipeline::BubbleKind;
-using pipeline::Instr;
-using pipeline::Op;
+using testing::Bubble;
+using testing::BubblesUntil;
 
 // A worker's start, create and load have step_timeout_s of real time: 30 s is far more than they
 // take even on a loaded machine (tens of ms), and only a hang reaches it.
@@ -61,34 +61,6 @@ SideTaskSpec Spin(const std::string& name, double step_ms, const std::string& is
   SideTaskSpec spec{"spin", name, "", 0, 0, {{"step_ms", step_ms}}};
   spec.isolation = isolation;
   return spec;
-}
-
-// One synthetic bubble of `length_s` on `clock` (the executor's); the input is ready after
-// `ready_after_s` (at the end when negative); `pollable` false hands the executor no poll at
-// all (a sum). Returns how long the executor kept the rank.
-double Bubble(SideTaskExecutor& ex, double length_s, double ready_after_s = -1,
-              bool pollable = true, int index = 0, Clock& clock = SystemClock()) {
-  if (ready_after_s < 0) ready_after_s = length_s;
-  Instr bubble;
-  bubble.op = Op::kBubble;
-  bubble.bubble = BubbleKind::kSteady;
-  const double start = clock.Now();
-  std::function<bool()> ready;
-  if (pollable) {
-    ready = [=, &clock] { return clock.Now() >= start + ready_after_s; };
-  }
-  ex.OnBubble(bubble, index, start, ready);
-  const double held = clock.Now() - start;
-  clock.SpinUntil(start + length_s);
-  ex.OnBubbleEnd(index, std::max(clock.Now(), start + length_s));
-  return held;
-}
-
-// Bubbles of `length_s` until `done()` holds, at most `cap` of them; whether it came to hold.
-bool BubblesUntil(SideTaskExecutor& ex, double length_s, double ready_after_s, int cap,
-                  const std::function<bool()>& done) {
-  for (int i = 0; i < cap && !done(); ++i) Bubble(ex, length_s, ready_after_s);
-  return done();
 }
 
 std::map<std::string, TaskReport> ByName(const HarvestReport& r) {

@@ -6,24 +6,23 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <atomic>
-#include <sstream>
+#include <iterator>
 #include <thread>
 
 #include "core/sched_class.h"
 #include "freeride/executor.h"
 #include "freeride/side_thread.h"
 #include "gtest/gtest.h"
+#include "tests/freeride/synthetic_bubbles.h"
 
 namespace freeride {
 namespace {
 
-using pipeline::BubbleKind;
-using pipeline::Instr;
-using pipeline::Op;
+using testing::BubblesUntil;
 
 std::string ResultsDir() {
   return (std::filesystem::path(::testing::TempDir()) / "side_class").string();
@@ -46,25 +45,6 @@ SideTaskSpec Misbehave(const std::string& name, const std::string& isolation, do
   return spec;
 }
 
-// A bubble on real time whose input lands after `ready_after_s`; how long the rank was held.
-double Bubble(SideTaskExecutor& ex, double ready_after_s, int index = 0) {
-  Instr bubble;
-  bubble.op = Op::kBubble;
-  bubble.bubble = BubbleKind::kSteady;
-  Clock& clock = SystemClock();
-  const double start = clock.Now();
-  ex.OnBubble(bubble, index, start, [&] { return clock.Now() >= start + ready_after_s; });
-  const double held = clock.Now() - start;
-  ex.OnBubbleEnd(index, std::max(clock.Now(), start + ready_after_s));
-  return held;
-}
-
-bool BubblesUntil(SideTaskExecutor& ex, double ready_after_s, int cap,
-                  const std::function<bool()>& done) {
-  for (int i = 0; i < cap && !done(); ++i) Bubble(ex, ready_after_s);
-  return done();
-}
-
 TEST(SchedClassTest, ASideThreadIsInTheIdleClassAndTheCallerKeepsItsOwn) {
   const absl::StatusOr<ThreadSched> before = ReadThreadSched(getpid(), CurrentThreadId());
   ASSERT_TRUE(before.ok()) << before.status();
@@ -76,7 +56,9 @@ TEST(SchedClassTest, ASideThreadIsInTheIdleClassAndTheCallerKeepsItsOwn) {
   EXPECT_EQ(read->sched_class(), side.sched_class());
   // What runs there runs at that class; the thread that started it is untouched.
   int policy_there = -1;
-  side.Run([&] { policy_there = sched_getscheduler(0); });
+  side.Start([&] { policy_there = sched_getscheduler(0); });
+  while (!side.WaitFor(1.0)) {
+  }
   EXPECT_EQ(policy_there, SCHED_IDLE);
   const absl::StatusOr<ThreadSched> after = ReadThreadSched(getpid(), CurrentThreadId());
   ASSERT_TRUE(after.ok());
@@ -115,7 +97,7 @@ TEST(SchedClassTest, InProcessAndWorkerTasksRunInTheIdleClass) {
   auto ex = MakeExecutor({Misbehave("inprocess", "inprocess", 0.5),
                           Misbehave("worker", "process", 0.5)});
   ASSERT_NE(ex, nullptr);
-  EXPECT_TRUE(BubblesUntil(*ex, 0.010, 2000, [&] {
+  EXPECT_TRUE(BubblesUntil(*ex, 0.010, 0.010, 2000, [&] {
     const HarvestReport r = ex->Report();
     return r.tasks[0].steps > 2 && r.tasks[1].steps > 2;
   }));
@@ -140,18 +122,13 @@ TEST(SchedClassTest, ACommandsProgramRunsInTheIdleClass) {
   auto ex = MakeExecutor({command});
   ASSERT_NE(ex, nullptr);
   // The program runs only inside bubbles: more of them until it has written its line.
-  EXPECT_TRUE(BubblesUntil(*ex, 0.005, 20000, [&] { return std::filesystem::exists(stat_file); }));
+  EXPECT_TRUE(
+      BubblesUntil(*ex, 0.005, 0.005, 20000, [&] { return std::filesystem::exists(stat_file); }));
   std::ifstream in(stat_file);
   const std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t close = stat.rfind(')');
-  ASSERT_NE(close, std::string::npos) << stat;
-  std::istringstream fields(stat.substr(close + 2));
-  std::string field;
-  int policy = -1;
-  for (int n = 3; fields >> field && n <= 41; ++n) {
-    if (n == 41) policy = std::stoi(field);
-  }
-  EXPECT_EQ(policy, SCHED_IDLE) << stat;
+  const absl::StatusOr<ThreadSched> read = ParseProcStat(stat);
+  ASSERT_TRUE(read.ok()) << read.status() << ": " << stat;
+  EXPECT_EQ(read->policy, SCHED_IDLE) << stat;
 }
 
 TEST(SchedClassTest, AStepOutlivingItsBubbleGoesOnAndALaterBubbleCollectsIt) {
@@ -159,7 +136,7 @@ TEST(SchedClassTest, AStepOutlivingItsBubbleGoesOnAndALaterBubbleCollectsIt) {
   // input (it never waits for the step), and the steps still end and count.
   auto ex = MakeExecutor({Misbehave("long", "inprocess", 40.0)});
   ASSERT_NE(ex, nullptr);
-  EXPECT_TRUE(BubblesUntil(*ex, 0.002, 5000, [&] {
+  EXPECT_TRUE(BubblesUntil(*ex, 0.002, 0.002, 5000, [&] {
     const TaskReport t = ex->Report().tasks[0];
     return t.steps >= 3 && t.pauses >= 3;
   }));
