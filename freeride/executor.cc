@@ -187,8 +187,7 @@ void SideTaskExecutor::Calibrate(Task& task) {
   if (!task.host->fills_bubble()) {
     for (; steps < options_.calibration_steps && !task.host->done(); ++steps) {
       FR_NVTX_RANGE(absl::StrCat("side task ", task.spec.name, " calibration"));
-      const HostStep out =
-          task.host->Step(clock().Now() + 2 * options_.step_timeout_s, kNever);
+      const HostStep out = task.host->StepAlone(clock().Now() + 2 * options_.step_timeout_s);
       if (out.kind != HostStep::Kind::kDone) {
         Fail(task, "calibration step: " + (out.reason.empty() ? "did not finish" : out.reason));
         return;

@@ -4,7 +4,8 @@
 // it each step and waits, without spinning, until the step ends or the bubble does (the awaited
 // input landed, the deadline came); a step still running then goes on at the idle class and the
 // next bubble collects it, as a paused worker is resumed. Its unload runs there too, not waited
-// for; its create and load run on the calling thread (see Create). A step that runs past
+// for; its create and load run on the calling thread (see Create), and its calibration steps on
+// a thread of the caller's class (StepAlone). A step that runs past
 // freeride.step_timeout_s fails the task as hung, and training goes on. On a simulated clock
 // (tests of the executor's logic) the calls run on the calling thread, whose time is the
 // clock's.
@@ -238,6 +239,37 @@ class InProcessHost : public TaskHost {
       }
       last_poll = now;
     }
+  }
+
+  // On a thread of the caller's class made for it, so that a step that hangs is left behind
+  // as on the side thread (a fill job's calibration would otherwise hang training with it).
+  HostStep StepAlone(double deadline_s) override {
+    if (!thread_) return Step(deadline_s, [] { return false; });
+    if (hung_ || !SettleInFlight()) {
+      HostStep out;
+      out.kind = HostStep::Kind::kFailed;
+      out.reason = "a call before it did not end";
+      return out;
+    }
+    Clock& clock = *core_->ctx.clock;
+    const double start = clock.Now();
+    std::shared_ptr<Core> core = core_;
+    SideThread alone(SideThread::Class::kCaller);
+    alone.Start([core, deadline_s] {
+      core->result = StepCore(*core, deadline_s, [] { return false; });
+      Snapshot(*core);
+    });
+    if (!alone.WaitFor(step_timeout_s_)) {
+      hung_ = true;  // the thread is left to it (its destructor detaches it)
+      HostStep out;
+      out.kind = HostStep::Kind::kFailed;
+      out.reason = absl::StrFormat(
+          "one step ran %.1f s without finishing (freeride.step_timeout_s): hung",
+          clock.Now() - start);
+      out.ran_s = clock.Now() - start;
+      return out;
+    }
+    return core_->result;
   }
 
   void Release() override {

@@ -1,5 +1,7 @@
 #include "freeride/side_thread.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -21,10 +23,16 @@ struct SideThread::State {
   std::thread thread;
 };
 
-SideThread::SideThread() : state_(std::make_shared<State>()) {
+SideThread::SideThread(Class sched) : state_(std::make_shared<State>()) {
   std::shared_ptr<State> s = state_;
-  s->thread = std::thread([s] {
-    const SchedClass lowered = LowerCallingThread();
+  s->thread = std::thread([s, sched] {
+    SchedClass lowered = SchedClass::kNormal;
+    if (sched == Class::kIdle) {
+      lowered = LowerCallingThread();
+    } else if (absl::StatusOr<ThreadSched> own = ReadThreadSched(getpid(), CurrentThreadId());
+               own.ok()) {
+      lowered = own->sched_class();
+    }
     std::unique_lock<std::mutex> lock(s->mu);
     s->sched_class = lowered;
     s->tid = CurrentThreadId();

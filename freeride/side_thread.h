@@ -19,7 +19,11 @@ namespace freeride {
 
 class SideThread {
  public:
-  SideThread();
+  // kIdle: the thread lowers itself first (side work). kCaller: it keeps the class of the
+  // thread that made it, for a call the caller waits for whatever it costs (a calibration step
+  // measured alone), run apart only so that a hung call can be left behind.
+  enum class Class { kIdle, kCaller };
+  explicit SideThread(Class sched = Class::kIdle);
   // Joins the thread, or, where a call still runs (a hung task), leaves it to end on its own:
   // whatever the call uses must be owned by the call (captured by value).
   ~SideThread();

@@ -60,6 +60,13 @@ class TaskHost {
   // in-process step runs to its end whatever the time. A done task with spec.repeat is
   // restarted first, within the same call (a worker's restart is paused like a step).
   virtual HostStep Step(double deadline_s, const std::function<bool()>& input_ready) = 0;
+  // A step measured alone, its caller waiting for it whatever it takes (calibration, before
+  // training or at the step boundary that admits a fill job): at the caller's scheduling class
+  // where the host can, since at the idle class it would take as long as other processes kept
+  // the cores busy, and its time would price the task at that. A host that cannot runs Step.
+  virtual HostStep StepAlone(double deadline_s) {
+    return Step(deadline_s, [] { return false; });
+  }
   // Unloads the task and ends whatever process it has. Idempotent.
   virtual void Release() = 0;
   // Kills it now (a failure): no Unload.

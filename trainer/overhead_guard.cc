@@ -79,23 +79,33 @@ std::optional<GuardDecision> OverheadGuard::Observe(int64_t step, double step_s)
   return Judge(step + 1);
 }
 
+Estimate OverheadGuard::LevelOverhead() const {
+  const size_t n = ratios_.size();
+  return MeanWithInterval(std::vector<double>(
+      ratios_.end() - static_cast<std::ptrdiff_t>(std::min<size_t>(n, options_.window)),
+      ratios_.end()));
+}
+
 std::optional<GuardDecision> OverheadGuard::Judge(int64_t step) {
   const size_t n = ratios_.size();
-  const std::vector<double> window(
-      ratios_.end() - static_cast<std::ptrdiff_t>(std::min<size_t>(n, options_.window)),
-      ratios_.end());
-  const Estimate e = MeanWithInterval(window);
+  const Estimate e = LevelOverhead();
   const int at = static_cast<int>(level_);
   GuardDecision d;
   d.step = step;
   d.from = level_;
   d.overhead = e;
-  if (e.known() && e.lo > options_.budget && level_ != SideLevel::kPaused) {
+  const double budget = options_.budget;
+  // "on": harm shown (the lower bound above the budget); "strict": no harmlessness shown once
+  // the level has had its pairs (the upper bound above it).
+  const bool over = options_.strict
+                        ? e.known() && static_cast<int>(n) >= options_.min_pairs && e.hi > budget
+                        : e.known() && e.lo > budget;
+  const bool holds = e.known() && (options_.strict ? e.hi <= budget : e.lo <= budget);
+  if (over && level_ != SideLevel::kPaused) {
     d.to = static_cast<SideLevel>(at + 1);
     required_[at] *= 2;  // this level is retried ever more rarely
     ++back_offs_;
-  } else if (level_ != SideLevel::kFull && static_cast<int>(n) >= required_[at - 1] &&
-             e.known() && e.lo <= options_.budget) {
+  } else if (level_ != SideLevel::kFull && static_cast<int>(n) >= required_[at - 1] && holds) {
     d.to = static_cast<SideLevel>(at - 1);
   } else {
     // A level that has held a whole window of pairs within the budget has shown what it costs:

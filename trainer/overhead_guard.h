@@ -1,16 +1,23 @@
-// The overhead budget, kept online (freeride.max_overhead, freeride.overhead_check = "on").
+// The overhead budget, kept online (freeride.max_overhead, freeride.overhead_check = "on" or
+// "strict").
 //
 // Training runs in cycles of a harvesting block and a plain block (no side work: the reference);
 // each harvesting block's mean step time is compared with the plain blocks on either side of it,
 // as a study pairs them (trainer/study_stats.h), which cancels drifts slower than a cycle (a
 // neighbour arriving on the host). The ratios at the current level of side work give a mean
-// with a 95% t-interval. When the interval's lower bound is above the budget, side work backs
-// off one level: shorter offers of each bubble, then fewer bubbles, then the costliest task
+// with a 95% t-interval. When the interval's lower bound is above the budget (under "strict":
+// when its upper bound is, once the level has held min_pairs), side work backs off one level: shorter offers of each bubble, then fewer bubbles, then the costliest task
 // benched, then no side work at all. A level is probed back up once it has held enough pairs
-// whose interval does not exclude the budget; each back-off from a level doubles the pairs the
+// whose interval does not exclude the budget (under "strict": whose interval is within it);
+// each back-off from a level doubles the pairs the
 // level below must hold before that level is tried again, so a level that costs too much is
 // retried ever more rarely instead of every few cycles (until a whole window of pairs at it
 // keeps the budget: then a back-off from it earlier was noise, or a neighbour since gone).
+//
+// "on" asks for evidence of harm before it backs off; "strict" for evidence of no harm before
+// it keeps a level. On a host whose step times vary by more than the budget between blocks
+// (a busy one), strict ends paused, and the plain pairs it still measures there (an A/A
+// interval) show why: no level with side work could be shown within the budget.
 //
 // Every rank feeds it the same step times (the mean over ranks, agreed in the step's sum), so
 // every rank takes the same decisions at the same step.
@@ -37,6 +44,7 @@ struct OverheadGuardOptions {
   int64_t harvest_steps = 6;   // steps per harvesting block
   int min_pairs = 3;           // pairs a level holds before it is probed up from
   int window = 12;             // the latest pairs at a level that its interval is taken over
+  bool strict = false;         // overhead_check = "strict": a level is kept only when shown
 };
 
 struct GuardDecision {
@@ -63,6 +71,8 @@ class OverheadGuard {
   const OverheadGuardOptions& options() const { return options_; }
   // Over every pair of the run, whatever the level (what the run cost in all).
   Estimate RunOverhead() const { return MeanWithInterval(all_ratios_); }
+  // Over the window of pairs at the current level (paused: plain against plain, the noise).
+  Estimate LevelOverhead() const;
   int64_t back_offs() const { return back_offs_; }
 
  private:

@@ -72,9 +72,10 @@ absl::Status Trainer::CreateSideTasks() {
   if (!side.ok()) return side.status();
   side_ = *std::move(side);
   executor_->set_bubble_hook(side_.get());
-  if (config_.freeride.overhead_check == "on") {
+  if (config_.freeride.overhead_check != "off") {
     OverheadGuardOptions guard;
     guard.budget = config_.freeride.max_overhead;
+    guard.strict = config_.freeride.overhead_check == "strict";
     if (const int64_t every = config_.freeride.alternate_every; every > 0) {
       guard.plain_steps = guard.harvest_steps = every;
     }
@@ -234,12 +235,22 @@ absl::Status Trainer::ReportHarvest() {
         : e->lo > b       ? absl::StrFormat("above the budget of %.1f%%", 100 * b)
         : e->hi <= b      ? absl::StrFormat("within the budget of %.1f%%", 100 * b)
                           : absl::StrFormat("not shown to exceed the budget of %.1f%%", 100 * b);
+    std::string why;
+    if (guard_->level() == SideLevel::kPaused) {
+      // Paused, the blocks still alternate, plain against plain: the host's own noise.
+      const Estimate noise = guard_->LevelOverhead();
+      why = guard_->options().strict && noise.known() && noise.hi > b
+                ? absl::StrFormat(
+                      " (no side work: with none, blocks still differ by %+.1f%% [%+.1f%%, "
+                      "%+.1f%%] here, so no level with side work can be shown within %.1f%%; "
+                      "overhead_check = \"on\" keeps side work until harm is shown)",
+                      100 * noise.mean, 100 * noise.lo, 100 * noise.hi, 100 * b)
+                : " (no side work: every level with some cost more than the budget here)";
+    }
     FR_LOG(INFO) << absl::StrFormat(
-        "overhead budget: %s over the run; %d back-offs; side work ended at level '%s'%s",
-        verdict, guard_->back_offs(), SideLevelName(guard_->level()),
-        guard_->level() == SideLevel::kPaused
-            ? " (no side work: every level with some cost more than the budget here)"
-            : "");
+        "overhead budget (%s): %s over the run; %d back-offs; side work ended at level '%s'%s",
+        guard_->options().strict ? "strict" : "on", verdict, guard_->back_offs(),
+        SideLevelName(guard_->level()), why);
   }
   WriteMetric(absl::StrFormat(
       "{\"kind\": \"harvest_summary\", \"step\": %d, \"overhead\": %s, \"overhead_ci\": %s, "

@@ -232,7 +232,7 @@ class Trainer {
   // harvested, with its time (alternating blocks give the overhead).
   std::unique_ptr<SideTaskExecutor> side_;
   std::unique_ptr<JobRunner> jobs_;
-  std::unique_ptr<OverheadGuard> guard_;  // freeride.overhead_check = "on", with side tasks
+  std::unique_ptr<OverheadGuard> guard_;  // overhead_check "on" or "strict", with side tasks
   int benched_task_ = -1;                 // the task the guard benched, if any
   std::vector<std::pair<bool, double>> timed_steps_;
   // Metrics rows (leader): the peak MFU is taken against, and training time so far (on the

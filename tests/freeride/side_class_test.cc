@@ -111,6 +111,23 @@ TEST(SchedClassTest, InProcessAndWorkerTasksRunInTheIdleClass) {
   EXPECT_NE(here->policy, SCHED_IDLE);  // the rank's own thread ran none of it
 }
 
+TEST(SchedClassTest, CalibrationStepsRunAtTheCallersClass) {
+  // Training waits for a calibration step whatever it costs (before it starts, or at the step
+  // boundary that admits a fill job): at the idle class it would last as long as every other
+  // process kept the cores busy, and its time would price the task at that.
+  auto ex = MakeExecutor({Misbehave("alone", "inprocess", 0.5)});
+  ASSERT_NE(ex, nullptr);
+  const TaskReport calibrated = ex->Report().tasks[0];
+  EXPECT_EQ(calibrated.state, "LOADED");
+  EXPECT_EQ(calibrated.steps, 0);  // calibration steps are not the task's harvested steps
+  const absl::StatusOr<ThreadSched> here = ReadThreadSched(getpid(), CurrentThreadId());
+  ASSERT_TRUE(here.ok());
+  EXPECT_EQ(PolicyOf(calibrated), std::make_pair(here->policy, here->nice)) << calibrated.summary;
+  // Its steps in bubbles are side work again.
+  EXPECT_TRUE(BubblesUntil(*ex, 0.010, 0.010, 2000, [&] { return ex->Report().tasks[0].steps > 0; }));
+  EXPECT_EQ(PolicyOf(ex->Report().tasks[0]).first, SCHED_IDLE) << ex->Report().tasks[0].summary;
+}
+
 TEST(SchedClassTest, ACommandsProgramRunsInTheIdleClass) {
   const std::filesystem::path stat_file =
       std::filesystem::path(ResultsDir()) / "cmd_r0" / "stat";

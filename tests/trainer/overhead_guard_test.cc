@@ -117,5 +117,49 @@ TEST(OverheadGuardTest, ABudgetAboveTheCostKeepsEverything) {
   EXPECT_NEAR(guard.RunOverhead().mean, 0.10, 0.01);
 }
 
+OverheadGuardOptions Strict() {
+  OverheadGuardOptions strict;
+  strict.strict = true;
+  return strict;
+}
+
+TEST(OverheadGuardTest, StrictKeepsOnlyWhatItShowsWithinTheBudget) {
+  // 0.5% a step, under 2% noise: "on" sees no harm and keeps full offers; "strict" cannot show
+  // the cost within 1% from a few pairs and backs off.
+  const std::vector<double> cost = {0.005, 0.005, 0.005, 0.005, 0};
+  OverheadGuard on({});
+  EXPECT_TRUE(Simulate(on, 800, cost, 0.02).decisions.empty());
+  OverheadGuard strict(Strict());
+  const Trace trace = Simulate(strict, 800, cost, 0.02);
+  ASSERT_FALSE(trace.decisions.empty());
+  const GuardDecision& first = trace.decisions.front();
+  EXPECT_TRUE(first.backed_off());
+  EXPECT_LE(first.overhead.lo, 0.01);  // no harm shown...
+  EXPECT_GT(first.overhead.hi, 0.01);  // ...and none ruled out
+  EXPECT_EQ(first.overhead.n, 3);      // after the level's min_pairs, not before
+  // On a quiet host (0.1% noise) a 0.3% cost is shown within the budget: kept by strict too.
+  OverheadGuard quiet(Strict());
+  EXPECT_TRUE(Simulate(quiet, 800, {0.003, 0.003, 0.003, 0.003, 0}, 0.001).decisions.empty());
+  EXPECT_LE(quiet.LevelOverhead().hi, 0.01);
+}
+
+TEST(OverheadGuardTest, StrictOnANoisyHostEndsPausedAndItsNoiseSaysWhy) {
+  // Steps vary by ±30% (two busy processes beside a 2-core run) and side work costs nothing:
+  // nothing can be shown within 1%, so strict pauses, and the plain-against-plain pairs it
+  // measures there are wider than the budget: the reason, not a cost.
+  OverheadGuard strict(Strict());
+  const Trace trace = Simulate(strict, 800, {0, 0, 0, 0, 0}, 0.30);
+  EXPECT_EQ(strict.level(), SideLevel::kPaused);
+  int harvesting_levels = 0;
+  for (int level = 0; level < kNumSideLevels - 1; ++level) {
+    harvesting_levels += trace.steps_at_level[level];
+  }
+  EXPECT_GT(trace.steps_at_level[static_cast<int>(SideLevel::kPaused)], 3 * harvesting_levels);
+  const Estimate noise = strict.LevelOverhead();
+  ASSERT_TRUE(noise.known());
+  EXPECT_TRUE(noise.covers(0.0));
+  EXPECT_GT(noise.hi, 0.01);
+}
+
 }  // namespace
 }  // namespace freeride

@@ -226,14 +226,18 @@ std::vector<KeySpec> BuildSchema() {
           .Max(1)
           .Doc("The overhead budget: the share by which side work may lengthen training steps "
                "(0.01: 1%). With overhead_check on, side work backs off when the measured "
-               "interval's lower bound is above it (docs/side_tasks.md#the-overhead-budget)."),
+               "interval's lower bound is above it; strict, when its upper bound is "
+               "(docs/side_tasks.md#the-overhead-budget)."),
       FR_KEY(freeride, overhead_check)
-          .Choices({"on", "off"})
+          .Choices({"on", "strict", "off"})
           .Doc("Keep the budget online: cycles of harvesting and plain blocks (alternate_every "
                "steps each; 0: 6 harvesting and 2 plain), the overhead of each harvesting block "
                "against its plain neighbours, and back-offs (shorter offers, fewer bubbles, the "
                "costliest task benched, paused) while it is over max_overhead, probing back up "
-               "when it is not. Off: side work runs in every step (or as alternate_every says)."),
+               "when it is not. On: backs off when the interval's lower bound is above the "
+               "budget (harm shown). Strict: keeps a level only while the interval's upper bound "
+               "is within it (harmlessness shown); on a noisy host it ends paused and says why. "
+               "Off: side work runs in every step (or as alternate_every says)."),
       FR_KEY(freeride, calibration_steps)
           .Min(1)
           .Doc("Steps of each task run alone before training: their median starts the step-time "
