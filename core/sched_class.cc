@@ -5,6 +5,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -39,6 +41,30 @@ SchedClass LowerCallingThread() {
     return SchedClass::kLowestNice;
   }
   return SchedClass::kNormal;
+}
+
+absl::StatusOr<SchedClass> LowerProcess(pid_t pid) {
+  std::error_code error;
+  const std::filesystem::path tasks = absl::StrFormat("/proc/%d/task", pid);
+  SchedClass least = SchedClass::kIdle;
+  int threads = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(tasks, error)) {
+    pid_t tid = 0;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &tid)) continue;
+    ++threads;
+    const sched_param param{};
+    if (sched_setscheduler(tid, SCHED_IDLE, &param) == 0) continue;
+    if (setpriority(PRIO_PROCESS, static_cast<id_t>(tid), 19) == 0) {
+      if (least == SchedClass::kIdle) least = SchedClass::kLowestNice;
+    } else if (errno != ESRCH) {  // a thread that ended meanwhile needs nothing
+      least = SchedClass::kNormal;
+    }
+  }
+  if (threads == 0) {
+    return absl::NotFoundError(absl::StrFormat("no thread of process %d in %s", pid,
+                                               tasks.string()));
+  }
+  return least;
 }
 
 void LowerThisProcessAfterFork() {

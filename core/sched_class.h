@@ -30,6 +30,12 @@ SchedClass LowerCallingThread();
 // threads inherit it).
 void LowerThisProcessAfterFork();
 
+// Every thread of process `pid` (another process of this user: a side-task worker that was
+// measured alone first) into SCHED_IDLE, else nice 19; threads it makes later inherit it from
+// their maker. Returns the class of the threads that went lowest least (kNormal where one was
+// refused both), or an error where /proc lists no thread of it.
+absl::StatusOr<SchedClass> LowerProcess(pid_t pid);
+
 // A thread's policy and nice value, as /proc/<pid>/task/<tid>/stat shows them (fields 41 and
 // 19): what a test reads back to check the class of a side thread or worker.
 struct ThreadSched {

@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "core/child_process.h"
+#include "core/sched_class.h"
 #include "core/timer.h"
 #include "freeride/task_host.h"
 #include "freeride/worker_protocol.h"
@@ -88,7 +89,9 @@ class WorkerHost : public TaskHost {
                   "--results", options_.results_dir};
     child.pass_fd = fds[1];
     child.env = MpsEnvironment(spec_);
-    child.idle_class = true;  // side work: a core only when no training thread wants it
+    // Created, loaded and measured alone at the training's class (the rank waits for those
+    // whatever they take), then lowered to the idle class before its first step in a bubble.
+    child.idle_class = false;
     absl::StatusOr<ChildProcess> started = ChildProcess::Start(child);
     close(fds[1]);
     if (!started.ok()) {
@@ -125,11 +128,27 @@ class WorkerHost : public TaskHost {
     return absl::OkStatus();
   }
 
+  // At the class it was started in (the caller's): lowered only for steps in bubbles.
+  HostStep StepAlone(double deadline_s) override {
+    measuring_alone_ = true;
+    HostStep out = Step(deadline_s, [] { return false; });
+    measuring_alone_ = false;
+    return out;
+  }
+
   HostStep Step(double deadline_s, const std::function<bool()>& input_ready) override {
     HostStep out;
     Clock& clock = ClockOr(options_.clock);
     const double start = clock.Now();
     if (!child_.running()) return Failed(out, start, "the worker is gone");
+    if (!lowered_ && !measuring_alone_) {
+      // Side work: a core only when no training thread wants one. Between steps the worker
+      // waits for a message, so no thread of it is being made meanwhile.
+      if (absl::StatusOr<SchedClass> c = LowerProcess(child_.ProgramPid()); !c.ok()) {
+        return Died(out, start);
+      }
+      lowered_ = true;
+    }
     if (!in_flight_) {
       // On the system clock, which the worker shares (exact, whatever the message's latency);
       // a simulated deadline is sent as the same time left on it.
@@ -298,6 +317,8 @@ class WorkerHost : public TaskHost {
   int fd_ = -1;
   bool in_flight_ = false, fills_ = false, done_ = false;
   bool latency_ = false, pending_ = false;  // latency-sensitive; work waited at the last step
+  bool lowered_ = false;          // moved to the idle class (before its first step in a bubble)
+  bool measuring_alone_ = false;  // in StepAlone
   double step_ran_s_ = 0, declared_s_ = 0;
   std::string unit_ = "steps", summary_;
   std::string cap_note_;  // how the worker applied memory_limit (its answer to load)

@@ -93,6 +93,14 @@ std::pair<int, int> PolicyOf(const TaskReport& t) {
   return {policy, nice};
 }
 
+// The same of its first step, a calibration step ("first step: P nice N").
+std::pair<int, int> FirstStepPolicyOf(const TaskReport& t) {
+  int policy = -1, nice = 0;
+  const size_t at = t.summary.find("first step: ");
+  if (at != std::string::npos) sscanf(t.summary.c_str() + at, "first step: %d nice %d", &policy, &nice);
+  return {policy, nice};
+}
+
 TEST(SchedClassTest, InProcessAndWorkerTasksRunInTheIdleClass) {
   auto ex = MakeExecutor({Misbehave("inprocess", "inprocess", 0.5),
                           Misbehave("worker", "process", 0.5)});
@@ -114,18 +122,28 @@ TEST(SchedClassTest, InProcessAndWorkerTasksRunInTheIdleClass) {
 TEST(SchedClassTest, CalibrationStepsRunAtTheCallersClass) {
   // Training waits for a calibration step whatever it costs (before it starts, or at the step
   // boundary that admits a fill job): at the idle class it would last as long as every other
-  // process kept the cores busy, and its time would price the task at that.
-  auto ex = MakeExecutor({Misbehave("alone", "inprocess", 0.5)});
+  // process kept the cores busy, and its time would price the task at that. In process and in
+  // a worker, the steps measured alone run at the caller's class, and those in bubbles at the
+  // idle class.
+  auto ex = MakeExecutor({Misbehave("alone", "inprocess", 0.5),
+                          Misbehave("alone_worker", "process", 0.5)});
   ASSERT_NE(ex, nullptr);
   const TaskReport calibrated = ex->Report().tasks[0];
   EXPECT_EQ(calibrated.state, "LOADED");
   EXPECT_EQ(calibrated.steps, 0);  // calibration steps are not the task's harvested steps
   const absl::StatusOr<ThreadSched> here = ReadThreadSched(getpid(), CurrentThreadId());
   ASSERT_TRUE(here.ok());
-  EXPECT_EQ(PolicyOf(calibrated), std::make_pair(here->policy, here->nice)) << calibrated.summary;
-  // Its steps in bubbles are side work again.
-  EXPECT_TRUE(BubblesUntil(*ex, 0.010, 0.010, 2000, [&] { return ex->Report().tasks[0].steps > 0; }));
-  EXPECT_EQ(PolicyOf(ex->Report().tasks[0]).first, SCHED_IDLE) << ex->Report().tasks[0].summary;
+  const std::pair<int, int> callers = {here->policy, here->nice};
+  EXPECT_EQ(PolicyOf(calibrated), callers) << calibrated.summary;
+  EXPECT_TRUE(BubblesUntil(*ex, 0.010, 0.010, 2000, [&] {
+    const HarvestReport r = ex->Report();
+    return r.tasks[0].steps > 0 && r.tasks[1].steps > 0;
+  }));
+  ex->Finish();  // a worker's summary comes with its unload
+  for (const TaskReport& t : ex->Report().tasks) {
+    EXPECT_EQ(FirstStepPolicyOf(t), callers) << t.name << ": " << t.summary;
+    EXPECT_EQ(PolicyOf(t).first, SCHED_IDLE) << t.name << ": " << t.summary;
+  }
 }
 
 TEST(SchedClassTest, ACommandsProgramRunsInTheIdleClass) {

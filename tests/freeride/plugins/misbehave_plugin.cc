@@ -50,6 +50,7 @@ class MisbehaveTask : public freeride::SideTask {
 
   absl::StatusOr<double> Step(freeride::SideTaskContext& ctx) override {
     ReadOwnSched();
+    if (steps_ == 0) first_policy_ = policy_, first_nice_ = nice_;
     if (steps_++ >= after_) Misbehave();
     if (mode_ == "slow" && steps_ > after_ &&
         (slow_steps_ == 0 || steps_ <= after_ + slow_steps_)) {
@@ -62,7 +63,8 @@ class MisbehaveTask : public freeride::SideTask {
   }
   std::string UnitName() const override { return "steps"; }
   std::string Summary() const override {
-    return absl::StrFormat("%d steps, policy %d nice %d", steps_, policy_, nice_);
+    return absl::StrFormat("%d steps, policy %d nice %d (first step: %d nice %d)", steps_,
+                           policy_, nice_, first_policy_, first_nice_);
   }
 
  private:
@@ -113,7 +115,8 @@ class MisbehaveTask : public freeride::SideTask {
   std::string mode_;
   int64_t after_ = 0, steps_ = 0, slow_steps_ = 0;
   double step_s_ = 1e-3, slow_s_ = 0.05, growth_ = 1;
-  int policy_ = -1, nice_ = 0;
+  int policy_ = -1, nice_ = 0;  // of the last step's thread
+  int first_policy_ = -1, first_nice_ = 0;
   std::vector<std::vector<char>> hoard_;
 };
 
