@@ -372,12 +372,25 @@ double SideTaskExecutor::ReserveStart(const Task& task, double stop_at) const {
   return start;
 }
 
-SideTaskExecutor::Task* SideTaskExecutor::Pick(double remaining, bool pollable) {
+bool SideTaskExecutor::LatencyWorkWaits() const {
+  for (size_t index = 0; index < tasks_.size(); ++index) {
+    const TaskHost& host = *tasks_[index]->host;
+    if (Offered(index) && host.latency_sensitive() && host.has_pending_work()) return true;
+  }
+  return false;
+}
+
+bool SideTaskExecutor::latency_sensitive(int id) const {
+  return tasks_[id]->host->latency_sensitive();
+}
+
+SideTaskExecutor::Task* SideTaskExecutor::Pick(const Window& latency, const Window& work) {
   // Latency-sensitive work with requests waiting goes first, whatever the priorities (a fill
   // job's included) and the demotions: a client waits on each of its steps, and a throughput
   // task only loses time it gets back in a later bubble.
   bool waiting = false;
   for (const bool demoted : {false, true}) {
+    if (!latency.open) break;
     for (const int index : order_) {
       Task& t = *tasks_[index];
       if (!Offered(index) || t.demoted != demoted || !t.host->latency_sensitive() ||
@@ -385,9 +398,12 @@ SideTaskExecutor::Task* SideTaskExecutor::Pick(double remaining, bool pollable) 
         continue;
       }
       waiting = true;
-      if (Fits(t, remaining, pollable)) return &t;
+      if (Fits(t, latency.remaining, latency.until_input)) return &t;
     }
   }
+  if (!work.open) return nullptr;
+  double remaining = work.remaining;
+  bool pollable = work.until_input;
   // While requests wait, throughput work starts only where it ends before the reserve, which
   // is measured from the predicted end even where the input can be polled.
   if (waiting) {
@@ -442,15 +458,23 @@ void SideTaskExecutor::OnBubble(const pipeline::Instr& bubble, int index, double
   const double own = predicted_[harvesting_][index];
   const double predicted = own > 0 ? own : predicted_[!harvesting_][index];
   open_.predicted = predicted;
-  if (!harvesting_ || predicted <= 0 || tasks_.empty()) return;  // measure first
-  if (offered_++ % offer_stride_ != 0) return;  // a bubble the overhead guard leaves out
+  if (predicted <= 0 || tasks_.empty()) return;  // measure first
+  // Throughput work runs in harvesting blocks, in the bubbles the overhead guard's level
+  // offers. Requests that wait are served in every bubble (plain blocks, the guard's paused
+  // level and the bubbles it leaves out included): a client would otherwise wait out a whole
+  // plain block, seconds on a busy host, whatever its target.
+  const bool throughput = harvesting_ && offered_++ % offer_stride_ == 0;
+  if (!throughput && !LatencyWorkWaits()) return;
+  const double share = throughput ? offer_share_ : 1.0;
   const std::function<bool()>& ready = open_.pollable ? input_ready : kNever;
   open_.predicted_end = start_s + predicted;
-  // The deadline: the predicted end less the margin (of the share the guard offers). Where the
-  // input can be polled, a task that can be paused (or stops itself) runs until it lands
-  // instead, unless the guard offers only a share.
-  const double stop_at = start_s + predicted * (1.0 - options_.margin) * offer_share_;
-  const bool until_input = open_.pollable && offer_share_ >= 1.0;
+  // The deadlines: the predicted end less the margin, of the share the guard offers throughput
+  // work (waiting requests have the whole bubble). Where the input can be polled, a task that
+  // can be paused (or stops itself) runs until it lands instead, unless the guard offers
+  // throughput work only a share.
+  const double full_stop = start_s + predicted * (1.0 - options_.margin);
+  const double stop_at = start_s + predicted * (1.0 - options_.margin) * share;
+  const bool until_input = open_.pollable && share >= 1.0;
   bool ran_since_poll = false;
   while (true) {
     const double now = clock().Now();
@@ -458,15 +482,20 @@ void SideTaskExecutor::OnBubble(const pipeline::Instr& bubble, int index, double
       open_.overran = ran_since_poll;
       break;
     }
-    if (!until_input && now >= stop_at) break;
+    const Window latency{full_stop - now, open_.pollable, open_.pollable || now < full_stop};
+    const Window work{stop_at - now, until_input, throughput && (until_input || now < stop_at)};
+    if (!latency.open && !work.open) break;
     ran_since_poll = false;
-    Task* task = Pick(stop_at - now, until_input);
+    Task* task = Pick(latency, work);
     if (task == nullptr) break;
     int which = 0;
     while (tasks_[which].get() != task) ++which;
+    const bool latency_task = task->host->latency_sensitive();
     double deadline = now + StepNeeds(*task);
     if (task->runs_until_deadline()) {
-      deadline = until_input ? start_s + kPollableBubbleLimit * predicted : stop_at;
+      deadline = (latency_task ? latency.until_input : until_input)
+                     ? start_s + kPollableBubbleLimit * predicted
+                     : (latency_task ? full_stop : stop_at);
     }
     const double reserve_start = ReserveStart(*task, stop_at);
     deadline = std::min(deadline, reserve_start);

@@ -101,12 +101,14 @@ class SideTaskExecutor : public pipeline::BubbleHook {
                 const std::function<bool()>& input_ready) override;
   void OnBubbleEnd(int index, double end_s) override;
 
-  // Off: bubbles are still measured (for the predictions), nothing runs in them and they stay
-  // out of the report (the overhead's reference blocks).
+  // Off: bubbles are still measured (for the predictions), no throughput work runs in them and
+  // they stay out of the report (the overhead's reference blocks); requests waiting for a
+  // latency-sensitive task are still served there.
   void set_harvesting(bool on) { harvesting_ = on; }
-  // How much of the bubbles side work is offered (the overhead guard's levels,
+  // How much of the bubbles throughput work is offered (the overhead guard's levels,
   // trainer/overhead_guard.h): `share` of each bubble's predicted time less the margin, even
   // where the input can be polled, and only every `stride`-th bubble; (1, 1) offers all.
+  // Waiting requests are served in every bubble, whole.
   void set_offer(double share, int stride);
   // A benched task is offered no bubble until unbenched (the guard's costliest task).
   void set_benched(int id, bool benched);
@@ -126,6 +128,8 @@ class SideTaskExecutor : public pipeline::BubbleHook {
   void StopTask(int id);
   TaskState task_state(int id) const;
   TaskReport task_report(int id) const;
+  // SideTask::LatencySensitive of task `id` (serve).
+  bool latency_sensitive(int id) const;
   // Whether task `id` runs until each bubble's end (imperative): it has no step time to fit.
   bool fills_bubble(int id) const;
   // The longest of the bubbles of the last step, as predicted from those measured so far (0
@@ -154,7 +158,19 @@ class SideTaskExecutor : public pipeline::BubbleHook {
   };
   explicit SideTaskExecutor(const ExecutorOptions& options);
   void Calibrate(Task& task);
-  Task* Pick(double remaining, bool pollable);
+  // What one class of side work may still use of the open bubble: the time to its deadline,
+  // whether it may run on until the input lands instead, and whether it may start at all.
+  struct Window {
+    double remaining = 0;
+    bool until_input = false;
+    bool open = false;
+  };
+  // The next step: a latency-sensitive task with requests waiting, in `latency`'s window (the
+  // whole bubble, in every bubble), else a throughput task in `work`'s (the harvesting blocks'
+  // bubbles, the share the overhead guard offers).
+  Task* Pick(const Window& latency, const Window& work);
+  // Whether an offered latency-sensitive task has requests waiting.
+  bool LatencyWorkWaits() const;
   // Whether task `index` is loaded and among those offered bubbles.
   bool Offered(size_t index) const;
   // Whether `task`'s next step fits the time left (a task that runs until a deadline needs a

@@ -35,11 +35,13 @@ void Trainer::ApplySideLevel(SideLevel level) {
     side_->set_benched(benched_task_, false);
     benched_task_ = -1;
   } else if (bench && benched_task_ < 0) {
-    // The costliest: the one that has taken the most bubble time on this rank.
+    // The costliest: the throughput task that has taken the most bubble time on this rank
+    // (serving is never benched: its requests are served in every bubble).
     const HarvestReport report = side_->Report();
     double most = 0;
     for (size_t id = 0; id < report.tasks.size(); ++id) {
-      if (report.tasks[id].state == "LOADED" && report.tasks[id].harvested_s > most) {
+      if (report.tasks[id].state == "LOADED" && report.tasks[id].harvested_s > most &&
+          !side_->latency_sensitive(static_cast<int>(id))) {
         most = report.tasks[id].harvested_s;
         benched_task_ = static_cast<int>(id);
       }

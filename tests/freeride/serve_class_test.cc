@@ -158,6 +158,41 @@ TEST(ServeClassTest, WaitingRequestsGoAheadOfAHigherPriorityTaskAndFillJob) {
   EXPECT_TRUE(StepsOf(*ex, 0, start).empty());
 }
 
+TEST(ServeClassTest, WaitingRequestsAreServedInPlainBlocksAndBubblesTheGuardLeavesOut) {
+  // Before, a plain block (the overhead's reference) or the guard's paused level ran nothing:
+  // a request waited out the whole block, 2.5-10 s beside a busy host against a 1 s target.
+  auto ex = MakeExecutor({Spin(1.0, 5), Server(1.0, 0)});
+  Bubble(*ex, 0.010);  // measured
+  ex->set_harvesting(false);
+  TheClients() = {2, TestClock().Now()};
+  double start = Bubble(*ex, 0.010);
+  EXPECT_EQ(StepsOf(*ex, 1, start).size(), 2u);
+  EXPECT_TRUE(StepsOf(*ex, 0, start).empty());  // no throughput work in a plain block
+  EXPECT_EQ(TheClients().requests, 0);
+  start = Bubble(*ex, 0.010);  // none waiting: nothing runs
+  EXPECT_TRUE(StepsOf(*ex, 0, start).empty());
+  EXPECT_TRUE(StepsOf(*ex, 1, start).empty());
+  // "Fewer bubbles": throughput work in every other bubble, on half of it; waiting requests
+  // in each, on all of it.
+  ex->set_harvesting(true);
+  ex->set_offer(0.5, 2);
+  TheClients() = {100, TestClock().Now()};
+  const double first = Bubble(*ex, 0.010);
+  const double second = Bubble(*ex, 0.010);
+  const size_t served_both = StepsOf(*ex, 1, first).size();
+  const size_t served_second = StepsOf(*ex, 1, second).size();
+  EXPECT_EQ(served_second, 9u);  // 1 ms steps to the deadline, 9 ms
+  EXPECT_EQ(served_both - served_second, 9u);
+  TheClients() = {};
+  const double third = Bubble(*ex, 0.010);
+  const double fourth = Bubble(*ex, 0.010);
+  const size_t spun_both = StepsOf(*ex, 0, third).size();
+  const size_t spun_fourth = StepsOf(*ex, 0, fourth).size();
+  // 1 ms steps in half of the 9 ms, in one of the two bubbles.
+  EXPECT_EQ(spun_both, 4u);
+  EXPECT_TRUE(spun_fourth == 0u || spun_fourth == 4u) << spun_fourth;
+}
+
 TEST(ServeClassTest, ThroughputWorkStopsAtTheReserveWhereRequestsWait) {
   // 10 ms predicted, margin 0.1: side work until 9 ms; serve_reserve = 0.3 keeps 3 ms, from 6.
   auto ex = MakeExecutor({Filler(5), Server(1.0, 0)}, 0.3);
