@@ -32,16 +32,16 @@ const char* SchedClassName(SchedClass c) {
 
 pid_t CurrentThreadId() { return static_cast<pid_t>(syscall(SYS_gettid)); }
 
-SchedClass LowerCallingThread() {
-  // With pid 0 both calls act on the calling thread alone (Linux's thread-level scheduling;
-  // setpriority's PRIO_PROCESS takes a thread id).
+SchedClass LowerThread(pid_t tid) {
+  // Both calls act on the one thread (Linux's thread-level scheduling; setpriority's
+  // PRIO_PROCESS takes a thread id).
   const sched_param param{};
-  if (sched_setscheduler(0, SCHED_IDLE, &param) == 0) return SchedClass::kIdle;
-  if (setpriority(PRIO_PROCESS, static_cast<id_t>(CurrentThreadId()), 19) == 0) {
-    return SchedClass::kLowestNice;
-  }
+  if (sched_setscheduler(tid, SCHED_IDLE, &param) == 0) return SchedClass::kIdle;
+  if (setpriority(PRIO_PROCESS, static_cast<id_t>(tid), 19) == 0) return SchedClass::kLowestNice;
   return SchedClass::kNormal;
 }
+
+SchedClass LowerCallingThread() { return LowerThread(CurrentThreadId()); }
 
 absl::StatusOr<SchedClass> LowerProcess(pid_t pid) {
   std::error_code error;

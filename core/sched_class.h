@@ -26,6 +26,9 @@ const char* SchedClassName(SchedClass c);
 // Returns the class it is in afterwards (kNormal where both were refused).
 SchedClass LowerCallingThread();
 
+// The same for thread `tid` of this process (another thread than the caller, perhaps).
+SchedClass LowerThread(pid_t tid);
+
 // The same for a child between fork and exec: async-signal-safe, the whole new process (its
 // threads inherit it).
 void LowerThisProcessAfterFork();

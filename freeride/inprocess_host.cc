@@ -5,7 +5,9 @@
 // input landed, the deadline came); a step still running then goes on at the idle class and the
 // next bubble collects it, as a paused worker is resumed. Its unload runs there too, not waited
 // for; its create and load run on the calling thread (see Create), and its calibration steps on
-// a thread of the caller's class (StepAlone). A step that runs past
+// a thread of the caller's class (StepAlone). A latency-sensitive task (serve) steps at the
+// caller's class inside the bubble, on a thread lowered to the idle class where a step outlives
+// it. A step that runs past
 // freeride.step_timeout_s fails the task as hung, and training goes on. On a simulated clock
 // (tests of the executor's logic) the calls run on the calling thread, whose time is the
 // clock's.
@@ -178,6 +180,10 @@ class InProcessHost : public TaskHost {
       fills_bubble_ = core_->impl->FillsBubble();
       declared_step_s_ = core_->impl->DeclaredStepSeconds();
       latency_sensitive_ = core_->impl->LatencySensitive();
+      // A client waits on each of its steps: in the bubble they run at the training's class
+      // (the rank's own share of the host, which its training thread leaves while it waits),
+      // lowered where one outlives it (Step).
+      if (latency_sensitive_ && thread_) thread_ = MakeBubbleThread();
     }
     return s;
   }
@@ -199,6 +205,11 @@ class InProcessHost : public TaskHost {
     if (!in_flight_) {
       core_->input_landed = false;
       step_began_ = start;
+      // A thread lowered when its step outlived a bubble is spent: a fresh one of the caller's
+      // class takes the next step.
+      if (latency_sensitive_ && thread_->sched_class() != caller_class_) {
+        thread_ = MakeBubbleThread();
+      }
       std::shared_ptr<Core> core = core_;
       thread_->Start([core, deadline_s] {
         core->result =
@@ -232,6 +243,7 @@ class InProcessHost : public TaskHost {
       if (ready) core_->input_landed = true;
       if (ready || now >= deadline_s) {
         // The step goes on at the idle class; the next bubble collects it.
+        if (latency_sensitive_) thread_->Lower();
         out.kind = HostStep::Kind::kPaused;
         out.ran_s = now - start;
         out.late_s = ready ? now - last_poll : 0;
@@ -284,6 +296,7 @@ class InProcessHost : public TaskHost {
     // finished PageRank unloaded beside two busy processes, 2026-11-26). The next call on this
     // host, or its end, waits for it.
     std::shared_ptr<Core> core = core_;
+    thread_->Lower();  // outside any bubble
     thread_->Start([core] {
       UnloadCore(*core);
       Snapshot(*core);
@@ -346,8 +359,15 @@ class InProcessHost : public TaskHost {
     return true;
   }
 
+  std::unique_ptr<SideThread> MakeBubbleThread() {
+    auto thread = std::make_unique<SideThread>(SideThread::Class::kCaller);
+    caller_class_ = thread->sched_class();
+    return thread;
+  }
+
   std::shared_ptr<Core> core_;
   std::unique_ptr<SideThread> thread_;  // null on a simulated clock
+  SchedClass caller_class_ = SchedClass::kNormal;  // of a latency-sensitive task's fresh thread
   double step_timeout_s_;
   bool in_flight_ = false;  // a call started on the side thread has not been collected
   bool unloading_ = false;  // that call is Release's unload, not a step

@@ -86,6 +86,12 @@ bool SideThread::busy() const {
   return state_->running;
 }
 
+void SideThread::Lower() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (state_->sched_class != SchedClass::kNormal) return;
+  state_->sched_class = LowerThread(state_->tid);
+}
+
 SchedClass SideThread::sched_class() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->sched_class;

@@ -37,6 +37,11 @@ class SideThread {
   bool WaitFor(double timeout_s);
   bool busy() const;
 
+  // Moves the thread to the idle class now (SCHED_IDLE, else nice 19), from any thread, a call
+  // running on it or not: a thread of the caller's class whose call outlived the bubble it was
+  // given. There is no way back without privilege: the thread is spent for that class.
+  void Lower();
+
   // The class the thread got, and its id (for /proc).
   SchedClass sched_class() const;
   pid_t tid() const;

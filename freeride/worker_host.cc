@@ -141,9 +141,11 @@ class WorkerHost : public TaskHost {
     Clock& clock = ClockOr(options_.clock);
     const double start = clock.Now();
     if (!child_.running()) return Failed(out, start, "the worker is gone");
-    if (!lowered_ && !measuring_alone_) {
-      // Side work: a core only when no training thread wants one. Between steps the worker
-      // waits for a message, so no thread of it is being made meanwhile.
+    // Throughput work: a core only when no training thread wants one. Between steps the worker
+    // waits for a message, so no thread of it is being made meanwhile. A latency-sensitive
+    // worker keeps the training's class: a client waits on each of its steps, and it runs only
+    // inside bubbles anyway (stopped at each one's end).
+    if (!lowered_ && !measuring_alone_ && !latency_) {
       if (absl::StatusOr<SchedClass> c = LowerProcess(child_.ProgramPid()); !c.ok()) {
         return Died(out, start);
       }

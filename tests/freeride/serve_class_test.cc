@@ -342,62 +342,6 @@ TEST(ServeClassTest, AWorkerRelaysItsClass) {
   (*other)->Release();
 }
 
-TEST(ServeClassTest, AWorkerSaysWhenRequestsWait) {
-  // In a worker, whether requests wait is as of its last step (it is stopped between bubbles):
-  // a request admitted and unfinished at a step's end is work waiting, and the executor picks
-  // the worker first in the next bubble.
-  HostOptions options;
-  options.results_dir = ::testing::TempDir() + "/serve_class_worker_waits";
-  ASSERT_TRUE(MakeDirectories(options.results_dir).ok());
-  const SideTaskSpec serve = {
-      "serve",
-      "serve",
-      "",
-      0,
-      0,
-      {{"checkpoint", std::string("tests/data/gpt2_golden/model.bin")}, {"port", int64_t{0}}},
-      "process"};
-  absl::StatusOr<std::unique_ptr<TaskHost>> host = MakeTaskHost(serve, options);
-  ASSERT_TRUE(host.ok()) << host.status();
-  ASSERT_TRUE((*host)->Create().ok());
-  ASSERT_TRUE((*host)->Load().ok());
-  auto step = [&] { return (*host)->Step(MonotonicSeconds() + 10, [] { return false; }); };
-  ASSERT_EQ(step().kind, HostStep::Kind::kDone);
-  EXPECT_FALSE((*host)->has_pending_work());
-  absl::StatusOr<std::string> address = ReadFile(options.results_dir + "/address");
-  ASSERT_TRUE(address.ok()) << address.status();
-  const int port = std::stoi(address->substr(address->rfind(':') + 1));
-  std::atomic<bool> answered{false};
-  int status = 0;
-  std::thread client([&] {
-    httplib::Client http("127.0.0.1", port);
-    http.set_read_timeout(120, 0);
-    httplib::Result res =
-        http.Post("/v1/completions", R"({"prompt": "a", "max_tokens": 4})", "application/json");
-    status = res ? res->status : -1;
-    answered = true;
-  });
-  httplib::Client http("127.0.0.1", port);
-  const double give_up = MonotonicSeconds() + 60;
-  auto queued = [&] {
-    httplib::Result res = http.Get("/metrics?format=json");
-    return res && nlohmann::json::parse(res->body)["queue"] == 1;
-  };
-  while (!queued() && MonotonicSeconds() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  // A step's round prefills or decodes the request, which still has tokens to come.
-  const HostStep admitted = step();
-  EXPECT_EQ(admitted.kind, HostStep::Kind::kDone) << admitted.reason;
-  EXPECT_FALSE(admitted.idle);
-  EXPECT_TRUE((*host)->has_pending_work());
-  while (!answered && MonotonicSeconds() < give_up) step();
-  client.join();
-  EXPECT_EQ(status, 200);
-  EXPECT_FALSE((*host)->has_pending_work());  // its last step finished it
-  (*host)->Release();
-}
-
 TEST(ServeClassTest, TheQueueCountsRequestsThatMetTheTargetTimeToFirstToken) {
   serve::Queue queue(8, /*target_ttft_ms=*/100);
   for (const double first_token_s : {0.050, 0.100, 0.250}) {

@@ -14,7 +14,9 @@
 #include <thread>
 
 #include "core/sched_class.h"
+#include "core/timer.h"
 #include "freeride/executor.h"
+#include "freeride/side_task.h"
 #include "freeride/side_thread.h"
 #include "gtest/gtest.h"
 #include "tests/freeride/synthetic_bubbles.h"
@@ -43,6 +45,70 @@ SideTaskSpec Misbehave(const std::string& name, const std::string& isolation, do
                     {{"mode", std::string("ok")}, {"step_ms", step_ms}}};
   spec.isolation = isolation;
   return spec;
+}
+
+// A latency-sensitive task with requests always waiting; each step spins `step_ms` of real time
+// and records the policy of its thread as it begins and as it ends.
+struct Probe {
+  std::atomic<int> steps{0};
+  std::atomic<int> first_policy{-1}, last_start_policy{-1}, last_end_policy{-1};
+  std::atomic<int> ends_lowered{0};  // steps that ended at the idle class
+};
+Probe& TheProbe() {
+  static Probe probe;
+  return probe;
+}
+class ProbeServer : public SideTask {
+ public:
+  absl::Status Create(SideTaskContext& ctx) override {
+    absl::StatusOr<double> step = ArgReader(ctx.name, *ctx.args).Number("step_ms", 1, 0.01, 1e3);
+    if (!step.ok()) return step.status();
+    step_s_ = *step / 1e3;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<double> Step(SideTaskContext&) override {
+    Probe& p = TheProbe();
+    const int start = sched_getscheduler(0);
+    if (p.steps.fetch_add(1) == 0) p.first_policy = start;
+    p.last_start_policy = start;
+    const double until = MonotonicSeconds() + step_s_;
+    while (MonotonicSeconds() < until) {
+    }
+    p.last_end_policy = sched_getscheduler(0);
+    if (p.last_end_policy == SCHED_IDLE) p.ends_lowered += 1;
+    return 1.0;
+  }
+  bool LatencySensitive() const override { return true; }
+  bool HasPendingWork() const override { return true; }
+
+ private:
+  double step_s_ = 1e-3;
+};
+FREERIDE_REGISTER_SIDE_TASK(ProbeServer, "class_probe_server");
+
+TEST(SchedClassTest, ALatencySensitiveStepRunsAtTheCallersClassUntilItOutlivesItsBubble) {
+  // A client waits on each step: inside the bubble it takes the rank's own share (the training
+  // thread is waiting), and a step still running at the bubble's end goes on at the idle class.
+  const absl::StatusOr<ThreadSched> here = ReadThreadSched(getpid(), CurrentThreadId());
+  ASSERT_TRUE(here.ok());
+  SideTaskSpec spec{"class_probe_server", "probe", "", 0, 0, {{"step_ms", 0.5}}};
+  auto ex = MakeExecutor({spec});
+  ASSERT_NE(ex, nullptr);
+  Probe& p = TheProbe();
+  const int calibrated = p.steps;
+  EXPECT_TRUE(BubblesUntil(*ex, 0.010, 0.010, 2000, [&] { return p.steps > calibrated + 3; }));
+  EXPECT_EQ(p.last_start_policy, here->policy);
+  EXPECT_EQ(p.last_end_policy, here->policy);
+  EXPECT_EQ(p.ends_lowered, 0);
+  ex->Finish();
+
+  // 40 ms steps in bubbles whose input lands after 2 ms: each outlives its bubble.
+  spec.args = {{"step_ms", 40.0}};
+  ex = MakeExecutor({spec});
+  ASSERT_NE(ex, nullptr);
+  EXPECT_TRUE(BubblesUntil(*ex, 0.002, 0.002, 5000, [&] { return p.ends_lowered >= 2; }));
+  EXPECT_EQ(p.last_start_policy, here->policy);  // a fresh thread for each step
+  ex->Finish();
 }
 
 TEST(SchedClassTest, ASideThreadIsInTheIdleClassAndTheCallerKeepsItsOwn) {
