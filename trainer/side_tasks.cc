@@ -255,9 +255,9 @@ absl::Status Trainer::ReportHarvest() {
   WriteMetric(absl::StrFormat(
       "{\"kind\": \"harvest_summary\", \"step\": %d, \"overhead\": %s, \"overhead_ci\": %s, "
       "\"reclaimed\": %.6f, \"side_work_s\": %.6f, \"device_s\": %.6f, \"budget\": %s, "
-      "\"back_offs\": %d, \"guard_level\": %s}",
+      "\"back_offs\": %d, \"guard_level\": %s, \"check\": \"%s\"}",
       step_, overhead, interval, reclaimed, totals[0], totals[1], budget,
-      guard_ ? guard_->back_offs() : 0, level));
+      guard_ ? guard_->back_offs() : 0, level, config_.freeride.overhead_check));
   return absl::OkStatus();
 }
 

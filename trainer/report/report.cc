@@ -231,9 +231,12 @@ std::string Bubbles(const RunFiles& run) {
 // every back-off and probe the guard made.
 std::string OverheadBudget(const RunFiles& run, const json& summary) {
   std::string html = absl::StrFormat(
-      "<h3>Overhead budget</h3>\n<p>Budget %s; measured over the run %s %s; %d back-offs; side "
-      "work ended at level <em>%s</em>.</p>\n",
+      "<h3>Overhead budget</h3>\n<p>Budget %s%s; measured over the run %s %s; %d back-offs; "
+      "side work ended at level <em>%s</em>.</p>\n",
       Percent(Num(summary, "budget")),
+      JsonStringOr(summary, "check", "") == "strict"
+          ? " (strict: a level kept only while shown within it)"
+          : "",
       summary["overhead"].is_number() ? Percent(Num(summary, "overhead")) : "not measured",
       Interval(summary.value("overhead_ci", json())), summary.value("back_offs", 0),
       HtmlEscape(summary.value("guard_level", "")));
