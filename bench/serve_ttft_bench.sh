@@ -67,7 +67,7 @@ arm() {  # load arm
   if [[ $2 == fill ]]; then
     "$freeride" submit "$dir" "$root/$out/fill.toml" --name fill --priority 2 > /dev/null
     for _ in $(seq 600); do
-      "$freeride" jobs "$dir" | grep -q "RUNNING\|PLACED" && break
+      "$freeride" jobs "$dir" | grep -q "RUNNING" && break
       sleep 0.2
     done
   fi
