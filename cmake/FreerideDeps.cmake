@@ -21,11 +21,14 @@ find_package(CLI11 2 REQUIRED CONFIG)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 # Protocol Buffers: TensorBoard's event files (trainer/tensorboard_event.proto).
 find_package(Protobuf REQUIRED)
+# zlib: gzip'd corpora for `freeride prepare` (Debian's libprotobuf-dev depends on it already).
+find_package(ZLIB REQUIRED)
 freeride_report_dependency("MPI" "${MPI_C_LIBRARIES}")
 freeride_report_dependency("abseil" "${absl_DIR}")
 freeride_report_dependency("toml++" "${tomlplusplus_DIR}")
 freeride_report_dependency("nlohmann_json" "${nlohmann_json_DIR}")
 freeride_report_dependency("protobuf" "${Protobuf_LIBRARIES} (protoc ${Protobuf_PROTOC_EXECUTABLE})")
+freeride_report_dependency("zlib" "${ZLIB_LIBRARIES}")
 
 # cpp-httplib (the serve side task's HTTP server): Debian ships it compiled, with a pkg-config
 # file whose flags (TLS, compression) must match the library's. Through pkg-config where it is

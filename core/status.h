@@ -19,6 +19,13 @@ absl::Status LibraryError(absl::StatusCode status_code, absl::string_view librar
 // Adds "while <context>" to a non-OK status, keeping its code.
 absl::Status Annotate(const absl::Status& status, absl::string_view context);
 
+// Marks an error as bad usage (the command line must change: exit status 2) rather than a
+// failure of the work, so that a refusal found deep inside (a resume that would reshape the
+// learning-rate schedule) still reaches the user as status 2. The mark is a payload: the code
+// and message are kept.
+absl::Status UsageError(absl::Status status);
+bool IsUsageError(const absl::Status& status);
+
 }  // namespace freeride
 
 #define FR_STATUS_CONCAT_INNER(a, b) a##b

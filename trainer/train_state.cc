@@ -28,7 +28,8 @@ absl::Status WriteRankState(const std::string& path, const RankState& s) {
                                        s.model.n_head, s.model.n_embd,
                                        s.pp, s.chunks, s.stage, s.dp,
                                        s.data.epoch, s.data.shard, s.data.window,
-                                       s.batch_size, s.seq_len};
+                                       s.batch_size, s.seq_len,
+                                       s.train_steps};
   std::vector<int64_t> layers;
   for (const auto& [first, last] : s.chunk_layers) layers.insert(layers.end(), {first, last});
   if (static_cast<int64_t>(s.chunk_layers.size()) != s.chunks) {
@@ -60,9 +61,9 @@ absl::StatusOr<RankState> ReadRankState(const std::string& path) {
         absl::StrFormat("%s: not a freeride training state (bad magic or truncated)", path));
   }
   std::memcpy(h, bytes->data() + sizeof(kMagic), sizeof(h));
-  if (h[0] != 1 && h[0] != kTrainStateVersion) {
+  if (h[0] < 1 || h[0] > kTrainStateVersion) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: training state version %d; this build reads versions 1 and %d", path, h[0],
+        "%s: training state version %d; this build reads versions 1 to %d", path, h[0],
         kTrainStateVersion));
   }
   RankState s;
@@ -79,6 +80,7 @@ absl::StatusOr<RankState> ReadRankState(const std::string& path) {
     s.batch_size = h[16];
     s.seq_len = h[17];
   }
+  if (h[0] >= 3) s.train_steps = h[18];
   const int64_t layer_ints = v2 ? 2 * s.chunks : 0;
   const size_t expected = sizeof(kMagic) + sizeof(h) + layer_ints * sizeof(int64_t) +
                           3 * std::max<int64_t>(n, 0) * sizeof(float);

@@ -22,8 +22,9 @@
 namespace freeride {
 
 // Version 2 adds the batch geometry and each chunk's layers (for resuming under another
-// layout); version 1 files are still read.
-inline constexpr int kTrainStateVersion = 2;
+// layout), version 3 the run's train.steps (the length its learning-rate schedule was shaped
+// for); versions 1 and 2 are still read.
+inline constexpr int kTrainStateVersion = 3;
 
 // One pipeline stage's state (data-parallel replicas hold the same, so replica 0 writes it):
 // its chunks' parameters and AdamW moments, concatenated in chunk order.
@@ -33,6 +34,7 @@ struct RankState {
   int64_t pp = 1, dp = 1, chunks = 1, stage = 0;
   LoaderPosition data;
   int64_t batch_size = 0, seq_len = 0;  // per replica; 0 in version 1 files
+  int64_t train_steps = 0;              // train.steps of the run; 0 before version 3
   // [first_layer, last_layer) of each chunk this stage holds, in chunk order (empty in
   // version 1 files, which always split evenly).
   std::vector<std::pair<int64_t, int64_t>> chunk_layers;

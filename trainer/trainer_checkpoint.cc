@@ -7,14 +7,17 @@
 #include <tuple>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/files.h"
 #include "core/host_memory.h"
 #include "core/logging.h"
+#include "core/status.h"
 #include "models/llmc_checkpoint.h"
 #include "trainer/checkpoint_manifest.h"
 #include "trainer/checkpoint_writer.h"
+#include "trainer/optimizer.h"
 #include "trainer/train_state.h"
 #include "trainer/trainer.h"
 
@@ -113,6 +116,11 @@ absl::Status Trainer::Resume(const std::string& path) {
     for (const auto& chunk : chunks_) specs.push_back(chunk->stage());
     return specs;
   }();
+  if (absl::Status s =
+          CheckScheduleOnResume(config_.optim, first->step, first->train_steps, tc.steps);
+      !s.ok()) {
+    return UsageError(absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message())));
+  }
   const bool same_layout = first->pp == layout_.pp && first->chunks == layout_.chunks;
   std::vector<std::vector<float>> params(chunks_.size()), m(chunks_.size()), v(chunks_.size());
   RankState own;
@@ -241,6 +249,7 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint(bool background) {
   state->data = train_->position();
   state->batch_size = config_.train.batch_size;
   state->seq_len = config_.train.seq_len;
+  state->train_steps = config_.train.steps;
   for (const auto& chunk : chunks_) {
     state->chunk_layers.emplace_back(chunk->stage().first_layer, chunk->stage().last_layer);
   }

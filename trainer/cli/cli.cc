@@ -13,6 +13,7 @@
 #include "core/device.h"
 #include "core/files.h"
 #include "trainer/cli/cmd_checkpoint.h"
+#include "trainer/cli/cmd_hf.h"
 #include "trainer/cli/cmd_jobs.h"
 #include "trainer/cli/cmd_prepare.h"
 #include "trainer/cli/cmd_project.h"
@@ -149,9 +150,12 @@ const std::vector<Command>& Commands() {
        "a run (train or study, finished, failed or in progress) as one HTML page, and its "
        "ranks' timelines as one trace.json; several runs: one page comparing them",
        ReportFlags(), ReportCommand, "RUN_DIR..."},
-      {"prepare", "freeride prepare --input FILE... --out DIR [--val_tokens N]",
-       "tokenize text files into GPT-2 token shards (llm.c format)", PrepareFlags(),
-       PrepareCommand},
+      {"prepare",
+       "freeride prepare --input FILE... --out DIR [--format auto|text|jsonl] [--text_field NAME] "
+       "[--lines] [--ranks FILE --pattern P --special TEXT=ID...] [--val_tokens N]",
+       "tokenize text or JSON Lines files (gzip'd or not) into token shards (llm.c format; "
+       "32-bit ids where the vocabulary passes 65,536)",
+       PrepareFlags(), PrepareCommand},
       {"sample",
        "freeride sample --checkpoint PATH [--prompt TEXT] [--tokens N] [--temperature X] "
        "[--top_k K] [--seed N] [--format text|jsonl] [--tokenizer FILE]",
@@ -184,6 +188,16 @@ const std::vector<Command>& Commands() {
        {},
        CheckpointVerifyCommand,
        "DIR"},
+      {"export",
+       "freeride export --format hf CHECKPOINT OUT_DIR [--dtype fp32|bf16|fp16] [--shard_mb MB]",
+       "a checkpoint (or llm.c model file) as a Hugging Face model directory: config.json "
+       "(GPT2LMHeadModel) and safetensors",
+       ExportFlags(), ExportCommand, "CHECKPOINT OUT_DIR"},
+      {"import",
+       "freeride import --format hf DIR --out FILE",
+       "a Hugging Face GPT-2 directory (safetensors, sharded or not; fp32, bf16 or fp16) as an "
+       "llm.c model file for model.init_from, sample and eval",
+       ImportFlags(), ImportCommand, "DIR"},
       {"simulate",
        "freeride simulate --kind 1f1b --stages 4 --microbatches 8 [...] [--format text|json]",
        "simulate a schedule: step time, bubble fraction, per-stage bubbles by kind",

@@ -19,6 +19,7 @@
 #include "core/json_string.h"
 #include "core/logging.h"
 #include "core/run_lock.h"
+#include "core/status.h"
 #include "core/stop_request.h"
 #include "models/gpt2.h"
 #include "models/gpt2_decoder.h"
@@ -154,7 +155,10 @@ int WithTrainer(const ParsedFlags& flags, RunDirOptions run_dir,
     }
     if (absl::Status s = LogToRunDir(*config, 0); !s.ok()) return Fail(s);
     absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*config);
-    if (!trainer.ok()) return Fail(trainer.status());
+    if (!trainer.ok()) {
+      Fail(trainer.status());
+      return IsUsageError(trainer.status()) ? kExitUsage : kExitFailure;
+    }
     absl::Status s = work(**trainer, *config);
     (*trainer)->RecordEnd(s);
     if (absl::IsCancelled(s)) return Stopped(s);
@@ -185,7 +189,9 @@ int WithTrainer(const ParsedFlags& flags, RunDirOptions run_dir,
   {
     std::unique_ptr<pipeline::Transport> transport = pipeline::MakeMpiTransport();
     absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*config, transport.get());
-    if (!trainer.ok()) return fail(trainer.status());
+    if (!trainer.ok()) {
+      return fail(trainer.status(), IsUsageError(trainer.status()) ? kExitUsage : kExitFailure);
+    }
     absl::Status s = work(**trainer, *config);
     (*trainer)->RecordEnd(s);
     // Every rank agreed on the stop inside the step's sums, so all of them get here.

@@ -57,6 +57,8 @@ struct OptimConfig {
   int64_t warmup_steps = 0;
   std::string schedule = "cosine";
   double min_lr_ratio = 0.1;
+  double decay_fraction = 0.2;  // wsd
+  bool reshape_schedule = false;
   std::string on_nonfinite = "stop";
   int64_t max_nonfinite_skips = 5;
   std::string step_sync = "barrier";

@@ -88,12 +88,25 @@ std::vector<KeySpec> BuildSchema() {
                "clipping off."),
       FR_KEY(optim, warmup_steps).Min(0).Doc("Linear warm-up steps from 0 to lr."),
       FR_KEY(optim, schedule)
-          .Choices({"cosine", "constant"})
-          .Doc("Learning-rate schedule after warm-up."),
+          .Choices({"cosine", "linear", "wsd", "constant"})
+          .Doc("Learning-rate schedule after warm-up, to lr · min_lr_ratio at the last step: "
+               "\"cosine\" (half a cosine), \"linear\", \"wsd\" (warmup-stable-decay: lr "
+               "until the last decay_fraction of train.steps, then linear), or \"constant\" "
+               "(lr throughout). Closed forms: docs/training.md#learning-rate-schedules."),
       FR_KEY(optim, min_lr_ratio)
           .Min(0)
           .Max(1)
-          .Doc("Cosine schedule's final learning rate as a fraction of lr."),
+          .Doc("Final learning rate of the cosine, linear and wsd schedules as a fraction of "
+               "lr."),
+      FR_KEY(optim, decay_fraction)
+          .Min(0)
+          .Max(1)
+          .Doc("With schedule = \"wsd\": the fraction of train.steps, at the end, over which "
+               "the learning rate decays."),
+      FR_KEY(optim, reshape_schedule)
+          .Doc("A resume whose train.steps differs from the checkpoint's is refused (exit 2) "
+               "where that would change the learning rate from the step it resumes at; true "
+               "lets it reshape the schedule to the new length."),
       FR_KEY(optim, on_nonfinite)
           .Choices({"stop", "skip"})
           .Doc("A step whose loss or gradient norm is NaN or infinite is never applied; then "

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -15,18 +16,38 @@
 
 namespace freeride {
 
-absl::Status WriteTokenShard(const std::string& path, const std::vector<uint16_t>& tokens) {
+namespace {
+
+template <typename T>
+absl::Status WriteShard(const std::string& path, int version, const std::vector<T>& tokens) {
   int32_t header[256] = {};
   header[0] = kShardMagic;
-  header[1] = kShardVersion;
+  header[1] = version;
   header[2] = static_cast<int32_t>(tokens.size());
-  std::string bytes(sizeof(header) + tokens.size() * 2, '\0');
+  std::string bytes(sizeof(header) + tokens.size() * sizeof(T), '\0');
   std::memcpy(bytes.data(), header, sizeof(header));
-  std::memcpy(bytes.data() + sizeof(header), tokens.data(), tokens.size() * 2);
+  std::memcpy(bytes.data() + sizeof(header), tokens.data(), tokens.size() * sizeof(T));
   return WriteFileAtomically(path, bytes);
 }
 
-absl::StatusOr<std::vector<uint16_t>> ReadTokenShard(const std::string& path) {
+}  // namespace
+
+uint32_t TokenShard::max_token() const {
+  uint32_t m = 0;
+  for (uint16_t t : narrow_) m = std::max<uint32_t>(m, t);
+  for (uint32_t t : wide_) m = std::max(m, t);
+  return m;
+}
+
+absl::Status WriteTokenShard(const std::string& path, const std::vector<uint16_t>& tokens) {
+  return WriteShard(path, kShardVersion, tokens);
+}
+
+absl::Status WriteTokenShard(const std::string& path, const std::vector<uint32_t>& tokens) {
+  return WriteShard(path, kShardVersionWide, tokens);
+}
+
+absl::StatusOr<TokenShard> ReadTokenShard(const std::string& path) {
   if (absl::Status s = CheckRegularFile(path); !s.ok()) {
     const bool directory = std::filesystem::is_directory(path);
     return absl::InvalidArgumentError(absl::StrCat(
@@ -47,20 +68,25 @@ absl::StatusOr<std::vector<uint16_t>> ReadTokenShard(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: not an llm.c token shard: magic %d, expected %d", path, header[0], kShardMagic));
   }
-  if (header[1] != kShardVersion) {
+  if (header[1] != kShardVersion && header[1] != kShardVersionWide) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: token shard version %d is not supported (1 is)", path, header[1]));
+        "%s: token shard version %d is not supported (1: uint16 tokens, 2: uint32 are)", path,
+        header[1]));
   }
   const int64_t n = header[2];
-  if (n < 0 || size != static_cast<int64_t>(sizeof(header)) + 2 * n) {
+  const int64_t width = header[1] == kShardVersionWide ? 4 : 2;
+  if (n < 0 || size != static_cast<int64_t>(sizeof(header)) + width * n) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: header says %d tokens (%d bytes with the header) but the file has %d bytes%s", path,
-        n, 1024 + 2 * n, size, size < 1024 + 2 * n ? " (truncated)" : ""));
+        "%s: header says %d tokens (%d bytes with the header) but the file has %d bytes%s", path, n,
+        1024 + width * n, size, size < 1024 + width * n ? " (truncated)" : ""));
   }
-  std::vector<uint16_t> tokens(n);
-  in.read(reinterpret_cast<char*>(tokens.data()), 2 * n);
-  if (!in) return absl::DataLossError(absl::StrFormat("%s: read failed", path));
-  return tokens;
+  auto read = [&](auto tokens) -> absl::StatusOr<TokenShard> {
+    in.read(reinterpret_cast<char*>(tokens.data()), width * n);
+    if (!in) return absl::DataLossError(absl::StrFormat("%s: read failed", path));
+    return TokenShard(std::move(tokens));
+  };
+  if (width == 4) return read(std::vector<uint32_t>(n));
+  return read(std::vector<uint16_t>(n));
 }
 
 absl::StatusOr<std::vector<std::string>> ExpandGlob(const std::string& pattern) {
@@ -89,16 +115,19 @@ absl::StatusOr<TokenLoader> TokenLoader::Open(const std::string& pattern, int64_
   loader.shuffle_ = shuffle;
   loader.seed_ = seed;
   for (const std::string& file : *files) {
-    absl::StatusOr<std::vector<uint16_t>> tokens = ReadTokenShard(file);
+    absl::StatusOr<TokenShard> tokens = ReadTokenShard(file);
     if (!tokens.ok()) return tokens.status();
-    if (static_cast<int64_t>(tokens->size()) < B * T + 1) {
+    if (tokens->size() < B * T + 1) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s: %d tokens, but one batch of %d × %d needs %d: use a shorter train.seq_len or "
           "batch, or more text",
           file, tokens->size(), B, T, B * T + 1));
     }
     loader.total_tokens_ += static_cast<int64_t>(tokens->size());
-    for (uint16_t t : *tokens) loader.max_token_ = std::max<int32_t>(loader.max_token_, t);
+    // Ids past int32 are kept as the largest int32: any model refuses them by vocabulary.
+    loader.max_token_ = std::max<int32_t>(
+        loader.max_token_, static_cast<int32_t>(std::min<uint32_t>(
+                               tokens->max_token(), std::numeric_limits<int32_t>::max())));
     loader.shards_.push_back(*std::move(tokens));
     loader.files_.push_back(file);
   }
@@ -106,9 +135,7 @@ absl::StatusOr<TokenLoader> TokenLoader::Open(const std::string& pattern, int64_
   return loader;
 }
 
-int64_t TokenLoader::WindowsIn(int64_t f) const {
-  return (static_cast<int64_t>(shards_[f].size()) - 1) / (B_ * T_);
-}
+int64_t TokenLoader::WindowsIn(int64_t f) const { return (shards_[f].size() - 1) / (B_ * T_); }
 
 int64_t TokenLoader::batches_per_epoch() const {
   int64_t n = 0;
@@ -141,10 +168,10 @@ void TokenLoader::Seek(const LoaderPosition& position) {
 void TokenLoader::Next(int32_t* inputs, int32_t* targets) {
   const int64_t f = shard_order_[position_.shard];
   const int64_t start = window_order_[f][position_.window] * B_ * T_;
-  const uint16_t* tokens = shards_[f].data() + start;
+  const TokenShard& tokens = shards_[f];
   for (int64_t i = 0; i < B_ * T_; ++i) {
-    inputs[i] = tokens[i];
-    targets[i] = tokens[i + 1];
+    inputs[i] = static_cast<int32_t>(tokens[start + i]);
+    targets[i] = static_cast<int32_t>(tokens[start + i + 1]);
   }
   if (++position_.window == WindowsIn(f)) {
     position_.window = 0;

@@ -1,5 +1,6 @@
-// Token shards in llm.c's format: a 256 × int32 header (magic 20240520, version 1, token
-// count) followed by the tokens as uint16. And the loader that cuts them into batches.
+// Token shards in llm.c's format: a 256 × int32 header (magic 20240520, version, token count)
+// followed by the tokens: version 1 as uint16 (GPT-2's), version 2 as uint32 (llm.c's
+// Llama-3 shards: vocabularies past 65,536 ids). And the loader that cuts them into batches.
 #pragma once
 
 #include <cstdint>
@@ -11,10 +12,31 @@
 namespace freeride {
 
 inline constexpr int kShardMagic = 20240520;
-inline constexpr int kShardVersion = 1;
+inline constexpr int kShardVersion = 1;      // uint16 tokens
+inline constexpr int kShardVersionWide = 2;  // uint32 tokens
+
+// One shard's tokens, in the width its file has (a 16-bit shard stays 16-bit in memory).
+class TokenShard {
+ public:
+  TokenShard() = default;
+  explicit TokenShard(std::vector<uint16_t> narrow) : narrow_(std::move(narrow)) {}
+  explicit TokenShard(std::vector<uint32_t> wide) : wide_(std::move(wide)), is_wide_(true) {}
+  bool wide() const { return is_wide_; }
+  int64_t size() const { return static_cast<int64_t>(is_wide_ ? wide_.size() : narrow_.size()); }
+  uint32_t operator[](int64_t i) const { return is_wide_ ? wide_[i] : narrow_[i]; }
+  uint32_t max_token() const;
+
+ private:
+  std::vector<uint16_t> narrow_;
+  std::vector<uint32_t> wide_;
+  bool is_wide_ = false;
+};
 
 absl::Status WriteTokenShard(const std::string& path, const std::vector<uint16_t>& tokens);
-absl::StatusOr<std::vector<uint16_t>> ReadTokenShard(const std::string& path);
+// Version 2: uint32 tokens.
+absl::Status WriteTokenShard(const std::string& path, const std::vector<uint32_t>& tokens);
+// Either version; errors name the file and what is wrong with its header or length.
+absl::StatusOr<TokenShard> ReadTokenShard(const std::string& path);
 
 // Paths matching a glob (a plain path matches itself), sorted; an error names the pattern
 // when nothing matches.
@@ -54,7 +76,7 @@ class TokenLoader {
   int64_t WindowsIn(int64_t shard_file) const;
 
   std::vector<std::string> files_;
-  std::vector<std::vector<uint16_t>> shards_;
+  std::vector<TokenShard> shards_;
   int64_t B_ = 0, T_ = 0, total_tokens_ = 0;
   int32_t max_token_ = 0;
   bool shuffle_ = false;
