@@ -21,6 +21,13 @@ std::atomic<int> g_writes{0};
 constexpr int kWriteBits = 8;
 constexpr int kWriteMask = (1 << kWriteBits) - 1;
 
+constexpr const char* kCheckpointNotice =
+    "freeride: stop requested; stopping at the next step boundary with a checkpoint (send the "
+    "signal again to exit at once)\n";
+std::atomic<const char*> g_notice{kCheckpointNotice};
+static_assert(std::atomic<const char*>::is_always_lock_free,
+              "the signal handler reads the notice lock-free");
+
 void WriteStderr(const char* text) {
   ssize_t ignored = write(STDERR_FILENO, text, std::strlen(text));
   (void)ignored;
@@ -32,8 +39,7 @@ void OnStopSignal(int signal_number) {
   KillChildProcessGroups();
   int expected = 0;
   if (g_stop_signal.compare_exchange_strong(expected, signal_number)) {
-    WriteStderr("freeride: stop requested; stopping at the next step boundary with a "
-                "checkpoint (send the signal again to exit at once)\n");
+    WriteStderr(g_notice.load());
     return;
   }
   int writes = g_writes.load();
@@ -62,6 +68,8 @@ bool InstallStopHandlers() {
   for (int s : {SIGTERM, SIGINT, SIGUSR1}) ok = sigaction(s, &action, nullptr) == 0 && ok;
   return ok;
 }
+
+void SetStopNotice(const char* notice) { g_notice.store(notice); }
 
 void BeginCheckpointWrite() { g_writes.fetch_add(1); }
 

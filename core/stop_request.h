@@ -14,6 +14,11 @@ namespace freeride {
 // Installs the handlers (idempotent). Returns false if sigaction refused one.
 bool InstallStopHandlers();
 
+// What the handler prints at the first stop signal; the default promises the training loop's
+// checkpoint. A command that stops otherwise (a study writes no checkpoint) says so here.
+// `notice` must live until the process ends (a string literal).
+void SetStopNotice(const char* notice);
+
 // The signal number of the first stop request, or 0 when none arrived.
 int StopRequestedBy();
 

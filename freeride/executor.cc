@@ -197,6 +197,8 @@ void SideTaskExecutor::Calibrate(Task& task) {
       step_times.push_back(out.ran_s);
     }
   }
+  task.report.calibration_steps = steps;
+  task.report.calibration_units = units;
   task.report.standalone_step_s = steps > 0 ? took / steps : declared;
   task.report.standalone_unit_s = units > 0 ? took / units : 0;
   // The prediction starts from the median: one step descheduled on a busy machine would

@@ -60,6 +60,8 @@ struct TaskReport {
   int64_t overruns = 0;           // in-process steps that ran well past their bubble
   int64_t pauses = 0;             // worker steps paused at a bubble's end
   int64_t restarts = 0;           // times it was done and began again on fresh input (repeat)
+  int64_t calibration_steps = 0;  // steps run alone before its first bubble (its work too)
+  double calibration_units = 0;   // the units they did
   int64_t memory_peak_bytes = 0;  // its arena's peak, or its worker's peak resident set
   std::string memory_peak_note;   // what that counts, and how memory_limit capped it
 };

@@ -27,6 +27,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A study's saved rounds (trainer/study/study_blocks.h): a study that a later one would mix
+// with, even killed before it wrote study.json.
+bool IsStudyBlocks(const std::string& name) {
+  return absl::StartsWith(name, "study_blocks_rank") && absl::EndsWith(name, ".jsonl");
+}
+
 // What a run writes in run.dir besides config.toml; the first three mark a directory as
 // holding a run, the rest go with them on --overwrite.
 bool IsRunOutput(const std::string& name) {
@@ -34,7 +40,8 @@ bool IsRunOutput(const std::string& name) {
          name == "timeline.svg" || name == "trace.json" || name == "report.html" ||
          name == "side_tasks" || name == "tensorboard" ||
          (absl::StartsWith(name, "timeline_rank") && absl::EndsWith(name, ".json")) ||
-         (absl::StartsWith(name, "side_tasks_rank") && absl::EndsWith(name, ".jsonl"));
+         (absl::StartsWith(name, "side_tasks_rank") && absl::EndsWith(name, ".jsonl")) ||
+         IsStudyBlocks(name);
 }
 
 bool IsCheckpointEntry(const std::string& name) {
@@ -60,7 +67,8 @@ std::vector<std::string> PreviousRun(const std::vector<fs::path>& outputs,
   std::error_code ec;
   for (const fs::path& p : outputs) {
     const std::string name = p.filename().string();
-    if ((name == "metrics.jsonl" && fs::file_size(p, ec) > 0 && !ec) || name == "study.json") {
+    if ((name == "metrics.jsonl" && fs::file_size(p, ec) > 0 && !ec) || name == "study.json" ||
+        IsStudyBlocks(name)) {
       found.push_back(name);
     }
   }
@@ -89,7 +97,8 @@ std::vector<std::string> CommandLine() {
   return words;
 }
 
-std::string RunInfoJson(const RunOrigin& origin) {
+// `earlier`: the starts before this one of the same run (a resume's), oldest first.
+std::string RunInfoJson(const RunOrigin& origin, const nlohmann::json& earlier) {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   nlohmann::json info = {{"command", CommandLine()},
@@ -100,7 +109,22 @@ std::string RunInfoJson(const RunOrigin& origin) {
   for (const auto& [name, value] : BuildInfo()) {
     if (name == "version" || name == "commit") info[name] = value;
   }
+  if (!earlier.empty()) info["earlier"] = earlier;
   return info.dump(2) + "\n";
+}
+
+// The starts recorded in `dir`/run.json (its own and those it kept), oldest first; none when
+// it is missing or not a JSON object.
+nlohmann::json StartsSoFar(const std::string& dir) {
+  nlohmann::json starts = nlohmann::json::array();
+  absl::StatusOr<std::string> text = ReadFile(absl::StrCat(dir, "/run.json"));
+  if (!text.ok()) return starts;
+  nlohmann::json info = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (info.is_discarded() || !info.is_object()) return starts;
+  if (info.contains("earlier") && info["earlier"].is_array()) starts = info["earlier"];
+  info.erase("earlier");
+  starts.push_back(std::move(info));
+  return starts;
 }
 
 }  // namespace
@@ -139,8 +163,10 @@ absl::StatusOr<DirectoryLock> PrepareRunDir(const Config& config, const RunDirOp
       options.checkpoints ? Entries(CheckpointDirOf(config), IsCheckpointEntry)
                           : std::vector<fs::path>{};
   const std::vector<std::string> previous = PreviousRun(outputs, checkpoints);
-  // Resuming continues the run that is there (its metrics are appended to).
-  if (!previous.empty() && config.checkpoint.resume.empty()) {
+  // Resuming continues the run that is there (its metrics are appended to), and keeps how
+  // each of its earlier parts was started.
+  const bool continues = !config.checkpoint.resume.empty() || options.keep;
+  if (!previous.empty() && !continues) {
     if (!options.overwrite) {
       return absl::AlreadyExistsError(absl::StrFormat(
           "run.dir = \"%s\" holds another run (%s); a new run there would mix with it. "
@@ -166,8 +192,9 @@ absl::StatusOr<DirectoryLock> PrepareRunDir(const Config& config, const RunDirOp
                           absl::StrCat("# Effective config of this run, every key spelled "
                                        "out; `freeride config check` reads it back.\n",
                                        ConfigToToml(config))));
-  FR_RETURN_IF_ERROR(
-      WriteFileAtomically(absl::StrCat(config.run.dir, "/run.json"), RunInfoJson(origin)));
+  FR_RETURN_IF_ERROR(WriteFileAtomically(
+      absl::StrCat(config.run.dir, "/run.json"),
+      RunInfoJson(origin, continues ? StartsSoFar(config.run.dir) : nlohmann::json::array())));
   return lock;
 }
 

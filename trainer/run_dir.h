@@ -18,6 +18,8 @@ struct RunDirOptions {
   // Whether the command writes checkpoints (a study does not, so the checkpoints of the run
   // it may resume from are not another run's output in its way).
   bool checkpoints = true;
+  // Continue what is there (`freeride study --resume`): neither refused nor removed.
+  bool keep = false;
 };
 
 // How the run was asked for, written to run.dir/run.json for its report: the config file

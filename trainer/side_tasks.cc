@@ -8,17 +8,38 @@
 #include <filesystem>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "core/files.h"
+#include "core/json_fields.h"
 #include "core/json_string.h"
 #include "core/logging.h"
 #include "trainer/config/side_task_check.h"
 #include "trainer/jobs/job_runner.h"
 #include "trainer/study_stats.h"
+#include "trainer/tensorboard.h"
 #include "trainer/trainer.h"
 
 namespace freeride {
+namespace {
+
+// The lines of `path` (a side_tasks_rankNNN.jsonl) written by earlier parts of this run: at or
+// before `resumed_at`. A line that does not parse (cut short by a kill) is dropped.
+std::string EarlierSideTaskRecords(const std::string& path, int64_t resumed_at) {
+  std::string kept;
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return kept;
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    const nlohmann::json r = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (r.is_discarded() || !r.is_object()) continue;
+    if (JsonIntOr(r, "step", resumed_at + 1) <= resumed_at) absl::StrAppend(&kept, line, "\n");
+  }
+  return kept;
+}
+
+}  // namespace
 
 std::optional<Estimate> AlternatingOverhead(const std::vector<std::pair<bool, double>>& steps) {
   // Runs of steps with the same state are the blocks; their mean step times are paired as a
@@ -130,7 +151,13 @@ absl::Status Trainer::ReportHarvest() {
         table[(layout_.stage * 3 + 2) * K + k] = report.overrun_s[k];
       }
     }
-    std::string lines;
+    const std::string path = (std::filesystem::path(config_.run.dir) /
+                              absl::StrFormat("side_tasks_rank%03d.jsonl", transport_->rank()))
+                                 .string();
+    // A resumed run's file keeps the records of the runs before it (up to the step resumed
+    // from: the metrics rows after it are trimmed as well), so that the report sums every
+    // part of the run; each record says the steps it covers.
+    std::string lines = first_step_ > 0 ? EarlierSideTaskRecords(path, first_step_) : "";
     for (const TaskReport& t : report.tasks) {
       totals[0] += t.units * t.standalone_unit_s;
       FR_LOG(INFO) << absl::StrFormat(
@@ -143,20 +170,19 @@ absl::Status Trainer::ReportHarvest() {
           t.summary.empty() ? "" : "; " + t.summary);
       absl::StrAppendFormat(
           &lines,
-          "{\"kind\": \"side_task\", \"step\": %d, \"rank\": %d, \"stage\": %d, \"name\": %s, "
+          "{\"kind\": \"side_task\", \"step\": %d, \"from_step\": %d, \"rank\": %d, "
+          "\"stage\": %d, \"name\": %s, "
           "\"type\": %s, \"isolation\": %s, \"state\": %s, \"steps\": %d, \"units\": %.6g, "
           "\"unit\": %s, \"harvested_s\": %.6f, \"standalone_step_s\": %.6f, \"overrun_s\": %.6f, "
           "\"overruns\": %d, \"pauses\": %d, \"restarts\": %d, \"memory_peak_bytes\": %d, "
           "\"memory_peak_note\": %s, \"reason\": %s, \"summary\": %s}\n",
-          step_, transport_->rank(), layout_.stage, JsonString(t.name), JsonString(t.type),
-          JsonString(t.isolation), JsonString(t.state), t.steps, t.units, JsonString(t.unit),
-          t.harvested_s, t.standalone_step_s, t.overrun_s, t.overruns, t.pauses, t.restarts,
-          t.memory_peak_bytes, JsonString(t.memory_peak_note), JsonString(t.reason),
+          step_, first_step_, transport_->rank(), layout_.stage, JsonString(t.name),
+          JsonString(t.type), JsonString(t.isolation), JsonString(t.state), t.steps, t.units,
+          JsonString(t.unit), t.harvested_s, t.standalone_step_s, t.overrun_s, t.overruns, t.pauses,
+          t.restarts, t.memory_peak_bytes, JsonString(t.memory_peak_note), JsonString(t.reason),
           JsonString(t.summary));
     }
-    absl::Status s = WriteFileAtomically(
-        (std::filesystem::path(config_.run.dir) /
-         absl::StrFormat("side_tasks_rank%03d.jsonl", transport_->rank())).string(), lines);
+    absl::Status s = WriteFileAtomically(path, lines);
     if (!s.ok()) return s;
   }
   for (std::vector<double>* v : {&table, &totals}) {
@@ -165,6 +191,29 @@ absl::Status Trainer::ReportHarvest() {
     if (!s.ok()) return s;
   }
   if (!leader()) return absl::OkStatus();
+  // Every rank's records of this part as TensorBoard scalars (side_task/<name>/rank<R>/*):
+  // each rank wrote its file before the sums above, so the leader finds them there (on one
+  // machine, or a shared file system).
+  if (tensorboard_) {
+    std::error_code ec;
+    std::vector<std::string> files;
+    for (const auto& e : std::filesystem::directory_iterator(config_.run.dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (absl::StartsWith(name, "side_tasks_rank") && absl::EndsWith(name, ".jsonl")) {
+        files.push_back(e.path().string());
+      }
+    }
+    std::sort(files.begin(), files.end());
+    for (const std::string& file : files) {
+      absl::StatusOr<std::string> text = ReadFile(file);
+      if (!text.ok()) continue;
+      for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+        const nlohmann::json r = nlohmann::json::parse(line, nullptr, false);
+        if (r.is_discarded() || JsonIntOr(r, "from_step", -1) != first_step_) continue;
+        if (absl::Status s = tensorboard_->AddRows(line); !s.ok()) return s;
+      }
+    }
+  }
   // How far each kind's bubble predictions were from the measured bubbles (median, p95).
   auto error_quantiles = [&](int st, int k) {
     std::vector<double> e = prediction_errors_.empty()

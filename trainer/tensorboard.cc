@@ -129,7 +129,8 @@ std::vector<TensorBoardScalar> ScalarsOfMetricsRow(const json& row) {
                              JsonIntOr(row, "rank", 0));
   }
   for (const auto& [key, value] : row.items()) {
-    if (key == "kind" || key == "step" || key == "stage" || key == "index" || key == "rank") {
+    if (key == "kind" || key == "step" || key == "stage" || key == "index" || key == "rank" ||
+        key == "from_step") {
       continue;
     }
     if (PerStageList(kind, key) && value.is_array()) {

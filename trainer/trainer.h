@@ -115,6 +115,7 @@ class Trainer {
   pipeline::StageExecutor& executor() { return *executor_; }
   const std::vector<pipeline::InstrTiming>& last_timeline() const { return last_timeline_; }
   double last_step_start_s() const { return last_step_start_s_; }  // on the trainer's clock
+  Clock& clock() { return ClockOr(clock_); }
   pipeline::Transport& transport() { return *transport_; }
   // With runtime.emulate_peers: the measured per-stage costs the emulator times peers with.
   const pipeline::CostModel& emulation_cost() const { return emulation_cost_; }
@@ -209,6 +210,7 @@ class Trainer {
   bool speculated_ = false;
   bool next_batch_loaded_ = false;
   bool resumed_ = false;
+  int64_t first_step_ = 0;  // the step this part of the run began at (0, or the one resumed)
   int64_t nonfinite_in_row_ = 0;
   std::string checkpoint_dir_;
   std::ofstream metrics_;

@@ -205,6 +205,7 @@ absl::Status Trainer::Resume(const std::string& path) {
   step_ = first->step;
   train_->Seek(first->data);
   resumed_ = true;
+  first_step_ = step_;
   FR_LOG(PROGRESS) << "resumed from " << path << " at step " << step_;
   return absl::OkStatus();
 }

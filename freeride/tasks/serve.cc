@@ -178,11 +178,13 @@ class ServeTask : public SideTask {
                                                      s.target_ttft_ms, s.ttft_met, s.ttft_missed)
                                    : "";
     return absl::StrFormat(
-        "%s: %d requests served (%d rejected, %d cancelled), %d tokens; latency ms p50/p95/p99 "
+        "%s: %d requests served (%d choices; %d rejected, %d cancelled), %d tokens; latency ms "
+        "p50/p95/p99 "
         "%.0f/%.0f/%.0f, first token %.0f/%.0f/%.0f%s; %.1f tokens/s in bubbles, %.1f alone "
         "(one sequence)",
-        address_, s.served, s.rejected, s.cancelled, s.tokens, s.latency_ms.p50, s.latency_ms.p95,
-        s.latency_ms.p99, s.first_token_ms.p50, s.first_token_ms.p95, s.first_token_ms.p99, target,
+        address_, s.responses, s.choices, s.rejected, s.cancelled, s.tokens, s.latency_ms.p50,
+        s.latency_ms.p95, s.latency_ms.p99, s.first_token_ms.p50, s.first_token_ms.p95,
+        s.first_token_ms.p99, target,
         busy_s_.load() > 0 ? static_cast<double>(generated_.load()) / busy_s_.load() : 0.0,
         alone_tokens_per_s_.load());
   }
@@ -301,7 +303,8 @@ class ServeTask : public SideTask {
     return nlohmann::json{
                {"queue", queue_->waiting()},
                {"active", active_.load()},
-               {"requests_served", s.served},
+               {"requests_served", s.responses},
+               {"choices_served", s.choices},
                {"requests_rejected", s.rejected},
                {"requests_cancelled", s.cancelled},
                {"tokens_generated", s.tokens},

@@ -27,6 +27,7 @@ bool Queue::Push(std::shared_ptr<Completion> c) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_ || static_cast<int64_t>(waiting_.size()) >= capacity_) return false;
+    c->request_choices_left = std::make_shared<int64_t>(1);
     waiting_.push_back(std::move(c));
     waiting_count_ = static_cast<int64_t>(waiting_.size());
   }
@@ -38,6 +39,8 @@ bool Queue::PushAll(const std::vector<std::shared_ptr<Completion>>& cs) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_ || static_cast<int64_t>(waiting_.size() + cs.size()) > capacity_) return false;
+    auto left = std::make_shared<int64_t>(static_cast<int64_t>(cs.size()));
+    for (const std::shared_ptr<Completion>& c : cs) c->request_choices_left = left;
     waiting_.insert(waiting_.end(), cs.begin(), cs.end());
     waiting_count_ = static_cast<int64_t>(waiting_.size());
   }
@@ -79,7 +82,9 @@ void Queue::Finish(const std::shared_ptr<Completion>& c, double now_s, const std
     c->done_s = now_s;
     c->error = error;
     if (error.empty()) {
-      ++served_;
+      ++choices_;
+      // A completion queued alone (or never queued, in tests) is a request of one choice.
+      if (!c->request_choices_left || --*c->request_choices_left == 0) ++responses_;
       tokens_ += static_cast<int64_t>(c->generated.size());
       const double first_token_ms = 1e3 * (c->first_token_s - c->arrived_s);
       latency_ms_.push_back(1e3 * (c->done_s - c->arrived_s));
@@ -142,7 +147,8 @@ size_t Queue::waiting() const {
 Queue::Stats Queue::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   Stats s;
-  s.served = served_, s.rejected = rejected_, s.cancelled = cancelled_, s.tokens = tokens_;
+  s.responses = responses_, s.choices = choices_, s.rejected = rejected_, s.cancelled = cancelled_,
+  s.tokens = tokens_;
   s.latency_ms = Of(latency_ms_);
   s.first_token_ms = Of(first_token_ms_);
   s.target_ttft_ms = target_ttft_ms_;

@@ -39,6 +39,9 @@ struct Completion {
   // a count of changes (a token emitted, done) that handlers wait on.
   std::vector<int32_t> emitted;
   int64_t changes = 0;
+  // The choices of its request not yet served, shared by them (set when queued): the request
+  // counts as served when the last of them is.
+  std::shared_ptr<int64_t> request_choices_left;
 };
 
 // Latency percentiles over the most recent requests.
@@ -85,7 +88,10 @@ class Queue {
   // steps, and must not wait on a lock that a thread of the idle class holds.
   bool any_waiting() const { return waiting_count_.load(std::memory_order_relaxed) > 0; }
   struct Stats {
-    int64_t served = 0, rejected = 0, cancelled = 0, tokens = 0;
+    // Requests whose every choice was served (a response sent), and the choices served: a
+    // request for n choices is one response of n choices.
+    int64_t responses = 0, choices = 0;
+    int64_t rejected = 0, cancelled = 0, tokens = 0;
     Percentiles latency_ms, first_token_ms;
     double target_ttft_ms = 0;              // 0: none
     int64_t ttft_met = 0, ttft_missed = 0;  // served completions against it
@@ -102,7 +108,7 @@ class Queue {
   std::deque<std::shared_ptr<Completion>> waiting_;
   bool closed_ = false;
   std::atomic<int64_t> waiting_count_{0};  // waiting_.size(), written under mu_
-  int64_t served_ = 0, rejected_ = 0, cancelled_ = 0, tokens_ = 0;
+  int64_t responses_ = 0, choices_ = 0, rejected_ = 0, cancelled_ = 0, tokens_ = 0;
   int64_t ttft_met_ = 0, ttft_missed_ = 0;
   std::deque<double> latency_ms_, first_token_ms_;  // the last kWindow
 };

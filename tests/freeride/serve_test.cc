@@ -47,7 +47,8 @@ TEST(ServeQueueTest, FinishWakesTheWaiterAndCountsLatency) {
     EXPECT_TRUE(queue.WaitDone(c, 0));
   }
   const Queue::Stats s = queue.stats();
-  EXPECT_EQ(s.served, 100);
+  EXPECT_EQ(s.responses, 100);
+  EXPECT_EQ(s.choices, 100);
   EXPECT_EQ(s.tokens, 200);
   EXPECT_NEAR(s.latency_ms.p50, 510, 1e-9);  // the 51st of 10, 20, ..., 1000 ms
   EXPECT_NEAR(s.latency_ms.p99, 1000, 1e-9);
@@ -72,6 +73,22 @@ TEST(ServeQueueTest, PushAllTakesEveryChoiceOrNoneAndEmitWakesStreams) {
   EXPECT_TRUE(queue.Snapshot(a).done);
 }
 
+// `/metrics?format=json` counted 7 served for 6 responses: one of them had two choices.
+TEST(ServeQueueTest, ARequestOfSeveralChoicesIsOneResponseOfThoseChoices) {
+  Queue queue(8);
+  auto a = std::make_shared<Completion>(), b = std::make_shared<Completion>();
+  auto single = std::make_shared<Completion>();
+  ASSERT_TRUE(queue.PushAll({a, b}));
+  ASSERT_TRUE(queue.Push(single));
+  queue.Finish(a, 1.0);
+  EXPECT_EQ(queue.stats().responses, 0);  // its other choice is still decoding
+  EXPECT_EQ(queue.stats().choices, 1);
+  queue.Finish(b, 1.0);
+  queue.Finish(single, 1.0);
+  EXPECT_EQ(queue.stats().responses, 2);
+  EXPECT_EQ(queue.stats().choices, 3);
+}
+
 TEST(ServeQueueTest, CloseFailsWhatWaitsAndRefusesMore) {
   Queue queue(4);
   auto c = std::make_shared<Completion>();
@@ -81,7 +98,8 @@ TEST(ServeQueueTest, CloseFailsWhatWaitsAndRefusesMore) {
   EXPECT_EQ(c->error, "stopping");
   EXPECT_TRUE(queue.closed());
   EXPECT_FALSE(queue.Push(std::make_shared<Completion>()));
-  EXPECT_EQ(queue.stats().served, 0);
+  EXPECT_EQ(queue.stats().responses, 0);
+  EXPECT_EQ(queue.stats().choices, 0);
 }
 
 TEST(ServeTaskTest, LoopbackUnlessAskedAndArgumentsChecked) {

@@ -103,7 +103,10 @@ TEST(FillJobsTest, JobsSubmittedMidRunEndAsTheyShouldAndTrainingIsUntouched) {
   const Job fitted = Find(config, fits);
   EXPECT_EQ(fitted.state, JobState::kFinished) << fitted.reason;
   EXPECT_EQ(fitted.stages, (std::vector<int>{0}));
-  EXPECT_EQ(fitted.progress.steps, 40 - config.freeride.calibration_steps);
+  // Its whole count: the calibration's steps (run before its first bubble) are its work too
+  // (a `count = 500` job used to end "FINISHED 497 images").
+  EXPECT_EQ(fitted.progress.steps, 40);
+  EXPECT_EQ(fitted.progress.units, 40);
   EXPECT_EQ(fitted.progress.unit, "spins");
   EXPECT_GT(fitted.progress.bubble_s, 0);
   EXPECT_TRUE(std::filesystem::exists(JobDir(config.run.dir, fits) + "/status.json"));

@@ -185,5 +185,19 @@ TEST(JobsCliTest, JobsOfARunDirectoryThatIsNotThereIsBadUsage) {
   EXPECT_EQ(RunCommand({"cancel", "/nonexistent", "1"}).status, kExitUsage);
 }
 
+// `freeride jobs runs/nope` printed an empty table and exit 0 where runs/nope existed empty.
+TEST(JobsCliTest, ADirectoryThatHoldsNoRunIsBadUsageNamingIt) {
+  const std::string dir = (std::filesystem::path(::testing::TempDir()) / "not_a_run").string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  CliResult r = RunCommand({"jobs", dir});
+  EXPECT_EQ(r.status, kExitUsage) << r.out;
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, HasSubstr(dir + " holds no run (no config.toml)"));
+  CliResult cancel = RunCommand({"cancel", dir, "1"});
+  EXPECT_EQ(cancel.status, kExitUsage);
+  EXPECT_THAT(cancel.err, HasSubstr(dir + " holds no run"));
+}
+
 }  // namespace
 }  // namespace freeride

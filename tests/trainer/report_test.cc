@@ -1,5 +1,6 @@
 // The report's parts that need no browser: reading a run directory (a line cut short while the
-// run writes it is noted and left out; the last record of each side task wins), the merged
+// run writes it is noted and left out; a side task's records of a resumed run's parts are
+// summed, and every start of the run is shown), the merged
 // trace's process and track names, the plots' data counts and escaping, and the run's state
 // from its end record. tests/scripts/report_browser.sh renders whole pages in Chromium.
 #include "trainer/report/report.h"
@@ -8,6 +9,7 @@
 #include <fstream>
 
 #include "gtest/gtest.h"
+#include "trainer/jobs/job_store.h"
 #include "trainer/report/svg_plot.h"
 
 namespace freeride {
@@ -56,6 +58,55 @@ TEST_F(ReportTest, ARunInProgressLeavesOutItsLastLineAndSaysSo) {
   EXPECT_NE(html.find("x&lt;y"), std::string::npos);  // the failure reason, escaped
   EXPECT_NE(html.find("Waiting, % of step time"), std::string::npos);  // two stages
   EXPECT_NE(html.find("metrics.jsonl line 4"), std::string::npos);
+}
+
+// After a stop and a resume the serve row read "0 requests served" (41 were served before the
+// stop), the header showed only the resume's command line, and a fill job was STOPPED under
+// "Side tasks" and PENDING under "Fill jobs".
+TEST_F(ReportTest, AResumedRunIsReportedWholeSummedOverItsParts) {
+  Write("metrics.jsonl", "{\"kind\": \"train\", \"step\": 80, \"loss\": 9.5, \"step_s\": 0.3}\n");
+  Write("side_tasks_rank000.jsonl",
+        "{\"kind\": \"side_task\", \"step\": 40, \"from_step\": 0, \"rank\": 0, \"name\": "
+        "\"serve\", \"state\": \"STOPPED\", \"steps\": 41, \"units\": 500, \"harvested_s\": 2.5, "
+        "\"restarts\": 0, \"summary\": \"41 requests served\"}\n"
+        "{\"kind\": \"side_task\", \"step\": 40, \"from_step\": 0, \"rank\": 0, \"name\": "
+        "\"resize\", \"state\": \"STOPPED\", \"steps\": 9, \"units\": 9}\n"
+        "{\"kind\": \"side_task\", \"step\": 80, \"from_step\": 40, \"rank\": 0, \"name\": "
+        "\"serve\", \"state\": \"LOADED\", \"steps\": 10, \"units\": 100, \"harvested_s\": 0.5, "
+        "\"restarts\": 1, \"summary\": \"0 requests served\"}\n");
+  Write("run.json",
+        "{\"command\": [\"freeride\", \"train\", \"--set\", \"checkpoint.resume=latest\"], "
+        "\"time\": \"2026-11-26T02:00:00Z\", \"earlier\": [{\"command\": [\"freeride\", \"train\", "
+        "\"--config\", \"first.toml\"], \"time\": \"2026-11-26T01:00:00Z\"}]}\n");
+  // The fill job the queue holds PENDING again after the stop.
+  JobSubmission job;
+  job.toml = "type = \"image\"\n";
+  job.name = "resize";
+  job.type = "image";
+  ASSERT_TRUE(SubmitJob(dir_.string(), job, 1.0).ok());
+  absl::StatusOr<RunFiles> run = LoadRunFiles(dir_.string());
+  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_EQ(run->side_tasks.size(), 2u);
+  const nlohmann::json& serve = run->side_tasks[1];
+  ASSERT_EQ(serve["name"], "serve");
+  EXPECT_EQ(serve["steps"], 51);
+  EXPECT_EQ(serve["units"], 600.0);
+  EXPECT_EQ(serve["harvested_s"], 3.0);
+  EXPECT_EQ(serve["restarts"], 1);
+  EXPECT_EQ(serve["state"], "LOADED");  // where the run ended
+  EXPECT_EQ(serve["parts"], 2);
+  EXPECT_EQ(serve["summary"], "steps 0–40: 41 requests served; steps 40–80: 0 requests served");
+  const std::string html = RenderReport(*run);
+  EXPECT_NE(html.find("<th class=\"text\">command lines</th>"), std::string::npos) << html;
+  EXPECT_NE(html.find("<code>freeride train --config first.toml</code> (2026-11-26T01:00:00Z)"
+                      "<br><code>freeride train --set checkpoint.resume=latest</code>"),
+            std::string::npos)
+      << html;
+  EXPECT_NE(html.find("steps 0–40: 41 requests served"), std::string::npos);
+  // The job once, as the queue has it: no STOPPED row of it under Side tasks.
+  EXPECT_EQ(html.find("STOPPED"), std::string::npos) << html;
+  EXPECT_NE(html.find("PENDING"), std::string::npos);
+  EXPECT_NE(html.find("Fill jobs are in the Fill jobs table"), std::string::npos);
 }
 
 TEST_F(ReportTest, TheEndRecordGivesTheStateAndItsReason) {

@@ -68,6 +68,47 @@ TEST(StopSignalTest, StopsAfterTheStepWithACheckpointAndResumesToTheSameLosses) 
   EXPECT_EQ(TrainRows(stopped), expected);
 }
 
+// The report of a stopped and resumed run is of the whole run: each part's side-task record
+// stays, saying the steps it covers (the resume's used to replace the stopped part's).
+TEST(StopSignalTest, AResumeKeepsTheSideTaskRecordsOfThePartsBeforeIt) {
+  const std::string shard = WriteRandomShard("stop_side.bin", 4000, 64, 11);
+  const std::string dir = Temp("stop_side_tasks");
+  std::filesystem::remove_all(dir);
+  const std::string toml =
+      TinyToml(shard, dir) + "[freeride]\nenabled = true\n[[side_tasks]]\ntype = \"spin\"\n";
+  ASSERT_TRUE(InstallStopHandlers());
+  {
+    auto trainer = Trainer::Create(MustParse(toml));
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    MustStep(**trainer);
+    raise(SIGTERM);
+    absl::Status s = (*trainer)->Run();
+    ClearStopRequest();
+    ASSERT_TRUE(absl::IsCancelled(s)) << s;
+  }
+  ASSERT_TRUE(RunTrainer(MustParse(toml, {"checkpoint.resume=latest"})).ok());
+  absl::StatusOr<std::string> text = ReadFile(dir + "/side_tasks_rank000.jsonl");
+  ASSERT_TRUE(text.ok()) << text.status();
+  std::vector<std::string> lines = absl::StrSplit(*text, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 2u) << *text;
+  EXPECT_THAT(lines[0], HasSubstr("\"step\": 2, \"from_step\": 0,"));
+  EXPECT_THAT(lines[1], HasSubstr("\"step\": 6, \"from_step\": 2,"));
+}
+
+// A study writes no checkpoint: the first signal's notice must not promise one.
+TEST(StopSignalTest, TheFirstSignalPrintsTheNoticeTheCommandSet) {
+  ASSERT_TRUE(InstallStopHandlers());
+  SetStopNotice("freeride: stop requested; the study stops at the next step boundary\n");
+  ::testing::internal::CaptureStderr();
+  raise(SIGTERM);
+  const std::string printed = ::testing::internal::GetCapturedStderr();
+  ClearStopRequest();
+  SetStopNotice(
+      "freeride: stop requested; stopping at the next step boundary with a checkpoint (send "
+      "the signal again to exit at once)\n");
+  EXPECT_EQ(printed, "freeride: stop requested; the study stops at the next step boundary\n");
+}
+
 TEST(RunLockTest, ASecondRunOnTheSameDirectoryIsRefusedWithTheHolder) {
   Config config = MustParse("[data]\ntrain = \"t.bin\"\n");
   config.run.dir = Temp("locked_run");

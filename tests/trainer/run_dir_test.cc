@@ -122,5 +122,29 @@ TEST(RunDirTest, ACommandWithoutCheckpointsIsNotStoppedByTheRunsCheckpoints) {
   EXPECT_FALSE(PrepareRunDir(config, {.checkpoints = false}).ok());
 }
 
+// The report's header showed only the resume's command line: run.json keeps each start.
+TEST(RunDirTest, AResumeKeepsTheEarlierStartsInRunJson) {
+  Config config = RunIn("starts");
+  {
+    absl::StatusOr<DirectoryLock> lock = PrepareRunDir(config, {}, {.config_file = "first.toml"});
+    ASSERT_TRUE(lock.ok()) << lock.status();
+  }
+  config.checkpoint.resume = "latest";
+  for (const char* file : {"second.toml", "third.toml"}) {
+    absl::StatusOr<DirectoryLock> lock = PrepareRunDir(config, {}, {.config_file = file});
+    ASSERT_TRUE(lock.ok()) << lock.status();
+  }
+  absl::StatusOr<std::string> text = ReadFile(config.run.dir + "/run.json");
+  ASSERT_TRUE(text.ok());
+  const nlohmann::json info = nlohmann::json::parse(*text);
+  EXPECT_EQ(info["config_file"], "third.toml");
+  ASSERT_TRUE(info["earlier"].is_array()) << *text;
+  ASSERT_EQ(info["earlier"].size(), 2u) << *text;
+  EXPECT_EQ(info["earlier"][0]["config_file"], "first.toml");
+  EXPECT_EQ(info["earlier"][1]["config_file"], "second.toml");
+  EXPECT_FALSE(info["earlier"][1].contains("earlier"));
+  EXPECT_TRUE(info["earlier"][0]["command"].is_array());
+}
+
 }  // namespace
 }  // namespace freeride

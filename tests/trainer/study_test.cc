@@ -6,10 +6,17 @@
 // a bubble, do not depend on the machine's load.
 #include "trainer/study/study.h"
 
-#include <filesystem>
+#include <signal.h>
 
+#include <filesystem>
+#include <sstream>
+#include <streambuf>
+
+#include "absl/strings/str_format.h"
 #include "core/clock.h"
 #include "core/files.h"
+#include "core/logging.h"
+#include "core/stop_request.h"
 #include "gtest/gtest.h"
 #include "tests/pipeline/train_parity.h"
 
@@ -160,6 +167,196 @@ TEST(StudyTest, ATargetAddsRoundsOrSaysWhyItWasNotReached) {
   EXPECT_NE(json->find("\"target\": {\"ci\": 10.000000, \"max_rounds\": 3, \"reached\": true}"),
             std::string::npos)
       << *json;
+}
+
+// Log lines, kept; the first that holds `trigger` (when given) raises SIGTERM, as a person's
+// Ctrl-C would arrive mid-study: at a known block, whatever the machine's speed.
+class LogCapture : public std::streambuf {
+ public:
+  explicit LogCapture(std::string trigger = "") : trigger_(std::move(trigger)), stream_(this) {
+    SetLogSink(&stream_);
+    level_ = GetLogLevel();
+    SetLogLevel(LogLevel::kWarn);  // progress is kept at every level but error
+  }
+  ~LogCapture() override {
+    SetLogSink(nullptr);
+    SetLogLevel(level_);
+  }
+  std::vector<std::string> Lines(const std::string& containing) const {
+    std::vector<std::string> out;
+    for (const std::string& l : lines_) {
+      if (l.find(containing) != std::string::npos) out.push_back(l);
+    }
+    return out;
+  }
+
+ protected:
+  int overflow(int c) override {
+    if (c == '\n') {
+      lines_.push_back(line_);
+      if (!trigger_.empty() && line_.find(trigger_) != std::string::npos) {
+        trigger_.clear();
+        raise(SIGTERM);
+      }
+      line_.clear();
+    } else if (c != EOF) {
+      line_.push_back(static_cast<char>(c));
+    }
+    return c;
+  }
+
+ private:
+  std::string trigger_, line_;
+  std::vector<std::string> lines_;
+  std::ostream stream_;
+  LogLevel level_;
+};
+
+TEST(StudyTest, SaysHowFarItIsAfterEveryBlockEvenWhenOnlyWarningsAreShown) {
+  Config config = testing::EmulatedHarvestConfig("study_progress");
+  config.side_tasks = {Spin("spin", 0.1)};
+  StudyOptions options;
+  options.rounds = 2;
+  options.block_steps = 2;
+  PrepareStudyConfig(config, options);
+  SimulatedClock clock;
+  auto trainer = Trainer::Create(config, nullptr, &clock);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  LogCapture log;
+  auto table = RunStudy(**trainer, config, options);
+  ASSERT_TRUE(table.ok()) << table.status();
+  // The warm-up block of the task arm, then per round each of the 2 arms with its plain block.
+  EXPECT_EQ(log.Lines("study: warm-up block '+ spin' done").size(), 1u);
+  const std::vector<std::string> rounds = log.Lines("study: round ");
+  ASSERT_EQ(rounds.size(), 4u);
+  EXPECT_NE(rounds[0].find("round 1 of 2, arm 1 of 2 ("), std::string::npos) << rounds[0];
+  EXPECT_NE(rounds[3].find("round 2 of 2, arm 2 of 2 ("), std::string::npos) << rounds[3];
+  // Every line has the elapsed time and an estimate from the steps done; the last has none left.
+  for (const std::string& l : rounds) {
+    EXPECT_NE(l.find(" elapsed, about "), std::string::npos) << l;
+  }
+  const int64_t steps = config.train.steps;
+  EXPECT_NE(rounds[3].find(absl::StrFormat("step %d of %d", steps, steps)), std::string::npos)
+      << rounds[3];
+  EXPECT_NE(rounds[3].find("about 0s left"), std::string::npos) << rounds[3];
+  EXPECT_NE(rounds[0].find(absl::StrFormat("step %d of %d", 2 + 2 + 2 + 2 + 2, steps)),
+            std::string::npos)
+      << rounds[0];
+}
+
+TEST(StudyTest, AStoppedStudyWritesItsCompletedRoundsAsPartialAndResumeAddsTheRest) {
+  Config config = testing::EmulatedHarvestConfig("study_stopped");
+  config.side_tasks = {Spin("spin", 0.1)};
+  StudyOptions options;
+  options.rounds = 3;
+  options.block_steps = 1;
+  PrepareStudyConfig(config, options);
+  ASSERT_TRUE(InstallStopHandlers());
+  {
+    SimulatedClock clock;
+    auto trainer = Trainer::Create(config, nullptr, &clock);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    // Ctrl-C during round 2: its first arm is done, its second is not.
+    LogCapture log("study: round 2 of 3, arm 1 of 2");
+    auto table = RunStudy(**trainer, config, options);
+    ClearStopRequest();
+    ASSERT_FALSE(table.ok());
+    ASSERT_TRUE(absl::IsCancelled(table.status())) << table.status();
+    EXPECT_NE(table.status().message().find("stopped by SIGTERM after step"), std::string::npos)
+        << table.status();
+    EXPECT_NE(table.status().message().find(
+                  "wrote the report of the 1 round it completed, marked partial, to " +
+                  config.run.dir + "/study.md"),
+              std::string::npos)
+        << table.status();
+    EXPECT_NE(table.status().message().find("--resume"), std::string::npos) << table.status();
+  }
+  auto md = ReadFile(config.run.dir + "/study.md");
+  ASSERT_TRUE(md.ok()) << md.status();
+  EXPECT_EQ(md->rfind("# Harvest study (partial)", 0), 0u) << *md;
+  EXPECT_NE(md->find("Stopped by a signal after 1 of its 3 rounds"), std::string::npos) << *md;
+  // One round: the first plain block and, per arm, one block and its plain block.
+  EXPECT_NE(md->find("| training alone | 3 |"), std::string::npos) << *md;
+  EXPECT_NE(md->find("| + spin | 1 |"), std::string::npos) << *md;
+  auto json = ReadFile(config.run.dir + "/study.json");
+  ASSERT_TRUE(json.ok());
+  EXPECT_NE(json->find("\"rounds\": 1, \"partial\": true"), std::string::npos) << *json;
+
+  options.resume = true;
+  SimulatedClock clock;
+  auto trainer = Trainer::Create(config, nullptr, &clock);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto table = RunStudy(**trainer, config, options);
+  ASSERT_TRUE(table.ok()) << table.status();
+  // Rounds 2 and 3 measured now (their warm-up again: 2 steps and the task arm's block).
+  EXPECT_EQ((*trainer)->step(), 2 + 1 + (1 + 2 * 2 * 2) * 1);
+  EXPECT_EQ(table->rfind("# Harvest study\n", 0), 0u) << *table;
+  EXPECT_NE(table->find("3 rounds of 1-step blocks"), std::string::npos) << *table;
+  EXPECT_NE(table->find("Continued 1 time from its saved blocks"), std::string::npos) << *table;
+  // Every round's blocks: 3 of each arm; the plain blocks of both parts (each opens with one).
+  EXPECT_NE(table->find("| A/A: training alone | 3 |"), std::string::npos) << *table;
+  EXPECT_NE(table->find("| + spin | 3 |"), std::string::npos) << *table;
+  EXPECT_NE(table->find("| training alone | 8 |"), std::string::npos) << *table;
+  json = ReadFile(config.run.dir + "/study.json");
+  ASSERT_TRUE(json.ok());
+  EXPECT_NE(json->find("\"rounds\": 3, \"partial\": false, \"resumes\": 1"), std::string::npos)
+      << *json;
+}
+
+TEST(StudyTest, ResumeRefusesBlocksOfAnotherStudy) {
+  Config config = testing::EmulatedHarvestConfig("study_resume_other");
+  config.side_tasks = {Spin("spin", 0.1)};
+  StudyOptions options;
+  options.rounds = 1;
+  options.block_steps = 1;
+  PrepareStudyConfig(config, options);
+  {
+    SimulatedClock clock;
+    auto trainer = Trainer::Create(config, nullptr, &clock);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    ASSERT_TRUE(RunStudy(**trainer, config, options).ok());
+  }
+  options.resume = true;
+  options.block_steps = 2;
+  SimulatedClock clock;
+  auto trainer = Trainer::Create(config, nullptr, &clock);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto table = RunStudy(**trainer, config, options);
+  ASSERT_FALSE(table.ok());
+  EXPECT_NE(table.status().message().find("study_blocks_rank000.jsonl line 6: the saved study "
+                                          "ran 1-step blocks, this one --block_steps 2"),
+            std::string::npos)
+      << table.status();
+}
+
+TEST(StudyTest, ARefusalSaysWhichStageHadHowMuchBubbleAndWhatTheTaskNeeds) {
+  Config config = testing::EmulatedHarvestConfig("study_starved");
+  // A step of a second: no bubble of this pipeline holds it.
+  config.side_tasks = {Spin("big", 1000)};
+  StudyOptions options;
+  options.rounds = 2;
+  options.block_steps = 2;
+  PrepareStudyConfig(config, options);
+  SimulatedClock clock;
+  auto trainer = Trainer::Create(config, nullptr, &clock);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto table = RunStudy(**trainer, config, options);
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::string stage = absl::StrFormat("stage %d had ", config.runtime.emulated_stage);
+  EXPECT_NE(table->find("- + big: task 'big' did no work in the arm's block 1: 'big' needs "
+                        "about 1.00 s a step (alone); " +
+                        stage),
+            std::string::npos)
+      << *table;
+  EXPECT_NE(table->find("of bubble in the block's 2 steps ("), std::string::npos) << *table;
+  EXPECT_NE(table->find("A task steps only inside a bubble its step fits in"), std::string::npos)
+      << *table;
+  EXPECT_EQ(table->find("did no work did"), std::string::npos);
+  // No overhead figure for an arm that measured nothing.
+  auto json = ReadFile(config.run.dir + "/study.json");
+  ASSERT_TRUE(json.ok());
+  EXPECT_EQ(ArmField(*json, "+ big", "overhead"), "null") << *json;
+  EXPECT_EQ(ArmField(*json, "+ big", "overhead_ci"), "null") << *json;
 }
 
 TEST(StudyTest, NeedsSideTasks) {

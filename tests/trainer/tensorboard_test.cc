@@ -190,9 +190,19 @@ TEST(TensorBoardTest, EveryMetricsNumberIsAScalarOfItsRunAndStep) {
   EXPECT_EQ(val, 3);  // steps 0, 3 and 6
   EXPECT_GT(bubbles, 0);
   EXPECT_TRUE(scalars.count({"pipeline", "harvest_summary/reclaimed", 6}));
-  // And nothing else: the files hold exactly the rows' scalars.
+  // The side task's record (side_tasks_rank000.jsonl), under the tags docs/training.md names.
+  const std::string stage = "stage" + std::to_string(config.runtime.emulated_stage);
+  absl::StatusOr<std::string> side = ReadFile(config.run.dir + "/side_tasks_rank000.jsonl");
+  ASSERT_TRUE(side.ok()) << side.status();
+  const json record = json::parse(side->substr(0, side->find('\n')));
+  EXPECT_EQ(scalars.at({stage, "side_task/spin/rank0/units", 6}), record["units"].get<float>());
+  EXPECT_EQ(scalars.at({stage, "side_task/spin/rank0/harvested_s", 6}),
+            record["harvested_s"].get<float>());
+  // And nothing else: the files hold exactly the rows' and the side-task records' scalars.
   std::map<Key, float> expected;
-  for (const json& row : rows) {
+  std::vector<json> all = rows;
+  all.push_back(record);
+  for (const json& row : all) {
     for (const TensorBoardScalar& s : ScalarsOfMetricsRow(row)) {
       expected[{s.run, s.tag, s.step}] = static_cast<float>(s.value);
     }

@@ -136,7 +136,7 @@ const std::vector<Command>& Commands() {
        "train GPT-2 (the embedded tiny CPU run when no --config)", TrainFlags(), TrainCommand},
       {"study",
        "freeride study --config FILE [--rounds R] [--block_steps N] "
-       "[--target_ci PCT [--max_rounds R]] [--set ...]",
+       "[--target_ci PCT [--max_rounds R]] [--resume] [--set ...]",
        "training alone vs with each side task and all, in shuffled blocks: the harvest table "
        "with 95% intervals and the A/A noise floor",
        StudyFlags(), StudyCommand},

@@ -1,6 +1,7 @@
 #include "trainer/cli/cmd_jobs.h"
 
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 
 #include "absl/strings/numbers.h"
@@ -33,6 +34,23 @@ int Usage(const std::string& message) {
 // A run directory that is not there is bad usage (exit 2), not an empty queue.
 int FailLoading(const absl::Status& status) {
   return absl::IsNotFound(status) ? Usage(std::string(status.message())) : Fail(status);
+}
+
+// A directory that holds no run is bad usage too: its empty queue would read as "no jobs".
+// A run directory has the config.toml that `freeride train` writes before anything else, and
+// `submit` takes no other.
+absl::Status CheckRunDir(const std::string& run_dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(run_dir, ec)) {
+    return absl::NotFoundError(absl::StrCat(run_dir, ": no such run directory"));
+  }
+  if (!std::filesystem::exists(std::filesystem::path(run_dir) / "config.toml", ec)) {
+    return absl::NotFoundError(
+        absl::StrCat(run_dir,
+                     " holds no run (no config.toml): a run directory is the run.dir of "
+                     "`freeride train`"));
+  }
+  return absl::OkStatus();
 }
 
 // --work's bound: a year of work, far beyond any fill job, and far inside a double's range.
@@ -161,6 +179,7 @@ int JobsCommand(const ParsedFlags& flags) {
   if (format != "text" && format != "json") {
     return Usage(absl::StrCat("--format: expected text or json, found '", format, "'"));
   }
+  if (absl::Status s = CheckRunDir(flags.positional()[0]); !s.ok()) return FailLoading(s);
   absl::StatusOr<std::vector<Job>> jobs = LoadJobs(flags.positional()[0]);
   if (!jobs.ok()) return FailLoading(jobs.status());
   for (const Job& job : *jobs) {
@@ -187,6 +206,7 @@ int CancelCommand(const ParsedFlags& flags) {
     return Usage(absl::StrCat("cancel: expected a job ID (an integer >= 1), found '",
                               flags.positional()[1], "'"));
   }
+  if (absl::Status s = CheckRunDir(run_dir); !s.ok()) return FailLoading(s);
   absl::StatusOr<std::vector<Job>> jobs = LoadJobs(run_dir);
   if (!jobs.ok()) return FailLoading(jobs.status());
   auto job = std::find_if(jobs->begin(), jobs->end(), [&](const Job& j) { return j.id == id; });

@@ -220,6 +220,9 @@ std::vector<FlagSpec> StudyFlags() {
           {"target_ci", "PCT",
            "add rounds until every arm's overhead interval is within ±PCT percent (e.g. 2)"},
           {"max_rounds", "R", "with --target_ci: at most this many rounds (default 20)"},
+          {"resume", "",
+           "continue a stopped study from the rounds it saved in run.dir/study (same config "
+           "and --block_steps): the report covers all of them"},
           {"overwrite", "", kOverwriteHelp}};
 }
 
@@ -258,9 +261,18 @@ int StudyCommand(const ParsedFlags& flags) {
   options.block_steps = static_cast<int>(block);
   options.max_rounds = static_cast<int>(max_rounds);
   options.target_ci = target_pct / 100;
+  options.resume = flags.Has("resume");
+  if (options.resume && flags.Has("overwrite")) {
+    std::cerr << "error: --resume continues the study in run.dir/study, --overwrite replaces "
+                 "it: give one\n";
+    return kExitUsage;
+  }
+  SetStopNotice(
+      "freeride: stop requested; the study stops at the next step boundary and writes the "
+      "report of the rounds it completed (send the signal again to exit at once)\n");
   // A study writes no checkpoint: those of the run it may resume from are not in its way.
   return WithTrainer(
-      flags, RunDirOptions{.checkpoints = false},
+      flags, RunDirOptions{.checkpoints = false, .keep = options.resume},
       // The study decides when side tasks run and how many steps there may be.
       [&](Config& config) {
         // Its arms are measured against each other: fill jobs would run in all of them.

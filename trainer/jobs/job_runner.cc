@@ -198,11 +198,13 @@ absl::Status JobRunner::Fill(int64_t step, double* values) {
     if (a.task < 0) continue;
     const TaskReport r = options_.executor->task_report(a.task);
     const TaskState state = options_.executor->task_state(a.task);
-    v[1] = static_cast<double>(r.steps);
-    v[2] = r.units;
+    // A job's work includes its calibration steps: they are steps of its count.
+    const double steps = static_cast<double>(r.steps + r.calibration_steps);
+    const double units = r.units + r.calibration_units;
+    v[1] = steps;
+    v[2] = units;
     v[3] = r.harvested_s;
-    v[4] = r.standalone_unit_s > 0 ? r.units * r.standalone_unit_s
-                                   : static_cast<double>(r.steps) * r.standalone_step_s;
+    v[4] = r.standalone_unit_s > 0 ? units * r.standalone_unit_s : steps * r.standalone_step_s;
     v[5] = r.steps > 0 ? 1 : 0;
     v[6] = state == TaskState::kFinished ? 1 : 0;
     v[7] = state == TaskState::kFailed ? 1 : 0;

@@ -3,12 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/json_fields.h"
 #include "absl/strings/str_join.h"
 #include "core/build_info.h"
+#include "core/json_fields.h"
 #include "trainer/config/config.h"
 #include "trainer/report/report_format.h"
 #include "trainer/report/report_header.h"
@@ -276,13 +277,32 @@ std::string SideTasks(const RunFiles& run) {
         Percent(Num(*s, "reclaimed")), Fmt(Num(*s, "side_work_s")), Fmt(Num(*s, "device_s")));
     if ((*s)["budget"].is_number()) html += OverheadBudget(run, *s);
   }
-  if (run.side_tasks.empty()) return html;
+  // A fill job's record is one part's view of it (STOPPED at a stop, where the queue has it
+  // PENDING again); the Fill jobs table shows each job once, over the whole run.
+  std::set<std::string> configured, jobs;
+  if (absl::StatusOr<Config> c = ParseConfig(run.config_toml, "config.toml"); c.ok()) {
+    for (const SideTaskConfig& t : c->side_tasks)
+      configured.insert(t.name.empty() ? t.type : t.name);
+  }
+  for (const Job& job : run.jobs) jobs.insert(job.name);
+  std::vector<const json*> tasks;
+  int job_rows = 0;
+  for (const json& t : run.side_tasks) {
+    const std::string name = JsonStringOr(t, "name", "");
+    if (jobs.count(name) > 0 && configured.count(name) == 0) {
+      ++job_rows;
+      continue;
+    }
+    tasks.push_back(&t);
+  }
+  if (tasks.empty()) return html;
   html +=
       "<h2>Side tasks</h2>\n<table><tr><th>rank</th><th class=\"text\">task</th>"
       "<th class=\"text\">type</th><th class=\"text\">isolation</th><th class=\"text\">state</th>"
       "<th>steps</th><th>work done</th><th>harvested</th><th>overruns</th><th>overrun</th>"
       "<th>restarts</th><th class=\"text\">summary or failure</th></tr>\n";
-  for (const json& t : run.side_tasks) {
+  for (const json* task : tasks) {
+    const json& t = *task;
     const std::string reason = JsonStringOr(t, "reason", "");
     absl::StrAppendFormat(
         &html,
@@ -297,7 +317,11 @@ std::string SideTasks(const RunFiles& run) {
         reason.empty() ? "" : " reason",
         HtmlEscape(reason.empty() ? JsonStringOr(t, "summary", "") : reason));
   }
-  return html + "</table>\n";
+  html +=
+      "</table>\n<p class=\"note\">Each task over the whole run: a resumed run's parts "
+      "summed, with each part's summary after its steps.";
+  if (job_rows > 0) html += " Fill jobs are in the Fill jobs table, once each, over the whole run.";
+  return html + "</p>\n";
 }
 
 std::string Study(const RunFiles& run) {
@@ -312,6 +336,11 @@ std::string Study(const RunFiles& run) {
       study.contains("noise_floor") && study["noise_floor"].is_number()
           ? absl::StrFormat("±%.2f%%", 100 * study["noise_floor"].get<double>())
           : "not measured");
+  if (JsonBoolOr(study, "partial", false)) {
+    html +=
+        "<p class=\"note\">Partial: the study was stopped, and these are the figures of the "
+        "rounds it completed; the same command with <code>--resume</code> adds the rest.</p>\n";
+  }
   std::vector<BarRow> rows;
   for (const json& arm : study["arms"]) {
     const std::string name = JsonStringOr(arm, "arm", "");

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/files.h"
 #include "core/json_fields.h"
@@ -62,6 +63,35 @@ std::vector<std::string> RankFiles(const std::string& dir, const std::string& pr
 
 }  // namespace
 
+json WholeRunTaskRecord(const std::vector<json>& parts) {
+  if (parts.size() == 1) return parts.front();
+  json whole = parts.back();  // its state, reason and identity: where the run ended
+  for (const char* key : {"steps", "overruns", "pauses", "restarts"}) {
+    int64_t sum = 0;
+    for (const json& p : parts) sum += JsonIntOr(p, key, 0);
+    whole[key] = sum;
+  }
+  for (const char* key : {"units", "harvested_s", "overrun_s"}) {
+    double sum = 0;
+    for (const json& p : parts) sum += JsonNumberOr(p, key, 0);
+    whole[key] = sum;
+  }
+  int64_t peak = 0;
+  std::vector<std::string> summaries;
+  for (const json& p : parts) {
+    peak = std::max(peak, JsonIntOr(p, "memory_peak_bytes", 0));
+    const std::string summary = JsonStringOr(p, "summary", "");
+    if (summary.empty()) continue;
+    summaries.push_back(absl::StrFormat("steps %d–%d: %s", JsonIntOr(p, "from_step", 0),
+                                        JsonIntOr(p, "step", 0), summary));
+  }
+  whole["memory_peak_bytes"] = peak;
+  whole["summary"] = absl::StrJoin(summaries, "; ");
+  whole["from_step"] = JsonIntOr(parts.front(), "from_step", 0);
+  whole["parts"] = static_cast<int64_t>(parts.size());
+  return whole;
+}
+
 std::vector<const json*> RunFiles::Records(const std::string& kind) const {
   std::vector<const json*> out;
   for (const json& r : metrics) {
@@ -91,14 +121,15 @@ absl::StatusOr<RunFiles> LoadRunFiles(const std::string& dir) {
         dir));
   }
   run.metrics = ReadJsonLines((root / "metrics.jsonl").string(), &run.notes);
-  std::map<std::pair<int, std::string>, json> tasks;
+  // A resumed run's file holds a record per task per part of the run, in order.
+  std::map<std::pair<int, std::string>, std::vector<json>> tasks;
   for (const std::string& path : RankFiles(dir, "side_tasks_rank", ".jsonl")) {
     for (json& r : ReadJsonLines(path, &run.notes)) {
       const std::pair<int, std::string> key{JsonIntOr(r, "rank", 0), JsonStringOr(r, "name", "")};
-      tasks[key] = std::move(r);
+      tasks[key].push_back(std::move(r));
     }
   }
-  for (auto& [key, record] : tasks) run.side_tasks.push_back(std::move(record));
+  for (auto& [key, parts] : tasks) run.side_tasks.push_back(WholeRunTaskRecord(parts));
   if (absl::StatusOr<std::string> text = ReadFile((root / "study.json").string()); text.ok()) {
     json study = json::parse(*text, nullptr, false);
     if (study.is_discarded()) {

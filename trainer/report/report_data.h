@@ -18,7 +18,7 @@ namespace freeride {
 struct RunFiles {
   std::string dir;
   std::vector<nlohmann::json> metrics;     // metrics.jsonl, in order
-  std::vector<nlohmann::json> side_tasks;  // the last record of each (rank, task)
+  std::vector<nlohmann::json> side_tasks;  // each (rank, task) over the whole run
   std::optional<nlohmann::json> study;     // study.json
   std::optional<nlohmann::json> run_info;  // run.json: how the run was started, where
   std::vector<nlohmann::json> timelines;   // timeline_rankNNN.json, by rank
@@ -32,6 +32,13 @@ struct RunFiles {
   std::vector<const nlohmann::json*> Records(const std::string& kind) const;
   const nlohmann::json* Last(const std::string& kind) const;
 };
+
+// One side_task record of a task over the whole run from its records of each part (a resumed
+// run writes one per part, each with the steps from_step..step it covers): steps, units,
+// harvested and overrun time, overruns, pauses and restarts summed, the peak memory the
+// largest, state and reason the last part's, and each part's summary after its steps
+// ("steps 0–40: ...; steps 40–80: ..."); `parts` says how many.
+nlohmann::json WholeRunTaskRecord(const std::vector<nlohmann::json>& parts);
 
 // A record's number field; NaN when absent or not a number (JSON null).
 double Num(const nlohmann::json& record, const char* key);

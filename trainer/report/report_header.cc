@@ -92,13 +92,27 @@ std::string RunHeader(const RunFiles& run) {
     rows.push_back({"commit", HtmlEscape(commit)});
   }
   if (!text("host").empty()) rows.push_back({"host", HtmlEscape(text("host"))});
-  if (info.contains("command") && info["command"].is_array()) {
+  // Every start of the run: a resumed run keeps its earlier ones in run.json's "earlier".
+  std::vector<json> starts;
+  if (info.contains("earlier") && info["earlier"].is_array()) {
+    for (const json& e : info["earlier"]) starts.push_back(e);
+  }
+  starts.push_back(info);
+  std::vector<std::string> commands;
+  for (const json& start : starts) {
+    if (!start.is_object() || !start.contains("command") || !start["command"].is_array()) continue;
     std::vector<std::string> words;
-    for (const json& w : info["command"]) {
+    for (const json& w : start["command"]) {
       if (w.is_string()) words.push_back(ShellWord(w.get<std::string>()));
     }
+    const std::string time = JsonStringOr(start, "time", "");
+    commands.push_back(absl::StrCat(
+        "<code>", HtmlEscape(absl::StrJoin(words, " ")), "</code>",
+        starts.size() > 1 && !time.empty() ? absl::StrCat(" (", HtmlEscape(time), ")") : ""));
+  }
+  if (!commands.empty()) {
     rows.push_back(
-        {"command line", absl::StrCat("<code>", HtmlEscape(absl::StrJoin(words, " ")), "</code>")});
+        {commands.size() == 1 ? "command line" : "command lines", absl::StrJoin(commands, "<br>")});
   }
   if (info.contains("config_file")) {
     rows.push_back({"config", HtmlEscape(text("config_file").empty() ? "the embedded default"

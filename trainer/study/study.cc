@@ -14,7 +14,10 @@
 #include "absl/strings/str_join.h"
 #include "core/files.h"
 #include "core/logging.h"
+#include "core/status.h"
+#include "core/stop_request.h"
 #include "trainer/run_dir.h"
+#include "trainer/study/study_blocks.h"
 #include "trainer/study/study_report.h"
 #include "trainer/study_stats.h"
 
@@ -38,6 +41,7 @@ std::vector<Arm> Arms(const Config& config) {
 struct Snapshot {
   double bubble = 0, harvested = 0, overrun = 0, work = 0;
   std::vector<double> units, harvested_by_task;
+  int stage = 0;
 };
 
 Snapshot Take(const SideTaskExecutor* side, const Config& config) {
@@ -46,6 +50,7 @@ Snapshot Take(const SideTaskExecutor* side, const Config& config) {
   s.harvested_by_task.assign(config.side_tasks.size(), 0.0);
   if (side == nullptr) return s;
   const HarvestReport r = side->Report();
+  s.stage = r.stage;
   s.bubble = r.total_bubble_s();
   s.harvested = r.total_harvested_s();
   s.overrun = r.total_overrun_s();
@@ -64,13 +69,17 @@ constexpr int kFixedFields = 5;
 
 absl::StatusOr<std::vector<BlockRecord>> Reduce(Trainer& trainer, const Config& config,
                                                 std::vector<BlockRecord> blocks, int contributors) {
-  const size_t tasks = config.side_tasks.size(), width = kFixedFields + tasks;
+  const size_t tasks = config.side_tasks.size(), pp = static_cast<size_t>(config.parallel.pp);
+  const size_t width = kFixedFields + tasks + pp;
   std::vector<double> flat(blocks.size() * width);
   for (size_t b = 0; b < blocks.size(); ++b) {
     double* row = &flat[b * width];
     const BlockRecord& r = blocks[b];
     row[0] = r.step_s, row[1] = r.bubble, row[2] = r.harvested, row[3] = r.overrun, row[4] = r.work;
     for (size_t t = 0; t < tasks; ++t) row[kFixedFields + t] = r.units[t];
+    for (size_t st = 0; st < pp && st < r.stage_bubble.size(); ++st) {
+      row[kFixedFields + tasks + st] = r.stage_bubble[st];
+    }
   }
   if (absl::Status s = trainer.transport().AllReduceSum(
           flat.data(), static_cast<int64_t>(flat.size()), trainer.transport().AllRanks(),
@@ -84,6 +93,7 @@ absl::StatusOr<std::vector<BlockRecord>> Reduce(Trainer& trainer, const Config& 
     r.step_s = row[0] / contributors;
     r.bubble = row[1], r.harvested = row[2], r.overrun = row[3], r.work = row[4];
     for (size_t t = 0; t < tasks; ++t) r.units[t] = row[kFixedFields + t];
+    r.stage_bubble.assign(row + kFixedFields + tasks, row + width);
   }
   return blocks;
 }
@@ -132,6 +142,69 @@ absl::StatusOr<Machine> DescribeMachine(Trainer& trainer, const Config& config, 
     m.rank_cpus.push_back(CpuList(cpus));
   }
   return m;
+}
+
+// "45s", "3m05s", "1h02m": elapsed and left, as a person reads them.
+std::string Duration(double seconds) {
+  const int64_t s = static_cast<int64_t>(std::llround(std::max(seconds, 0.0)));
+  if (s < 60) return absl::StrFormat("%ds", s);
+  if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%dh%02dm", s / 3600, s % 3600 / 60);
+}
+
+// What a refusal names (collective: each task's step alone is averaged over the ranks that
+// run it).
+absl::StatusOr<RefusalFacts> Facts(Trainer& trainer, const Config& config,
+                                   const SideTaskExecutor* side) {
+  RefusalFacts facts;
+  const size_t tasks = config.side_tasks.size();
+  if (config.runtime.emulate_peers) {
+    facts.measured_stages = {trainer.layout().stage};
+  } else {
+    for (int st = 0; st < config.parallel.pp; ++st) facts.measured_stages.push_back(st);
+  }
+  std::vector<double> steps(2 * tasks, 0.0);  // sums of the step alone, then of ranks
+  facts.task_ended.assign(tasks, "");
+  for (size_t i = 0; i < tasks; ++i) {
+    facts.task_stages.push_back(config.side_tasks[i].stages);
+    if (side == nullptr) continue;
+    for (const TaskReport& t : side->Report().tasks) {
+      if (t.name != TaskName(config.side_tasks[i])) continue;
+      if (t.standalone_step_s > 0) steps[i] += t.standalone_step_s, steps[tasks + i] += 1;
+      if (t.state == "FINISHED" || t.state == "FAILED") {
+        facts.task_ended[i] = t.reason.empty() ? t.state : t.state + ": " + t.reason;
+      }
+    }
+  }
+  FR_RETURN_IF_ERROR(trainer.transport().AllReduceSum(
+      steps.data(), static_cast<int64_t>(steps.size()), trainer.transport().AllRanks(),
+      config.runtime.comm_timeout_s));
+  for (size_t i = 0; i < tasks; ++i) {
+    facts.task_step_s.push_back(steps[tasks + i] > 0 ? steps[i] / steps[tasks + i] : 0);
+  }
+  return facts;
+}
+
+// Each task's throughput on this rank's stage between two snapshots: inside bubbles against
+// alone.
+std::vector<TaskThroughput> Throughput(const Config& config, const SideTaskExecutor* side,
+                                       const Snapshot& start, const Snapshot& end) {
+  std::vector<TaskThroughput> out;
+  if (side == nullptr) return out;
+  const HarvestReport r = side->Report();
+  for (size_t i = 0; i < config.side_tasks.size(); ++i) {
+    for (const TaskReport& t : r.tasks) {
+      if (t.name != TaskName(config.side_tasks[i])) continue;
+      const double units = end.units[i] - (i < start.units.size() ? start.units[i] : 0);
+      TaskThroughput tp{t.name, t.unit, units};
+      const double time = end.harvested_by_task[i] -
+                          (i < start.harvested_by_task.size() ? start.harvested_by_task[i] : 0);
+      tp.per_s_in_bubbles = time > 0 ? tp.units / time : 0;
+      tp.per_s_alone = t.standalone_unit_s > 0 ? 1.0 / t.standalone_unit_s : 0;
+      out.push_back(tp);
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -189,8 +262,78 @@ absl::StatusOr<std::string> RunStudy(Trainer& trainer, const Config& config,
   absl::StatusOr<Machine> machine = DescribeMachine(trainer, config, real_ranks);
   if (!machine.ok()) return machine.status();
   run.machine = *std::move(machine);
+  const int most = StudyRoundsAtMost(options);
+  const int arms = static_cast<int>(run.arms.size());
+  const std::string blocks_path = StudyBlocksPath(
+      config.run.dir, config.runtime.emulate_peers ? 0 : trainer.transport().rank());
 
   std::vector<BlockRecord> blocks;
+  size_t complete = 0;  // blocks of the rounds completed
+  // Every rank draws the same order from the same seed; a resumed study replays the rounds
+  // it has, so that its order is the one it would have had in one go.
+  std::mt19937_64 rng(static_cast<uint64_t>(config.run.seed));
+  int last = 0;
+  if (options.resume) {
+    absl::StatusOr<SavedStudy> saved =
+        LoadStudyBlocks(blocks_path, options.block_steps, run.arms, config.side_tasks.size());
+    if (!saved.ok()) return saved.status();
+    // Every rank goes on from the rounds all of them saved (one killed mid-write has fewer).
+    std::vector<double> have(static_cast<size_t>(most) + 1, 0.0);
+    for (int r = 0; r <= std::min(saved->rounds, most); ++r) have[static_cast<size_t>(r)] = 1;
+    if (absl::Status s = trainer.transport().AllReduceSum(
+            have.data(), static_cast<int64_t>(have.size()), world, config.runtime.comm_timeout_s);
+        !s.ok()) {
+      return s;
+    }
+    int rounds = 0;
+    while (rounds + 1 < static_cast<int>(have.size()) && have[rounds + 1] == real_ranks) ++rounds;
+    if (config.runtime.emulate_peers) rounds = std::min(saved->rounds, most);
+    if (rounds > 0) {
+      blocks.assign(saved->blocks.begin(),
+                    saved->blocks.begin() + static_cast<ptrdiff_t>(saved->round_ends[rounds - 1]));
+    }
+    complete = blocks.size();
+    run.rounds = rounds;
+    run.resumes = saved->parts;
+    for (int r = 0; r < rounds; ++r) last = ShuffledRound(arms, last, rng).back();
+    FR_LOG(PROGRESS) << absl::StrFormat("study: resuming after %d saved round%s (%s)", rounds,
+                                        rounds == 1 ? "" : "s", blocks_path);
+  }
+  if (!options.resume) {
+    // A fresh study starts a fresh file (the command refused or removed any earlier study).
+    std::error_code ec;
+    std::filesystem::remove(blocks_path, ec);
+  }
+  const int rounds_before = run.rounds;
+  size_t saved_blocks = blocks.size();
+
+  // Progress at every block, at every log level but error: a study runs for minutes.
+  Clock& clock = trainer.clock();
+  const double started = clock.Now();
+  const int64_t first_step = trainer.step();
+  auto planned_steps = [&]() -> int64_t {
+    const int rounds = std::max(options.rounds, run.rounds + 1) - rounds_before;
+    return 2 + static_cast<int64_t>(arms - 2) * options.block_steps +
+           (1 + static_cast<int64_t>(std::max(rounds, 0)) * (arms - 1) * 2) * options.block_steps;
+  };
+  auto progress = [&](const std::string& what) {
+    const double elapsed = clock.Now() - started;
+    const int64_t done = trainer.step() - first_step, planned = planned_steps();
+    const double left = done > 0 ? elapsed / static_cast<double>(done) *
+                                       static_cast<double>(std::max<int64_t>(planned - done, 0))
+                                 : 0;
+    const std::string more =
+        options.target_ci > 0
+            ? absl::StrFormat(" (more rounds while an interval is wider than ±%.2f%%, at most %d)",
+                              100 * options.target_ci, most)
+            : "";
+    FR_LOG(PROGRESS) << absl::StrFormat("study: %s; step %d of %d, %s elapsed, about %s left%s",
+                                        what, done, planned, Duration(elapsed), Duration(left),
+                                        more);
+  };
+
+  // OK, or Cancelled with the step when a stop was asked for (every rank learns it in the
+  // same step).
   auto run_block = [&](int arm, int steps, bool measured) -> absl::Status {
     if (side != nullptr) side->set_active_tasks(run.arms[arm].tasks);
     const Snapshot before = Take(side, config);
@@ -198,13 +341,7 @@ absl::StatusOr<std::string> RunStudy(Trainer& trainer, const Config& config,
     for (int i = 0; i < steps; ++i) {
       absl::StatusOr<StepStats> s = trainer.Step();
       if (!s.ok()) return s.status();
-      if (s->stop_requested) {
-        if (side != nullptr) side->Finish();
-        return absl::CancelledError(absl::StrFormat(
-            "stopped by a signal after step %d of the study; a study is measured in one go, so "
-            "it wrote no report",
-            trainer.step()));
-      }
+      if (s->stop_requested) return absl::CancelledError(absl::StrCat(trainer.step()));
       total += s->step_s;
     }
     if (!measured) return absl::OkStatus();
@@ -217,69 +354,100 @@ absl::StatusOr<std::string> RunStudy(Trainer& trainer, const Config& config,
     r.overrun = after.overrun - before.overrun;
     r.work = after.work - before.work;
     for (size_t t = 0; t < after.units.size(); ++t) r.units.push_back(after.units[t] - before.units[t]);
+    r.stage_bubble.assign(static_cast<size_t>(config.parallel.pp), 0.0);
+    if (trainer.layout().stage < config.parallel.pp) {
+      r.stage_bubble[static_cast<size_t>(trainer.layout().stage)] = r.bubble;
+    }
     blocks.push_back(std::move(r));
     return absl::OkStatus();
   };
-  // Warm-up: the first step re-places the bubbles, the second measures them; then every task
-  // starts (first allocations, caches) before anything counts.
-  if (absl::Status s = run_block(kAlone, 2, false); !s.ok()) return s;
-  for (size_t a = kAA + 1; a < run.arms.size(); ++a) {
-    if (absl::Status s = run_block(static_cast<int>(a), options.block_steps, false); !s.ok()) {
-      return s;
+  Snapshot start = Take(side, config);
+  auto measure = [&]() -> absl::Status {
+    if (run.rounds >= options.rounds && options.target_ci <= 0) return absl::OkStatus();
+    // Warm-up: the first step re-places the bubbles, the second measures them; then every
+    // task starts (first allocations, caches) before anything counts.
+    FR_RETURN_IF_ERROR(run_block(kAlone, 2, false));
+    for (int a = kAA + 1; a < arms; ++a) {
+      FR_RETURN_IF_ERROR(run_block(a, options.block_steps, false));
+      progress(absl::StrFormat("warm-up block '%s' done (not counted)", run.arms[a].name));
     }
-  }
-  const Snapshot start = Take(side, config);
-  if (absl::Status s = run_block(kAlone, options.block_steps, true); !s.ok()) return s;
-  // Every rank draws the same order from the same seed.
-  std::mt19937_64 rng(static_cast<uint64_t>(config.run.seed));
-  int last = 0;
-  const int most = StudyRoundsAtMost(options);
-  while (true) {
-    for (int arm : ShuffledRound(static_cast<int>(run.arms.size()), last, rng)) {
-      if (absl::Status s = run_block(arm, options.block_steps, true); !s.ok()) return s;
-      if (absl::Status s = run_block(kAlone, options.block_steps, true); !s.ok()) return s;
-      last = arm;
-    }
-    ++run.rounds;
-    if (run.rounds < options.rounds) continue;
-    absl::StatusOr<std::vector<BlockRecord>> reduced = Reduce(trainer, config, blocks, real_ranks);
-    if (!reduced.ok()) return reduced.status();
-    run.figures =
-        Figures(run.arms, *reduced, options.block_steps, run.device_ranks, side);
-    if (options.target_ci <= 0 || run.rounds >= most) break;
-    // Every rank computed the same figures from the same sums; the decision is summed too, so
-    // that no rank could go on alone.
-    double go_on = Unsettled(run.figures, options.target_ci).empty() ? 0 : 1;
-    if (absl::Status s = trainer.transport().AllReduceSum(&go_on, 1, world,
-                                                          config.runtime.comm_timeout_s);
-        !s.ok()) {
-      return s;
-    }
-    if (go_on == 0) break;
-  }
-  const Snapshot end = Take(side, config);
-  run.machine.load_end = LoadAverage();
-  if (!trainer.leader()) return std::string();  // one process emulating writes, whatever its stage
-
-  if (side != nullptr) {
-    const HarvestReport r = side->Report();
-    for (size_t i = 0; i < config.side_tasks.size(); ++i) {
-      for (const TaskReport& t : r.tasks) {
-        if (t.name != TaskName(config.side_tasks[i])) continue;
-        TaskThroughput tp{t.name, t.unit, end.units[i] - start.units[i]};
-        const double time = end.harvested_by_task[i] - start.harvested_by_task[i];
-        tp.per_s_in_bubbles = time > 0 ? tp.units / time : 0;
-        tp.per_s_alone = t.standalone_unit_s > 0 ? 1.0 / t.standalone_unit_s : 0;
-        run.throughput.push_back(tp);
+    start = Take(side, config);
+    FR_RETURN_IF_ERROR(run_block(kAlone, options.block_steps, true));
+    while (true) {
+      if (run.rounds >= most) return absl::OkStatus();
+      const std::vector<int> order = ShuffledRound(arms, last, rng);
+      for (size_t i = 0; i < order.size(); ++i) {
+        FR_RETURN_IF_ERROR(run_block(order[i], options.block_steps, true));
+        FR_RETURN_IF_ERROR(run_block(kAlone, options.block_steps, true));
+        progress(absl::StrFormat("round %d of %d, arm %d of %d ('%s') and its plain block done",
+                                 run.rounds + 1, std::max(options.rounds, run.rounds + 1), i + 1,
+                                 order.size(), run.arms[order[i]].name));
       }
+      last = order.back();
+      ++run.rounds;
+      complete = blocks.size();
+      const std::vector<BlockRecord> round(blocks.begin() + static_cast<ptrdiff_t>(saved_blocks),
+                                           blocks.end());
+      FR_RETURN_IF_ERROR(
+          AppendStudyRound(blocks_path, run.rounds, options.block_steps, run.arms, round));
+      saved_blocks = blocks.size();
+      if (run.rounds < options.rounds) continue;
+      if (options.target_ci <= 0) return absl::OkStatus();
+      absl::StatusOr<std::vector<BlockRecord>> reduced =
+          Reduce(trainer, config, blocks, real_ranks);
+      if (!reduced.ok()) return reduced.status();
+      // Every rank computed the same figures from the same sums; the decision is summed too,
+      // so that no rank could go on alone.
+      double go_on = Unsettled(Figures(run.arms, *reduced, options.block_steps, run.device_ranks,
+                                       RefusalFacts{}),
+                               options.target_ci)
+                             .empty()
+                         ? 0
+                         : 1;
+      FR_RETURN_IF_ERROR(
+          trainer.transport().AllReduceSum(&go_on, 1, world, config.runtime.comm_timeout_s));
+      if (go_on == 0) return absl::OkStatus();
     }
+  };
+  absl::Status measured = measure();
+  const Snapshot end = Take(side, config);
+  std::string stopped;
+  if (absl::IsCancelled(measured)) {
+    if (side != nullptr) side->Finish();
+    const int signal = StopRequestedBy();
+    stopped =
+        absl::StrFormat("stopped by %s after step %s of the study",
+                        signal != 0 ? StopSignalName(signal) : "a signal", measured.message());
+    if (run.rounds == 0) {
+      return absl::CancelledError(absl::StrFormat(
+          "%s, before its first round was complete: no report (a round is the least one "
+          "needs); run the study again",
+          stopped));
+    }
+    blocks.resize(complete);
+    run.partial = true;
+  } else if (!measured.ok()) {
+    return measured;
   }
-  const std::string md = StudyMarkdown(run);
-  const std::filesystem::path dir(config.run.dir);
-  if (absl::Status s = WriteFileAtomically((dir / "study.md").string(), md); !s.ok()) return s;
-  if (absl::Status s = WriteFileAtomically((dir / "study.json").string(), StudyJson(run));
-      !s.ok()) {
-    return s;
+  absl::StatusOr<std::vector<BlockRecord>> reduced = Reduce(trainer, config, blocks, real_ranks);
+  if (!reduced.ok()) return reduced.status();
+  absl::StatusOr<RefusalFacts> facts = Facts(trainer, config, side);
+  if (!facts.ok()) return facts.status();
+  run.figures = Figures(run.arms, *reduced, options.block_steps, run.device_ranks, *facts);
+  run.machine.load_end = LoadAverage();
+  std::string md;
+  if (trainer.leader()) {  // one process emulating writes, whatever its stage
+    run.throughput = Throughput(config, side, start, end);
+    md = StudyMarkdown(run);
+    const std::filesystem::path dir(config.run.dir);
+    FR_RETURN_IF_ERROR(WriteFileAtomically((dir / "study.md").string(), md));
+    FR_RETURN_IF_ERROR(WriteFileAtomically((dir / "study.json").string(), StudyJson(run)));
+  }
+  if (run.partial) {
+    return absl::CancelledError(absl::StrFormat(
+        "%s; wrote the report of the %d round%s it completed, marked partial, to %s/study.md. "
+        "The same command with --resume measures the remaining rounds",
+        stopped, run.rounds, run.rounds == 1 ? "" : "s", config.run.dir));
   }
   return md;
 }

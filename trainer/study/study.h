@@ -10,6 +10,11 @@
 // (trainer/study_stats.h). An A/A arm — training alone, measured exactly like a task arm — is
 // in every study: its interval is the machine's noise floor. With a target, rounds are added
 // until every arm's overhead interval is within ±target or max_rounds is reached.
+//
+// It says how far it is after every block (PROGRESS lines: round, arm, elapsed, an estimate of
+// the time left from the steps done), saves each round's blocks as it completes it, and, when
+// stopped by a signal, writes the report of the rounds it completed, marked partial;
+// `resume` continues from the saved rounds, the report covering all of them.
 #pragma once
 
 #include <string>
@@ -26,6 +31,7 @@ struct StudyOptions {
   double target_ci = 0;   // > 0: add rounds until every overhead interval is within ±target_ci
                           // (a fraction: 0.02 is ±2%)
   int max_rounds = 20;    // with a target: at most this many rounds in all
+  bool resume = false;    // go on from the rounds saved in run.dir (study_blocks.h)
 };
 
 // The rounds the study may run: max_rounds with a target, else rounds.
@@ -45,7 +51,8 @@ void PrepareStudyConfig(Config& config, const StudyOptions& options);
 absl::Status CheckStudyConfig(const Config& config);
 
 // Runs the study on `trainer` (every rank calls it); rank 0 writes run.dir/study.md and
-// run.dir/study.json and returns the Markdown (other ranks an empty string).
+// run.dir/study.json and returns the Markdown (other ranks an empty string). Stopped by a
+// signal: Cancelled, saying what was written (the partial report) and how to go on.
 absl::StatusOr<std::string> RunStudy(Trainer& trainer, const Config& config,
                                      const StudyOptions& options);
 

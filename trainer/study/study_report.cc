@@ -15,29 +15,69 @@ std::string JsonInterval(const Estimate& e) {
   return absl::StrFormat("[%.6f, %.6f]", e.lo, e.hi);
 }
 
-std::string Refusal(const SideTaskExecutor* side, const std::vector<std::string>& tasks,
-                    int64_t block) {
-  std::vector<std::string> states;
-  if (side != nullptr) {
-    for (const TaskReport& r : side->Report().tasks) {
-      if (std::find(tasks.begin(), tasks.end(), r.name) == tasks.end()) continue;
-      states.push_back(absl::StrFormat("'%s' now %s%s", r.name, r.state,
-                                       r.reason.empty() ? "" : ": " + r.reason));
+bool RunsOn(const std::vector<int64_t>& stages, int stage) {
+  return stages.empty() || std::find(stages.begin(), stages.end(), stage) != stages.end();
+}
+
+// Why an arm's tasks did no work in its block, in plain words: a task that ended says how; one
+// that could still work names the bubble it had on each stage it runs on against the step it
+// needs, since a task steps only inside a bubble its step fits in.
+std::string Refusal(const Arm& arm, const BlockRecord& block, int64_t block_number, int block_steps,
+                    const RefusalFacts& facts) {
+  std::vector<std::string> ended, starved;
+  for (size_t i = 0; i < arm.tasks.size(); ++i) {
+    const size_t t = static_cast<size_t>(arm.task_index[i]);
+    const std::string& name = arm.tasks[i];
+    if (t < facts.task_ended.size() && !facts.task_ended[t].empty()) {
+      ended.push_back(absl::StrFormat("'%s' now %s", name, facts.task_ended[t]));
+      continue;
     }
+    std::vector<std::string> bubbles;
+    for (int stage : facts.measured_stages) {
+      if (t < facts.task_stages.size() && !RunsOn(facts.task_stages[t], stage)) continue;
+      const double bubble = static_cast<size_t>(stage) < block.stage_bubble.size()
+                                ? block.stage_bubble[static_cast<size_t>(stage)]
+                                : 0;
+      bubbles.push_back(absl::StrFormat(
+          "stage %d had %s of bubble in the block's %d steps (%s a "
+          "step)",
+          stage, HumanSeconds(bubble), block_steps, HumanSeconds(bubble / block_steps)));
+    }
+    const double need = t < facts.task_step_s.size() ? facts.task_step_s[t] : 0;
+    starved.push_back(absl::StrFormat(
+        "'%s' needs %s a step (alone)%s%s", name,
+        need > 0 ? "about " + HumanSeconds(need) : "an unknown time", bubbles.empty() ? "" : "; ",
+        bubbles.empty() ? "no stage it runs on is measured here" : absl::StrJoin(bubbles, ", ")));
   }
-  return absl::StrFormat(
-      "%s did no work in the arm's block %d%s; an arm whose tasks are not working measures "
-      "nothing (their bubbles may be too short for a step, or they finished: repeat = true "
-      "restarts them)",
-      tasks.size() == 1 ? "task '" + tasks[0] + "'" : "none of its tasks", block,
-      states.empty() ? "" : " (" + absl::StrJoin(states, "; ") + ")");
+  std::string why;
+  if (!ended.empty()) {
+    absl::StrAppend(&why, " (", absl::StrJoin(ended, "; "),
+                    "): a task that finished or failed has no work (repeat = true restarts a "
+                    "finished one)");
+  }
+  if (!starved.empty()) {
+    absl::StrAppend(&why, ": ", absl::StrJoin(starved, "; "),
+                    ". A task steps only inside a bubble its step fits in: longer bubbles (more "
+                    "stages or micro-batches) or shorter task steps let it work");
+  }
+  const std::string who =
+      arm.tasks.size() == 1
+          ? "task '" + arm.tasks[0] + "' did no work"
+          : "none of its tasks (" + absl::StrJoin(arm.tasks, ", ") + ") did any work";
+  return absl::StrFormat("%s in the arm's block %d%s", who, block_number, why);
 }
 
 }  // namespace
 
+std::string HumanSeconds(double seconds) {
+  if (seconds < 1e-3) return absl::StrFormat("%.0f µs", seconds * 1e6);
+  if (seconds < 1) return absl::StrFormat("%.2f ms", seconds * 1e3);
+  return absl::StrFormat("%.2f s", seconds);
+}
+
 std::vector<ArmFigures> Figures(const std::vector<Arm>& arms,
-                                const std::vector<BlockRecord>& blocks,
-                                int block_steps, int device_ranks, const SideTaskExecutor* side) {
+                                const std::vector<BlockRecord>& blocks, int block_steps,
+                                int device_ranks, const RefusalFacts& facts) {
   std::vector<ArmFigures> figures(arms.size());
   std::vector<Block> sequence;
   std::vector<std::vector<double>> utilisation(arms.size()), reclaimed(arms.size());
@@ -54,7 +94,7 @@ std::vector<ArmFigures> Figures(const std::vector<Arm>& arms,
     double units = 0;
     for (int t : arms[b.arm].task_index) units += b.units[t];
     if (!arms[b.arm].tasks.empty() && units <= 0 && f.refused.empty()) {
-      f.refused = Refusal(side, arms[b.arm].tasks, f.blocks);
+      f.refused = Refusal(arms[b.arm], b, f.blocks, block_steps, facts);
     }
   }
   const std::vector<std::vector<double>> ratios =
@@ -128,6 +168,16 @@ std::string TargetOutcome(const StudyRun& run) {
       100 * e.half_width(), needed);
 }
 
+std::string PartialNote(const StudyRun& run) {
+  return absl::StrFormat(
+      "# Harvest study (partial)\n\nStopped by a signal after %d of its %d rounds: the figures "
+      "are those of the rounds it completed. `freeride study` with the same flags and "
+      "`--resume` measures the remaining rounds (the blocks measured so far are saved in "
+      "run.dir) and writes the report of all of them; `--resume --rounds R` asks for R in "
+      "all.\n\n",
+      run.rounds, StudyRoundsAtMost(run.options));
+}
+
 std::string StudyMarkdown(const StudyRun& run) {
   const Config& config = *run.config;
   const Machine& m = run.machine;
@@ -137,12 +187,14 @@ std::string StudyMarkdown(const StudyRun& run) {
                         ? "the process on CPUs " + m.rank_cpus[r]
                         : absl::StrFormat("rank %d on CPUs %s", r, m.rank_cpus[r]));
   }
-  std::string md = absl::StrFormat(
-      "# Harvest study\n\n%s schedule, pp = %d, %d micro-batches%s; %d rounds of %d-step blocks, "
+  std::string md = run.partial ? PartialNote(run) : "# Harvest study\n\n";
+  absl::StrAppendFormat(
+      &md,
+      "%s schedule, pp = %d, %d micro-batches%s; %d rounds of %d-step blocks, "
       "the arms in an order shuffled each round (seed %d), each arm block between two blocks of "
       "training alone; warm-up (2 steps, one block of each task arm) not counted; %s.\n\n"
       "Machine: %d CPUs; %d OpenMP threads per rank; %s (OMP_PLACES %s, OMP_PROC_BIND %s); "
-      "load average %.2f at the start, %.2f at the end.\n\n",
+      "load average %.2f at the start, %.2f at the end.%s\n\n",
       config.parallel.schedule, config.parallel.pp, config.train.microbatches,
       config.runtime.emulate_peers
           ? absl::StrFormat(" (stage %d real, peers emulated)", config.runtime.emulated_stage)
@@ -152,7 +204,12 @@ std::string StudyMarkdown(const StudyRun& run) {
           ? absl::StrFormat("one process; device-seconds count all %d stages", run.device_ranks)
           : absl::StrFormat("%d ranks", run.device_ranks),
       m.cpus, m.threads, absl::StrJoin(ranks, ", "), m.omp_places, m.omp_bind, m.load_start,
-      m.load_end);
+      m.load_end,
+      run.resumes > 0
+          ? absl::StrFormat(" Continued %d time%s from its saved blocks (--resume): each part "
+                            "began with its own warm-up and plain block.",
+                            run.resumes, run.resumes == 1 ? "" : "s")
+          : "");
   const Estimate& floor = run.figures[kAA].overhead;
   absl::StrAppendFormat(&md, "Noise floor (A/A: training alone measured as an arm): %s.\n\n",
                         floor.known() ? absl::StrFormat("±%.2f%% (mean %+.2f%%)",
@@ -211,16 +268,18 @@ std::string StudyJson(const StudyRun& run) {
   std::vector<std::string> arms;
   for (size_t a = 0; a < run.arms.size(); ++a) {
     const ArmFigures& f = run.figures[a];
-    const bool plain = a == kAlone;
+    // Training alone is the reference, and a refused arm's overhead measures nothing: neither
+    // has a figure to show.
+    const bool none = a == kAlone || !f.refused.empty();
     arms.push_back(absl::StrFormat(
-        "{\"arm\": %s, \"steps\": %d, \"blocks\": %d, \"step_s\": %.6f, \"overhead\": %.6f, "
+        "{\"arm\": %s, \"steps\": %d, \"blocks\": %d, \"step_s\": %.6f, \"overhead\": %s, "
         "\"overhead_ci\": %s, \"bubble_s\": %.6f, \"harvested_s\": %.6f, \"utilisation\": %.6f, "
         "\"utilisation_ci\": %s, \"overrun_s\": %.6f, \"reclaimed\": %.6f, \"reclaimed_ci\": %s, "
         "\"refused\": %s}",
         JsonString(run.arms[a].name), f.steps, f.blocks, f.step_s,
-        plain ? 0.0 : f.overhead.mean, plain ? "null" : JsonInterval(f.overhead), f.bubble,
-        f.harvested, f.utilisation.mean, JsonInterval(f.utilisation), f.overrun,
-        f.reclaimed.mean, JsonInterval(f.reclaimed),
+        none ? "null" : absl::StrFormat("%.6f", f.overhead.mean),
+        none ? "null" : JsonInterval(f.overhead), f.bubble, f.harvested, f.utilisation.mean,
+        JsonInterval(f.utilisation), f.overrun, f.reclaimed.mean, JsonInterval(f.reclaimed),
         f.refused.empty() ? "null" : JsonString(f.refused)));
   }
   std::vector<std::string> tasks;
@@ -241,13 +300,14 @@ std::string StudyJson(const StudyRun& run) {
                                                                                   : "false")
           : "null";
   return absl::StrFormat(
-      "{\"rounds\": %d, \"block_steps\": %d, \"seed\": %d, \"noise_floor\": %s, \"target\": %s, "
+      "{\"rounds\": %d, \"partial\": %s, \"resumes\": %d, \"block_steps\": %d, \"seed\": %d, "
+      "\"noise_floor\": %s, \"target\": %s, "
       "\"machine\": {\"cpus\": %d, \"threads_per_rank\": %d, \"rank_cpus\": [%s], "
       "\"omp_places\": %s, \"omp_proc_bind\": %s, \"load_start\": %.2f, \"load_end\": %.2f}, "
       "\"arms\": [%s], \"tasks\": [%s]}\n",
-      run.rounds, run.options.block_steps, config.run.seed,
-      floor.known() ? absl::StrFormat("%.6f", floor.half_width()) : "null", target, m.cpus,
-      m.threads, absl::StrJoin(rank_cpus, ", "), JsonString(m.omp_places),
+      run.rounds, run.partial ? "true" : "false", run.resumes, run.options.block_steps,
+      config.run.seed, floor.known() ? absl::StrFormat("%.6f", floor.half_width()) : "null", target,
+      m.cpus, m.threads, absl::StrJoin(rank_cpus, ", "), JsonString(m.omp_places),
       JsonString(m.omp_bind), m.load_start, m.load_end, absl::StrJoin(arms, ",\n  "),
       absl::StrJoin(tasks, ", "));
 }

@@ -30,6 +30,18 @@ struct BlockRecord {
   double step_s = 0;
   double bubble = 0, harvested = 0, overrun = 0, work = 0;
   std::vector<double> units;
+  std::vector<double> stage_bubble;  // per stage (replicas summed): what a refusal names
+};
+
+// What a refusal says about an arm whose tasks did no work: the stages whose bubbles this
+// study measures (an emulating process measures one), and per config.side_tasks entry its
+// stages (empty: every stage), its step alone (0: unknown) and its state where it ended
+// ("FINISHED", "FAILED: reason"; empty while it can still work).
+struct RefusalFacts {
+  std::vector<int> measured_stages;
+  std::vector<std::vector<int64_t>> task_stages;
+  std::vector<double> task_step_s;
+  std::vector<std::string> task_ended;
 };
 
 struct ArmFigures {
@@ -41,10 +53,13 @@ struct ArmFigures {
 };
 
 // Per arm, from the measured blocks in order. `device_ranks` stages count in reclaimed's
-// device-seconds; `side` (may be null) names a refused task's state.
+// device-seconds; `facts` say why a refused arm's tasks did no work.
 std::vector<ArmFigures> Figures(const std::vector<Arm>& arms,
-                                const std::vector<BlockRecord>& blocks,
-                                int block_steps, int device_ranks, const SideTaskExecutor* side);
+                                const std::vector<BlockRecord>& blocks, int block_steps,
+                                int device_ranks, const RefusalFacts& facts);
+
+// "0 µs", "850 µs", "1.20 ms", "2.50 s": a bubble or a step in the unit a person reads.
+std::string HumanSeconds(double seconds);
 
 // The arms (A/A and task arms, refused ones left out) whose overhead interval is wider than
 // ±target, or unknown.
@@ -69,6 +84,8 @@ struct StudyRun {
   const Config* config = nullptr;
   StudyOptions options;
   int rounds = 0;        // rounds run
+  bool partial = false;  // stopped before its last round: the figures of the rounds completed
+  int resumes = 0;       // times it was continued from its saved blocks (--resume)
   int device_ranks = 0;  // stages (real or emulated) times replicas
   int stage = 0;         // whose side-task throughput is shown
   std::vector<Arm> arms;
@@ -79,6 +96,8 @@ struct StudyRun {
 
 // What came of the target: "" without one.
 std::string TargetOutcome(const StudyRun& run);
+// A partial study's title and what it says: how many rounds, and how to add the rest.
+std::string PartialNote(const StudyRun& run);
 std::string StudyMarkdown(const StudyRun& run);
 std::string StudyJson(const StudyRun& run);
 
