@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU machine rehearsed on this one: a minimal Debian 12 root (debootstrap --variant=minbase)
 # holding only what the GPU image holds (g++, CMake, ninja, python3; this machine's
-# /usr/local/cuda bind-mounted read-only) plus the gpu-kit (../shared/gpu-kit: its packages
+# /usr/local/cuda bind-mounted read-only) plus the gpu-kit (GPU_KIT, the folder holding its
+# collect-debs.sh and unpack-debs.sh, docs/training.md#the-gpu-procedure: its packages
 # collected here with apt, unpacked there by unpack-debs.sh), and in it, from a fresh clone of
 # this checkout's HEAD, the GPU procedure's own steps: bench/gpu/build.sh (the CUDA tree,
 # sm_90), bench/gpu/preflight.sh (its loader check of every binary) and the CPU test suite
@@ -9,7 +10,7 @@
 # 2 cores); run it before a GPU run and whenever a dependency changes, and record its result in
 # bench/RESULTS.md.
 # Needs root, apt, debootstrap and network access to a Debian mirror.
-# Usage: bench/gpu_rehearsal.sh [--incremental] [OUT_DIR=bench/results]
+# Usage: GPU_KIT=DIR bench/gpu_rehearsal.sh [--incremental] [OUT_DIR=bench/results]
 #        [ROOTFS=/var/tmp/freeride-rehearsal]
 #        (TESTS="ctest arguments" picks the tests, default -LE gpu)
 set -euo pipefail
@@ -21,7 +22,7 @@ if [[ ${1:-} == --incremental ]]; then
 fi
 out=${1:-$root/bench/results}
 rootfs=${2:-/var/tmp/freeride-rehearsal}
-kit=$root/../shared/gpu-kit
+kit=${GPU_KIT:-}
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 tests=${TESTS:--LE gpu}
 mkdir -p "$out"
@@ -31,7 +32,10 @@ exec > >(tee "$log") 2>&1
 started=$SECONDS
 say() { echo "== [rehearsal +$((SECONDS - started))s] $*"; }
 say "$(date -u +%FT%TZ) commit $(git -C "$root" rev-parse --short HEAD) on $(hostname), $(nproc) cores"
-[[ -d $kit ]] || { say "no gpu-kit at $kit"; exit 1; }
+[[ -n $kit && -x $kit/collect-debs.sh && -x $kit/unpack-debs.sh ]] || {
+  say "GPU_KIT='$kit' is not the gpu-kit (a folder holding collect-debs.sh and unpack-debs.sh)"
+  exit 2
+}
 [[ -d /usr/local/cuda ]] || { say "no /usr/local/cuda to bind"; exit 1; }
 
 # 1. The root: what the GPU image holds and nothing more (made once, reused).

@@ -1,6 +1,6 @@
 // The side-task API: work that runs inside pipeline bubbles.
 //
-// Lifecycle (DESIGN §5): SUBMITTED → Create (host state, arguments) → CREATED → Load (device
+// Lifecycle (docs/side_tasks.md): SUBMITTED → Create (host state, arguments) → CREATED → Load (device
 // memory, through the context's capped arena) → LOADED ⇄ RUNNING (one Step at a time, each a
 // bounded unit of work) → Unload → FINISHED (Done() said so), STOPPED (training ended first)
 // or FAILED (an error, an exception, or memory beyond the limit; training goes on). A task

@@ -1,9 +1,9 @@
-// A side task in its own worker process (`freeride_side_worker`, DESIGN §5's process
-// isolation). The rank owns the worker: it starts it in its own process group (killed with the
-// rank), asks it to create, load and step the task over a socket pair, pauses it with SIGSTOP
-// when the bubble ends mid-step and resumes it with SIGCONT in the next. A worker that dies,
-// stops answering or runs out of its memory fails its task; training never waits for it beyond
-// the poll that notices the bubble's end.
+// A side task in its own worker process (`freeride_side_worker`: process isolation,
+// docs/side_tasks.md#isolation-deadlines-and-memory-caps). The rank owns the worker: it starts it
+// in its own process group (killed with the rank), asks it to create, load and step the task over
+// a socket pair, pauses it with SIGSTOP when the bubble ends mid-step and resumes it with SIGCONT
+// in the next. A worker that dies, stops answering or runs out of its memory fails its task;
+// training never waits for it beyond the poll that notices the bubble's end.
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -43,7 +43,8 @@ int64_t PeakResidentBytes(pid_t pid) {
 }
 
 // A GPU task under a running MPS daemon gets a pinned device-memory cap and the lower client
-// priority (DESIGN §5); without MPS its plan is checked against memory_limit in the task.
+// priority (docs/side_tasks.md#isolation-deadlines-and-memory-caps); without MPS its plan is
+// checked against memory_limit in the task.
 std::vector<std::string> MpsEnvironment(const SideTaskSpec& spec) {
   auto device = spec.args.find("device");
   if (device == spec.args.end() || !std::holds_alternative<std::string>(device->second) ||

@@ -29,7 +29,7 @@ if ((${#missing[@]} > 0)); then
   echo "install_deps: installing ${missing[*]}"
   if ! command -v apt-get >/dev/null; then
     echo "install_deps: apt-get not found; install these yourself: ${missing[*]}" >&2
-    echo "  (on a machine without package access, see ../shared/gpu-kit/README.md)" >&2
+    echo "  (on a machine without package access, see docs/training.md#the-gpu-procedure)" >&2
     exit 1
   fi
   sudo=""

@@ -101,7 +101,7 @@ cuda_build() {
   [[ -f $build/CMakeCache.txt ]] && grep -q '^CMAKE_CUDA_COMPILER:[A-Z]*=.\+' "$build/CMakeCache.txt"
 }
 
-# The gpu-kit (../shared/gpu-kit/README.md), carried as .gpu-kit: its packages unpacked outside
+# The gpu-kit (docs/training.md#the-gpu-procedure), carried as .gpu-kit: its packages unpacked outside
 # / and its environment (CMake, pkg-config, the loader, OpenMPI) loaded. A dry run uses the
 # machine's own packages.
 load_kit() {

@@ -3,7 +3,7 @@
 # has a README and is named in ARCHITECTURE.md's layout table, no source file passes 600 lines,
 # and inside trainer/ an include only ever points down its floors (config/ and data/ at the
 # bottom, the fill-job queue (jobs/) above them, the training run above that, study/ and report/
-# above the run, cli/ on top).
+# above the run, cli/ on top), and no tracked file points outside the project.
 # Usage: tests/scripts/layout_check.sh [REPO_ROOT]
 set -uo pipefail
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -75,6 +75,21 @@ for f in $(printf '%s\n' $sources | grep '^trainer/'); do
     fi
   done < <(sed -n 's/^#include "\(trainer\/[^"]*\)".*/\1/p' "$f")
 done
+
+# 4. The project stands on its own: no tracked file (docs, READMEs, scripts, code comments) sends
+# its reader to a file outside it, such as the shared folder beside the checkout or the design
+# notes kept there; what a reader needs from them is written in docs/.
+outside='\.\./shared|DESIGN( §|\.md)'
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  hits=$(git grep -InE "$outside" -- . ':!tests/scripts/layout_check.sh')
+else
+  hits=$(grep -rInE "$outside" --exclude=layout_check.sh --exclude-dir=.git --exclude-dir=.gpu-kit \
+    --exclude-dir=data --exclude-dir=node_modules --exclude-dir='build*' . | sed 's#^\./##')
+fi
+while IFS= read -r hit; do
+  [[ -n $hit ]] && fail "${hit%%:*:*}:$(cut -d: -f2 <<<"$hit"): points outside the project" \
+    "(write what it needs in docs/ instead): $(cut -d: -f3- <<<"$hit" | sed 's/^ *//' | cut -c1-80)"
+done <<<"$hits"
 
 if ((failures > 0)); then
   echo "layout_check: $failures problem(s)" >&2
