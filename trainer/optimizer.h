@@ -22,15 +22,11 @@ namespace freeride {
 // (p is clipped to [0, 1], and its denominators are at least 1.)
 double LearningRate(const OptimConfig& optim, int64_t step, int64_t total_steps);
 
-// True when the schedule after warm-up depends on train.steps (all but constant): a resume
-// with another train.steps would then change the learning rate from the step it resumes at.
-bool ScheduleDependsOnLength(const OptimConfig& optim);
-
 // Refuses (a usage error) a resume at `step` of a checkpoint trained for `saved_steps` when
-// this run's `total_steps` would change the learning rate from there, unless
-// optim.reshape_schedule: the message says what the learning rate would jump from and to.
-// `saved_steps` 0 (a checkpoint that did not record it) is never refused, nor a resume at or
-// past total_steps (nothing is trained).
+// this run's `total_steps` would change the learning rate of a step still to train, unless
+// optim.reshape_schedule: the message says what the learning rate would jump from and to at the
+// first step it changes. `saved_steps` 0 (a checkpoint that did not record it) is never
+// refused, nor a resume at or past total_steps (nothing is trained).
 absl::Status CheckScheduleOnResume(const OptimConfig& optim, int64_t step, int64_t saved_steps,
                                    int64_t total_steps);
 

@@ -67,7 +67,6 @@ TEST(LearningRateTest, CosineAndConstantKeepTheirShape) {
   o.schedule = "constant";
   EXPECT_DOUBLE_EQ(LearningRate(o, 2, 13), 0.75);
   EXPECT_DOUBLE_EQ(LearningRate(o, 12, 13), 1.0);
-  EXPECT_FALSE(ScheduleDependsOnLength(o));
 }
 
 TEST(LearningRateTest, ReshapingTheScheduleOnResumeIsRefusedWithTheJump) {
@@ -90,6 +89,23 @@ TEST(LearningRateTest, ReshapingTheScheduleOnResumeIsRefusedWithTheJump) {
   o.reshape_schedule = false;
   o.schedule = "constant";
   EXPECT_TRUE(CheckScheduleOnResume(o, 108, 120, 400).ok());
+  // Inside the warm-up the next rate is the same: the refusal names the step where they part
+  // (the first after the peak, which both reach at step 10).
+  o.schedule = "cosine";
+  o.warmup_steps = 10;
+  s = CheckScheduleOnResume(o, 4, 8, 20);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(),
+              HasSubstr(absl::StrFormat(
+                  "the same %.3g at step 4, but from step 11 %.3g instead of %.3g",
+                  LearningRate(o, 4, 20), LearningRate(o, 11, 20), LearningRate(o, 11, 8))));
+  // WSD's rate depends on the length only through where its decay starts.
+  o.schedule = "wsd";
+  o.warmup_steps = 0;
+  o.decay_fraction = 0.1;
+  EXPECT_FALSE(CheckScheduleOnResume(o, 50, 100, 200).ok());
+  o.decay_fraction = 0.0;
+  EXPECT_TRUE(CheckScheduleOnResume(o, 50, 100, 200).ok());
 }
 
 TEST(ScheduleResumeTest, AnotherTrainStepsIsRefusedUnlessReshapeIsAsked) {

@@ -79,8 +79,9 @@ TEST(RunDirCliTest, ASecondRunIsRefusedAResumeAppendsAndOverwriteReplaces) {
   EXPECT_THAT(again.err, HasSubstr("--overwrite"));
   EXPECT_EQ(MustRead(run + "/metrics.jsonl"), metrics);
 
-  CliResult resumed =
-      RunFreeride({"train", "--config", config, "--set", "checkpoint.resume=latest"});
+  // Three steps more than the checkpoint's run had: its cosine schedule is reshaped, on request.
+  CliResult resumed = RunFreeride({"train", "--config", config, "--set", "checkpoint.resume=latest",
+                                   "--set", "optim.reshape_schedule=true"});
   ASSERT_EQ(resumed.status, kExitOk) << resumed.err;
   const std::string appended = MustRead(run + "/metrics.jsonl");
   EXPECT_TRUE(absl::StartsWith(appended, metrics)) << appended;

@@ -128,6 +128,7 @@ TEST(RunMetricsTest, ElapsedTimeContinuesAcrossAResume) {
   const double before = Records(dir, "train").back()["elapsed_s"];
   config.train.steps = 5;
   config.checkpoint.resume = "latest";
+  config.optim.reshape_schedule = true;  // two steps more than the run the checkpoint is of
   SimulatedClock second;  // starts where the first did: elapsed time must come from the rows
   ASSERT_TRUE(RunOn(config, &second).ok());
   const std::vector<json> rows = Records(dir, "train");

@@ -34,8 +34,8 @@ absl::Status WriteShards(const std::string& dir, const std::string& split,
                           std::vector<uint16_t>(tokens.begin() + start, tokens.begin() + end));
     }
     if (!s.ok()) return s;
-    std::cout << absl::StrFormat("prepare: wrote %s (%d tokens, %d-bit)\n", path, end - start,
-                                 wide ? 32 : 16);
+    std::cout << absl::StrFormat("prepare: wrote %s (%d tokens%s)\n", path, end - start,
+                                 wide ? ", 32-bit" : "");
   }
   return absl::OkStatus();
 }
