@@ -56,22 +56,6 @@ void ProgressToJson(const JobProgress& p, ordered_json* out) {
   if (p.total_units > 0) (*out)["total_units"] = Finite(p.total_units);
 }
 
-double EstimateTimeLeft(const std::vector<ProgressPoint>& window, const JobProgress& p,
-                        double work_s) {
-  if (window.size() < 2) return -1;
-  const ProgressPoint &first = window.front(), &last = window.back();
-  const double span = last.time_s - first.time_s;
-  if (!(span > 0)) return -1;
-  // The measured rate of the task's own units, against its own total, once it has both: a
-  // --work guess is only a guess.
-  const double unit_rate = (last.units - first.units) / span;
-  if (p.total_units > 0 && unit_rate > 0)
-    return std::max(0.0, (p.total_units - p.units) / unit_rate);
-  const double rate = (last.alone_s - first.alone_s) / span;
-  if (work_s > 0 && rate > 0) return std::max(0.0, (work_s - p.alone_s) / rate);
-  return -1;
-}
-
 // The progress fields of `in` (a jobs.jsonl or progress.jsonl line) over `p`. eta_s is null
 // where the estimate was unknown.
 absl::Status ProgressFromJson(const JsonFields& in, JobProgress* p) {
@@ -151,6 +135,23 @@ std::string ProgressLog(const std::string& run_dir, int64_t id) {
 }
 
 }  // namespace
+
+double EstimateTimeLeft(const std::vector<ProgressPoint>& window, const JobProgress& p,
+                        double work_s) {
+  if (window.size() < 2) return -1;
+  const ProgressPoint &first = window.front(), &last = window.back();
+  const double span = last.time_s - first.time_s;
+  if (!(span > 0)) return -1;
+  // The measured rate of the task's own units, against its own total, once it has both: a
+  // --work guess is only a guess.
+  const double unit_rate = (last.units - first.units) / span;
+  if (p.total_units > 0 && unit_rate > 0) {
+    return std::max(0.0, (p.total_units - p.units) / unit_rate);
+  }
+  const double rate = (last.alone_s - first.alone_s) / span;
+  if (work_s > 0 && rate > 0) return std::max(0.0, (work_s - p.alone_s) / rate);
+  return -1;
+}
 
 const char* JobStateName(JobState state) { return kStateNames[static_cast<int>(state)]; }
 
