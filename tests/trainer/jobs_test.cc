@@ -147,7 +147,8 @@ TEST(JobStoreTest, TheTimeLeftIsTheUnitsLeftAtTheMeasuredRate) {
   EXPECT_LT(EstimateTimeLeft(window, p, 0), 0);             // neither: unknown
   EXPECT_LT(EstimateTimeLeft({window.back()}, p, 150), 0);  // no rate yet
   p.total_units = 500;
-  EXPECT_DOUBLE_EQ(EstimateTimeLeft({{100, 500, 50}, {110, 510, 51}}, p, 0), 0);  // done
+  p.units = 510;  // past its total (a repeat's next pass): nothing left, never negative
+  EXPECT_DOUBLE_EQ(EstimateTimeLeft({{100, 500, 50}, {110, 510, 51}}, p, 0), 0);
 }
 
 TEST(JobPolicyTest, EachPolicyOrdersAsDocumented) {
