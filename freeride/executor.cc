@@ -256,6 +256,7 @@ absl::StatusOr<int> SideTaskExecutor::AddTask(const SideTaskSpec& spec,
   } else {
     task.state = TaskState::kCreated;
     task.report.unit = task.host->unit_name();
+    task.report.total_units = task.host->total_units();
     if (absl::Status load = task.host->Load(); !load.ok()) {
       Fail(task, absl::StrFormat("load: %s", load.message()));
     } else {

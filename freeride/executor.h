@@ -62,6 +62,7 @@ struct TaskReport {
   int64_t restarts = 0;           // times it was done and began again on fresh input (repeat)
   int64_t calibration_steps = 0;  // steps run alone before its first bubble (its work too)
   double calibration_units = 0;   // the units they did
+  double total_units = 0;         // SideTask::TotalUnits: its whole work; 0: unknown
   int64_t memory_peak_bytes = 0;  // its arena's peak, or its worker's peak resident set
   std::string memory_peak_note;   // what that counts, and how memory_limit capped it
 };

@@ -180,6 +180,7 @@ class InProcessHost : public TaskHost {
       fills_bubble_ = core_->impl->FillsBubble();
       declared_step_s_ = core_->impl->DeclaredStepSeconds();
       latency_sensitive_ = core_->impl->LatencySensitive();
+      total_units_ = core_->impl->TotalUnits();
       // A client waits on each of its steps: in the bubble they run at the training's class
       // (the rank's own share of the host, which its training thread leaves while it waits),
       // lowered where one outlives it (Step).
@@ -314,6 +315,7 @@ class InProcessHost : public TaskHost {
   bool pausable() const override { return thread_ != nullptr; }
   bool fills_bubble() const override { return fills_bubble_; }
   double declared_step_s() const override { return declared_step_s_; }
+  double total_units() const override { return total_units_; }
   std::string unit_name() const override { return unit_name_; }
   std::string summary() const override {
     std::lock_guard<std::mutex> lock(core_->mu);
@@ -375,7 +377,7 @@ class InProcessHost : public TaskHost {
   double step_began_ = 0;
   std::string unit_name_ = "steps";
   bool fills_bubble_ = false;
-  double declared_step_s_ = 0;
+  double declared_step_s_ = 0, total_units_ = 0;
   bool latency_sensitive_ = false;
 };
 

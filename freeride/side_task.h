@@ -92,6 +92,10 @@ class SideTask {
   // training thread while a step may run on another: read an atomic, take no lock a step holds
   // for long.
   virtual bool HasPendingWork() const { return false; }
+  // The units its work comes to once done (its `count`, its `steps`), for the time left to
+  // finish (`freeride jobs`); 0: open-ended or unknown. With repeat, one pass's. Asked once,
+  // after Create.
+  virtual double TotalUnits() const { return 0; }
 };
 
 using SideTaskFactory = std::function<std::unique_ptr<SideTask>()>;
@@ -107,7 +111,7 @@ absl::StatusOr<std::unique_ptr<SideTask>> CreateSideTask(const std::string& type
                                                          const std::string& plugin);
 
 // Bumped whenever SideTask or SideTaskContext changes layout, or the symbols a plugin defines.
-inline constexpr int kSideTaskAbiVersion = 6;
+inline constexpr int kSideTaskAbiVersion = 7;
 
 }  // namespace freeride
 

@@ -76,6 +76,7 @@ class TaskHost {
   virtual bool fills_bubble() const = 0;
   virtual double declared_step_s() const = 0;
   virtual std::string unit_name() const = 0;
+  virtual double total_units() const = 0;  // SideTask::TotalUnits
   virtual std::string summary() const = 0;
   virtual int64_t memory_peak_bytes() const = 0;  // arena peak, or the worker's peak RSS
   // What memory_peak_bytes counts and whether (and how) memory_limit capped it, for the report.

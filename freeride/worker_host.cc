@@ -118,6 +118,7 @@ class WorkerHost : public TaskHost {
     (void)absl::SimpleAtod((*reply)[2], &declared_s_);
     fills_ = (*reply)[3] == "1";
     latency_ = reply->size() > 4 && (*reply)[4] == "1";
+    if (reply->size() > 5) (void)absl::SimpleAtod((*reply)[5], &total_units_);
     return absl::OkStatus();
   }
 
@@ -241,6 +242,7 @@ class WorkerHost : public TaskHost {
   bool fills_bubble() const override { return fills_; }
   double declared_step_s() const override { return declared_s_; }
   std::string unit_name() const override { return unit_; }
+  double total_units() const override { return total_units_; }
   std::string summary() const override { return summary_; }
   int64_t memory_peak_bytes() const override { return peak_; }
   std::string memory_peak_note() const override {
@@ -324,6 +326,7 @@ class WorkerHost : public TaskHost {
   bool measuring_alone_ = false;  // in StepAlone
   double step_ran_s_ = 0, declared_s_ = 0;
   std::string unit_ = "steps", summary_;
+  double total_units_ = 0;
   std::string cap_note_;  // how the worker applied memory_limit (its answer to load)
   int64_t peak_ = 0;
 };

@@ -98,8 +98,12 @@ class Worker {
     task_ = *std::move(task);
     Message m = Guarded([&] { return task_->Create(ctx_); });
     if (m[0] != "ok") return {"error", m[1], "config"};
-    return {"ok", task_->UnitName(), absl::StrFormat("%.9g", task_->DeclaredStepSeconds()),
-            task_->FillsBubble() ? "1" : "0", task_->LatencySensitive() ? "1" : "0"};
+    return {"ok",
+            task_->UnitName(),
+            absl::StrFormat("%.9g", task_->DeclaredStepSeconds()),
+            task_->FillsBubble() ? "1" : "0",
+            task_->LatencySensitive() ? "1" : "0",
+            absl::StrFormat("%.17g", task_->TotalUnits())};
   }
 
   absl::Status Load() {

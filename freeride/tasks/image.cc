@@ -119,6 +119,7 @@ class ImageTask : public SideTask {
   }
 
   bool Done() const override { return count_ > 0 && done_ >= count_; }
+  double TotalUnits() const override { return static_cast<double>(count_); }
   std::string UnitName() const override { return "images"; }
   std::string Summary() const override {
     return absl::StrFormat("%d images %dx%d -> %dx%d", done_, width_, height_, out_w_, out_h_);

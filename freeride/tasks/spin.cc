@@ -43,6 +43,7 @@ class SpinTask : public SideTask {
     return 1.0;
   }
   bool Done() const override { return limit_ > 0 && done_ >= limit_; }
+  double TotalUnits() const override { return static_cast<double>(limit_); }
   double DeclaredStepSeconds() const override { return step_s_; }
   std::string UnitName() const override { return "spins"; }
   std::string Summary() const override { return absl::StrFormat("%d spins", done_); }

@@ -107,6 +107,7 @@ TEST(FillJobsTest, JobsSubmittedMidRunEndAsTheyShouldAndTrainingIsUntouched) {
   // (a `count = 500` job used to end "FINISHED 497 images").
   EXPECT_EQ(fitted.progress.steps, 40);
   EXPECT_EQ(fitted.progress.units, 40);
+  EXPECT_EQ(fitted.progress.total_units, 40);  // the task said its total
   EXPECT_EQ(fitted.progress.unit, "spins");
   EXPECT_GT(fitted.progress.bubble_s, 0);
   EXPECT_TRUE(std::filesystem::exists(JobDir(config.run.dir, fits) + "/status.json"));

@@ -115,7 +115,8 @@ field "$nowhere" reason | grep -qE "needs 2[0-9]{3}\.[0-9]{2} ms steps; the long
   fail "the refusal lacks its numbers: $(field "$nowhere" reason)"
 field "$crashes" reason | grep -qF "stage 0 (rank 0): the worker was killed by signal 11 (SIGSEGV" ||
   fail "the crash's reason: $(field "$crashes" reason)"
-[[ $(field "$fits" steps) -eq 59 ]] || fail "the fitting job ran $(field "$fits" steps) steps in bubbles, not 60 - 1 (calibration)"
+# Its whole count: the calibration step is one of its 60 (it used to end with 59).
+[[ $(field "$fits" steps) -eq 60 ]] || fail "the fitting job did $(field "$fits" steps) steps, not its 60 (calibration included)"
 [[ -f $run/jobs/$fits/status.json && -d $run/jobs/$fits/fits_r0 ]] || fail "job $fits has no status.json or output directory"
 "$freeride" jobs "$run"
 

@@ -131,6 +131,26 @@ Job Queued(int64_t id, int64_t priority, double work_s, double submitted_s) {
   return job;
 }
 
+// 487 of 500 images done and "~1.5 min left" from a --work guess: once the task says its
+// total, the time left is the units left at the measured rate.
+TEST(JobStoreTest, TheTimeLeftIsTheUnitsLeftAtTheMeasuredRate) {
+  JobProgress p;
+  p.units = 487;
+  p.alone_s = 48.7;
+  p.total_units = 500;
+  // 10 images a second over the last 10 s, and a --work guess of 150 s alone.
+  const std::vector<ProgressPoint> window = {{100, 387, 38.7}, {110, 487, 48.7}};
+  EXPECT_DOUBLE_EQ(EstimateTimeLeft(window, p, 150), 1.3);
+  // Without a total, the guess is all there is: its seconds left at the alone-seconds' rate.
+  p.total_units = 0;
+  EXPECT_DOUBLE_EQ(EstimateTimeLeft(window, p, 150), (150 - 48.7) / 1.0);
+  EXPECT_LT(EstimateTimeLeft(window, p, 0), 0);             // neither: unknown
+  EXPECT_LT(EstimateTimeLeft({window.back()}, p, 150), 0);  // no rate yet
+  p.total_units = 500;
+  p.units = 510;  // past its total (a repeat's next pass): nothing left, never negative
+  EXPECT_DOUBLE_EQ(EstimateTimeLeft({{100, 500, 50}, {110, 510, 51}}, p, 0), 0);
+}
+
 TEST(JobPolicyTest, EachPolicyOrdersAsDocumented) {
   const std::vector<Job> pending = {Queued(1, 0, 30, 100), Queued(2, 5, 0, 101),
                                     Queued(3, 5, 10, 102), Queued(4, 1, 5, 103)};

@@ -136,7 +136,7 @@ step_ms = 0.1
   // A second study there replaces the first only when asked to.
   CliResult again = RunFreeride(args);
   EXPECT_EQ(again.status, kExitUsage);
-  EXPECT_THAT(again.err, HasSubstr("/study\" holds another run (study.json)"));
+  EXPECT_THAT(again.err, HasSubstr("/study\" holds another run (study.json; study_blocks_rank000.jsonl)"));
   std::vector<std::string> overwrite = args;
   overwrite.push_back("--overwrite");
   EXPECT_EQ(RunFreeride(overwrite).status, kExitOk);

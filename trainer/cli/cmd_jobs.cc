@@ -85,8 +85,10 @@ std::string JobsTable(const std::vector<Job>& jobs) {
         &out, "%-4d %-16s %-10s %-10s %-9s %-7s %8d %-18s %9.3f %7s  %s%s\n", job.id, job.name,
         job.type, job.task_class.empty() ? "-" : job.task_class, JobStateName(job.state),
         job.stages.empty() ? "-" : absl::StrJoin(job.stages, ","), p.steps,
-        absl::StrFormat("%.6g %s", p.units, p.unit.empty() ? "units" : p.unit), p.bubble_s,
-        IsTerminal(job.state) ? "-" : Duration(p.eta_s),
+        absl::StrFormat("%.6g%s %s", p.units,
+                        p.total_units > 0 ? absl::StrFormat("/%.6g", p.total_units) : "",
+                        p.unit.empty() ? "units" : p.unit),
+        p.bubble_s, IsTerminal(job.state) ? "-" : Duration(p.eta_s),
         job.cancel_requested && !IsTerminal(job.state) ? "(cancel requested) " : "",
         job.invalid.empty() || IsTerminal(job.state) ? job.reason : job.invalid);
   }

@@ -208,6 +208,7 @@ absl::Status JobRunner::Fill(int64_t step, double* values) {
     v[5] = r.steps > 0 ? 1 : 0;
     v[6] = state == TaskState::kFinished ? 1 : 0;
     v[7] = state == TaskState::kFailed ? 1 : 0;
+    v[8] = r.total_units;
     // Written before the sum, so that the leader finds it once the sum says the job ended.
     if ((v[6] > 0 || v[7] > 0) && !a.reported) {
       WriteInstance(a.id, r, r.state, r.reason);
@@ -223,12 +224,13 @@ void JobRunner::UpdateProgress(Active& a, int64_t step, const double* v, bool en
   p.units = v[2];
   p.bubble_s = v[3];
   p.alone_s = v[4];
+  p.total_units = v[8];
   const double now = WallClockSeconds();
-  a.rate.emplace_back(now, p.alone_s);
-  while (a.rate.size() > 2 && now - a.rate.front().first > kRateWindowS) a.rate.pop_front();
-  const double span = now - a.rate.front().first;
-  const double rate = span > 0 ? (p.alone_s - a.rate.front().second) / span : 0;
-  p.eta_s = a.job.work_s > 0 && rate > 0 ? std::max(0.0, (a.job.work_s - p.alone_s) / rate) : -1;
+  a.rate.push_back({now, p.units, p.alone_s});
+  while (a.rate.size() > 2 && now - a.rate.front().time_s > kRateWindowS) {
+    a.rate.erase(a.rate.begin());
+  }
+  p.eta_s = EstimateTimeLeft(a.rate, p, a.job.work_s);
   if (!ended && now - a.progress_written_s < kProgressEveryS) return;
   a.progress_written_s = now;
   if (absl::Status s = AppendJobProgress(run_dir(), a.id, step, p); !s.ok()) {

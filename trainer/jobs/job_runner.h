@@ -58,8 +58,8 @@ class JobRunner {
 
  private:
   // Per job in the step's sum: cancel, steps, units, bubble_s, alone_s, started, finished,
-  // failed instances.
-  static constexpr size_t kJobFields = 8;
+  // failed instances, total units.
+  static constexpr size_t kJobFields = 9;
   struct Active {
     int64_t id = 0;
     int task = -1;  // its executor id on this rank; -1: not hosted here
@@ -67,7 +67,7 @@ class JobRunner {
     bool reported = false;  // this rank wrote its instance's end
     // On the leader:
     Job job;
-    std::deque<std::pair<double, double>> rate;  // (wall time, alone_s) of recent steps
+    std::vector<ProgressPoint> rate;  // its work at recent steps, oldest first
     double progress_written_s = 0;
   };
 

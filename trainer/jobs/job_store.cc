@@ -53,6 +53,7 @@ void ProgressToJson(const JobProgress& p, ordered_json* out) {
   (*out)["unit"] = p.unit;
   (*out)["bubble_s"] = Finite(p.bubble_s);
   (*out)["alone_s"] = Finite(p.alone_s);
+  if (p.total_units > 0) (*out)["total_units"] = Finite(p.total_units);
 }
 
 // The progress fields of `in` (a jobs.jsonl or progress.jsonl line) over `p`. eta_s is null
@@ -63,6 +64,7 @@ absl::Status ProgressFromJson(const JsonFields& in, JobProgress* p) {
   FR_ASSIGN_OR_RETURN(p->unit, in.StringOr("unit", p->unit));
   FR_ASSIGN_OR_RETURN(p->bubble_s, in.NumberOr("bubble_s", p->bubble_s, 0));
   FR_ASSIGN_OR_RETURN(p->alone_s, in.NumberOr("alone_s", p->alone_s, 0));
+  FR_ASSIGN_OR_RETURN(p->total_units, in.NumberOr("total_units", p->total_units, 0));
   if (in.IsNull("eta_s")) {
     p->eta_s = -1;
   } else {
@@ -133,6 +135,23 @@ std::string ProgressLog(const std::string& run_dir, int64_t id) {
 }
 
 }  // namespace
+
+double EstimateTimeLeft(const std::vector<ProgressPoint>& window, const JobProgress& p,
+                        double work_s) {
+  if (window.size() < 2) return -1;
+  const ProgressPoint &first = window.front(), &last = window.back();
+  const double span = last.time_s - first.time_s;
+  if (!(span > 0)) return -1;
+  // The measured rate of the task's own units, against its own total, once it has both: a
+  // --work guess is only a guess.
+  const double unit_rate = (last.units - first.units) / span;
+  if (p.total_units > 0 && unit_rate > 0) {
+    return std::max(0.0, (p.total_units - p.units) / unit_rate);
+  }
+  const double rate = (last.alone_s - first.alone_s) / span;
+  if (work_s > 0 && rate > 0) return std::max(0.0, (work_s - p.alone_s) / rate);
+  return -1;
+}
 
 const char* JobStateName(JobState state) { return kStateNames[static_cast<int>(state)]; }
 

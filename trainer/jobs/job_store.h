@@ -34,8 +34,21 @@ struct JobProgress {
   std::string unit;     // what a unit is ("spins", "images")
   double bubble_s = 0;  // bubble time those steps used
   double alone_s = 0;   // the same work in seconds of the job run alone (its calibration)
+  double total_units = 0;  // the units it comes to when done (SideTask::TotalUnits); 0: unknown
   double eta_s = -1;    // estimated time to finish from the recent rate; < 0: unknown
 };
+
+// A job's work at one moment of wall time: what its time left is measured over.
+struct ProgressPoint {
+  double time_s = 0, units = 0, alone_s = 0;
+};
+
+// The time `p` needs to finish at the rate of `window` (oldest first, the newest `p`'s own
+// point): with a total (SideTask::TotalUnits), the units left over the units' rate; else, with
+// the submitter's `work_s` (--work), that less the work done over the alone-seconds' rate.
+// < 0: unknown (no rate yet, or neither a total nor --work).
+double EstimateTimeLeft(const std::vector<ProgressPoint>& window, const JobProgress& p,
+                        double work_s);
 
 struct JobSubmission {
   std::string toml;  // the job file as submitted
