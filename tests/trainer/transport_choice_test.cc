@@ -53,10 +53,12 @@ TEST(TransportChoiceTest, NcclWhereItCannotBeHadIsAnErrorNamingTheKey) {
 }
 
 TEST(TransportChoiceTest, ConfigCheckRefusesNcclOnTheCpu) {
-  auto config = ParseConfig("[parallel]\ntransport = \"nccl\"\n", "t.toml");
+  auto config =
+      ParseConfig("[data]\ntrain = \"x.bin\"\n[parallel]\ntransport = \"nccl\"\n", "t.toml");
   ASSERT_FALSE(config.ok());
   EXPECT_THAT(config.status().message(), HasSubstr("parallel.transport"));
-  auto bad = ParseConfig("[parallel]\ntransport = \"gloo\"\n", "t.toml");
+  auto bad =
+      ParseConfig("[data]\ntrain = \"x.bin\"\n[parallel]\ntransport = \"gloo\"\n", "t.toml");
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("gloo"));
 }
