@@ -122,7 +122,10 @@ absl::Status CheckWorldSize(const Config& config, int world_size) {
 }
 
 Trainer::Trainer(const Config& config) : config_(config) {}
-Trainer::~Trainer() = default;
+// Before the chunks free their device memory, which waits for every stream of the device.
+Trainer::~Trainer() {
+  if (transport_ != nullptr) transport_->AbortInFlight();
+}
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
                                                          pipeline::Transport* transport,

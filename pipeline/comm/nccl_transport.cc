@@ -71,6 +71,8 @@ class NcclTransport final : public Transport {
     return StartSum(data, n, group);
   }
   int64_t bootstrap_sums() const { return bootstrap_sums_; }
+  void AbortInFlight() override;
+  void AbortLocally();  // AbortInFlight without waiting for the other ranks
 
  private:
   struct Comm {
@@ -145,7 +147,9 @@ class NcclTransport final : public Transport {
   std::multimap<int64_t, void*> device_pool_, pinned_pool_;
   std::vector<cudaEvent_t> events_;
   int64_t bootstrap_sums_ = 0;
+  double timeout_s_ = 300;
   bool aborted_ = false;
+  bool closed_ = false;  // AbortInFlight has run
 };
 
 absl::Status NcclTransport::Init(const NcclTransportOptions& options) {
@@ -160,6 +164,7 @@ absl::Status NcclTransport::Init(const NcclTransportOptions& options) {
     specs.push_back({link.sender, link.receiver});
   }
   tags_per_channel_ = std::max(1, options.tags_per_channel);
+  timeout_s_ = options.timeout_s;
   for (const std::vector<int>& group : options.groups) {
     if (group.size() > 1 &&
         std::find(specs.begin() + links.size(), specs.end(), group) == specs.end()) {
@@ -204,18 +209,36 @@ absl::Status NcclTransport::Init(const NcclTransportOptions& options) {
   return absl::OkStatus();
 }
 
-NcclTransport::~NcclTransport() {
+// Every rank comes here as its trainer goes. First all of them: a send still in flight here
+// (one of a step run ahead) waits for its receiver, which may still drain it. Then what is left
+// in flight (receives posted ahead, a failed step's, whose sends will never come) would hold the
+// streams forever: it is aborted instead.
+void NcclTransport::AbortInFlight() {
+  if (!closed_) {
+    closed_ = true;
+    double token[1] = {0};
+    // A rank that never comes (it failed) only delays this by the timeout.
+    bootstrap_.AllReduceSum(token, 1, bootstrap_.AllRanks(), timeout_s_).IgnoreError();
+  }
+  AbortLocally();
+}
+
+void NcclTransport::AbortLocally() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (aborted_) return;
   cudaSetDevice(device_);
-  // Work still in flight (a failed step's receives, whose sends will never come) would hold
-  // the streams forever: abort it instead of waiting for it.
   bool in_flight = !self_sends_.empty() || !self_recvs_.empty();
   for (auto& [id, p] : requests_) {
     in_flight = in_flight || (p.done != nullptr && cudaEventQuery(p.done) != cudaSuccess);
   }
-  if (in_flight && !aborted_) {
-    for (Comm& c : comms_) ncclCommAbort(c.comm);
-    aborted_ = true;
-  }
+  if (!in_flight) return;
+  for (Comm& c : comms_) ncclCommAbort(c.comm);
+  aborted_ = true;
+}
+
+NcclTransport::~NcclTransport() {
+  AbortLocally();
+  cudaSetDevice(device_);
   for (Comm& c : comms_) {
     if (c.stream != nullptr) cudaStreamSynchronize(c.stream);
     if (!aborted_ && c.comm != nullptr) ncclCommDestroy(c.comm);

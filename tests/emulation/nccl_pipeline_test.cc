@@ -5,11 +5,14 @@
 // transport's tests pin it. After the transport is made, nothing goes through the bootstrap
 // transport (the stand-in for MPI): no message, no sum, no test of a request.
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "models/cuda/emulation/runtime.h"
 #include "pipeline/comm/nccl_transport.h"
 #include "tests/pipeline/train_parity.h"
 #include "trainer/transport_choice.h"
@@ -120,6 +123,11 @@ class OverNccl : public pipeline::Transport {
     return nccl_->StartAllReduceSum(d, n, g);
   }
   void OnStepStart(double now_s) override { nccl_->OnStepStart(now_s); }
+  // The trainer goes: what the transport says to the bootstrap from here on is teardown.
+  void AbortInFlight() override {
+    counter_->armed = false;
+    nccl_->AbortInFlight();
+  }
 
  private:
   OverNccl() = default;
@@ -162,6 +170,65 @@ TEST(NcclPipelineTest, TwoStagesTwoReplicasInBuckets) {
 // Post-validated steps: the tied sum started mid-step, the global state's sum.
 TEST(NcclPipelineTest, TwoStagesTwoReplicasPostValidated) {
   ExpectNcclEqualsInProcess(2, 2, [](Config* c) { c->optim.step_sync = "post_validate"; });
+}
+
+// Every NCCL group of rank 1 starts 5 ms late on its stream: the executor waits for the
+// messages where it waits (polling their events), and the losses do not change.
+TEST(NcclPipelineTest, TwoStagesOverASlowCommunicationStream) {
+  emu::SetNcclRankDelay(1, 0.005);
+  const std::string shard = ParityShard();
+  for (const std::string kind : {"1f1b", "zbh1"}) {
+    SCOPED_TRACE(kind);
+    Config config = OnCuda(ParityConfig(shard, kind, 2, 1, 4));
+    config.parallel.partition = "even";
+    const std::vector<double> in_process = ThreadedLosses(config, kSteps);
+    std::atomic<int64_t> bootstrap_calls{0};
+    EXPECT_EQ(ThreadedLosses(config, kSteps, nullptr, -1,
+                             [&](pipeline::Transport& t) {
+                               return OverNccl::Make(t, config, &bootstrap_calls);
+                             }),
+              in_process);
+  }
+  emu::SetNcclRankDelay(1, 0);
+}
+
+// A peer that never comes to the step: the step fails at runtime.comm_timeout_s, naming the
+// rank, stage and instruction that waited and the message it waited for, with the NCCL
+// communicators aborted.
+TEST(NcclPipelineTest, ALatePeerFailsTheStepNamingWhatItWaitedFor) {
+  Config config = OnCuda(ParityConfig(ParityShard(), "1f1b", 2, 1, 4));
+  // Trainer::Create sums over both ranks within it too: 15 s covers how far apart the two
+  // creations (about a second of work each) may come on a loaded machine; the step's wait
+  // fails at it however slow the machine is, since rank 1 never sends.
+  config.runtime.comm_timeout_s = 15;
+  auto world = pipeline::MakeInProcessWorld(2);
+  std::atomic<bool> done{false};
+  std::string error;
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      std::atomic<int64_t> calls{0};
+      auto transport = OverNccl::Make(*world[r], config, &calls);
+      ASSERT_TRUE(transport.ok()) << transport.status();
+      auto trainer = Trainer::Create(config, transport->get());
+      ASSERT_TRUE(trainer.ok()) << trainer.status();
+      if (r == 0) {
+        auto step = (*trainer)->Step();
+        error = step.ok() ? "" : std::string(step.status().message());
+        done = true;
+      } else {
+        while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  EXPECT_NE(error.find("rank 0 (stage 0, replica 0) blocked on RECV_GRAD micro-batch 0"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("from rank 1"), std::string::npos) << error;
+  EXPECT_NE(error.find("did not complete within 15.0 s (NCCL communicators aborted)"),
+            std::string::npos)
+      << error;
 }
 
 TEST(NcclPipelineTest, FourStages) { ExpectNcclEqualsInProcess(4, 1); }
