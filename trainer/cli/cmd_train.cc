@@ -220,7 +220,12 @@ int WithTrainer(const ParsedFlags& flags, RunDirOptions run_dir,
     std::unique_ptr<pipeline::Transport> mpi = pipeline::MakeMpiTransport();
     absl::StatusOr<std::unique_ptr<pipeline::Transport>> transport =
         TrainingTransport(*config, *mpi);
-    if (!transport.ok()) return fail(transport.status());
+    if (!transport.ok()) {
+      // parallel.transport asks for what this run cannot have: bad usage.
+      const bool usage = absl::IsInvalidArgument(transport.status()) ||
+                         absl::IsFailedPrecondition(transport.status());
+      return fail(transport.status(), usage ? kExitUsage : kExitFailure);
+    }
     pipeline::Transport* carrier = *transport != nullptr ? transport->get() : mpi.get();
     absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*config, carrier);
     if (!trainer.ok()) return fail(trainer.status());

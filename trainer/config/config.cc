@@ -477,12 +477,6 @@ void Loader::CheckCrossField() {
     fail("runtime.precision", "\"fp32\" on the cpu device (bf16 needs runtime.device = \"cuda\")",
          "\"bf16\"");
   }
-  if (c.parallel.transport == "nccl" && c.runtime.device != "cuda") {
-    fail("parallel.transport",
-         "\"mpi\" or \"auto\" on the cpu device (NCCL moves device memory: runtime.device = "
-         "\"cuda\")",
-         "\"nccl\"");
-  }
   if (c.eval.every > 0 && c.data.val.empty()) {
     fail("eval.every", "0 when data.val is empty (there is nothing to validate on)",
          absl::StrCat(c.eval.every));
