@@ -90,8 +90,9 @@ if(FREERIDE_CUDA STREQUAL "EMULATE")
   add_library(freeride_cuda_libs INTERFACE)
   target_include_directories(freeride_cuda_libs INTERFACE
     ${CMAKE_CURRENT_SOURCE_DIR}/models/cuda/emulation/include)
+  # NCCL too, between the threads of one process (models/cuda/emulation/nccl.cc).
   target_compile_definitions(freeride_cuda_libs INTERFACE FREERIDE_WITH_CUDA=1
-    FREERIDE_CUDA_EMULATED=1)
+    FREERIDE_CUDA_EMULATED=1 FREERIDE_WITH_NCCL=1)
   # Defined in models/cuda/emulation/CMakeLists.txt.
   target_link_libraries(freeride_cuda_libs INTERFACE freeride_cuda_emulation)
   message(STATUS "freeride: CUDA emulated on the CPU (models/cuda/emulation), Boost.Context "

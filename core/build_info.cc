@@ -36,12 +36,13 @@ std::vector<std::pair<std::string, std::string>> BuildInfo() {
       "cuDNN", v.cudnn == 0
                    ? std::string("not built in")
                    : absl::StrCat(v.cudnn / 10000, ".", (v.cudnn / 100) % 100, ".", v.cudnn % 100));
-#ifdef FREERIDE_WITH_NCCL
-  rows.emplace_back("NCCL", absl::StrCat(v.nccl / 10000, ".", (v.nccl / 100) % 100, ".",
-                                         v.nccl % 100));
+#ifdef FREERIDE_CUDA_EMULATED
+  const char* nccl_kind = " (emulated between threads)";
 #else
-  rows.emplace_back("NCCL", "not built in (emulation)");
+  const char* nccl_kind = "";
 #endif
+  rows.emplace_back("NCCL", absl::StrCat(v.nccl / 10000, ".", (v.nccl / 100) % 100, ".",
+                                         v.nccl % 100, nccl_kind));
 #else
   rows.emplace_back("CUDA backend", "off");
 #endif

@@ -1,21 +1,20 @@
 #include "trainer/trainer.h"
 
-#include <omp.h>
-
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <optional>
-#include <iostream>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/device.h"
-#include "core/json_string.h"
 #include "core/files.h"
+#include "core/json_string.h"
 #include "core/logging.h"
 #include "core/timer.h"
 #include "models/backend.h"
@@ -27,6 +26,7 @@
 #include "trainer/pipeline_plan.h"
 #include "trainer/run_dir.h"
 #include "trainer/train_state.h"
+#include "trainer/transport_choice.h"
 
 namespace freeride {
 namespace {
@@ -122,7 +122,10 @@ absl::Status CheckWorldSize(const Config& config, int world_size) {
 }
 
 Trainer::Trainer(const Config& config) : config_(config) {}
-Trainer::~Trainer() = default;
+// Before the chunks free their device memory, which waits for every stream of the device.
+Trainer::~Trainer() {
+  if (transport_ != nullptr) transport_->AbortInFlight();
+}
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
                                                          pipeline::Transport* transport,
@@ -170,9 +173,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   L.replica = emulate ? 0 : transport->rank() / L.pp;
 
   const int64_t micro_batch = tc.batch_size / tc.microbatches;
-  const BackendOptions backend{config.runtime.device, config.runtime.precision, NodeLocalRank(),
-                               config.runtime.fuse_gelu, config.runtime.attention,
-                               config.runtime.kernels};
+  const BackendOptions backend{
+      config.runtime.device,    config.runtime.precision, GpuOf(config),
+      config.runtime.fuse_gelu, config.runtime.attention, config.runtime.kernels};
   std::optional<PartCosts> part_costs;
   if (NeedsPartCosts(config) && simulated) {
     part_costs = SimulatedPartCosts(*model, micro_batch, tc.seq_len);

@@ -17,7 +17,6 @@ absl::StatusOr<std::unique_ptr<NcclComm>> NcclComm::Create(Transport& bootstrap,
   c->rank_ = bootstrap.rank();
   c->size_ = bootstrap.size();
   c->device_ = device;
-  c->timeout_s_ = timeout_s;
   CUDA_CHECK(cudaSetDevice(device));
   // The id's bytes travel as doubles in a sum to which only rank 0 contributes: exact, and it
   // needs nothing from the bootstrap transport beyond what every transport has.
@@ -82,24 +81,31 @@ absl::StatusOr<cudaEvent_t> NcclComm::Done() {
   return done_;
 }
 
-absl::Status NcclComm::Wait() {
+absl::Status NcclComm::Wait(double timeout_s) {
+  if (aborted_) return absl::FailedPreconditionError("the NCCL communicator was aborted");
   CUDA_CHECK(cudaSetDevice(device_));
   CUDA_CHECK(cudaEventRecord(done_, stream_));
-  const double deadline = MonotonicSeconds() + timeout_s_;
+  const double deadline = MonotonicSeconds() + timeout_s;
   auto pause = std::chrono::microseconds(10);
   while (true) {
+    // An operation that failed (a peer gone) completes too: its error is asynchronous.
     const cudaError_t q = cudaEventQuery(done_);
-    if (q == cudaSuccess) return absl::OkStatus();
-    if (q != cudaErrorNotReady) CUDA_CHECK(q);
+    if (q != cudaSuccess && q != cudaErrorNotReady) CUDA_CHECK(q);
     ncclResult_t async = ncclSuccess;
     NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
-    NCCL_CHECK(async);
+    if (async == ncclSuccess && q == cudaSuccess) return absl::OkStatus();
+    if (async != ncclSuccess && async != ncclInProgress) {
+      // NCCL's operations may hang after an asynchronous error: only an abort ends them.
+      ncclCommAbort(comm_);
+      aborted_ = true;
+      return NcclStatus(async, "ncclCommGetAsyncError", __FILE__, __LINE__);
+    }
     if (MonotonicSeconds() > deadline) {
       ncclCommAbort(comm_);
       aborted_ = true;
       return absl::DeadlineExceededError(absl::StrFormat(
-          "NCCL operations on rank %d did not complete within %.1f s (communicator aborted)",
-          rank_, timeout_s_));
+          "NCCL operations on rank %d did not complete within %.1f s (communicator aborted)", rank_,
+          timeout_s));
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(500));

@@ -24,7 +24,8 @@ namespace freeride::pipeline {
 class NcclComm {
  public:
   // Collective over every rank of `bootstrap`: rank 0 makes the NCCL id, the others get it
-  // through a sum over the bootstrap transport. `device`: this rank's CUDA device.
+  // through a sum over the bootstrap transport, within `timeout_s`. `device`: this rank's CUDA
+  // device.
   static absl::StatusOr<std::unique_ptr<NcclComm>> Create(Transport& bootstrap, int device,
                                                           double timeout_s);
   ~NcclComm();
@@ -43,8 +44,8 @@ class NcclComm {
   // In-place sum of n floats over all ranks.
   absl::Status AllReduceSum(float* data, int64_t n, cudaEvent_t after);
   // Blocks until everything enqueued so far has completed; DeadlineExceeded (and the
-  // communicator aborted) after the timeout.
-  absl::Status Wait();
+  // communicator aborted) after `timeout_s`, as on NCCL's asynchronous error.
+  absl::Status Wait(double timeout_s);
   // Records the completion of what is enqueued so far, for a compute stream to wait on.
   absl::StatusOr<cudaEvent_t> Done();
 
@@ -55,7 +56,6 @@ class NcclComm {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
   int rank_ = 0, size_ = 1, device_ = 0;
-  double timeout_s_ = 0;
   bool aborted_ = false;
 };
 

@@ -55,6 +55,11 @@ class Transport {
   // A training step begins (on the stage executor's clock); transports that keep time per
   // step use it.
   virtual void OnStepStart(double /*now_s*/) {}
+  // The run is over, on every rank (collective), maybe with operations still in flight (the
+  // receives a post-validated step posted ahead, a failed step's): a transport whose pending
+  // operations hold the device (NCCL's, which freeing device memory would wait for forever)
+  // ends them, and is then unusable. Others need nothing.
+  virtual void AbortInFlight() {}
 };
 
 // A world of one rank: sums are the identity; point-to-point is an error (nothing to talk to).

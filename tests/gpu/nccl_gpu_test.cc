@@ -25,7 +25,7 @@ TEST(NcclCommTest, SingleRankSendsToItselfAndSums) {
   ASSERT_EQ(cudaMemset(recv, 0, n * 4), cudaSuccess);
   ASSERT_TRUE((*comm)->Exchange(send, n * 4, 0, recv, n * 4, 0, nullptr).ok());
   ASSERT_TRUE((*comm)->AllReduceSum(recv, n, nullptr).ok());  // one rank: the identity
-  ASSERT_TRUE((*comm)->Wait().ok());
+  ASSERT_TRUE((*comm)->Wait(30.0).ok());
   std::vector<float> back(n);
   ASSERT_EQ(cudaMemcpy(back.data(), recv, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(back, host);

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -91,10 +93,15 @@ inline std::vector<double> SingleProcessLosses(const Config& config, int steps =
   return losses;
 }
 
-// Runs `config` on pp × dp threads; returns rank 0's losses (every rank sees the same).
+// Makes a rank's transport over its in-process one (on the rank's own thread: a collective).
+using TransportOver = std::function<absl::StatusOr<std::unique_ptr<pipeline::Transport>>(
+    pipeline::Transport& in_process)>;
+
+// Runs `config` on pp × dp threads; returns rank 0's losses (every rank sees the same). With
+// `over`, each rank trains on the transport it makes over the in-process one.
 inline std::vector<double> ThreadedLosses(const Config& config, int steps = 5,
-                                   std::vector<std::string>* errors = nullptr,
-                                   int resume_at = -1) {
+                                          std::vector<std::string>* errors = nullptr,
+                                          int resume_at = -1, const TransportOver& over = nullptr) {
   const int world = static_cast<int>(config.parallel.pp * config.parallel.dp);
   auto transports = pipeline::MakeInProcessWorld(world);
   std::vector<std::vector<double>> losses(world);
@@ -102,7 +109,16 @@ inline std::vector<double> ThreadedLosses(const Config& config, int steps = 5,
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
-      auto trainer = Trainer::Create(config, transports[r].get());
+      std::unique_ptr<pipeline::Transport> wrapped;
+      if (over) {
+        auto made = over(*transports[r]);
+        if (!made.ok()) {
+          failures[r] = std::string(made.status().message());
+          return;
+        }
+        wrapped = *std::move(made);
+      }
+      auto trainer = Trainer::Create(config, over ? wrapped.get() : transports[r].get());
       if (!trainer.ok()) {
         failures[r] = std::string(trainer.status().message());
         return;

@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include <mpi.h>
 
+#include "core/device.h"
 #include "core/json_string.h"
 #include "core/logging.h"
 #include "core/run_lock.h"
@@ -32,6 +33,7 @@
 #include "models/sampling.h"
 #include "models/tokenizer.h"
 #include "trainer/study/study.h"
+#include "trainer/transport_choice.h"
 #include "trainer/train_state.h"
 #include "trainer/trainer.h"
 
@@ -44,6 +46,37 @@ int Fail(const absl::Status& status) {
     WriteToLogFile(absl::StrCat("error: ", line));
   }
   return kExitFailure;
+}
+
+// The transport parallel.transport chooses over the job's MPI world: null for MPI itself, else
+// NCCL started over it (collective: every rank chooses alike). Logs which carries what.
+absl::StatusOr<std::unique_ptr<pipeline::Transport>> TrainingTransport(const Config& config,
+                                                                       pipeline::Transport& mpi) {
+#if defined(FREERIDE_WITH_NCCL) && !defined(FREERIDE_CUDA_EMULATED)
+  constexpr bool kNcclAcrossProcesses = true;
+#else
+  constexpr bool kNcclAcrossProcesses = false;
+#endif
+  FR_ASSIGN_OR_RETURN(TransportChoice choice,
+                      ChooseTransport(config, mpi.size(), kNcclAcrossProcesses));
+  int gpu = GpuOf(config);
+  std::unique_ptr<pipeline::Transport> nccl;
+#if defined(FREERIDE_WITH_NCCL) && !defined(FREERIDE_CUDA_EMULATED)
+  if (choice.nccl) {
+    const DeviceInventory devices = DiscoverDevices();
+    if (devices.cuda.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("parallel.transport chose NCCL, but this rank sees no CUDA device: ",
+                       devices.cuda_unavailable));
+    }
+    gpu %= static_cast<int>(devices.cuda.size());
+    FR_ASSIGN_OR_RETURN(pipeline::NcclTransportOptions options, NcclOptionsOf(config));
+    options.device = gpu;
+    FR_ASSIGN_OR_RETURN(nccl, pipeline::MakeNcclTransport(mpi, options));
+  }
+#endif
+  FR_LOG(INFO) << DescribeTransport(choice, gpu);
+  return nccl;
 }
 
 // Every rank's log lines go to run.dir/log_rankNNN.txt beside stderr (appended on a resume),
@@ -187,8 +220,17 @@ int WithTrainer(const ParsedFlags& flags, RunDirOptions run_dir,
   if (absl::Status s = LogToRunDir(*config, rank); !s.ok()) return fail(s);
   bool stopped = false;
   {
-    std::unique_ptr<pipeline::Transport> transport = pipeline::MakeMpiTransport();
-    absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*config, transport.get());
+    std::unique_ptr<pipeline::Transport> mpi = pipeline::MakeMpiTransport();
+    absl::StatusOr<std::unique_ptr<pipeline::Transport>> transport =
+        TrainingTransport(*config, *mpi);
+    if (!transport.ok()) {
+      // parallel.transport asks for what this run cannot have: bad usage.
+      const bool usage = absl::IsInvalidArgument(transport.status()) ||
+                         absl::IsFailedPrecondition(transport.status());
+      return fail(transport.status(), usage ? kExitUsage : kExitFailure);
+    }
+    pipeline::Transport* carrier = *transport != nullptr ? transport->get() : mpi.get();
+    absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*config, carrier);
     if (!trainer.ok()) {
       return fail(trainer.status(), IsUsageError(trainer.status()) ? kExitUsage : kExitFailure);
     }

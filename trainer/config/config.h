@@ -89,6 +89,7 @@ struct ParallelConfig {
   std::string partition = "balanced";
   std::vector<int64_t> layers_per_stage;
   double dp_bucket_mb = 0;  // 0: one data-parallel sum per chunk at REDUCE_GRADS
+  std::string transport = "auto";  // "auto" | "nccl" | "mpi" (trainer/transport_choice.h)
 };
 
 struct RuntimeConfig {
@@ -97,6 +98,7 @@ struct RuntimeConfig {
   std::string fuse_gelu = "auto";
   std::string attention = "auto";
   std::string kernels = "auto";
+  int64_t gpu = -1;  // this rank's CUDA device; -1: its node-local rank
   double comm_timeout_s = 300.0;
   bool emulate_peers = false;
   int64_t emulated_stage = 0;

@@ -178,9 +178,18 @@ std::vector<KeySpec> BuildSchema() {
                "started as soon as the step's last backward has made its gradients final "
                "(blocks from the last, then the embedding; the tied wte after its sum), so the "
                "sum overlaps the backward; REDUCE_GRADS waits for what is left. 0: one sum per "
-               "model chunk after its last backward. Otherwise at least 1/256 (4 KiB: a bucket is a sum "
+               "model chunk after its last backward. Otherwise at least 1/256 (4 KiB: a bucket is "
+               "a sum "
                "of its own, and tiny ones stall the step). The same bits either way "
                "(docs/training.md#data-parallel-buckets)."),
+      FR_KEY(parallel, transport)
+          .Choices({"auto", "nccl", "mpi"})
+          .Doc("What carries the activations and gradients between stages and the sums between "
+               "ranks: \"nccl\" NCCL between GPUs (runtime.device = \"cuda\", one rank per "
+               "GPU; MPI only starts it), \"mpi\" MPI through host memory, \"auto\" NCCL "
+               "where every stage is on CUDA, the job has more than one rank and the build has "
+               "NCCL, else MPI. The start log says which carries what "
+               "(docs/training.md#over-nccl)."),
 
       FR_KEY(runtime, device).Choices({"cpu", "cuda"}).Doc("Backend that runs the model."),
       FR_KEY(runtime, precision)
@@ -195,7 +204,8 @@ std::vector<KeySpec> BuildSchema() {
       FR_KEY(runtime, attention)
           .Choices({"auto", "reference"})
           .Doc("The causal attention on CUDA: \"auto\" runs the flash kernels (no T x T matrices; "
-               "models/cuda/flash_attention.h) in bf16 where the head size is 16, 32, 64 or 128, and "
+               "models/cuda/flash_attention.h) in bf16 where the head size is 16, 32, 64 or 128, "
+               "and "
                "the reference path (batched GEMMs over T x T scores) in fp32 and for other shapes; "
                "\"reference\" always runs the reference path."),
       FR_KEY(runtime, kernels)
@@ -206,6 +216,11 @@ std::vector<KeySpec> BuildSchema() {
                "optimizer) where the shape allows (C a multiple of 8 in bf16, 4 in fp32; C at "
                "most 2048 in bf16, 1024 in fp32); \"reference\" runs one kernel per operation "
                "(models/cuda/kernels.h), what the GPU tests and bench compare them with."),
+      FR_KEY(runtime, gpu)
+          .Min(-1)
+          .Doc("The CUDA device of each rank; -1: the rank's node-local rank (Open MPI's "
+               "OMPI_COMM_WORLD_LOCAL_RANK, Slurm's SLURM_LOCALID, LOCAL_RANK) modulo the "
+               "devices it sees, one GPU per rank."),
       FR_KEY(runtime, comm_timeout_s)
           .Min(0, true)
           .Doc("Seconds a blocking communication may wait before the job stops with a report of "

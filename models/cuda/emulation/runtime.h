@@ -47,3 +47,11 @@ void RunGrid(const char* name, dim3 grid, dim3 block, size_t shmem,
              const std::function<void()>& body);
 
 }  // namespace freeride::emu
+
+namespace freeride::emu {
+
+// Tests: every NCCL group of communicators of rank `rank` (in any clique) starts `seconds` late
+// on its stream, a deliberately slow communication stream (nccl.cc); 0 removes the delay.
+void SetNcclRankDelay(int rank, double seconds);
+
+}  // namespace freeride::emu

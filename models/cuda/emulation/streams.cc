@@ -63,6 +63,7 @@ struct Stream {
 
   const bool blocking;  // synchronises with the legacy default stream
   const int priority;
+  int draining = 0;  // device-wide drains holding this stream (guarded by Streams::mu)
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::function<void()>> queue;
@@ -100,6 +101,7 @@ namespace {
 
 struct Streams {
   std::mutex mu;
+  std::condition_variable released;  // a drain let go of its streams
   std::set<Stream*> all;
 };
 Streams& TheStreams() {
@@ -107,16 +109,25 @@ Streams& TheStreams() {
   return *streams;
 }
 
+// The streams are held while they are drained: another thread (another rank, in the NCCL
+// tests) may destroy one meanwhile, and cudaStreamDestroy waits until no drain holds it.
 void Drain(bool blocking_only) {
+  Streams& s = TheStreams();
   std::vector<Stream*> streams;
   {
-    Streams& s = TheStreams();
     std::lock_guard<std::mutex> lock(s.mu);
-    streams.assign(s.all.begin(), s.all.end());
+    for (Stream* stream : s.all) {
+      if (!stream->blocking && blocking_only) continue;
+      ++stream->draining;
+      streams.push_back(stream);
+    }
   }
-  for (Stream* s : streams) {
-    if (s->blocking || !blocking_only) s->Drain();
+  for (Stream* stream : streams) stream->Drain();
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (Stream* stream : streams) --stream->draining;
   }
+  s.released.notify_all();
 }
 
 }  // namespace
@@ -160,12 +171,13 @@ cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned flags, i
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   if (stream == nullptr || !freeride::emu::ValidStream(stream))
     return cudaErrorInvalidResourceHandle;
-  stream->Drain();
   {
     freeride::emu::Streams& s = freeride::emu::TheStreams();
-    std::lock_guard<std::mutex> lock(s.mu);
+    std::unique_lock<std::mutex> lock(s.mu);
     s.all.erase(stream);
+    s.released.wait(lock, [stream] { return stream->draining == 0; });
   }
+  stream->Drain();
   delete stream;
   return cudaSuccess;
 }

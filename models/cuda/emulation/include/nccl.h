@@ -1,0 +1,78 @@
+// NCCL as the emulation build sees it (-DFREERIDE_CUDA=EMULATE): the types, constants and
+// functions the project calls, with NCCL 2.28's names and numeric values, implemented by
+// models/cuda/emulation/nccl.cc between the threads of one process (every rank a thread, all on
+// the one emulated device), on the emulated streams, completing in stream order. Only what the
+// project uses is declared; a call to anything else fails to compile, which is the point.
+#pragma once
+
+#include <cstddef>
+
+#include "models/cuda/emulation/include/cuda_runtime_api.h"
+
+#define NCCL_MAJOR 2
+#define NCCL_MINOR 28
+#define NCCL_PATCH 9
+#define NCCL_VERSION_CODE 22809
+
+#define NCCL_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[NCCL_UNIQUE_ID_BYTES];
+} ncclUniqueId;
+
+namespace freeride::emu {
+struct NcclComm;
+}  // namespace freeride::emu
+using ncclComm_t = freeride::emu::NcclComm*;
+
+typedef enum {
+  ncclSuccess = 0,
+  ncclUnhandledCudaError = 1,
+  ncclSystemError = 2,
+  ncclInternalError = 3,
+  ncclInvalidArgument = 4,
+  ncclInvalidUsage = 5,
+  ncclRemoteError = 6,
+  ncclInProgress = 7,
+  ncclNumResults = 8
+} ncclResult_t;
+
+typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4 } ncclRedOp_t;
+
+typedef enum {
+  ncclInt8 = 0,
+  ncclChar = 0,
+  ncclUint8 = 1,
+  ncclInt32 = 2,
+  ncclInt = 2,
+  ncclUint32 = 3,
+  ncclInt64 = 4,
+  ncclUint64 = 5,
+  ncclFloat16 = 6,
+  ncclHalf = 6,
+  ncclFloat32 = 7,
+  ncclFloat = 7,
+  ncclFloat64 = 8,
+  ncclDouble = 8,
+  ncclBfloat16 = 9,
+} ncclDataType_t;
+
+ncclResult_t ncclGetVersion(int* version);
+const char* ncclGetErrorString(ncclResult_t result);
+ncclResult_t ncclGetUniqueId(ncclUniqueId* unique_id);
+// Blocks until all `nranks` ranks have called it with the same id, as NCCL's does.
+ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId comm_id, int rank);
+ncclResult_t ncclCommDestroy(ncclComm_t comm);
+ncclResult_t ncclCommAbort(ncclComm_t comm);
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error);
+ncclResult_t ncclCommCount(ncclComm_t comm, int* count);
+ncclResult_t ncclCommUserRank(ncclComm_t comm, int* rank);
+ncclResult_t ncclGroupStart();
+ncclResult_t ncclGroupEnd();
+ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, cudaStream_t stream);
+// Sum only (the one operation the project makes), of ncclFloat or ncclDouble, in place or not.
+ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                           cudaStream_t stream);

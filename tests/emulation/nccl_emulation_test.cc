@@ -1,0 +1,313 @@
+// The emulation build's NCCL (models/cuda/emulation/nccl.cc), ranks as threads of this process:
+// communicators from one id, grouped send/receive, sums in rank order, stream order against
+// events, the asynchronous error and abort; and pipeline/comm's NcclComm on top of it,
+// bootstrapped over the in-process transport as the executor's tests run their ranks.
+// Every stream here is cudaStreamNonBlocking: the ranks share the one emulated device, whose
+// legacy default stream (cudaMemcpy) waits for every rank's blocking streams, and so for a
+// collective that waits for the rank making that copy (one process, several GPUs, is the same).
+#include <nccl.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "models/cuda/emulation/runtime.h"
+#include "pipeline/comm/nccl_comm.h"
+#include "pipeline/comm/transport.h"
+
+namespace freeride::emu {
+namespace {
+
+// Runs fn(rank) on `n` threads at once and joins them.
+void RunRanks(int n, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back(fn, r);
+  for (std::thread& t : threads) t.join();
+}
+
+std::vector<ncclComm_t> InitAll(int n) {
+  ncclUniqueId id;
+  EXPECT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  std::vector<ncclComm_t> comms(n, nullptr);
+  RunRanks(n, [&](int r) { EXPECT_EQ(ncclCommInitRank(&comms[r], n, id, r), ncclSuccess); });
+  return comms;
+}
+
+template <typename T>
+T* DeviceCopy(const std::vector<T>& host) {
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, host.size() * sizeof(T)), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  return static_cast<T*>(p);
+}
+template <typename T>
+std::vector<T> HostCopy(const T* device, size_t n) {
+  std::vector<T> host(n);
+  EXPECT_EQ(cudaMemcpy(host.data(), device, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+  return host;
+}
+
+ncclResult_t AsyncError(ncclComm_t comm) {
+  ncclResult_t e = ncclInternalError;
+  EXPECT_EQ(ncclCommGetAsyncError(comm, &e), ncclSuccess);
+  return e;
+}
+
+TEST(NcclEmulationTest, RanksOfOneIdFormOneCommunicator) {
+  std::vector<ncclComm_t> comms = InitAll(4);
+  for (int r = 0; r < 4; ++r) {
+    int count = 0, rank = -1;
+    ASSERT_EQ(ncclCommCount(comms[r], &count), ncclSuccess);
+    ASSERT_EQ(ncclCommUserRank(comms[r], &rank), ncclSuccess);
+    EXPECT_EQ(count, 4);
+    EXPECT_EQ(rank, r);
+    EXPECT_EQ(AsyncError(comms[r]), ncclSuccess);
+  }
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+TEST(NcclEmulationTest, BadArgumentsAreRefusedAtTheCall) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t comm = nullptr;
+  EXPECT_EQ(ncclCommInitRank(&comm, 2, id, 2), ncclInvalidArgument);
+  ASSERT_EQ(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
+  std::vector<float> host(8, 1.0f);
+  float* device = DeviceCopy(host);
+  // NCCL works on device memory only: a host buffer, a peer out of range, another operation.
+  EXPECT_EQ(ncclSend(host.data(), 8, ncclFloat, 0, comm, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(ncclSend(device, 8, ncclFloat, 1, comm, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(ncclAllReduce(device, device, 8, ncclFloat, ncclMax, comm, nullptr),
+            ncclInvalidArgument);
+  EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);  // no group open
+  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+  cudaFree(device);
+}
+
+// A ring: every rank sends its block to the next and receives the previous one's, in one group
+// per rank (outside a group the sends would wait for receives never posted).
+TEST(NcclEmulationTest, GroupedRingExchangeDeliversEachBlock) {
+  const int n = 3;
+  const size_t count = 1000;
+  std::vector<ncclComm_t> comms = InitAll(n);
+  RunRanks(n, [&](int r) {
+    std::vector<float> mine(count);
+    for (size_t i = 0; i < count; ++i) mine[i] = static_cast<float>(r * 10000 + i);
+    float* send = DeviceCopy(mine);
+    float* recv = DeviceCopy(std::vector<float>(count, -1.0f));
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    ASSERT_EQ(ncclSend(send, count, ncclFloat, (r + 1) % n, comms[r], stream), ncclSuccess);
+    ASSERT_EQ(ncclRecv(recv, count, ncclFloat, (r + n - 1) % n, comms[r], stream), ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const std::vector<float> got = HostCopy(recv, count);
+    const int from = (r + n - 1) % n;
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(got[i], static_cast<float>(from * 10000 + i));
+    EXPECT_EQ(AsyncError(comms[r]), ncclSuccess);
+    cudaStreamDestroy(stream);
+    cudaFree(send);
+    cudaFree(recv);
+  });
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+// Values whose sum depends on the order of the additions: every rank gets ((a0 + a1) + a2),
+// the rank order the in-process transport's sums use, bit for bit, in place or not.
+TEST(NcclEmulationTest, AllReduceSumsInRankOrderWithTheSameBitsEverywhere) {
+  const int n = 3;
+  const std::vector<float> a = {1e8f, -1e8f, 1.0f};
+  const std::vector<double> d = {1e17, 1.0, -1e17};
+  const float float_sum = (a[0] + a[1]) + a[2];
+  const double double_sum = (d[0] + d[1]) + d[2];
+  ASSERT_NE(float_sum, a[0] + (a[1] + a[2]));  // the order shows
+  std::vector<ncclComm_t> comms = InitAll(n);
+  RunRanks(n, [&](int r) {
+    float* f = DeviceCopy(std::vector<float>(5, a[r]));
+    double* in = DeviceCopy(std::vector<double>(2, d[r]));
+    double* out = DeviceCopy(std::vector<double>(2, 0.0));
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(ncclAllReduce(f, f, 5, ncclFloat, ncclSum, comms[r], stream), ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(in, out, 2, ncclDouble, ncclSum, comms[r], stream), ncclSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    for (float v : HostCopy(f, 5)) EXPECT_EQ(v, float_sum);
+    for (double v : HostCopy(out, 2)) EXPECT_EQ(v, double_sum);
+    EXPECT_EQ(HostCopy(in, 2)[0], d[r]);  // out of place: the input stays
+    cudaStreamDestroy(stream);
+    cudaFree(f);
+    cudaFree(in);
+    cudaFree(out);
+  });
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+// Stream order on a deliberately slow communication stream: the receive's event is not
+// reached before the data has landed, and a compute stream that waits on it reads the received
+// values. Without the wait, the compute stream's copy would read the buffer's old contents.
+TEST(NcclEmulationTest, AReceivesEventOrdersTheComputeStreamThatReadsIt) {
+  std::vector<ncclComm_t> comms = InitAll(2);
+  SetNcclRankDelay(1, 0.05);
+  const size_t count = 4096;
+  std::atomic<bool> recorded{false};
+  RunRanks(2, [&](int r) {
+    cudaStream_t comm_stream, compute;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking), cudaSuccess);
+    if (r == 0) {
+      float* send = DeviceCopy(std::vector<float>(count, 7.0f));
+      ASSERT_EQ(ncclSend(send, count, ncclFloat, 1, comms[0], comm_stream), ncclSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(comm_stream), cudaSuccess);
+      cudaFree(send);
+    } else {
+      float* recv = DeviceCopy(std::vector<float>(count, -1.0f));
+      float* copy = DeviceCopy(std::vector<float>(count, 0.0f));
+      cudaEvent_t received;
+      ASSERT_EQ(cudaEventCreateWithFlags(&received, cudaEventDisableTiming), cudaSuccess);
+      ASSERT_EQ(ncclRecv(recv, count, ncclFloat, 0, comms[1], comm_stream), ncclSuccess);
+      ASSERT_EQ(cudaEventRecord(received, comm_stream), cudaSuccess);
+      recorded = true;
+      ASSERT_EQ(cudaStreamWaitEvent(compute, received, 0), cudaSuccess);
+      ASSERT_EQ(
+          cudaMemcpyAsync(copy, recv, count * sizeof(float), cudaMemcpyDeviceToDevice, compute),
+          cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
+      EXPECT_EQ(cudaEventQuery(received), cudaSuccess);
+      for (float v : HostCopy(copy, count)) ASSERT_EQ(v, 7.0f);
+      cudaEventDestroy(received);
+      cudaFree(recv);
+      cudaFree(copy);
+    }
+    cudaStreamDestroy(comm_stream);
+    cudaStreamDestroy(compute);
+  });
+  SetNcclRankDelay(1, 0);
+  EXPECT_TRUE(recorded);
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+// Two ranks sending to each other outside a group wait for receives that come after the sends
+// on the same stream: a deadlock, as NCCL's rendezvous makes it. Aborting both ends it.
+TEST(NcclEmulationTest, UngroupedCrossedSendsDeadlockUntilAborted) {
+  std::vector<ncclComm_t> comms = InitAll(2);
+  std::vector<cudaStream_t> streams(2);
+  std::vector<float*> buffers(2);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking), cudaSuccess);
+    buffers[r] = DeviceCopy(std::vector<float>(16, 1.0f));
+    ASSERT_EQ(ncclSend(buffers[r], 8, ncclFloat, 1 - r, comms[r], streams[r]), ncclSuccess);
+    ASSERT_EQ(ncclRecv(buffers[r] + 8, 8, ncclFloat, 1 - r, comms[r], streams[r]), ncclSuccess);
+  }
+  // A deadlock stays one: however long this looks, the streams cannot have finished.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(cudaStreamQuery(streams[r]), cudaErrorNotReady);
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(ncclCommAbort(comms[r]), ncclSuccess);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(cudaStreamSynchronize(streams[r]), cudaSuccess);
+    cudaStreamDestroy(streams[r]);
+    cudaFree(buffers[r]);
+  }
+}
+
+// A peer that aborts (or is destroyed) ends the operations that need it, with ncclRemoteError
+// as the survivor's asynchronous error; a receive of the wrong size is ncclInvalidUsage.
+TEST(NcclEmulationTest, AnAbortedPeerIsARemoteErrorAndAMismatchInvalidUsage) {
+  std::vector<ncclComm_t> comms = InitAll(2);
+  float* buffer = DeviceCopy(std::vector<float>(8, 0.0f));
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(ncclRecv(buffer, 8, ncclFloat, 1, comms[0], stream), ncclSuccess);
+  ASSERT_EQ(ncclCommAbort(comms[1]), ncclSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(AsyncError(comms[0]), ncclRemoteError);
+  // After an error the communicator takes no more work.
+  EXPECT_EQ(ncclRecv(buffer, 8, ncclFloat, 1, comms[0], stream), ncclInvalidUsage);
+  EXPECT_EQ(ncclCommAbort(comms[0]), ncclSuccess);
+
+  comms = InitAll(2);
+  RunRanks(2, [&](int r) {
+    float* mine = DeviceCopy(std::vector<float>(8, 1.0f));
+    cudaStream_t s;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    if (r == 0) {
+      ASSERT_EQ(ncclSend(mine, 8, ncclFloat, 1, comms[0], s), ncclSuccess);
+    } else {
+      ASSERT_EQ(ncclRecv(mine, 4, ncclFloat, 0, comms[1], s), ncclSuccess);
+    }
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    if (r == 1) {
+      EXPECT_EQ(AsyncError(comms[1]), ncclInvalidUsage);
+    }
+    cudaStreamDestroy(s);
+    cudaFree(mine);
+  });
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommAbort(c), ncclSuccess);
+  cudaStreamDestroy(stream);
+  cudaFree(buffer);
+}
+
+}  // namespace
+}  // namespace freeride::emu
+
+namespace freeride::pipeline {
+namespace {
+
+// NcclComm as the product uses it: the id bootstrapped over a transport (here the in-process
+// one, ranks as threads), a grouped exchange with the other rank both ways, and a sum.
+TEST(NcclCommEmulatedTest, BootstrapsOverATransportExchangesAndSums) {
+  const int n = 2;
+  const int64_t count = 512;
+  std::vector<std::unique_ptr<Transport>> world = MakeInProcessWorld(n);
+  emu::RunRanks(n, [&](int r) {
+    auto comm = NcclComm::Create(*world[r], 0, 60.0);
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    EXPECT_EQ((*comm)->rank(), r);
+    EXPECT_EQ((*comm)->size(), n);
+    float* send = emu::DeviceCopy(std::vector<float>(count, 1.0f + r));
+    float* recv = emu::DeviceCopy(std::vector<float>(count, 0.0f));
+    ASSERT_TRUE((*comm)->Exchange(send, count * 4, 1 - r, recv, count * 4, 1 - r, nullptr).ok());
+    ASSERT_TRUE((*comm)->AllReduceSum(recv, count, nullptr).ok());
+    ASSERT_TRUE((*comm)->Wait(60.0).ok());
+    // Each rank received the other's value; the sum of 2 and 1 is 3 on both.
+    for (float v : emu::HostCopy(recv, count)) ASSERT_EQ(v, 3.0f);
+    cudaFree(send);
+    cudaFree(recv);
+  });
+}
+
+// A peer that never sends: the wait's deadline passes, the communicator is aborted and the
+// error names the rank; the peer, sending later, fails with NCCL's remote error, not a hang.
+TEST(NcclCommEmulatedTest, ALatePeerMissesTheDeadlineAndTheCommunicatorIsAborted) {
+  std::vector<std::unique_ptr<Transport>> world = MakeInProcessWorld(2);
+  std::atomic<bool> aborted{false};
+  emu::RunRanks(2, [&](int r) {
+    auto comm = NcclComm::Create(*world[r], 0, 60.0);
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    float* buffer = emu::DeviceCopy(std::vector<float>(64, 0.0f));
+    if (r == 0) {
+      ASSERT_TRUE((*comm)->Exchange(nullptr, 0, -1, buffer, 256, 1, nullptr).ok());
+      const absl::Status late = (*comm)->Wait(0.1);
+      EXPECT_EQ(late.code(), absl::StatusCode::kDeadlineExceeded) << late;
+      EXPECT_NE(late.message().find("rank 0"), std::string::npos) << late;
+      EXPECT_EQ((*comm)->Exchange(buffer, 256, 1, nullptr, 0, -1, nullptr).code(),
+                absl::StatusCode::kFailedPrecondition);
+      aborted = true;
+    } else {
+      while (!aborted) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      ASSERT_TRUE((*comm)->Exchange(buffer, 256, 0, nullptr, 0, -1, nullptr).ok());
+      const absl::Status lost = (*comm)->Wait(60.0);
+      EXPECT_EQ(lost.code(), absl::StatusCode::kUnavailable) << lost;
+      EXPECT_NE(lost.message().find("remote process exited"), std::string::npos) << lost;
+    }
+    cudaFree(buffer);
+  });
+}
+
+}  // namespace
+}  // namespace freeride::pipeline

@@ -1,0 +1,246 @@
+// Training on CUDA chunks over emulated NCCL (ranks as threads of this process, the way the
+// executor's tests run their ranks, so the trainer and the executor run unchanged): the
+// losses of every schedule kind at pp 2 and 4, dp 1 and 2, equal bit for bit those of the same
+// CUDA chunks over the in-process transport, which sums host memory in rank order as the MPI
+// transport's tests pin it. After the transport is made, nothing goes through the bootstrap
+// transport (the stand-in for MPI): no message, no sum, no test of a request.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "models/cuda/emulation/runtime.h"
+#include "pipeline/comm/nccl_transport.h"
+#include "tests/pipeline/train_parity.h"
+#include "trainer/transport_choice.h"
+
+namespace freeride {
+namespace {
+
+using testing::ParityConfig;
+using testing::ParityShard;
+using testing::ThreadedLosses;
+
+constexpr int kSteps = 2;  // the emulated CUDA chunks are slow: two steps show the updates
+
+Config OnCuda(Config config) {
+  config.runtime.device = "cuda";
+  return config;
+}
+
+// Counts every call to the transport it wraps once `armed`.
+class CountingTransport : public pipeline::Transport {
+ public:
+  CountingTransport(Transport& inner, std::atomic<int64_t>* calls) : inner_(inner), calls_(calls) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  absl::StatusOr<Request> Isend(const void* d, int64_t b, int p, int t) override {
+    Count();
+    return inner_.Isend(d, b, p, t);
+  }
+  absl::StatusOr<Request> Irecv(void* d, int64_t b, int p, int t) override {
+    Count();
+    return inner_.Irecv(d, b, p, t);
+  }
+  absl::Status Wait(Request r, double s) override {
+    Count();
+    return inner_.Wait(r, s);
+  }
+  bool Test(Request r) override {
+    Count();
+    return inner_.Test(r);
+  }
+  absl::Status AllReduceSum(float* d, int64_t n, const std::vector<int>& g, double s) override {
+    Count();
+    return inner_.AllReduceSum(d, n, g, s);
+  }
+  absl::Status AllReduceSum(double* d, int64_t n, const std::vector<int>& g, double s) override {
+    Count();
+    return inner_.AllReduceSum(d, n, g, s);
+  }
+  absl::StatusOr<Request> StartAllReduceSum(float* d, int64_t n,
+                                            const std::vector<int>& g) override {
+    Count();
+    return inner_.StartAllReduceSum(d, n, g);
+  }
+  absl::StatusOr<Request> StartAllReduceSum(double* d, int64_t n,
+                                            const std::vector<int>& g) override {
+    Count();
+    return inner_.StartAllReduceSum(d, n, g);
+  }
+  bool armed = false;
+
+ private:
+  void Count() {
+    if (armed) ++*calls_;
+  }
+  Transport& inner_;
+  std::atomic<int64_t>* calls_;
+};
+
+// The NCCL transport over each rank's in-process one, through a counter armed once it is made.
+// The counting wrapper lives as long as the transport (it is the bootstrap).
+class OverNccl : public pipeline::Transport {
+ public:
+  static absl::StatusOr<std::unique_ptr<pipeline::Transport>> Make(pipeline::Transport& in_process,
+                                                                   const Config& config,
+                                                                   std::atomic<int64_t>* calls) {
+    auto self = std::unique_ptr<OverNccl>(new OverNccl);
+    self->counter_ = std::make_unique<CountingTransport>(in_process, calls);
+    absl::StatusOr<pipeline::NcclTransportOptions> options = NcclOptionsOf(config);
+    if (!options.ok()) return options.status();
+    auto made = pipeline::MakeNcclTransport(*self->counter_, *options);
+    if (!made.ok()) return made.status();
+    self->nccl_ = *std::move(made);
+    self->counter_->armed = true;
+    return std::unique_ptr<pipeline::Transport>(std::move(self));
+  }
+  int rank() const override { return nccl_->rank(); }
+  int size() const override { return nccl_->size(); }
+  absl::StatusOr<Request> Isend(const void* d, int64_t b, int p, int t) override {
+    return nccl_->Isend(d, b, p, t);
+  }
+  absl::StatusOr<Request> Irecv(void* d, int64_t b, int p, int t) override {
+    return nccl_->Irecv(d, b, p, t);
+  }
+  absl::Status Wait(Request r, double s) override {
+    return nccl_->Wait(r, std::max(s, min_timeout_s));
+  }
+  bool Test(Request r) override { return nccl_->Test(r); }
+  absl::Status AllReduceSum(float* d, int64_t n, const std::vector<int>& g, double s) override {
+    return nccl_->AllReduceSum(d, n, g, std::max(s, min_timeout_s));
+  }
+  absl::Status AllReduceSum(double* d, int64_t n, const std::vector<int>& g, double s) override {
+    return nccl_->AllReduceSum(d, n, g, std::max(s, min_timeout_s));
+  }
+  absl::StatusOr<Request> StartAllReduceSum(float* d, int64_t n,
+                                            const std::vector<int>& g) override {
+    return nccl_->StartAllReduceSum(d, n, g);
+  }
+  absl::StatusOr<Request> StartAllReduceSum(double* d, int64_t n,
+                                            const std::vector<int>& g) override {
+    return nccl_->StartAllReduceSum(d, n, g);
+  }
+  void OnStepStart(double now_s) override { nccl_->OnStepStart(now_s); }
+  // Waits take at least this long to time out: a test's short deadline for the step only.
+  double min_timeout_s = 0;
+  // The trainer goes: what the transport says to the bootstrap from here on is teardown.
+  void AbortInFlight() override {
+    counter_->armed = false;
+    nccl_->AbortInFlight();
+  }
+
+ private:
+  OverNccl() = default;
+  std::unique_ptr<CountingTransport> counter_;
+  std::unique_ptr<pipeline::Transport> nccl_;  // destroyed before the counter it bootstraps on
+};
+
+constexpr const char* kKinds[] = {"gpipe", "1f1b", "interleaved", "zbh1",
+                                  "zbh2",  "zbv",  "dualpipev"};
+
+// Every schedule kind at pp × dp, m = 2 pp micro-batches (what interleaved and DualPipeV
+// need) of batch 8 per replica: over NCCL the losses equal the in-process transport's, and
+// nothing goes through the bootstrap during the steps. `tweak` changes the config.
+void ExpectNcclEqualsInProcess(int pp, int dp, const std::function<void(Config*)>& tweak = {}) {
+  const std::string shard = ParityShard();
+  for (const std::string kind : kKinds) {
+    SCOPED_TRACE(absl::StrFormat("%s pp %d dp %d", kind, pp, dp));
+    Config config = OnCuda(ParityConfig(shard, kind, pp, dp, 2 * pp));
+    config.parallel.partition = "even";  // the same split in both runs
+    config.runtime.comm_timeout_s = 60;  // a failure fails in a minute, not five
+    if (tweak) tweak(&config);
+    const std::vector<double> in_process = ThreadedLosses(config, kSteps);
+    std::atomic<int64_t> bootstrap_calls{0};
+    const std::vector<double> nccl = ThreadedLosses(
+        config, kSteps, nullptr, -1,
+        [&](pipeline::Transport& t) { return OverNccl::Make(t, config, &bootstrap_calls); });
+    ASSERT_EQ(nccl.size(), static_cast<size_t>(kSteps));
+    EXPECT_EQ(nccl, in_process);
+    EXPECT_EQ(bootstrap_calls, 0) << "calls to the bootstrap transport during the steps";
+  }
+}
+
+TEST(NcclPipelineTest, TwoStages) { ExpectNcclEqualsInProcess(2, 1); }
+
+// The data-parallel sums in buckets, started as their gradients are final.
+TEST(NcclPipelineTest, TwoStagesTwoReplicasInBuckets) {
+  ExpectNcclEqualsInProcess(2, 2, [](Config* c) { c->parallel.dp_bucket_mb = 1.0 / 256; });
+}
+
+// Post-validated steps: the tied sum started mid-step, the global state's sum.
+TEST(NcclPipelineTest, TwoStagesTwoReplicasPostValidated) {
+  ExpectNcclEqualsInProcess(2, 2, [](Config* c) { c->optim.step_sync = "post_validate"; });
+}
+
+// Every NCCL group of rank 1 starts 5 ms late on its stream: the executor waits for the
+// messages where it waits (polling their events), and the losses do not change.
+TEST(NcclPipelineTest, TwoStagesOverASlowCommunicationStream) {
+  emu::SetNcclRankDelay(1, 0.005);
+  const std::string shard = ParityShard();
+  for (const std::string kind : {"1f1b", "zbh1"}) {
+    SCOPED_TRACE(kind);
+    Config config = OnCuda(ParityConfig(shard, kind, 2, 1, 4));
+    config.parallel.partition = "even";
+    const std::vector<double> in_process = ThreadedLosses(config, kSteps);
+    std::atomic<int64_t> bootstrap_calls{0};
+    EXPECT_EQ(ThreadedLosses(config, kSteps, nullptr, -1,
+                             [&](pipeline::Transport& t) {
+                               return OverNccl::Make(t, config, &bootstrap_calls);
+                             }),
+              in_process);
+  }
+  emu::SetNcclRankDelay(1, 0);
+}
+
+// A peer that never comes to the step: the step fails at runtime.comm_timeout_s, naming the
+// rank, stage and instruction that waited and the message it waited for, with the NCCL
+// communicators aborted.
+TEST(NcclPipelineTest, ALatePeerFailsTheStepNamingWhatItWaitedFor) {
+  Config config = OnCuda(ParityConfig(ParityShard(), "1f1b", 2, 1, 4));
+  config.runtime.comm_timeout_s = 1;  // the step's: rank 1 never sends, however slow this is
+  auto world = pipeline::MakeInProcessWorld(2);
+  std::atomic<bool> done{false};
+  std::string error;
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      std::atomic<int64_t> calls{0};
+      auto transport = OverNccl::Make(*world[r], config, &calls);
+      ASSERT_TRUE(transport.ok()) << transport.status();
+      // Trainer::Create sums over both ranks too, however far apart a loaded machine starts
+      // them: only the step keeps to the 1 s.
+      auto* over = static_cast<OverNccl*>(transport->get());
+      over->min_timeout_s = 300;
+      auto trainer = Trainer::Create(config, over);
+      ASSERT_TRUE(trainer.ok()) << trainer.status();
+      over->min_timeout_s = 0;
+      if (r == 0) {
+        auto step = (*trainer)->Step();
+        error = step.ok() ? "" : std::string(step.status().message());
+        done = true;
+      } else {
+        while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  EXPECT_NE(error.find("rank 0 (stage 0, replica 0) blocked on RECV_GRAD micro-batch 0"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("from rank 1"), std::string::npos) << error;
+  EXPECT_NE(error.find("did not complete within 1.0 s (NCCL communicators aborted)"),
+            std::string::npos)
+      << error;
+}
+
+TEST(NcclPipelineTest, FourStages) { ExpectNcclEqualsInProcess(4, 1); }
+
+TEST(NcclPipelineTest, FourStagesTwoReplicas) { ExpectNcclEqualsInProcess(4, 2); }
+
+}  // namespace
+}  // namespace freeride
