@@ -165,7 +165,8 @@ std::vector<KeySpec> BuildSchema() {
                "started as soon as the step's last backward has made its gradients final "
                "(blocks from the last, then the embedding; the tied wte after its sum), so the "
                "sum overlaps the backward; REDUCE_GRADS waits for what is left. 0: one sum per "
-               "model chunk after its last backward. Otherwise at least 1/256 (4 KiB: a bucket is a sum "
+               "model chunk after its last backward. Otherwise at least 1/256 (4 KiB: a bucket is "
+               "a sum "
                "of its own, and tiny ones stall the step). The same bits either way "
                "(docs/training.md#data-parallel-buckets)."),
 
@@ -182,7 +183,8 @@ std::vector<KeySpec> BuildSchema() {
       FR_KEY(runtime, attention)
           .Choices({"auto", "reference"})
           .Doc("The causal attention on CUDA: \"auto\" runs the flash kernels (no T x T matrices; "
-               "models/cuda/flash_attention.h) in bf16 where the head size is 16, 32, 64 or 128, and "
+               "models/cuda/flash_attention.h) in bf16 where the head size is 16, 32, 64 or 128, "
+               "and "
                "the reference path (batched GEMMs over T x T scores) in fp32 and for other shapes; "
                "\"reference\" always runs the reference path."),
       FR_KEY(runtime, kernels)
@@ -213,7 +215,8 @@ std::vector<KeySpec> BuildSchema() {
           .Min(0)
           .Doc("Peak TFLOP/s of one rank's device, the denominator of metrics.jsonl's mfu. 0: "
                "the dense peak of a known GPU at runtime.precision (H100, H200, A100, L40S; "
-               "another GPU has no mfu), on the CPU a single-precision GEMM measured at start."),
+               "another GPU has no mfu), on the CPU the run's own single-precision products "
+               "measured at start. A step above 100% of it has no mfu (the peak is wrong)."),
 
       FR_KEY(freeride, enabled).Doc("Run the configured side tasks inside pipeline bubbles."),
       FR_KEY(freeride, alternate_every)
