@@ -71,7 +71,7 @@ echo "== done in $((SECONDS - started)) s. Next:"
 cat <<'NEXT'
   build/freeride train --help                          # every option; configs/ holds ready-made runs
   build/freeride train --set train.steps=300 --set run.dir=runs/longer   # longer, beside this one
-  launch/run.sh -n 2 configs/tiny_cpu_pp2.toml --overwrite   # a plain 2-stage 1F1B pipeline
+  launch/run.sh -n 2 CONFIG --overwrite              # a 2-stage pipeline of a config in configs/
   build/freeride study --config configs/tiny_cpu_pp2_freeride.toml --set runtime.emulate_peers=true
                                                        # what side work costs, with 95% intervals
   launch/test.sh                                       # the test suite (builds the tests too)
