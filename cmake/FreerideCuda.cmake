@@ -2,7 +2,8 @@
 # /usr/local/cuda), ON requires it, OFF never looks, EMULATE compiles the CUDA sources with the
 # host compiler against the emulation layer (models/cuda/emulation/README.md) and needs no
 # toolkit. Sets FREERIDE_WITH_CUDA (and FREERIDE_CUDA_EMULATED) and, when on, the target
-# freeride_cuda_libs (cudart, cuBLASLt, NCCL, and cuDNN where found; or the emulation).
+# freeride_cuda_libs (cudart, cuBLASLt, NCCL, and cuDNN where found, opened on first use;
+# or the emulation).
 #
 # cuDNN and NCCL come from -DCUDNN_ROOT / -DNCCL_ROOT (or those environment variables) when
 # given, else from the CUDA toolkit's prefix and CMAKE_PREFIX_PATH, else from pip wheels
@@ -143,15 +144,28 @@ if(FREERIDE_WITH_CUDA AND NOT FREERIDE_CUDA_EMULATED)
   if(NOT CUDNN_FROM AND CUDNN_ROOT)
     message(FATAL_ERROR "cuDNN not found (cudnn.h and libcudnn) in CUDNN_ROOT=${CUDNN_ROOT}")
   endif()
+  # cuBLAS, cuBLASLt, NCCL and cuDNN are opened at their first call (core/cuda_lazy_libs.cc:
+  # the files found here), and the runtime is linked statically, which opens the driver at its
+  # first call: a command that touches no device loads none of them.
+  add_library(freeride_cuda_lazy STATIC ${CMAKE_CURRENT_SOURCE_DIR}/core/cuda_lazy_libs.cc)
+  set_target_properties(freeride_cuda_lazy PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  target_include_directories(freeride_cuda_lazy SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS}
+    ${NCCL_INCLUDE_DIR})
+  target_compile_definitions(freeride_cuda_lazy PRIVATE
+    FREERIDE_CUBLAS_LIBRARY="$<TARGET_FILE:CUDA::cublas>"
+    FREERIDE_CUBLASLT_LIBRARY="$<TARGET_FILE:CUDA::cublasLt>"
+    FREERIDE_NCCL_LIBRARY="${NCCL_LIBRARY}")
+  target_link_libraries(freeride_cuda_lazy PRIVATE ${CMAKE_DL_LIBS})
   add_library(freeride_cuda_libs INTERFACE)
   target_include_directories(freeride_cuda_libs SYSTEM INTERFACE ${NCCL_INCLUDE_DIR})
-  target_link_libraries(freeride_cuda_libs INTERFACE
-    CUDA::cudart CUDA::cublasLt CUDA::cublas ${NCCL_LIBRARY})
+  target_link_libraries(freeride_cuda_libs INTERFACE CUDA::cudart_static freeride_cuda_lazy)
   target_compile_definitions(freeride_cuda_libs INTERFACE FREERIDE_WITH_CUDA=1
     FREERIDE_WITH_NCCL=1)
   if(CUDNN_FROM)
     target_include_directories(freeride_cuda_libs SYSTEM INTERFACE ${CUDNN_INCLUDE_DIR})
-    target_link_libraries(freeride_cuda_libs INTERFACE ${CUDNN_LIBRARY})
+    target_include_directories(freeride_cuda_lazy SYSTEM PRIVATE ${CUDNN_INCLUDE_DIR})
+    target_compile_definitions(freeride_cuda_lazy PRIVATE FREERIDE_WITH_CUDNN=1
+      FREERIDE_CUDNN_LIBRARY="${CUDNN_LIBRARY}")
     target_compile_definitions(freeride_cuda_libs INTERFACE FREERIDE_WITH_CUDNN=1)
   endif()
   message(STATUS "freeride: CUDA ${CUDAToolkit_VERSION} (${CUDAToolkit_BIN_DIR}), "

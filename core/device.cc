@@ -43,9 +43,13 @@ DeviceInfo DiscoverCpu() {
 }
 
 #ifdef FREERIDE_WITH_CUDA
-absl::Status DiscoverCuda(std::vector<DeviceInfo>* devices) {
+// The devices, or the runtime's error; `error_name` is that error's name.
+absl::Status DiscoverCuda(std::vector<DeviceInfo>* devices, std::string* error_name) {
   int count = 0;
-  CUDA_CHECK(cudaGetDeviceCount(&count));
+  if (const cudaError_t error = cudaGetDeviceCount(&count); error != cudaSuccess) {
+    *error_name = cudaGetErrorName(error);
+    return CudaStatus(error, "cudaGetDeviceCount(&count)", __FILE__, __LINE__);
+  }
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, i));
@@ -74,17 +78,34 @@ DeviceInventory DiscoverDevices() {
   inventory.cpu = DiscoverCpu();
 #ifdef FREERIDE_WITH_CUDA
   inventory.cuda_built = true;
-  absl::Status status = DiscoverCuda(&inventory.cuda);
+  std::string error_name;
+  absl::Status status = DiscoverCuda(&inventory.cuda, &error_name);
   if (!status.ok()) {
     inventory.cuda.clear();
-    inventory.cuda_unavailable = std::string(status.message());
+    inventory.cuda_unavailable = CudaUnavailableReason(error_name);
+    inventory.cuda_detail = std::string(status.message());
   } else if (inventory.cuda.empty()) {
-    inventory.cuda_unavailable = "the CUDA runtime reports no devices";
+    inventory.cuda_unavailable = CudaUnavailableReason("cudaErrorNoDevice");
   }
 #else
-  inventory.cuda_unavailable = "this binary was built without the CUDA backend";
+  inventory.cuda_unavailable = "this binary was built without the CUDA backend: CPU only";
 #endif
   return inventory;
+}
+
+std::string CudaUnavailableReason(const std::string& error_name) {
+  // A stub libcuda (the toolkit's, for linking) or none at all: the driver is what is missing.
+  if (error_name == "cudaErrorInsufficientDriver" || error_name == "cudaErrorStubLibrary") {
+    return "no NVIDIA driver: CPU only";
+  }
+  if (error_name == "cudaErrorNoDevice") {
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    return visible != nullptr && (*visible == '\0' || *visible == '-')
+               ? "no CUDA device visible (CUDA_VISIBLE_DEVICES hides them): CPU only"
+               : "no CUDA device visible: CPU only";
+  }
+  return absl::StrCat("CUDA unavailable (", error_name.empty() ? "unknown error" : error_name,
+                      "): CPU only");
 }
 
 std::string DescribeDevice(const DeviceInfo& device) {

@@ -1,6 +1,7 @@
 // What compute this process can see: the CPU always, CUDA devices when the backend is built
 // and a driver is present. Discovery never fails: without a driver (or with CUDA hidden), the
-// CUDA list is empty and `cuda_unavailable` says why.
+// CUDA list is empty, `cuda_unavailable` says why in a person's words and `cuda_detail` holds
+// the runtime's own error.
 #pragma once
 
 #include <cstdint>
@@ -27,9 +28,15 @@ struct DeviceInventory {
   std::vector<DeviceInfo> cuda;
   bool cuda_built = false;
   std::string cuda_unavailable;  // empty when at least one CUDA device is usable
+  std::string cuda_detail;       // the CUDA runtime's error behind it, if any
 };
 
 DeviceInventory DiscoverDevices();
+
+// Why no CUDA device is usable, from the name of the CUDA runtime's error
+// ("cudaErrorInsufficientDriver"): "no NVIDIA driver: CPU only", "no CUDA device visible: CPU
+// only", ... A machine without a GPU is a normal place to run, not a failure.
+std::string CudaUnavailableReason(const std::string& error_name);
 
 // This process's rank among those on its node, from the launcher's environment (Open MPI's
 // OMPI_COMM_WORLD_LOCAL_RANK, Slurm's SLURM_LOCALID, torchrun-style LOCAL_RANK); 0 when none

@@ -1,6 +1,7 @@
 #include "core/files.h"
 
 #include <fcntl.h>
+#include <glob.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -82,6 +83,13 @@ absl::Status MakeDirectories(const std::string& path) {
                                             error ? error.message() : "exists as a file"));
   }
   return absl::OkStatus();
+}
+
+bool GlobMatchesAFile(const std::string& pattern) {
+  glob_t matches{};
+  const bool found = ::glob(pattern.c_str(), 0, nullptr, &matches) == 0 && matches.gl_pathc > 0;
+  globfree(&matches);
+  return found;
 }
 
 }  // namespace freeride

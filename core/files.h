@@ -20,5 +20,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& path);
 absl::Status CheckRegularFile(const std::string& path);
 // Creates `path` and its parents; OK when it already exists as a directory.
 absl::Status MakeDirectories(const std::string& path);
+// Whether the shell-style glob `pattern` (or a plain path) names at least one existing file.
+bool GlobMatchesAFile(const std::string& pattern);
 
 }  // namespace freeride

@@ -97,7 +97,8 @@ void CloseLogFile() {
 void WriteToLogFile(absl::string_view text) {
   std::lock_guard<std::mutex> lock(SinkMutex());
   if (File() == nullptr) return;
-  *File() << text << '\n';
+  const std::string record = absl::StrCat(text, "\n");
+  File()->write(record.data(), static_cast<std::streamsize>(record.size()));
   File()->flush();
 }
 
@@ -134,12 +135,16 @@ LogMessage::~LogMessage() {
   double now = std::chrono::duration<double>(
                    std::chrono::system_clock::now().time_since_epoch())
                    .count();
-  std::string formatted = FormatLogLine(level_, file_, line_, stream_.str(), GetLogRank(), now);
+  // One write of the whole record, newline included: each rank's stderr is a pipe that mpirun
+  // copies out as it reads, so a line written in two parts could come out with another rank's
+  // line between them.
+  const std::string record =
+      FormatLogLine(level_, file_, line_, stream_.str(), GetLogRank(), now) + '\n';
   std::lock_guard<std::mutex> lock(SinkMutex());
-  *Sink() << formatted << '\n';
+  Sink()->write(record.data(), static_cast<std::streamsize>(record.size()));
   Sink()->flush();
   if (File() != nullptr) {
-    *File() << formatted << '\n';
+    File()->write(record.data(), static_cast<std::streamsize>(record.size()));
     File()->flush();
   }
 }

@@ -69,7 +69,8 @@ for ((i = 0; i < ${#args[@]}; i++)); do
     overrides+=("${args[i]}")
   fi
 done
-effective=$("$build/freeride" config check "$config" "${overrides[@]}") || exit 1
+# --config_only: the ranks open the data (on their own hosts, with --hostfile); a dry run needs none.
+effective=$("$build/freeride" config check --config_only "$config" "${overrides[@]}") || exit 1
 value() { awk -v sec="[$1]" -v key="$2" '$0==sec{on=1;next} /^\[/{on=0} on && $1==key{print $3}' <<<"$effective"; }
 pp=$(value parallel pp)
 dp=$(value parallel dp)
@@ -132,6 +133,12 @@ if [[ -n ${SLURM_JOB_ID:-} ]] && command -v srun >/dev/null; then
   # Open MPI joins a Slurm step through PMIx; SLURM_MPI_TYPE names another plug-in.
   launch srun -n "$ranks" --mpi="${SLURM_MPI_TYPE:-pmix}" "${slurm_bind[@]}" \
     "${launcher_args[@]}" "${program[@]}"
+fi
+# A run.dir that holds another run is refused by one process before the ranks start: one
+# message and status 2, not rank 0's among an aborted MPI job's lines. (With --hostfile rank 0
+# may run elsewhere, where its run.dir is: it decides.)
+if [[ -z $hostfile ]] && ! $dry_run; then
+  "${program[@]}" --check_run_dir || exit $?
 fi
 extra=()
 if [[ -n $hostfile ]]; then extra+=(--hostfile "$hostfile"); fi

@@ -127,7 +127,39 @@ nlohmann::json StartsSoFar(const std::string& dir) {
   return starts;
 }
 
+// What another run left where this one would write (its outputs in run.dir, its checkpoints).
+struct PreviousOutputs {
+  std::vector<fs::path> outputs, checkpoints;
+  std::vector<std::string> described;  // empty: no other run there, or a resume continues it
+};
+
+PreviousOutputs FindPreviousRun(const Config& config, const RunDirOptions& options) {
+  PreviousOutputs found;
+  found.outputs = Entries(config.run.dir, IsRunOutput);
+  if (options.checkpoints) found.checkpoints = Entries(CheckpointDirOf(config), IsCheckpointEntry);
+  // Resuming continues the run that is there (its metrics are appended to), and keeps how
+  // each of its earlier parts was started.
+  if (config.checkpoint.resume.empty() && !options.keep) {
+    found.described = PreviousRun(found.outputs, found.checkpoints);
+  }
+  return found;
+}
+
+absl::Status AnotherRunError(const Config& config, const std::vector<std::string>& previous) {
+  return absl::AlreadyExistsError(absl::StrFormat(
+      "run.dir = \"%s\" holds another run (%s); a new run there would mix with it. "
+      "Continue it with --set checkpoint.resume=latest, give this run its own directory "
+      "with --set run.dir=DIR, or replace it with --overwrite",
+      config.run.dir, absl::StrJoin(previous, "; ")));
+}
+
 }  // namespace
+
+absl::Status CheckRunDirFree(const Config& config, const RunDirOptions& options) {
+  if (options.overwrite) return absl::OkStatus();
+  const std::vector<std::string> previous = FindPreviousRun(config, options).described;
+  return previous.empty() ? absl::OkStatus() : AnotherRunError(config, previous);
+}
 
 std::string CheckpointDirOf(const Config& config) {
   return config.checkpoint.dir.empty() ? (fs::path(config.run.dir) / "checkpoints").string()
@@ -158,25 +190,14 @@ absl::StatusOr<DirectoryLock> PrepareRunDir(const Config& config, const RunDirOp
   absl::StatusOr<DirectoryLock> lock = DirectoryLock::Acquire(config.run.dir);
   if (!lock.ok()) return lock.status();
   // Under the lock, so that no run can start writing between the look and the decision.
-  const std::vector<fs::path> outputs = Entries(config.run.dir, IsRunOutput);
-  const std::vector<fs::path> checkpoints =
-      options.checkpoints ? Entries(CheckpointDirOf(config), IsCheckpointEntry)
-                          : std::vector<fs::path>{};
-  const std::vector<std::string> previous = PreviousRun(outputs, checkpoints);
-  // Resuming continues the run that is there (its metrics are appended to), and keeps how
-  // each of its earlier parts was started.
+  const PreviousOutputs found = FindPreviousRun(config, options);
+  const std::vector<std::string>& previous = found.described;
   const bool continues = !config.checkpoint.resume.empty() || options.keep;
-  if (!previous.empty() && !continues) {
-    if (!options.overwrite) {
-      return absl::AlreadyExistsError(absl::StrFormat(
-          "run.dir = \"%s\" holds another run (%s); a new run there would mix with it. "
-          "Continue it with --set checkpoint.resume=latest, give this run its own directory "
-          "with --set run.dir=DIR, or replace it with --overwrite",
-          config.run.dir, absl::StrJoin(previous, "; ")));
-    }
+  if (!previous.empty()) {
+    if (!options.overwrite) return AnotherRunError(config, previous);
     FR_LOG(WARN) << "--overwrite: removing the previous run in " << config.run.dir << " ("
                  << absl::StrJoin(previous, "; ") << ")";
-    for (const std::vector<fs::path>* list : {&outputs, &checkpoints}) {
+    for (const std::vector<fs::path>* list : {&found.outputs, &found.checkpoints}) {
       for (const fs::path& p : *list) {
         std::error_code ec;
         fs::remove_all(p, ec);

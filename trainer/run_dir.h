@@ -42,6 +42,11 @@ std::string CheckpointDirOf(const Config& config);
 absl::StatusOr<DirectoryLock> PrepareRunDir(const Config& config, const RunDirOptions& options = {},
                                             const RunOrigin& origin = {});
 
+// Whether a new run of `config` may start in run.dir: OK, or the AlreadyExists error
+// PrepareRunDir would give, found without creating, locking or writing anything (launch/run.sh
+// asks before it starts the ranks, so that a refusal is one message, not an aborted MPI job).
+absl::Status CheckRunDirFree(const Config& config, const RunDirOptions& options = {});
+
 // Creates `dir` if needed and proves that files can be created in it, so that a checkpoint
 // directory nobody can write is found before training instead of at its first checkpoint.
 // `key` names the config key the directory came from.

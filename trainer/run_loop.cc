@@ -100,11 +100,22 @@ double Trainer::FlopsPerStep() const {
          static_cast<double>(tc.batch_size * layout_.dp * tc.seq_len);
 }
 
-double Trainer::Mfu(double step_s) const {
+double Trainer::Mfu(double step_s) {
   // Model FLOPs over what every device of the pipeline could have done in the step.
-  const double capacity =
-      step_s * peak_.per_device * static_cast<double>(config_.parallel.pp * config_.parallel.dp);
-  return capacity > 0 ? FlopsPerStep() / capacity : NAN;
+  const int64_t devices = config_.parallel.pp * config_.parallel.dp;
+  const double capacity = step_s * peak_.per_device * static_cast<double>(devices);
+  if (capacity <= 0) return NAN;
+  const double mfu = FlopsPerStep() / capacity;
+  if (mfu <= 1) return mfu;
+  if (!above_peak_said_) {
+    above_peak_said_ = true;
+    FR_LOG(WARN) << absl::StrFormat(
+        "mfu: not reported: a step ran at %.4g TFLOP/s per device, above the peak of %.4g (%s); "
+        "the peak is unreliable: set runtime.peak_tflops",
+        FlopsPerStep() / step_s / static_cast<double>(devices) / 1e12, peak_.per_device / 1e12,
+        peak_.source);
+  }
+  return NAN;
 }
 
 absl::Status Trainer::WriteTrainMetric(const StepStats& s) {

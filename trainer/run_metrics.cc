@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <ctime>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -38,23 +39,42 @@ PeakFlops PeakFlopsFromTable(const std::string& device, const std::string& preci
   return {0, absl::StrFormat("%s is not in the table of peaks: set runtime.peak_tflops", device)};
 }
 
-PeakFlops MeasureCpuPeakFlops() {
-  constexpr int n = 512;
-  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n, 0.0f);
-  double best_s = 0;
-  // The first product warms BLAS's threads and buffers; the best of the next three counts.
-  for (int i = 0; i < 4; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
-                0.0f, c.data(), n);
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (i > 0 && (best_s == 0 || s < best_s)) best_s = s;
+std::vector<GemmShape> RunGemmShapes(const Config& config) {
+  const int64_t c = config.model.n_embd, v = config.model.vocab_size;
+  const int64_t rows = std::max<int64_t>(1, config.train.batch_size /
+                                                std::max<int64_t>(1, config.train.microbatches) *
+                                                config.train.seq_len);
+  std::vector<GemmShape> shapes;
+  for (auto [n, k] : {std::pair{3 * c, c}, {c, c}, {4 * c, c}, {c, 4 * c}, {v, c}}) {
+    const int64_t cap = std::max<int64_t>(64, static_cast<int64_t>(2.5e8 / (n * k)));
+    shapes.push_back({std::min(rows, cap), n, k});
   }
-  const double flops = 2.0 * n * n * n / std::max(best_s, 1e-9);
-  return {flops, absl::StrFormat("measured: a %d³ sgemm on %d threads at start; "
-                                 "runtime.peak_tflops states another",
-                                 n, omp_get_max_threads())};
+  return shapes;
+}
+
+PeakFlops MeasureCpuPeakFlops(const std::vector<GemmShape>& shapes) {
+  double best_flops = 0;
+  GemmShape best_shape;
+  for (const GemmShape& s : shapes) {
+    std::vector<float> a(s.m * s.k, 0.5f), b(s.k * s.n, 0.25f), c(s.m * s.n, 0.0f);
+    // The first product warms BLAS's threads and buffers; the best of the next three counts.
+    double best_s = 0;
+    for (int i = 0; i < 4; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.m, s.n, s.k, 1.0f, a.data(), s.k,
+                  b.data(), s.n, 0.0f, c.data(), s.n);
+      const double t =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (i > 0 && (best_s == 0 || t < best_s)) best_s = t;
+    }
+    const double flops = 2.0 * s.m * s.n * s.k / std::max(best_s, 1e-9);
+    if (flops > best_flops) best_flops = flops, best_shape = s;
+  }
+  return {best_flops,
+          absl::StrFormat("measured: the run's own products on %d threads at start, the fastest "
+                          "%d×%d·%d×%d; runtime.peak_tflops states another",
+                          omp_get_max_threads(), best_shape.m, best_shape.k, best_shape.k,
+                          best_shape.n)};
 }
 
 PeakFlops ResolvePeakFlops(const Config& config, const std::string& device, bool simulated) {
@@ -65,7 +85,7 @@ PeakFlops ResolvePeakFlops(const Config& config, const std::string& device, bool
     return {kSimulatedFlopsPerSecond, "simulated: the rate compute runs at on a simulated clock"};
   }
   if (config.runtime.device == "cuda") return PeakFlopsFromTable(device, config.runtime.precision);
-  return MeasureCpuPeakFlops();
+  return MeasureCpuPeakFlops(RunGemmShapes(config));
 }
 
 std::string Iso8601Utc(std::chrono::system_clock::time_point time) {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "trainer/config/config.h"
 
@@ -21,9 +22,20 @@ struct PeakFlops {
 // ("cuda:0 NVIDIA H100 80GB HBM3 bf16"). per_device is 0 for a device not in the table.
 PeakFlops PeakFlopsFromTable(const std::string& device, const std::string& precision);
 
-// What this process's BLAS reaches in a single-precision GEMM (512³, the best of three) on
-// its threads: the practical peak of a CPU rank, measured in about 50 ms.
-PeakFlops MeasureCpuPeakFlops();
+// One matrix product of a run: [m × k] · [k × n].
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0;
+};
+
+// The products a step of `config`'s model computes on one micro-batch: the attention's QKV and
+// output projections, the MLP's two, the LM head. Rows are capped so that each product stays
+// under about half a GFLOP, or 64 rows (a GPT-2-sized head would take seconds on a CPU).
+std::vector<GemmShape> RunGemmShapes(const Config& config);
+
+// What this process's BLAS reaches in single-precision products of `shapes` on its threads,
+// warm (each shape's first product is left out), the best of three per shape, the fastest
+// shape's: the practical peak of a CPU rank for the products it will compute.
+PeakFlops MeasureCpuPeakFlops(const std::vector<GemmShape>& shapes);
 
 // The figure MFU is taken against: runtime.peak_tflops when set; on a simulated clock the FLOP
 // rate compute is simulated at; a GPU from the table; the CPU measured.

@@ -156,8 +156,9 @@ class Trainer {
   void StartMetrics();
   // Model FLOPs of one optimizer step over every replica (forward and backward).
   double FlopsPerStep() const;
-  // Model FLOPs utilisation of a step that took `step_s`; NaN without a known peak.
-  double Mfu(double step_s) const;
+  // Model FLOPs utilisation of a step that took `step_s`; NaN without a known peak, and NaN
+  // (with a warning, once) above 100%: that says the peak is wrong, not the run.
+  double Mfu(double step_s);
   absl::Status StopAfterSignal(int64_t total);
   absl::Status RunSteps();
   absl::Status WriteTrainMetric(const StepStats& s);
@@ -240,6 +241,7 @@ class Trainer {
   // Metrics rows (leader): the peak MFU is taken against, and training time so far (on the
   // trainer's clock; earlier runs' share from the rows a resume keeps).
   PeakFlops peak_;
+  bool above_peak_said_ = false;  // a step ran faster than peak_: said once
   double run_start_s_ = 0, elapsed_before_s_ = 0;
   // checkpoint.background: the write in flight. Last, so that it is waited for first.
   CheckpointWriter checkpoint_writer_;

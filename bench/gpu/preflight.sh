@@ -72,6 +72,9 @@ if [[ -d $build ]]; then
   else
     rc=1
   fi
+  # cuBLAS(Lt), NCCL and cuDNN are opened at their first call (core/cuda_lazy_libs.cc), which
+  # ldd cannot see: `version` opens each one (a missing one is named, and the command fails).
+  if [[ -x $build/freeride ]]; then "$build/freeride" version || rc=1; fi
 else
   echo "no build yet (bench/gpu/build.sh makes it)"
 fi

@@ -17,9 +17,11 @@ TEST(DeviceHiddenTest, NoCudaDevicesAndAReason) {
   EXPECT_FALSE(inventory.cuda_unavailable.empty());
 #ifdef FREERIDE_WITH_CUDA
   EXPECT_TRUE(inventory.cuda_built);
-  // Either "no CUDA-capable device" (driver present) or the driver's absence.
-  EXPECT_NE(inventory.cuda_unavailable.find("CUDA error"), std::string::npos)
+  // Either no device visible (driver present) or the driver's absence, in words; the runtime's
+  // own error is kept for `devices --verbose`.
+  EXPECT_NE(inventory.cuda_unavailable.find(": CPU only"), std::string::npos)
       << inventory.cuda_unavailable;
+  EXPECT_NE(inventory.cuda_detail.find("CUDA error"), std::string::npos) << inventory.cuda_detail;
 #endif
   EXPECT_FALSE(inventory.cpu.name.empty());
 }

@@ -1,5 +1,6 @@
 #include "core/device.h"
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace freeride {
@@ -23,6 +24,17 @@ TEST(DeviceTest, CudaListAndReasonAgree) {
   EXPECT_FALSE(inventory.cuda_built);
   EXPECT_TRUE(inventory.cuda.empty());
 #endif
+}
+
+// A machine without a GPU is told so in a person's words, not with the runtime's error name
+// (`freeride devices` printed a bare cudaErrorInsufficientDriver there).
+TEST(DeviceTest, WhyNoCudaIsSaidPlainly) {
+  EXPECT_EQ(CudaUnavailableReason("cudaErrorInsufficientDriver"), "no NVIDIA driver: CPU only");
+  EXPECT_EQ(CudaUnavailableReason("cudaErrorStubLibrary"), "no NVIDIA driver: CPU only");
+  EXPECT_THAT(CudaUnavailableReason("cudaErrorNoDevice"),
+              testing::StartsWith("no CUDA device visible"));
+  EXPECT_EQ(CudaUnavailableReason("cudaErrorDevicesUnavailable"),
+            "CUDA unavailable (cudaErrorDevicesUnavailable): CPU only");
 }
 
 }  // namespace

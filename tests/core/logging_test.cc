@@ -4,6 +4,8 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -26,6 +28,39 @@ class LoggingTest : public testing::Test {
   LogLevel saved_level_;
   int saved_rank_;
 };
+
+// Every call that reaches a stream buffer without one of its own, as a write to an unbuffered
+// stderr does.
+class WriteRecorder : public std::streambuf {
+ public:
+  std::vector<std::string> writes;
+
+ protected:
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    writes.emplace_back(s, static_cast<size_t>(n));
+    return n;
+  }
+  int_type overflow(int_type c) override {
+    if (!traits_type::eq_int_type(c, traits_type::eof())) writes.emplace_back(1, char(c));
+    return c;
+  }
+};
+
+// A record is one write, its newline included: mpirun copies each rank's stderr pipe out as it
+// reads, and a line written in two parts came out with another rank's line between them.
+TEST_F(LoggingTest, EachRecordIsOneWrite) {
+  WriteRecorder recorder;
+  std::ostream sink(&recorder);
+  SetLogSink(&sink);
+  SetLogLevel(LogLevel::kInfo);
+  FR_LOG(INFO) << "first " << 1;
+  FR_LOG(WARN) << "second";
+  SetLogSink(&captured_);
+  ASSERT_EQ(recorder.writes.size(), 2u);
+  EXPECT_NE(recorder.writes[0].find("] first 1\n"), std::string::npos) << recorder.writes[0];
+  EXPECT_EQ(recorder.writes[0].back(), '\n');
+  EXPECT_NE(recorder.writes[1].find("] second\n"), std::string::npos) << recorder.writes[1];
+}
 
 TEST_F(LoggingTest, LineCarriesTimestampRankLevelAndPlace) {
   // 2026-11-22 10:04:05.123 UTC

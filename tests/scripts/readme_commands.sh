@@ -45,7 +45,7 @@ for c in "${commands[@]}"; do
     "build/freeride sample"*|"build/freeride eval"*|"build/freeride checkpoint"*|\
     "build/freeride prepare"*|"build/freeride submit"*|"build/freeride jobs"*|\
     "build/freeride cancel"*|"build/freeride export"*|"build/freeride import"*|\
-    "build/freeride COMMAND"*)
+    "build/freeride COMMAND"*|"build/freeride config check"*)
       echo "skipped: $c"; skipped=$((skipped + 1)); continue ;;
   esac
   # Optional parts shown in brackets are left out, as a user copying the line would.

@@ -2,7 +2,7 @@
 # launch/run.sh's arguments: the command it would run (--dry-run) for a hostfile, launcher
 # arguments after `--`, freeride's own arguments, srun inside Slurm, OPENBLAS_CORETYPE forwarded
 # only when set; its usage errors; and one real 2-rank run whose output has no Open MPI warning
-# about a missing environment variable.
+# about a missing environment variable; a second run into its run.dir refused with one line.
 #   tests/scripts/run_sh_args.sh --build DIR
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -77,6 +77,14 @@ if grep -q "could not find environment variable" "$work/run.log"; then
   fail "Open MPI warned: $(grep "could not find" "$work/run.log")"
 fi
 grep -q "step $steps/$steps" "$work/run.log" || fail "no last step in: $(tail -5 "$work/run.log")"
+
+# The same run again into that run.dir: refused (2) with one message, nothing of an aborted MPI
+# job after it (Open MPI's ORTE_ERROR_LOG, the other rank's stop line).
+status 2 "$run" -n 2 "$config" --set run.dir="$work/run" --set train.steps="$steps" \
+  --set "data.train=\"$work/data/train_*.bin\"" --set "data.val=\"$work/data/val_*.bin\"" \
+  --set eval.every=0
+[[ $(wc -l <<<"$err") == 1 && $err == "error: run.dir = \"$work/run\" holds another run"* ]] ||
+  fail "the refusal is not one line: $err"
 
 if ((failures > 0)); then
   echo "run_sh_args: $failures failure(s)" >&2

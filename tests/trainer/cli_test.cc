@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/device.h"
 #include "core/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -135,8 +136,22 @@ TEST(CliTest, DevicesAlwaysListsTheCpu) {
   EXPECT_THAT(result.out, HasSubstr("cpu "));
 }
 
+// Without a usable CUDA device: one plain line ending "CPU only", never the runtime's error
+// name; --verbose adds that error where there is one.
+TEST(CliTest, DevicesWithoutCudaSaysCpuOnly) {
+  if (!DiscoverDevices().cuda.empty()) GTEST_SKIP() << "a CUDA device is visible";
+  CliResult result = RunCommand({"devices"});
+  EXPECT_EQ(result.status, kExitOk) << result.err;
+  EXPECT_THAT(result.out, testing::ContainsRegex("\ncuda: none \\([^\n]*: CPU only\\)\n"));
+  EXPECT_THAT(result.out, testing::Not(HasSubstr("cudaError")));
+  CliResult verbose = RunCommand({"devices", "--verbose"});
+  EXPECT_EQ(verbose.status, kExitOk) << verbose.err;
+  EXPECT_THAT(verbose.out, HasSubstr("cuda: none ("));
+}
+
 TEST(CliTest, ConfigCheckPrintsEffectiveConfigWithOverrides) {
-  CliResult result = RunCommand({"config", "check", "configs/tiny_cpu.toml", "--set", "train.steps=7"});
+  CliResult result = RunCommand(
+      {"config", "check", "--config_only", "configs/tiny_cpu.toml", "--set", "train.steps=7"});
   EXPECT_EQ(result.status, kExitOk) << result.err;
   EXPECT_THAT(result.out, HasSubstr("[train]"));
   EXPECT_THAT(result.out, HasSubstr("steps = 7\n"));
@@ -144,7 +159,7 @@ TEST(CliTest, ConfigCheckPrintsEffectiveConfigWithOverrides) {
 }
 
 TEST(CliTest, ConfigCheckWithoutFileUsesTheEmbeddedDefault) {
-  CliResult result = RunCommand({"config", "check"});
+  CliResult result = RunCommand({"config", "check", "--config_only"});
   EXPECT_EQ(result.status, kExitOk) << result.err;
   EXPECT_THAT(result.out, HasSubstr("dir = \"runs/tiny_cpu\""));
 }
@@ -161,6 +176,55 @@ TEST(CliTest, BrokenConfigGivesOneErrorLinePerProblemAndFails) {
   EXPECT_THAT(result.err, HasSubstr(path + ":5:1: train.what: unknown key"));
 }
 
+// One pass: a key's own error and a rule between two other keys are reported together (the
+// rules ran only once every key was right, so fixing one problem revealed the next).
+TEST(CliTest, ConfigCheckReportsTypeAndCrossKeyErrorsInOnePass) {
+  const std::string path =
+      WriteTemp("both.toml", "[data]\ntrain = 3\n[model]\nn_embd = 100\nn_head = 3\n");
+  CliResult result = RunCommand({"config", "check", path});
+  EXPECT_EQ(result.status, kExitFailure);
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 2) << result.err;
+  EXPECT_THAT(result.err, HasSubstr("error: " + path + ":2:9: data.train: expected a string"));
+  EXPECT_THAT(result.err, HasSubstr("error: " + path +
+                                    ":4:10: model.n_embd: expected a multiple "
+                                    "of model.n_head (3), found 100"));
+}
+
+// A rule that reads a key with an error of its own is left out: that key holds its default, not
+// what was written, and a complaint about the default would be false.
+TEST(CliTest, ConfigCheckSkipsTheRulesOfABrokenKey) {
+  const std::string path =
+      WriteTemp("n_head.toml", "[data]\ntrain = 3\n[model]\nn_embd = 100\nn_head = \"four\"\n");
+  CliResult result = RunCommand({"config", "check", path});
+  EXPECT_EQ(result.status, kExitFailure);
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 2) << result.err;
+  EXPECT_THAT(result.err, HasSubstr(path + ":5:10: model.n_head: expected an integer"));
+  EXPECT_THAT(result.err, Not(HasSubstr("model.n_embd")));
+}
+
+// A data glob that matches no file is an error naming the key, its line and the glob (it passed,
+// and the run failed later); --config_only leaves the files to the ranks that open them.
+TEST(CliTest, ConfigCheckRefusesADataGlobThatMatchesNothing) {
+  const std::string dir = testing::TempDir() + "glob_check";
+  std::filesystem::remove_all(dir);  // a val shard of an earlier run of this test
+  ASSERT_TRUE(MakeDirectories(dir).ok());
+  WriteTemp("glob_check/train_000.bin", "x");
+  const std::string nothing = dir + "/val_*.bin";
+  const std::string path = WriteTemp(
+      "glob.toml",
+      absl::StrCat("[data]\ntrain = \"", dir, "/train_*.bin\"\nval = \"", nothing, "\"\n"));
+  CliResult result = RunCommand({"config", "check", path});
+  EXPECT_EQ(result.status, kExitFailure);
+  EXPECT_EQ(result.err, absl::StrCat("error: ", path,
+                                     ":3:7: data.val: expected a file, or a glob "
+                                     "matching one (relative to the working directory), found \"",
+                                     nothing, "\"\n"));
+  EXPECT_EQ(RunCommand({"config", "check", "--config_only", path}).status, kExitOk);
+  ASSERT_TRUE(WriteFileAtomically(dir + "/val_000.bin", "x").ok());
+  result = RunCommand({"config", "check", path});
+  EXPECT_EQ(result.status, kExitOk) << result.err;
+}
+
 // `config check` builds each side task as `train` would: type, arguments, plugin and limits,
 // every problem on its own line with the file and line it comes from.
 TEST(CliTest, ConfigCheckValidatesSideTasks) {
@@ -172,7 +236,7 @@ TEST(CliTest, ConfigCheckValidatesSideTasks) {
       "[[side_tasks]]\ntype = \"collatz\"\n"
       "plugin = \"/nonexistent/libtask.so\"\n"                            // line 13
       "[[side_tasks]]\ntype = \"spin\"\nmemory_limit = 1125899906842624\n");  // line 16
-  CliResult result = RunCommand({"config", "check", path});
+  CliResult result = RunCommand({"config", "check", "--config_only", path});
   EXPECT_EQ(result.status, kExitFailure);
   EXPECT_EQ(result.out, "");
   EXPECT_THAT(result.err, HasSubstr("error: " + path + ":16:16: side_tasks[3].memory_limit = "));
@@ -184,7 +248,7 @@ TEST(CliTest, ConfigCheckValidatesSideTasks) {
       "damping = \"high\"\n"
       "[[side_tasks]]\ntype = \"collatz\"\n"
       "plugin = \"/nonexistent/libtask.so\"\n");
-  result = RunCommand({"config", "check", path});
+  result = RunCommand({"config", "check", "--config_only", path});
   EXPECT_EQ(result.status, kExitFailure);
   EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 3) << result.err;
   EXPECT_THAT(result.err, HasSubstr("error: " + path + ":6:8: side_tasks[0] ('no_such_type', "
@@ -203,7 +267,7 @@ TEST(CliTest, ConfigCheckBuildsProcessIsolatedTasksInAWorker) {
       "scale = 8\n"
       "[[side_tasks]]\ntype = \"spin\"\nisolation = \"process\"\n[side_tasks.args]\n"
       "steps = -1\n");
-  CliResult result = RunCommand({"config", "check", path});
+  CliResult result = RunCommand({"config", "check", "--config_only", path});
   EXPECT_EQ(result.status, kExitFailure);
   EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
   EXPECT_THAT(result.err, HasSubstr(path + ":14:9: side_tasks[1] ('spin', spin): side task 'spin': "
@@ -214,7 +278,7 @@ TEST(CliTest, ACommandTaskCannotRunInProcess) {
   const std::string path = WriteTemp("command.toml",
       "[data]\ntrain = \"x_*.bin\"\n[[side_tasks]]\ntype = \"command\"\n"
       "isolation = \"inprocess\"\n[side_tasks.args]\nargv = [\"true\"]\n");
-  CliResult result = RunCommand({"config", "check", path});
+  CliResult result = RunCommand({"config", "check", "--config_only", path});
   EXPECT_EQ(result.status, kExitFailure);
   EXPECT_THAT(result.err, HasSubstr(path + ":5:13: side_tasks[0].isolation: expected \"process\" "
                                     "for a `command` task"));
@@ -233,7 +297,7 @@ TEST(CliTest, ServeTasksThatWouldShareAPortAreRefused) {
   const std::string path =
       WriteTemp("ports.toml", head + task("a", "[0]", 8200) + task("b", "[1]", 8200) +
                                   task("c", "\"all\"", 8300));
-  CliResult result = RunCommand({"config", "check", path});
+  CliResult result = RunCommand({"config", "check", "--config_only", path});
   EXPECT_EQ(result.status, kExitFailure);
   EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 2) << result.err;
   EXPECT_THAT(result.err,
@@ -245,7 +309,7 @@ TEST(CliTest, ServeTasksThatWouldShareAPortAreRefused) {
   const std::string fine =
       WriteTemp("ports_ok.toml",
                 head + task("a", "[0]", 8200) + task("b", "[1]", 8201) + task("c", "\"all\"", 0));
-  result = RunCommand({"config", "check", fine});
+  result = RunCommand({"config", "check", "--config_only", fine});
   EXPECT_EQ(result.status, kExitOk) << result.err;
 }
 
@@ -253,7 +317,7 @@ TEST(CliTest, SideTaskNamesThatArePathsAreRefusedWithTheirLine) {
   const std::string path = WriteTemp("escape.toml",
       "[data]\ntrain = \"x_*.bin\"\n[freeride]\nenabled = true\n"
       "[[side_tasks]]\ntype = \"spin\"\nname = \"../../escape\"\n");
-  CliResult result = RunCommand({"config", "check", path});
+  CliResult result = RunCommand({"config", "check", "--config_only", path});
   EXPECT_EQ(result.status, kExitFailure);
   EXPECT_THAT(result.err, HasSubstr(path + ":7:8: side_tasks[0].name: expected a name of letters, "
                                     "digits, '_', '-' and '.'"));
@@ -261,13 +325,13 @@ TEST(CliTest, SideTaskNamesThatArePathsAreRefusedWithTheirLine) {
 }
 
 TEST(CliTest, AnUnevenEvenSplitIsSaid) {
-  CliResult result = RunCommand({"config", "check", "--set", "model.n_layer=3", "--set",
-                                 "parallel.pp=2", "--set", "parallel.partition=even"});
+  CliResult result = RunCommand({"config", "check", "--config_only", "--set", "model.n_layer=3",
+                                 "--set", "parallel.pp=2", "--set", "parallel.partition=even"});
   EXPECT_EQ(result.status, kExitOk) << result.err;
   EXPECT_THAT(result.err, HasSubstr("warning: parallel.partition = \"even\": 3 blocks do not "
                                     "divide evenly over 2 model chunks, so they are split 2 + 1"));
-  EXPECT_THAT(RunCommand({"config", "check", "--set", "model.n_layer=4", "--set", "parallel.pp=2",
-                          "--set", "parallel.partition=even"})
+  EXPECT_THAT(RunCommand({"config", "check", "--config_only", "--set", "model.n_layer=4", "--set",
+                          "parallel.pp=2", "--set", "parallel.partition=even"})
                   .err,
               Not(HasSubstr("divide evenly")));
 }

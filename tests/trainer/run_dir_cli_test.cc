@@ -79,6 +79,24 @@ TEST(RunDirCliTest, ASecondRunIsRefusedAResumeAppendsAndOverwriteReplaces) {
   EXPECT_THAT(again.err, HasSubstr("--overwrite"));
   EXPECT_EQ(MustRead(run + "/metrics.jsonl"), metrics);
 
+  // --check_run_dir (launch/run.sh's question before it starts the ranks): the same answer and
+  // message, and nothing in run.dir changes; with --overwrite or a resume, yes.
+  const std::string run_json = MustRead(run + "/run.json");
+  const std::vector<std::string> checkpoints = Checkpoints(run + "/checkpoints");
+  CliResult asked = RunFreeride({"train", "--config", config, "--check_run_dir"});
+  EXPECT_EQ(asked.status, kExitUsage);
+  EXPECT_EQ(asked.err, again.err);
+  EXPECT_EQ(asked.out, "");
+  EXPECT_EQ(MustRead(run + "/run.json"), run_json);
+  EXPECT_EQ(RunFreeride({"train", "--config", config, "--check_run_dir", "--overwrite"}).status,
+            kExitOk);
+  EXPECT_EQ(RunFreeride({"train", "--config", config, "--check_run_dir", "--set",
+                         "checkpoint.resume=latest"})
+                .status,
+            kExitOk);
+  EXPECT_EQ(MustRead(run + "/metrics.jsonl"), metrics);
+  EXPECT_EQ(Checkpoints(run + "/checkpoints"), checkpoints);
+
   // Three steps more than the checkpoint's run had: its cosine schedule is reshaped, on request.
   CliResult resumed = RunFreeride({"train", "--config", config, "--set", "checkpoint.resume=latest",
                                    "--set", "optim.reshape_schedule=true"});

@@ -64,7 +64,43 @@ TEST(RunMetricsTest, PeaksComeFromTheTableAStatementOrAMeasurement) {
   config.runtime.peak_tflops = 0;
   const PeakFlops measured = ResolvePeakFlops(config, "cpu fp32", false);
   EXPECT_GT(measured.per_device, 0);
-  EXPECT_TRUE(absl::StartsWith(measured.source, "measured: a 512³ sgemm")) << measured.source;
+  EXPECT_TRUE(absl::StartsWith(measured.source, "measured: the run's own products on "))
+      << measured.source;
+}
+
+// The CPU peak is measured on the products the run computes (a 512³ product measured 0.034
+// TFLOP/s where the tiny run's own products ran at 0.14), rows capped to keep it short.
+TEST(RunMetricsTest, TheCpuPeakIsMeasuredOnTheRunsOwnProducts) {
+  Config config;
+  config.model.n_embd = 128;
+  config.model.vocab_size = 50257;
+  config.train.batch_size = 8;
+  config.train.microbatches = 4;
+  config.train.seq_len = 64;
+  const std::vector<GemmShape> shapes = RunGemmShapes(config);
+  ASSERT_EQ(shapes.size(), 5u);
+  auto is = [](const GemmShape& s, int64_t m, int64_t n, int64_t k) {
+    return s.m == m && s.n == n && s.k == k;
+  };
+  EXPECT_TRUE(is(shapes[0], 128, 384, 128));   // QKV: 2 × 64 rows of a micro-batch
+  EXPECT_TRUE(is(shapes[3], 128, 128, 512));   // the MLP's second
+  EXPECT_TRUE(is(shapes[4], 64, 50257, 128));  // the LM head, rows capped
+}
+
+// A peak below what the run reaches makes MFU over 100%, which is not a utilisation (the
+// quickstart logged 126-166% against a peak measured low): the rows say null instead.
+TEST(RunMetricsTest, MfuAboveThePeakIsNotReported) {
+  Config config = testing::EmulatedHarvestConfig("metrics_above_peak");
+  std::filesystem::remove_all(config.run.dir);
+  config.train.steps = 3;
+  config.freeride.enabled = false;
+  config.runtime.peak_tflops = 1e-6;  // 1 MFLOP/s: every step runs faster
+  SimulatedClock clock;
+  const absl::Status run = RunOn(config, &clock);
+  ASSERT_TRUE(run.ok()) << run;
+  const std::vector<json> rows = Records(config.run.dir, "train");
+  ASSERT_EQ(rows.size(), 3u);
+  for (const json& row : rows) EXPECT_TRUE(row["mfu"].is_null()) << row.dump();
 }
 
 TEST(RunMetricsTest, TrainRowsCarryTimeTokensHarvestingMfuAndMemory) {

@@ -51,11 +51,15 @@ int Version(const ParsedFlags&) {
   return kExitOk;
 }
 
-int Devices(const ParsedFlags&) {
+// Without a GPU the answer is one plain line; the CUDA runtime's own error is for --verbose.
+int Devices(const ParsedFlags& flags) {
   DeviceInventory inventory = DiscoverDevices();
   std::cout << DescribeDevice(inventory.cpu) << "\n";
   for (const DeviceInfo& device : inventory.cuda) std::cout << DescribeDevice(device) << "\n";
   if (inventory.cuda.empty()) std::cout << "cuda: none (" << inventory.cuda_unavailable << ")\n";
+  if (flags.Has("verbose") && !inventory.cuda_detail.empty()) {
+    std::cout << "cuda detail: " << inventory.cuda_detail << "\n";
+  }
   return kExitOk;
 }
 
@@ -67,16 +71,17 @@ int ReportConfigErrors(const absl::Status& status) {
   return kExitFailure;
 }
 
-// The config a `config` subcommand acts on: FILE, or the embedded default, with --set applied.
-absl::StatusOr<Config> ConfigFromFlags(const ParsedFlags& flags) {
+// The config a `config` subcommand acts on: FILE, or the embedded default, with --set applied;
+// with `check_data_files`, its data globs must name files, as the run will need them to.
+absl::StatusOr<Config> ConfigFromFlags(const ParsedFlags& flags, bool check_data_files = false) {
   const std::vector<std::string> overrides = flags.GetAll("set");
   return flags.positional().empty()
-             ? ParseConfig(DefaultConfigToml(), kDefaultConfigName, overrides)
-             : LoadConfigFile(flags.positional()[0], overrides);
+             ? ParseConfig(DefaultConfigToml(), kDefaultConfigName, overrides, check_data_files)
+             : LoadConfigFile(flags.positional()[0], overrides, check_data_files);
 }
 
 int ConfigCheck(const ParsedFlags& flags) {
-  absl::StatusOr<Config> config = ConfigFromFlags(flags);
+  absl::StatusOr<Config> config = ConfigFromFlags(flags, !flags.Has("config_only"));
   if (!config.ok()) return ReportConfigErrors(config.status());
   // Side tasks are built as `train` builds them: their arguments, plugins and limits.
   std::vector<std::string> warnings;
@@ -114,11 +119,19 @@ const FlagSpec kSetFlag{"set", "SECTION.KEY=VALUE", "override one config key", t
 const std::vector<Command>& Commands() {
   static const std::vector<Command> commands = {
       {"version", "freeride version", "build facts and library versions", {}, Version},
-      {"devices", "freeride devices", "the CPU and CUDA devices this process sees", {}, Devices},
+      {"devices",
+       "freeride devices [--verbose]",
+       "the CPU and CUDA devices this process sees",
+       {{"verbose", "", "also the CUDA runtime's error when no CUDA device is usable"}},
+       Devices},
       {"config check",
-       "freeride config check [FILE] [--set SECTION.KEY=VALUE]...",
-       "validate a config (the embedded default when no FILE) and print the effective config",
-       {kSetFlag},
+       "freeride config check [FILE] [--set SECTION.KEY=VALUE]... [--config_only]",
+       "validate a config (the embedded default when no FILE) and that its data files exist, "
+       "and print the effective config",
+       {kSetFlag,
+        {"config_only", "",
+         "leave out whether data.train and data.val name files (for a "
+         "launcher whose ranks open them, perhaps on other hosts)"}},
        ConfigCheck,
        "FILE"},
       {"config memory",

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -42,7 +43,7 @@ namespace {
 
 int Fail(const absl::Status& status) {
   for (absl::string_view line : absl::StrSplit(status.message(), '\n')) {
-    std::cerr << "error: " << line << "\n";
+    std::cerr << absl::StrCat("error: ", line, "\n");  // one write: ranks share the terminal
     WriteToLogFile(absl::StrCat("error: ", line));
   }
   return kExitFailure;
@@ -99,6 +100,9 @@ int ExitCodeOfRunDir(const absl::Status& status) {
 constexpr char kOverwriteHelp[] =
     "replace what another run left in run.dir (metrics, traces, study, checkpoints) instead "
     "of refusing to start there";
+constexpr char kCheckRunDirHelp[] =
+    "only say whether run.dir can take this run (exit 0, or 2 with the ways out) and change "
+    "nothing: launch/run.sh asks before it starts the ranks";
 
 template <typename N>
 bool ParseNumber(const ParsedFlags& flags, const std::string& name, N* value) {
@@ -144,7 +148,8 @@ absl::StatusOr<std::unique_ptr<GPT2Stage<float>>> LoadModel(const std::string& c
 std::vector<FlagSpec> TrainFlags() {
   return {{"config", "FILE", "the run's TOML config (default: the embedded tiny CPU run)"},
           {"set", "SECTION.KEY=VALUE", "override one config key", true},
-          {"overwrite", "", kOverwriteHelp}};
+          {"overwrite", "", kOverwriteHelp},
+          {"check_run_dir", "", kCheckRunDirHelp}};
 }
 
 // True when an MPI launcher (mpirun, srun with PMI/PMIx) started this process.
@@ -158,7 +163,7 @@ bool LaunchedByMpi() {
 // A run stopped by a signal ends with kExitStopped and its message on standard error (not
 // as an error: the stop was asked for and the checkpoint is written).
 int Stopped(const absl::Status& status) {
-  std::cerr << status.message() << "\n";
+  std::cerr << absl::StrCat(status.message(), "\n");
   WriteToLogFile(status.message());
   return kExitStopped;
 }
@@ -176,9 +181,15 @@ int WithTrainer(const ParsedFlags& flags, RunDirOptions run_dir,
                           : ParseConfig(DefaultConfigToml(), kDefaultConfigName, overrides);
   if (!config.ok()) return Fail(config.status());
   if (absl::Status s = adjust(*config); !s.ok()) return Fail(s);
+  run_dir.overwrite = flags.Has("overwrite");
+  if (flags.Has("check_run_dir")) {
+    const absl::Status free = CheckRunDirFree(*config, run_dir);
+    if (free.ok()) return kExitOk;
+    Fail(free);
+    return ExitCodeOfRunDir(free);
+  }
   InstallStopHandlers();
   const RunLogCloser close_log;
-  run_dir.overwrite = flags.Has("overwrite");
   const RunOrigin origin{flags.Get("config"), overrides};
   if (!LaunchedByMpi()) {
     absl::StatusOr<DirectoryLock> lock = PrepareRunDir(*config, run_dir, origin);
@@ -210,13 +221,27 @@ int WithTrainer(const ParsedFlags& flags, RunDirOptions run_dir,
     return code;
   };
   std::optional<DirectoryLock> lock;
+  int refused = 0;  // rank 0's exit status when run.dir cannot take the run
   if (rank == 0) {
     absl::StatusOr<DirectoryLock> locked = PrepareRunDir(*config, run_dir, origin);
-    if (!locked.ok()) return fail(locked.status(), ExitCodeOfRunDir(locked.status()));
-    lock = *std::move(locked);
+    if (locked.ok()) {
+      lock = *std::move(locked);
+    } else {
+      refused = ExitCodeOfRunDir(locked.status());
+      Fail(locked.status());
+    }
   }
-  // Rank 0 has made run.dir (or aborted the job): every rank logs there from now on.
-  MPI_Barrier(MPI_COMM_WORLD);
+  // Rank 0 has made run.dir or refused it. A refusal ends every rank quietly with its status:
+  // an MPI_Abort would follow its one message with Open MPI's report and the other ranks' stop
+  // lines. Otherwise every rank logs there from now on.
+  MPI_Bcast(&refused, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (refused != 0) {
+    // Nothing is left to checkpoint: the signal mpirun sends the ranks still finishing when
+    // rank 0 exits ends them quietly, not with a stop request's line.
+    for (int signal : {SIGTERM, SIGINT, SIGUSR1}) std::signal(signal, SIG_DFL);
+    MPI_Finalize();
+    return refused;
+  }
   if (absl::Status s = LogToRunDir(*config, rank); !s.ok()) return fail(s);
   bool stopped = false;
   {
@@ -265,7 +290,8 @@ std::vector<FlagSpec> StudyFlags() {
           {"resume", "",
            "continue a stopped study from the rounds it saved in run.dir/study (same config "
            "and --block_steps): the report covers all of them"},
-          {"overwrite", "", kOverwriteHelp}};
+          {"overwrite", "", kOverwriteHelp},
+          {"check_run_dir", "", kCheckRunDirHelp}};
 }
 
 int StudyCommand(const ParsedFlags& flags) {

@@ -1,8 +1,9 @@
 #include "trainer/config/config.h"
 
+#include <toml++/toml.h>
+
 #include <algorithm>
 #include <cmath>
-#include <toml++/toml.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -13,6 +14,7 @@
 #include "core/files.h"
 #include "core/status.h"
 #include "freeride/task_args_toml.h"
+#include "trainer/config/config_loader.h"
 #include "trainer/config/config_schema.h"
 
 namespace freeride {
@@ -20,16 +22,9 @@ namespace {
 
 using config_internal::KeySpec;
 using config_internal::KeyType;
+using config_internal::Loader;
+using config_internal::Origin;
 using config_internal::Schema;
-
-struct Origin {
-  std::string source;
-  int64_t line = 0;  // 0: no line (a --set override, or a key left at its default)
-  int64_t column = 0;
-  std::string Where() const {
-    return line > 0 ? absl::StrCat(source, ":", line, ":", column) : source;
-  }
-};
 
 std::string Describe(const toml::node& node) {
   switch (node.type()) {
@@ -62,56 +57,6 @@ bool IsPlainName(absl::string_view name) {
 
 namespace {
 
-class Loader {
- public:
-  explicit Loader(absl::string_view source) : source_(source) {}
-
-  void LoadDocument(const toml::table& root);
-  void ApplyOverride(const std::string& assignment);
-  void CheckRequired();
-  void CheckCrossField();
-  // What origins_ says of side_tasks[index]'s keys, relative to the task ("args.x", "type").
-  std::map<std::string, std::string> SideTaskOrigins(size_t index) const {
-    const std::string prefix = absl::StrCat("side_tasks[", index, "]");
-    std::map<std::string, std::string> out;
-    for (auto it = origins_.lower_bound(prefix); it != origins_.end(); ++it) {
-      if (it->first.rfind(prefix, 0) != 0) break;
-      std::string rest = it->first.substr(prefix.size());
-      if (!rest.empty() && rest[0] != '.') continue;  // side_tasks[1] is not side_tasks[10]
-      out[rest.empty() ? "" : rest.substr(1)] = it->second.Where();
-    }
-    return out;
-  }
-
-  Config config;
-  std::vector<std::string> errors;
-
- private:
-  Origin At(const toml::source_region& region) const {
-    return Origin{source_, static_cast<int64_t>(region.begin.line),
-                  static_cast<int64_t>(region.begin.column)};
-  }
-  Origin OriginOf(const std::string& key) const {
-    auto it = origins_.find(key);
-    return it != origins_.end() ? it->second : Origin{source_};
-  }
-  void Error(const Origin& origin, absl::string_view key, absl::string_view message) {
-    errors.push_back(absl::StrCat(origin.Where(), ": ", key, ": ", message));
-  }
-  void Mismatch(const Origin& origin, absl::string_view key, absl::string_view expected,
-                absl::string_view found) {
-    Error(origin, key, absl::StrCat("expected ", expected, ", found ", found));
-  }
-  void SetKey(const KeySpec& spec, const toml::node& node, const Origin& origin);
-  void LoadSideTask(size_t index, const toml::table& table);
-  void SetSideTaskKey(size_t index, absl::string_view key, const toml::node& node,
-                      const Origin& origin);
-  void SetArg(size_t index, absl::string_view name, const toml::node& node, const Origin& origin);
-
-  std::string source_;
-  std::map<std::string, Origin> origins_;
-};
-
 const KeySpec* FindKey(absl::string_view section, absl::string_view key) {
   for (const KeySpec& spec : Schema()) {
     if (spec.section == section && spec.key == key) return &spec;
@@ -137,6 +82,10 @@ bool InRange(const KeySpec& spec, double v) {
   if (spec.max && (spec.max_exclusive ? v >= *spec.max : v > *spec.max)) return false;
   return true;
 }
+
+}  // namespace
+
+namespace config_internal {
 
 void Loader::SetKey(const KeySpec& spec, const toml::node& node, const Origin& origin) {
   const std::string name = spec.FullName();
@@ -392,127 +341,9 @@ void Loader::CheckRequired() {
   }
 }
 
-void Loader::CheckCrossField() {
-  const Config& c = config;
-  auto fail = [&](const std::string& key, absl::string_view expected, absl::string_view found) {
-    Mismatch(OriginOf(key), key, expected, found);
-  };
-  if (c.model.n_embd % c.model.n_head != 0) {
-    fail("model.n_embd", absl::StrCat("a multiple of model.n_head (", c.model.n_head, ")"),
-         absl::StrCat(c.model.n_embd));
-  }
-  if (c.train.seq_len > c.model.max_seq_len) {
-    fail("train.seq_len", absl::StrCat("at most model.max_seq_len (", c.model.max_seq_len, ")"),
-         absl::StrCat(c.train.seq_len));
-  }
-  if (c.train.batch_size % c.train.microbatches != 0) {
-    fail("train.batch_size",
-         absl::StrCat("a multiple of train.microbatches (", c.train.microbatches, ")"),
-         absl::StrCat(c.train.batch_size));
-  }
-  // Each bucket is a sum of its own: below a few thousand floats the sums' latency, not their
-  // bytes, is the step (1e-7 MiB made one-float buckets, and no step in 70 s at dp 2).
-  if (c.parallel.dp_bucket_mb > 0 && c.parallel.dp_bucket_mb < kMinDpBucketMb) {
-    fail("parallel.dp_bucket_mb",
-         absl::StrFormat("0 (one sum per model chunk) or at least %g (4 KiB: buckets of 1024 "
-                         "floats or more)", kMinDpBucketMb),
-         absl::StrFormat("%g", c.parallel.dp_bucket_mb));
-  }
-  const std::string& kind = c.parallel.schedule;
-  const bool interleaved = kind == "interleaved", v_shaped = kind == "zbv" || kind == "dualpipev";
-  int64_t chunks = c.parallel.chunks;  // per stage, as the schedule will run them
-  if (interleaved && c.parallel.chunks < 2) {
-    fail("parallel.chunks", "at least 2 for the interleaved schedule",
-         absl::StrCat(c.parallel.chunks));
-  } else if (v_shaped && c.parallel.chunks > 2) {
-    fail("parallel.chunks", absl::StrCat("1 or 2 for the ", kind, " schedule (it runs 2)"),
-         absl::StrCat(c.parallel.chunks));
-  } else if (!interleaved && !v_shaped && kind != "file" && c.parallel.chunks != 1) {
-    fail("parallel.chunks", absl::StrCat("1 for the ", kind, " schedule"),
-         absl::StrCat(c.parallel.chunks));
-  }
-  if (v_shaped) chunks = 2;
-  if (kind == "file" && c.parallel.schedule_file.empty()) {
-    fail("parallel.schedule_file", "a schedule file for parallel.schedule = \"file\"", "\"\"");
-  } else if (kind != "file" && !c.parallel.schedule_file.empty()) {
-    fail("parallel.schedule_file",
-         absl::StrCat("empty unless parallel.schedule = \"file\" (it is \"", kind, "\")"),
-         absl::StrCat("\"", c.parallel.schedule_file, "\""));
-  }
-  if (kind == "dualpipev" && c.train.microbatches < 2 * c.parallel.pp) {
-    fail("train.microbatches",
-         absl::StrCat("at least 2 × parallel.pp (", 2 * c.parallel.pp, ") for dualpipev"),
-         absl::StrCat(c.train.microbatches));
-  }
-  const int64_t model_chunks = c.parallel.pp * chunks;
-  if (model_chunks > c.model.n_layer) {
-    fail("parallel.pp",
-         absl::StrCat("at most model.n_layer (", c.model.n_layer, ") model chunks, found pp × "
-                      "chunks = ", model_chunks, "; at most ",
-                      c.model.n_layer / chunks, " stages fit"),
-         absl::StrCat(c.parallel.pp));
-  }
-  if (!c.parallel.layers_per_stage.empty()) {
-    int64_t sum = 0;
-    bool positive = true;
-    for (int64_t n : c.parallel.layers_per_stage) {
-      sum += n;
-      positive = positive && n >= 1;
-    }
-    if (static_cast<int64_t>(c.parallel.layers_per_stage.size()) != model_chunks || !positive ||
-        sum != c.model.n_layer) {
-      fail("parallel.layers_per_stage",
-           absl::StrCat(model_chunks, " positive counts (pp × chunks) summing to model.n_layer (",
-                        c.model.n_layer, ")"),
-           absl::StrCat("[", absl::StrJoin(c.parallel.layers_per_stage, ", "), "] (",
-                        c.parallel.layers_per_stage.size(), " entries, sum ", sum, ")"));
-    }
-  }
-  const std::vector<int64_t>& trace = c.trace.steps;
-  if (trace.size() != 2 || trace[0] < 1 || trace[1] < trace[0] || trace[1] - trace[0] >= 1000) {
-    fail("trace.steps", "[first, last] with 1 <= first <= last and at most 1000 steps",
-         absl::StrCat("[", absl::StrJoin(trace, ", "), "]"));
-  }
-  if (c.runtime.precision == "bf16" && c.runtime.device != "cuda") {
-    fail("runtime.precision", "\"fp32\" on the cpu device (bf16 needs runtime.device = \"cuda\")",
-         "\"bf16\"");
-  }
-  if (c.eval.every > 0 && c.data.val.empty()) {
-    fail("eval.every", "0 when data.val is empty (there is nothing to validate on)",
-         absl::StrCat(c.eval.every));
-  }
-  std::map<std::string, size_t> names;
-  for (size_t i = 0; i < c.side_tasks.size(); ++i) {
-    const SideTaskConfig& task = c.side_tasks[i];
-    const std::string name = task.name.empty() ? task.type : task.name;
-    // A task's name names its files and directories in run.dir (`<name>_r<rank>`): one that
-    // is not a plain file name would put them elsewhere.
-    if (!IsPlainName(name)) {
-      fail(absl::StrCat("side_tasks[", i, task.name.empty() ? "].type" : "].name"),
-           "a name of letters, digits, '_', '-' and '.', not starting with '.' or '-', at most "
-           "64 characters (it names files in run.dir)",
-           config_internal::TomlString(name));
-    }
-    if (auto [it, inserted] = names.emplace(name, i); !inserted) {
-      fail(absl::StrCat("side_tasks[", i, "].name"),
-           absl::StrCat("a name not already used by side_tasks[", it->second, "]"),
-           config_internal::TomlString(name));
-    }
-    if (task.isolation == "inprocess" && task.type == "command" && task.plugin.empty()) {
-      fail(absl::StrCat("side_tasks[", i, "].isolation"),
-           "\"process\" for a `command` task (its program always runs as its own process)",
-           "\"inprocess\"");
-    }
-    for (int64_t stage : task.stages) {
-      if (stage >= c.parallel.pp) {
-        fail(absl::StrCat("side_tasks[", i, "].stages"),
-             absl::StrCat("stage numbers below parallel.pp (", c.parallel.pp, ")"),
-             absl::StrCat(stage));
-        break;
-      }
-    }
-  }
-}
+}  // namespace config_internal
+
+namespace {
 
 absl::Status SyntaxError(const toml::parse_error& e, absl::string_view source) {
   return absl::InvalidArgumentError(absl::StrCat(source, ":", e.source().begin.line, ":",
@@ -523,7 +354,8 @@ absl::Status SyntaxError(const toml::parse_error& e, absl::string_view source) {
 }  // namespace
 
 absl::StatusOr<Config> ParseConfig(absl::string_view text, absl::string_view source,
-                                   const std::vector<std::string>& overrides) {
+                                   const std::vector<std::string>& overrides,
+                                   bool check_data_files) {
   Loader loader(source);
   try {
     toml::table root = toml::parse(std::string_view(text.data(), text.size()), std::string(source));
@@ -533,8 +365,7 @@ absl::StatusOr<Config> ParseConfig(absl::string_view text, absl::string_view sou
   }
   for (const std::string& assignment : overrides) loader.ApplyOverride(assignment);
   loader.CheckRequired();
-  // Cross-key rules only make sense once every key holds a valid value.
-  if (loader.errors.empty()) loader.CheckCrossField();
+  loader.CheckCrossField(check_data_files);
   if (!loader.errors.empty()) {
     return absl::InvalidArgumentError(absl::StrJoin(loader.errors, "\n"));
   }
@@ -577,7 +408,7 @@ absl::StatusOr<SideTaskConfig> ParseSideTaskFile(absl::string_view text, absl::s
         others.empty() ? "" : " (a job file holds the task alone; the run's config holds the rest)"));
   }
   loader.LoadDocument(root);
-  if (loader.errors.empty()) loader.CheckCrossField();
+  loader.CheckCrossField();
   if (!loader.errors.empty()) return absl::InvalidArgumentError(absl::StrJoin(loader.errors, "\n"));
   SideTaskConfig task = loader.config.side_tasks[0];
   if (task.name.empty()) task.name = task.type;
@@ -591,10 +422,11 @@ std::string DefaultIsolation(const SideTaskConfig& task) {
 }
 
 absl::StatusOr<Config> LoadConfigFile(const std::string& path,
-                                      const std::vector<std::string>& overrides) {
+                                      const std::vector<std::string>& overrides,
+                                      bool check_data_files) {
   absl::StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) return Annotate(text.status(), "reading the config file");
-  return ParseConfig(*text, path, overrides);
+  return ParseConfig(*text, path, overrides, check_data_files);
 }
 
 }  // namespace freeride

@@ -171,9 +171,12 @@ struct Config {
 // ("section.key=value" or "side_tasks.N.key=value", values in TOML syntax; a bare word is
 // taken as a string where a string is expected) and validates the result. On failure the
 // status message holds one line per problem, each naming source:line:column, the key, what
-// was expected and what was found.
+// was expected and what was found. Every check runs in one pass: a key's own error skips only
+// the cross-key rules that read it. With `check_data_files` (`config check`), data.train and
+// data.val must each name an existing file (globs relative to the working directory).
 absl::StatusOr<Config> ParseConfig(absl::string_view text, absl::string_view source,
-                                   const std::vector<std::string>& overrides = {});
+                                   const std::vector<std::string>& overrides = {},
+                                   bool check_data_files = false);
 
 // Parses a fill job's file (`freeride submit`): exactly one [[side_tasks]] table and nothing
 // else, with the keys, checks and file:line:column errors of a task in a config. `run` is the
@@ -183,7 +186,8 @@ absl::StatusOr<SideTaskConfig> ParseSideTaskFile(absl::string_view text, absl::s
 
 // Reads and parses a config file.
 absl::StatusOr<Config> LoadConfigFile(const std::string& path,
-                                      const std::vector<std::string>& overrides = {});
+                                      const std::vector<std::string>& overrides = {},
+                                      bool check_data_files = false);
 
 // The effective config as TOML, every key spelled out; parses back to an equal Config.
 std::string ConfigToToml(const Config& config);

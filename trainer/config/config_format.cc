@@ -103,8 +103,11 @@ std::string ConfigReferenceMarkdown() {
       "taken as a string where a string is expected), and side-task keys with "
       "`--set side_tasks.N.key=value` or `--set side_tasks.N.args.name=value`. Unknown keys, "
       "wrong types, values out of range and missing required keys are errors that name the "
-      "file, line, key, what was expected and what was found. `freeride config check FILE` "
-      "validates a file and prints the effective config.\n";
+      "file, line, key, what was expected and what was found; every key and every rule between "
+      "keys is checked in one pass (a rule that reads a key with an error of its own is left "
+      "out). `freeride config check FILE` validates a file, and that `data.train` and "
+      "`data.val` name files (`--config_only` leaves those out), and prints the effective "
+      "config.\n";
   std::string section;
   for (const KeySpec& spec : Schema()) {
     if (spec.section != section) {

@@ -241,7 +241,8 @@ std::vector<KeySpec> BuildSchema() {
           .Min(0)
           .Doc("Peak TFLOP/s of one rank's device, the denominator of metrics.jsonl's mfu. 0: "
                "the dense peak of a known GPU at runtime.precision (H100, H200, A100, L40S; "
-               "another GPU has no mfu), on the CPU a single-precision GEMM measured at start."),
+               "another GPU has no mfu), on the CPU the run's own single-precision products "
+               "measured at start. A step above 100% of it has no mfu (the peak is wrong)."),
 
       FR_KEY(freeride, enabled).Doc("Run the configured side tasks inside pipeline bubbles."),
       FR_KEY(freeride, alternate_every)
