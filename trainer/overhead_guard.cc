@@ -28,9 +28,15 @@ std::string GuardDecision::Describe(double budget) const {
                                          100 * overhead.mean, 100 * overhead.lo,
                                          100 * overhead.hi, overhead.n)
                        : absl::StrFormat("%+.1f%% (%d pairs)", 100 * overhead.mean, overhead.n);
-  if (backed_off()) {
+  if (backed_off() && overhead.lo > budget) {
     return absl::StrFormat("side work slowed training by %s; budget %.1f%%: backing off to %s",
                            measured, 100 * budget, SideLevelName(to));
+  }
+  if (backed_off()) {  // strict: no harm shown, and none ruled out
+    return absl::StrFormat(
+        "side work at %s costs %s, not shown within the budget of %.1f%% (strict): backing off "
+        "to %s",
+        SideLevelName(from), measured, 100 * budget, SideLevelName(to));
   }
   return absl::StrFormat("side work at %s costs %s; budget %.1f%%: probing up to %s",
                          SideLevelName(from), measured, 100 * budget, SideLevelName(to));

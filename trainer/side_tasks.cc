@@ -288,13 +288,18 @@ absl::Status Trainer::ReportHarvest() {
     if (guard_->level() == SideLevel::kPaused) {
       // Paused, the blocks still alternate, plain against plain: the host's own noise.
       const Estimate noise = guard_->LevelOverhead();
-      why = guard_->options().strict && noise.known() && noise.hi > b
+      const bool strict = guard_->options().strict;
+      why = strict && !(noise.known() && noise.hi > b)
                 ? absl::StrFormat(
-                      " (no side work: with none, blocks still differ by %+.1f%% [%+.1f%%, "
-                      "%+.1f%%] here, so no level with side work can be shown within %.1f%%; "
-                      "overhead_check = \"on\" keeps side work until harm is shown)",
-                      100 * noise.mean, 100 * noise.lo, 100 * noise.hi, 100 * b)
-                : " (no side work: every level with some cost more than the budget here)";
+                      " (no side work: strict, and no level with side work was shown "
+                      "within %.1f%% here)",
+                      100 * b)
+            : strict ? absl::StrFormat(
+                           " (no side work: with none, blocks still differ by %+.1f%% [%+.1f%%, "
+                           "%+.1f%%] here, so no level with side work can be shown within %.1f%%; "
+                           "overhead_check = \"on\" keeps side work until harm is shown)",
+                           100 * noise.mean, 100 * noise.lo, 100 * noise.hi, 100 * b)
+                     : " (no side work: every level with some cost more than the budget here)";
     }
     FR_LOG(INFO) << absl::StrFormat(
         "overhead budget (%s): %s over the run; %d back-offs; side work ended at level '%s'%s",

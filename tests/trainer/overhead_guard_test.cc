@@ -137,6 +137,10 @@ TEST(OverheadGuardTest, StrictKeepsOnlyWhatItShowsWithinTheBudget) {
   EXPECT_LE(first.overhead.lo, 0.01);  // no harm shown...
   EXPECT_GT(first.overhead.hi, 0.01);  // ...and none ruled out
   EXPECT_EQ(first.overhead.n, 3);      // after the level's min_pairs, not before
+  EXPECT_NE(first.Describe(0.01).find("not shown within the budget of 1.0% (strict): backing "
+                                      "off to shorter bubbles"),
+            std::string::npos)
+      << first.Describe(0.01);
   // On a quiet host (0.1% noise) a 0.3% cost is shown within the budget: kept by strict too.
   OverheadGuard quiet(Strict());
   EXPECT_TRUE(Simulate(quiet, 800, {0.003, 0.003, 0.003, 0.003, 0}, 0.001).decisions.empty());
