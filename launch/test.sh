@@ -11,14 +11,28 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 "$root/launch/install_deps.sh"
 "$root/launch/build.sh"
 "$root/launch/fetch_tokenizer.sh"
+# ", failed: A B" from ctest's list of the last run's failures in build dir $1 (empty if none).
+failed_tests() {
+  local f=$1/Testing/Temporary/LastTestsFailed.log
+  [[ -s $f ]] && echo ", failed: $(cut -d: -f2- "$f" | tr '\n' ' ')"
+  return 0
+}
 status=0
+summary=()
 # Every entry has its own TIMEOUT (tests/CMakeLists.txt); 300 s is the bound of any without.
-(cd "$build" && ctest --output-on-failure -j "$(nproc)" --timeout 300 "$@") || status=$?
+rc=0
+(cd "$build" && ctest --output-on-failure -j "$(nproc)" --timeout 300 "$@") || rc=$?
+summary+=("main suite: exit $rc$(failed_tests "$build")")
+((rc == 0)) || status=$rc
 # The readers of every external format under libFuzzer, AddressSanitizer and UBSan
 # (tests/fuzz/README.md): FREERIDE_FUZZ_SECONDS each (default 10; 0 leaves them out).
 fuzz_seconds=${FREERIDE_FUZZ_SECONDS:-10}
 if [[ $fuzz_seconds != 0 ]]; then
-  "$root/tests/fuzz/run.sh" "$fuzz_seconds" || status=$?
+  rc=0
+  "$root/tests/fuzz/run.sh" "$fuzz_seconds" || rc=$?
+  summary+=("fuzz: exit $rc$(grep -h FOUND "${FUZZ_BUILD_DIR:-$root/build-fuzz}"/*.verdict \
+    2> /dev/null | sed 's/^fuzz: /; /' | tr -d '\n')")
+  ((rc == 0)) || status=$rc
 fi
 # The CUDA path on the CPU: the GPU suites, the CUDA chunk and the emulation's own suites in
 # the emulation build (-DFREERIDE_CUDA=EMULATE, models/cuda/emulation/README.md), label
@@ -29,8 +43,11 @@ if [[ ${FREERIDE_EMULATED_TESTS:-1} != 0 ]]; then
   if command -v ninja >/dev/null && [[ ! -f $emulate/CMakeCache.txt ]]; then generator=(-G Ninja); fi
   cmake -S "$root" -B "$emulate" "${generator[@]}" -DFREERIDE_CUDA=EMULATE >/dev/null
   cmake --build "$emulate" -j "$(nproc)" --target freeride_emulated_tests
+  rc=0
   (cd "$emulate" && ctest --output-on-failure -j "$(nproc)" --timeout 300 -L emulated "$@") ||
-    status=$?
+    rc=$?
+  summary+=("emulated suite: exit $rc$(failed_tests "$emulate")")
+  ((rc == 0)) || status=$rc
 fi
 # ctest does not print why a test skipped; the skipping suites say it on their first line.
 log=$build/Testing/Temporary/LastTest.log
@@ -38,4 +55,7 @@ if [[ -f $log ]] && grep -q '^SKIPPED:' "$log"; then
   echo "Skipped tests said:"
   grep '^SKIPPED:' "$log" | sort | uniq -c | sed 's/^/  /'
 fi
+# Last, so that the tail of a long log (all a CI page may show) says what failed where.
+echo "Summary:"
+printf '  %s\n' "${summary[@]}"
 exit $status

@@ -49,7 +49,12 @@ fuzz_one() {
       echo "fuzz: $t: FOUND a failure after ${runs:-?} runs (exit $rc):"
       grep -E 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error|SUMMARY' "$log" |
         head -5 | sed 's/^/  /'
-      ls "$build/artifacts/$t-"* 2> /dev/null | sed 's/^/  input: /'
+      # The input itself too (small ones), so a finding on a machine that is gone can be rerun.
+      for a in "$build/artifacts/$t-"*; do
+        [[ -f $a ]] || continue
+        echo "  input: $a"
+        if (($(stat -c %s "$a") <= 4096)); then echo "  base64: $(base64 -w0 "$a")"; fi
+      done
     } > "$build/$t.verdict"
     return 1
   fi
