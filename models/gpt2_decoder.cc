@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "models/cpu/kernels.h"
+#include "models/cpu/parallel.h"
 
 namespace freeride {
 
@@ -67,7 +68,7 @@ const float* GPT2Decoder::Step(const int32_t* tokens) {
       std::memcpy(vc + (b * T + t) * C, qkv_ + b * 3 * C + 2 * C, C * sizeof(float));
     }
     // The new position's query against every cached key (causal by construction).
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (cpu::ParallelWorth(B_ * (t + 1) * C))
     for (int64_t b = 0; b < B_; ++b) {
       for (int64_t h = 0; h < NH; ++h) {
         const float* q = qkv_ + b * 3 * C + h * hs;

@@ -8,6 +8,8 @@
 #include <limits>
 #include <vector>
 
+#include "models/cpu/parallel.h"
+
 namespace freeride::cpu {
 namespace {
 
@@ -65,7 +67,7 @@ void FixedBlockGemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, 
   const int64_t longer = split_rows ? M : N;
   const int64_t kBlock = std::clamp<int64_t>((longer / 16 + 15) / 16 * 16, 32, 256);
   const int64_t blocks = (longer + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (ParallelWorth(M * N * K))
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t lo = blk * kBlock;
     const int64_t m0 = split_rows ? lo : 0, n0 = split_rows ? 0 : lo;
@@ -97,7 +99,7 @@ void Gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alph
 template <typename T>
 void EncoderForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
                     int64_t Tlen, int64_t C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (ParallelWorth(B * Tlen * C))
   for (int64_t bt = 0; bt < B * Tlen; ++bt) {
     const T* te = wte + static_cast<int64_t>(tokens[bt]) * C;
     const T* pe = wpe + (bt % Tlen) * C;
@@ -126,7 +128,7 @@ template <typename T>
 void LayerNormForward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
                       int64_t N, int64_t C) {
   const T eps = static_cast<T>(1e-5);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (ParallelWorth(N * C))
   for (int64_t n = 0; n < N; ++n) {
     const T* x = inp + n * C;
     T m = 0;
@@ -146,7 +148,7 @@ void LayerNormForward(T* out, T* mean, T* rstd, const T* inp, const T* weight, c
 template <typename T>
 void LayerNormBackwardInput(T* dinp, const T* dout, const T* inp, const T* weight,
                             const T* mean, const T* rstd, int64_t N, int64_t C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (ParallelWorth(N * C))
   for (int64_t n = 0; n < N; ++n) {
     const T* d = dout + n * C;
     const T* x = inp + n * C;
@@ -173,7 +175,7 @@ void LayerNormBackwardWeight(T* dweight, T* dbias, const T* dout, const T* inp, 
   // Threads own column blocks and walk the rows in order: deterministic sums.
   constexpr int64_t kBlock = 64;
   const int64_t blocks = (C + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (ParallelWorth(N * C))
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t lo = blk * kBlock, hi = std::min(C, lo + kBlock);
     for (int64_t n = 0; n < N; ++n) {
@@ -193,7 +195,7 @@ void MatmulForward(T* out, const T* inp, const T* weight, const T* bias, int64_t
                    int64_t OC) {
   T beta = 0;
   if (bias != nullptr) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (ParallelWorth(N * OC))
     for (int64_t n = 0; n < N; ++n) std::memcpy(out + n * OC, bias, OC * sizeof(T));
     beta = 1;
   }
@@ -213,7 +215,7 @@ void MatmulBackwardWeight(T* dweight, T* dbias, const T* dout, const T* inp, int
   if (dbias == nullptr) return;
   constexpr int64_t kBlock = 64;
   const int64_t blocks = (OC + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (ParallelWorth(N * OC))
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t lo = blk * kBlock, hi = std::min(OC, lo + kBlock);
     for (int64_t n = 0; n < N; ++n) {
@@ -228,7 +230,7 @@ void AttentionForward(T* out, T* att, const T* qkv, int64_t B, int64_t Tlen, int
                       int64_t NH) {
   const int64_t hs = C / NH, C3 = 3 * C;
   const T scale = static_cast<T>(1) / std::sqrt(static_cast<T>(hs));
-#pragma omp parallel for collapse(3) schedule(static)
+#pragma omp parallel for collapse(3) schedule(static) if (ParallelWorth(B * Tlen * Tlen * C))
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < NH; ++h) {
       for (int64_t t = 0; t < Tlen; ++t) {
@@ -267,7 +269,7 @@ void AttentionBackward(T* dqkv, const T* dout, const T* qkv, const T* att, int64
   const int64_t hs = C / NH, C3 = 3 * C;
   const T scale = static_cast<T>(1) / std::sqrt(static_cast<T>(hs));
   // One thread owns a (batch, head): its dk and dv rows collect from every later t.
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (ParallelWorth(B * Tlen * Tlen * C))
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < NH; ++h) {
       for (int64_t t = 0; t < Tlen; ++t) {
@@ -313,7 +315,7 @@ constexpr T kGeluScale = static_cast<T>(0.7978845608028654);  // sqrt(2/pi)
 
 template <typename T>
 void GeluForward(T* out, const T* inp, int64_t N) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (ParallelWorth(N))
   for (int64_t i = 0; i < N; ++i) {
     const T x = inp[i];
     const T cube = static_cast<T>(0.044715) * x * x * x;
@@ -323,7 +325,7 @@ void GeluForward(T* out, const T* inp, int64_t N) {
 
 template <typename T>
 void GeluBackward(T* dinp, const T* inp, const T* dout, int64_t N) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (ParallelWorth(N))
   for (int64_t i = 0; i < N; ++i) {
     const T x = inp[i];
     const T cube = static_cast<T>(0.044715) * x * x * x;
@@ -339,20 +341,20 @@ void GeluBackward(T* dinp, const T* inp, const T* dout, int64_t N) {
 
 template <typename T>
 void ResidualForward(T* out, const T* a, const T* b, int64_t N) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (ParallelWorth(N))
   for (int64_t i = 0; i < N; ++i) out[i] = a[i] + b[i];
 }
 
 template <typename T>
 void AddInPlace(T* a, const T* b, int64_t N) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (ParallelWorth(N))
   for (int64_t i = 0; i < N; ++i) a[i] += b[i];
 }
 
 template <typename T>
 void CrossEntropyForward(T* losses, T* logsumexp, const T* logits, const int32_t* targets,
                          int64_t N, int64_t V, int64_t Vp) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (ParallelWorth(N * V))
   for (int64_t n = 0; n < N; ++n) {
     const T* l = logits + n * Vp;
     T maxval = -std::numeric_limits<T>::infinity();
@@ -367,7 +369,7 @@ void CrossEntropyForward(T* losses, T* logsumexp, const T* logits, const int32_t
 template <typename T>
 void CrossEntropyBackward(T* dlogits, const T* logits, const T* logsumexp,
                           const int32_t* targets, T scale, int64_t N, int64_t V, int64_t Vp) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (ParallelWorth(N * V))
   for (int64_t n = 0; n < N; ++n) {
     const T* l = logits + n * Vp;
     T* d = dlogits + n * Vp;

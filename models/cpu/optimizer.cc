@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "models/cpu/parallel.h"
+
 namespace freeride::cpu {
 
 template <typename T>
@@ -14,7 +16,7 @@ void AdamWUpdate(T* param, const T* grad, T* m, T* v, int64_t n, const AdamWPara
   const T eps = static_cast<T>(p.eps), decay = static_cast<T>(1.0 - p.lr * p.weight_decay);
   const T step_size = static_cast<T>(p.lr / bc1), bc2_sqrt = static_cast<T>(std::sqrt(bc2));
   const T scale = static_cast<T>(p.grad_scale);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (ParallelWorth(n))
   for (int64_t i = 0; i < n; ++i) {
     const T g = grad[i] * scale;
     m[i] = b1 * m[i] + (1 - b1) * g;
@@ -29,7 +31,7 @@ double SumOfSquares(const T* x, int64_t n) {
   constexpr int64_t kChunk = 1 << 16;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (ParallelWorth(n))
   for (int64_t c = 0; c < chunks; ++c) {
     // Eight interleaved accumulators (a fixed order, so still deterministic) let the compiler
     // keep the loop in vector registers.

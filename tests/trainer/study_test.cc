@@ -42,6 +42,21 @@ std::string ArmField(const std::string& json, const std::string& arm, const std:
       start, json.find_first_of(",}", json[start] == '[' ? json.find(']', start) : start) - start);
 }
 
+// A study of `config` on its own simulated clock (`jitter`: SimulatedClock's, so that blocks
+// vary): the trainer it ran on, for the test to look at, and its table or error.
+struct SimulatedStudy {
+  explicit SimulatedStudy(double jitter = 0) : clock(1000, jitter) {}
+  SimulatedClock clock;
+  std::unique_ptr<Trainer> trainer;
+  absl::StatusOr<std::string> table = absl::UnknownError("not run");
+};
+void RunSimulated(const Config& config, const StudyOptions& options, SimulatedStudy& study) {
+  auto trainer = Trainer::Create(config, nullptr, &study.clock);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  study.trainer = *std::move(trainer);
+  study.table = RunStudy(*study.trainer, config, options);
+}
+
 TEST(StudyTest, ComparesEveryArmWithIntervalsInOneRun) {
   Config config = testing::EmulatedHarvestConfig("study_run");
   SideTaskConfig image;
@@ -64,12 +79,11 @@ TEST(StudyTest, ComparesEveryArmWithIntervalsInOneRun) {
   EXPECT_EQ(config.train.steps, 2 + 3 * 2 + (1 + 2 * 4 * 2) * 2);
   ASSERT_TRUE(config.side_tasks[0].repeat.has_value());
   EXPECT_TRUE(*config.side_tasks[0].repeat);
-  SimulatedClock clock;
-  auto trainer = Trainer::Create(config, nullptr, &clock);
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
-  auto table = RunStudy(**trainer, config, options);
+  SimulatedStudy study;
+  RunSimulated(config, options, study);
+  auto& table = study.table;
   ASSERT_TRUE(table.ok()) << table.status();
-  EXPECT_EQ((*trainer)->step(), config.train.steps);
+  EXPECT_EQ(study.trainer->step(), config.train.steps);
   EXPECT_NE(table->find("| training alone | 18 |"), std::string::npos) << *table;
   EXPECT_NE(table->find("| A/A: training alone | 4 |"), std::string::npos) << *table;
   EXPECT_NE(table->find("| + spin | 4 |"), std::string::npos) << *table;
@@ -96,7 +110,7 @@ TEST(StudyTest, ComparesEveryArmWithIntervalsInOneRun) {
   EXPECT_NE(json->find("\"rank_cpus\": [\""), std::string::npos) << *json;
   EXPECT_NE(json->find("\"target\": null"), std::string::npos) << *json;
   // The spin task restarted rather than finishing.
-  const HarvestReport report = (*trainer)->side_tasks()->Report();
+  const HarvestReport report = study.trainer->side_tasks()->Report();
   EXPECT_GT(report.tasks[0].restarts, 0);
   EXPECT_EQ(report.tasks[0].state, "LOADED");
 }
@@ -110,10 +124,9 @@ TEST(StudyTest, RefusesAnArmWhoseTaskRanOutOfWork) {
   options.block_steps = 1;
   PrepareStudyConfig(config, options);
   EXPECT_FALSE(*config.side_tasks[0].repeat);
-  SimulatedClock clock;
-  auto trainer = Trainer::Create(config, nullptr, &clock);
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
-  auto table = RunStudy(**trainer, config, options);
+  SimulatedStudy study;
+  RunSimulated(config, options, study);
+  auto& table = study.table;
   ASSERT_TRUE(table.ok()) << table.status();
   EXPECT_NE(table->find("| + short | 2 | "), std::string::npos) << *table;
   EXPECT_NE(table->find("- + short: task 'short' did no work in the arm's block 1 ('short' now "
@@ -137,12 +150,11 @@ TEST(StudyTest, ATargetAddsRoundsOrSaysWhyItWasNotReached) {
   // Arms: alone, A/A, spin. Warm-up 2 + 1 block, then 1 + 3 rounds × 2 arms × 2 blocks.
   EXPECT_EQ(config.train.steps, 2 + 1 + 1 + 3 * 2 * 2);
   // Compute 5% either way: blocks vary, so intervals have a width to shrink.
-  SimulatedClock clock(1000, 0.05);
-  auto trainer = Trainer::Create(config, nullptr, &clock);
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
-  auto table = RunStudy(**trainer, config, options);
+  SimulatedStudy study(0.05);
+  RunSimulated(config, options, study);
+  auto& table = study.table;
   ASSERT_TRUE(table.ok()) << table.status();
-  EXPECT_EQ((*trainer)->step(), config.train.steps);  // every round it could
+  EXPECT_EQ(study.trainer->step(), config.train.steps);  // every round it could
   EXPECT_NE(table->find("Target ±0.00% NOT reached in 3 rounds (--max_rounds 3): the widest "
                         "interval is '"),
             std::string::npos)
@@ -153,15 +165,14 @@ TEST(StudyTest, ATargetAddsRoundsOrSaysWhyItWasNotReached) {
   easy.side_tasks = {Spin("spin", 0.1)};
   options.target_ci = 10.0;  // ±1000%: met by the first evaluation
   PrepareStudyConfig(easy, options);
-  SimulatedClock second_clock(1000, 0.05);
-  auto second = Trainer::Create(easy, nullptr, &second_clock);
-  ASSERT_TRUE(second.ok()) << second.status();
-  table = RunStudy(**second, easy, options);
+  SimulatedStudy second(0.05);
+  RunSimulated(easy, options, second);
+  table = second.table;
   ASSERT_TRUE(table.ok()) << table.status();
   EXPECT_NE(table->find("Target ±1000.00%: every overhead interval is within it after 2 rounds."),
             std::string::npos)
       << *table;
-  EXPECT_EQ((*second)->step(), 2 + 1 + 1 + 2 * 2 * 2);  // stopped early
+  EXPECT_EQ(second.trainer->step(), 2 + 1 + 1 + 2 * 2 * 2);  // stopped early
   auto json = ReadFile(easy.run.dir + "/study.json");
   ASSERT_TRUE(json.ok());
   EXPECT_NE(json->find("\"target\": {\"ci\": 10.000000, \"max_rounds\": 3, \"reached\": true}"),
@@ -219,11 +230,10 @@ TEST(StudyTest, SaysHowFarItIsAfterEveryBlockEvenWhenOnlyWarningsAreShown) {
   options.rounds = 2;
   options.block_steps = 2;
   PrepareStudyConfig(config, options);
-  SimulatedClock clock;
-  auto trainer = Trainer::Create(config, nullptr, &clock);
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
   LogCapture log;
-  auto table = RunStudy(**trainer, config, options);
+  SimulatedStudy study;
+  RunSimulated(config, options, study);
+  auto& table = study.table;
   ASSERT_TRUE(table.ok()) << table.status();
   // The warm-up block of the task arm, then per round each of the 2 arms with its plain block.
   EXPECT_EQ(log.Lines("study: warm-up block '+ spin' done").size(), 1u);
@@ -253,12 +263,11 @@ TEST(StudyTest, AStoppedStudyWritesItsCompletedRoundsAsPartialAndResumeAddsTheRe
   PrepareStudyConfig(config, options);
   ASSERT_TRUE(InstallStopHandlers());
   {
-    SimulatedClock clock;
-    auto trainer = Trainer::Create(config, nullptr, &clock);
-    ASSERT_TRUE(trainer.ok()) << trainer.status();
     // Ctrl-C during round 2: its first arm is done, its second is not.
     LogCapture log("study: round 2 of 3, arm 1 of 2");
-    auto table = RunStudy(**trainer, config, options);
+    SimulatedStudy study;
+    RunSimulated(config, options, study);
+    auto& table = study.table;
     ClearStopRequest();
     ASSERT_FALSE(table.ok());
     ASSERT_TRUE(absl::IsCancelled(table.status())) << table.status();
@@ -283,13 +292,12 @@ TEST(StudyTest, AStoppedStudyWritesItsCompletedRoundsAsPartialAndResumeAddsTheRe
   EXPECT_NE(json->find("\"rounds\": 1, \"partial\": true"), std::string::npos) << *json;
 
   options.resume = true;
-  SimulatedClock clock;
-  auto trainer = Trainer::Create(config, nullptr, &clock);
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
-  auto table = RunStudy(**trainer, config, options);
+  SimulatedStudy study;
+  RunSimulated(config, options, study);
+  auto& table = study.table;
   ASSERT_TRUE(table.ok()) << table.status();
   // Rounds 2 and 3 measured now (their warm-up again: 2 steps and the task arm's block).
-  EXPECT_EQ((*trainer)->step(), 2 + 1 + (1 + 2 * 2 * 2) * 1);
+  EXPECT_EQ(study.trainer->step(), 2 + 1 + (1 + 2 * 2 * 2) * 1);
   EXPECT_EQ(table->rfind("# Harvest study\n", 0), 0u) << *table;
   EXPECT_NE(table->find("3 rounds of 1-step blocks"), std::string::npos) << *table;
   EXPECT_NE(table->find("Continued 1 time from its saved blocks"), std::string::npos) << *table;
@@ -311,17 +319,15 @@ TEST(StudyTest, ResumeRefusesBlocksOfAnotherStudy) {
   options.block_steps = 1;
   PrepareStudyConfig(config, options);
   {
-    SimulatedClock clock;
-    auto trainer = Trainer::Create(config, nullptr, &clock);
-    ASSERT_TRUE(trainer.ok()) << trainer.status();
-    ASSERT_TRUE(RunStudy(**trainer, config, options).ok());
+    SimulatedStudy first;
+    RunSimulated(config, options, first);
+    ASSERT_TRUE(first.table.ok()) << first.table.status();
   }
   options.resume = true;
   options.block_steps = 2;
-  SimulatedClock clock;
-  auto trainer = Trainer::Create(config, nullptr, &clock);
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
-  auto table = RunStudy(**trainer, config, options);
+  SimulatedStudy study;
+  RunSimulated(config, options, study);
+  auto& table = study.table;
   ASSERT_FALSE(table.ok());
   EXPECT_NE(table.status().message().find("study_blocks_rank000.jsonl line 6: the saved study "
                                           "ran 1-step blocks, this one --block_steps 2"),
@@ -337,10 +343,9 @@ TEST(StudyTest, ARefusalSaysWhichStageHadHowMuchBubbleAndWhatTheTaskNeeds) {
   options.rounds = 2;
   options.block_steps = 2;
   PrepareStudyConfig(config, options);
-  SimulatedClock clock;
-  auto trainer = Trainer::Create(config, nullptr, &clock);
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
-  auto table = RunStudy(**trainer, config, options);
+  SimulatedStudy study;
+  RunSimulated(config, options, study);
+  auto& table = study.table;
   ASSERT_TRUE(table.ok()) << table.status();
   const std::string stage = absl::StrFormat("stage %d had ", config.runtime.emulated_stage);
   EXPECT_NE(table->find("- + big: task 'big' did no work in the arm's block 1: 'big' needs "
