@@ -18,6 +18,7 @@
 #include "core/cuda_check.h"
 #include "core/status.h"
 #include "core/timer.h"
+#include "pipeline/comm/nccl_settle.h"
 
 namespace freeride::pipeline {
 namespace {
@@ -117,8 +118,6 @@ class NcclTransport final : public Transport {
     requests_[next_] = std::move(p);
     return next_++;
   }
-  // Stages a host buffer for `comm`'s stream: device memory to give NCCL, filled from `data`
-  // when `fill`; where the result lands afterwards is recorded in `p`.
   // Device memory for an operation on `stream` over `data` (of `bytes`): `data` itself when it
   // is device memory, else a staging buffer (filled from `data` first when `fill`).
   absl::StatusOr<void*> Buffer(Pending& p, void* data, int64_t bytes, bool fill,
@@ -129,12 +128,8 @@ class NcclTransport final : public Transport {
   // A message's tag: pinned and device memory for it, filled with `tag` unless it is < 0.
   absl::Status TagBuffers(Pending& p, int tag, cudaStream_t stream);
   absl::Status Record(Pending& p, cudaStream_t stream);
-  // The communicators are nonblocking, so that a rank that never comes fails the deadline
-  // instead of hanging its peers: a call may return ncclInProgress, and the communicator's
-  // state must then be ncclSuccess before the next call on it or its stream. Waits until it
-  // is.
-  // `what` (the call) fails at `deadline` (MonotonicSeconds, `budget_s` after it started) or on
-  // an NCCL error.
+  // A call on a nonblocking communicator (SettleNccl): `what` fails at `deadline`, `budget_s`
+  // after it started, or on an NCCL error, every communicator aborted.
   absl::Status Settle(const Comm& c, ncclResult_t called, double deadline, double budget_s,
                       const std::string& what);
   absl::Status Issued(const Comm& c, ncclResult_t called, const std::string& what) {
@@ -143,6 +138,12 @@ class NcclTransport final : public Transport {
   absl::StatusOr<void*> Take(std::multimap<int64_t, void*>& pool, int64_t bytes, bool pinned);
   void Finish(Pending& p);  // the landing copy; buffers and event back to their pools
   absl::Status Abort(const absl::Status& cause);
+  void AbortComms() {
+    for (Comm& c : comms_) {
+      if (c.comm != nullptr) ncclCommAbort(c.comm);
+    }
+    aborted_ = true;
+  }
   absl::Status SelfCopy(Pending& send, Pending& recv, const void* src, void* dst, int64_t bytes);
 
   Transport& bootstrap_;
@@ -252,11 +253,7 @@ void NcclTransport::AbortLocally() {
   for (auto& [id, p] : requests_) {
     in_flight = in_flight || (p.done != nullptr && cudaEventQuery(p.done) != cudaSuccess);
   }
-  if (!in_flight) return;
-  for (Comm& c : comms_) {
-    if (c.comm != nullptr) ncclCommAbort(c.comm);
-  }
-  aborted_ = true;
+  if (in_flight) AbortComms();
 }
 
 NcclTransport::~NcclTransport() {
@@ -363,31 +360,19 @@ absl::Status NcclTransport::Record(Pending& p, cudaStream_t stream) {
 
 absl::Status NcclTransport::Settle(const Comm& c, ncclResult_t called, double deadline,
                                    double budget_s, const std::string& what) {
-  if (called != ncclSuccess && called != ncclInProgress) {
+  const ncclResult_t state = SettleNccl(c.comm, called, deadline);
+  if (state == ncclSuccess) return absl::OkStatus();
+  if (state != ncclInProgress) {
     return Abort(absl::UnavailableError(
-        absl::StrFormat("NCCL error on %s in %s: %s", c.name, what, ncclGetErrorString(called))));
+        absl::StrFormat("NCCL error on %s in %s: %s", c.name, what, ncclGetErrorString(state))));
   }
-  auto pause = std::chrono::microseconds(10);
-  while (called == ncclInProgress) {
-    NCCL_CHECK(ncclCommGetAsyncError(c.comm, &called));
-    if (called == ncclSuccess) break;
-    if (called != ncclInProgress) {
-      return Abort(absl::UnavailableError(
-          absl::StrFormat("NCCL error on %s in %s: %s", c.name, what, ncclGetErrorString(called))));
-    }
-    if (MonotonicSeconds() > deadline) {
-      std::vector<int> others;
-      for (int r : c.members) {
-        if (r != rank()) others.push_back(r);
-      }
-      return Abort(absl::DeadlineExceededError(absl::StrFormat(
-          "%s did not complete within %.1f s: %s %s of %s did not come", what, budget_s,
-          others.size() == 1 ? "rank" : "ranks", absl::StrJoin(others, ", "), c.name)));
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(500));
+  std::vector<int> others;
+  for (int r : c.members) {
+    if (r != rank()) others.push_back(r);
   }
-  return absl::OkStatus();
+  return Abort(absl::DeadlineExceededError(
+      absl::StrFormat("%s did not complete within %.1f s: %s %s of %s did not come", what, budget_s,
+                      others.size() == 1 ? "rank" : "ranks", absl::StrJoin(others, ", "), c.name)));
 }
 
 void NcclTransport::Finish(Pending& p) {
@@ -548,10 +533,7 @@ bool NcclTransport::Test(Request request) {
 absl::Status NcclTransport::Abort(const absl::Status& cause) {
   // NCCL's operations may hang after an error, and a peer may never come: only an abort ends
   // what is in flight, on every communicator.
-  for (Comm& c : comms_) {
-    if (c.comm != nullptr) ncclCommAbort(c.comm);
-  }
-  aborted_ = true;
+  AbortComms();
   return absl::Status(cause.code(), absl::StrCat(cause.message(), " (NCCL communicators aborted)"));
 }
 

@@ -268,7 +268,9 @@ TEST(NcclEmulationTest, AFreeOnOneRankDoesNotWaitForAPeersSumThatWaitsForIt) {
   });
   EXPECT_EQ(sums, (std::vector<double>{3.0, 3.0}));
   for (int r = 0; r < 2; ++r) {
-    if (!aborted[r]) EXPECT_EQ(ncclCommDestroy(comms[r]), ncclSuccess);
+    if (!aborted[r]) {
+      EXPECT_EQ(ncclCommDestroy(comms[r]), ncclSuccess);
+    }
   }
 }
 
@@ -386,6 +388,35 @@ TEST(NcclCommEmulatedTest, ALatePeerMissesTheDeadlineAndTheCommunicatorIsAborted
       EXPECT_NE(lost.message().find("remote process exited"), std::string::npos) << lost;
     }
     cudaFree(buffer);
+  });
+}
+
+// A rank that gives its part of the id's sum but never joins the communicator (it failed in
+// between): Create fails at its deadline instead of waiting for it forever.
+TEST(NcclCommEmulatedTest, ARankThatNeverJoinsFailsCreateByItsDeadline) {
+  std::vector<std::unique_ptr<Transport>> world = MakeInProcessWorld(2);
+  std::atomic<bool> id_given{false};
+  emu::RunRanks(2, [&](int r) {
+    if (r == 0) {
+      // The id's sum within the short deadline, however late this thread runs: rank 1's part
+      // is already there.
+      while (!id_given) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      auto comm = NcclComm::Create(*world[0], 0, 0.2);
+      ASSERT_FALSE(comm.ok());
+      EXPECT_EQ(comm.status().code(), absl::StatusCode::kDeadlineExceeded) << comm.status();
+      EXPECT_NE(comm.status().message().find(
+                    "the initialisation of the NCCL communicator on rank 0 did not complete "
+                    "within 0.2 s: a rank of the 2 never came (communicator aborted)"),
+                std::string::npos)
+          << comm.status();
+    } else {
+      std::vector<double> id(sizeof(ncclUniqueId), 0.0);
+      auto sum = world[1]->StartAllReduceSum(id.data(), static_cast<int64_t>(id.size()),
+                                             world[1]->AllRanks());
+      id_given = true;
+      ASSERT_TRUE(sum.ok()) << sum.status();
+      EXPECT_TRUE(world[1]->Wait(*sum, 60).ok());
+    }
   });
 }
 
