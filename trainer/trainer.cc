@@ -189,7 +189,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
       if (absl::Status s = transport->AllReduceSum(sums, 3, transport->AllRanks(),
                                                    config.runtime.comm_timeout_s);
           !s.ok()) {
-        return s;
+        return absl::Status(
+            s.code(), absl::StrFormat("rank %d (stage %d, replica %d) setting up, summing its "
+                                      "part-cost probes with every rank's: %s",
+                                      transport->rank(), L.stage, L.replica, s.message()));
       }
       const double n = transport->size();
       *measured = PartCosts{sums[0] / n, sums[1] / n, sums[2] / n};

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "core/cuda_check.h"
 #include "core/timer.h"
+#include "pipeline/comm/nccl_settle.h"
 
 namespace freeride::pipeline {
 
@@ -31,7 +32,12 @@ absl::StatusOr<std::unique_ptr<NcclComm>> NcclComm::Create(Transport& bootstrap,
   if (!s.ok()) return s;
   auto* out = reinterpret_cast<unsigned char*>(&id);
   for (size_t i = 0; i < sizeof(id); ++i) out[i] = static_cast<unsigned char>(bytes[i]);
-  NCCL_CHECK(ncclCommInitRank(&c->comm_, c->size_, id, c->rank_));
+  // Nonblocking, so that a rank that never joins fails the deadline instead of hanging this.
+  c->timeout_s_ = timeout_s;
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  FR_RETURN_IF_ERROR(c->Settle(ncclCommInitRankConfig(&c->comm_, c->size_, id, c->rank_, &config),
+                               "the initialisation of the NCCL communicator"));
   CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&c->done_, cudaEventDisableTiming));
   return c;
@@ -63,16 +69,28 @@ absl::Status NcclComm::Exchange(const void* send, int64_t send_bytes, int send_p
     NCCL_CHECK(ncclRecv(recv, static_cast<size_t>(recv_bytes), ncclChar, recv_peer, comm_,
                         stream_));
   }
-  NCCL_CHECK(ncclGroupEnd());
-  return absl::OkStatus();
+  return Settle(ncclGroupEnd(), "an exchange");
 }
 
 absl::Status NcclComm::AllReduceSum(float* data, int64_t n, cudaEvent_t after) {
   if (aborted_) return absl::FailedPreconditionError("the NCCL communicator was aborted");
   CUDA_CHECK(cudaSetDevice(device_));  // the calling thread's current device may be another
   if (after != nullptr) CUDA_CHECK(cudaStreamWaitEvent(stream_, after, 0));
-  NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_));
-  return absl::OkStatus();
+  return Settle(
+      ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_),
+      "a sum");
+}
+
+absl::Status NcclComm::Settle(ncclResult_t called, const char* what) {
+  const ncclResult_t state = SettleNccl(comm_, called, MonotonicSeconds() + timeout_s_);
+  if (state == ncclSuccess) return absl::OkStatus();
+  if (comm_ != nullptr) ncclCommAbort(comm_);  // only an abort ends what is in flight
+  aborted_ = true;
+  if (state != ncclInProgress) return NcclStatus(state, what, __FILE__, __LINE__);
+  return absl::DeadlineExceededError(
+      absl::StrFormat("%s on rank %d did not complete within %.1f s: a rank of the %d never came "
+                      "(communicator aborted)",
+                      what, rank_, timeout_s_, size_));
 }
 
 absl::StatusOr<cudaEvent_t> NcclComm::Done() {

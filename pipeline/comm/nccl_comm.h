@@ -51,11 +51,16 @@ class NcclComm {
 
  private:
   NcclComm() = default;
+  // A call's result: the communicator is nonblocking, so a call may return ncclInProgress, and
+  // its state must be ncclSuccess before the next call; polled until it is, or aborted at
+  // timeout_s_ or on an NCCL error.
+  absl::Status Settle(ncclResult_t called, const char* what);
 
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
   int rank_ = 0, size_ = 1, device_ = 0;
+  double timeout_s_ = 300;  // Create's: the initialisation's and each call's
   bool aborted_ = false;
 };
 

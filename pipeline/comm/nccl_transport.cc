@@ -18,6 +18,7 @@
 #include "core/cuda_check.h"
 #include "core/status.h"
 #include "core/timer.h"
+#include "pipeline/comm/nccl_settle.h"
 
 namespace freeride::pipeline {
 namespace {
@@ -77,6 +78,7 @@ class NcclTransport final : public Transport {
  private:
   struct Comm {
     std::vector<int> members;  // global ranks; a link's are {sender, receiver}
+    std::string name;          // for errors: "the link from rank 0 to rank 1 (channel 2)"
     ncclComm_t comm = nullptr;
     cudaStream_t stream = nullptr;
   };
@@ -116,8 +118,6 @@ class NcclTransport final : public Transport {
     requests_[next_] = std::move(p);
     return next_++;
   }
-  // Stages a host buffer for `comm`'s stream: device memory to give NCCL, filled from `data`
-  // when `fill`; where the result lands afterwards is recorded in `p`.
   // Device memory for an operation on `stream` over `data` (of `bytes`): `data` itself when it
   // is device memory, else a staging buffer (filled from `data` first when `fill`).
   absl::StatusOr<void*> Buffer(Pending& p, void* data, int64_t bytes, bool fill,
@@ -128,9 +128,22 @@ class NcclTransport final : public Transport {
   // A message's tag: pinned and device memory for it, filled with `tag` unless it is < 0.
   absl::Status TagBuffers(Pending& p, int tag, cudaStream_t stream);
   absl::Status Record(Pending& p, cudaStream_t stream);
+  // A call on a nonblocking communicator (SettleNccl): `what` fails at `deadline`, `budget_s`
+  // after it started, or on an NCCL error, every communicator aborted.
+  absl::Status Settle(const Comm& c, ncclResult_t called, double deadline, double budget_s,
+                      const std::string& what);
+  absl::Status Issued(const Comm& c, ncclResult_t called, const std::string& what) {
+    return Settle(c, called, MonotonicSeconds() + timeout_s_, timeout_s_, what);
+  }
   absl::StatusOr<void*> Take(std::multimap<int64_t, void*>& pool, int64_t bytes, bool pinned);
   void Finish(Pending& p);  // the landing copy; buffers and event back to their pools
   absl::Status Abort(const absl::Status& cause);
+  void AbortComms() {
+    for (Comm& c : comms_) {
+      if (c.comm != nullptr) ncclCommAbort(c.comm);
+    }
+    aborted_ = true;
+  }
   absl::Status SelfCopy(Pending& send, Pending& recv, const void* src, void* dst, int64_t bytes);
 
   Transport& bootstrap_;
@@ -184,8 +197,9 @@ absl::Status NcclTransport::Init(const NcclTransportOptions& options) {
   }
   FR_RETURN_IF_ERROR(bootstrap_.AllReduceSum(ids.data(), static_cast<int64_t>(ids.size()),
                                              bootstrap_.AllRanks(), options.timeout_s));
-  // In the same order everywhere: each rank blocks in the first it shares with a rank not yet
-  // there, which is never waiting for it.
+  // In the same order everywhere: each rank waits in the first it shares with a rank not yet
+  // there, which is never waiting for it; one that never comes fails the deadline.
+  const double deadline = MonotonicSeconds() + options.timeout_s;
   for (size_t i = 0; i < specs.size(); ++i) {
     auto at = std::find(specs[i].begin(), specs[i].end(), me);
     if (at == specs[i].end()) continue;
@@ -193,17 +207,25 @@ absl::Status NcclTransport::Init(const NcclTransportOptions& options) {
     for (int b = 0; b < kIdBytes; ++b) {
       id.internal[b] = static_cast<char>(static_cast<unsigned char>(ids[i * kIdBytes + b]));
     }
-    Comm c;
+    Comm& c = comms_.emplace_back();  // aborted with the others if it fails
     c.members = specs[i];
-    NCCL_CHECK(ncclCommInitRank(&c.comm, static_cast<int>(specs[i].size()), id,
-                                static_cast<int>(at - specs[i].begin())));
+    c.name = i < links.size()
+                 ? absl::StrFormat("the link from rank %d to rank %d (channel %d)", links[i].sender,
+                                   links[i].receiver, links[i].channel)
+                 : absl::StrFormat("the group of ranks {%s}", absl::StrJoin(specs[i], ","));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    const ncclResult_t init =
+        ncclCommInitRankConfig(&c.comm, static_cast<int>(specs[i].size()), id,
+                               static_cast<int>(at - specs[i].begin()), &config);
+    FR_RETURN_IF_ERROR(Settle(c, init, deadline, options.timeout_s,
+                              "the initialisation of the NCCL communicators"));
     CUDA_CHECK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
     if (i < links.size()) {
-      link_of_[links[i]] = static_cast<int>(comms_.size());
+      link_of_[links[i]] = static_cast<int>(comms_.size() - 1);
     } else {
-      group_of_[specs[i]] = static_cast<int>(comms_.size());
+      group_of_[specs[i]] = static_cast<int>(comms_.size() - 1);
     }
-    comms_.push_back(c);
   }
   CUDA_CHECK(cudaStreamCreateWithFlags(&self_stream_, cudaStreamNonBlocking));
   return absl::OkStatus();
@@ -231,9 +253,7 @@ void NcclTransport::AbortLocally() {
   for (auto& [id, p] : requests_) {
     in_flight = in_flight || (p.done != nullptr && cudaEventQuery(p.done) != cudaSuccess);
   }
-  if (!in_flight) return;
-  for (Comm& c : comms_) ncclCommAbort(c.comm);
-  aborted_ = true;
+  if (in_flight) AbortComms();
 }
 
 NcclTransport::~NcclTransport() {
@@ -338,6 +358,23 @@ absl::Status NcclTransport::Record(Pending& p, cudaStream_t stream) {
   return absl::OkStatus();
 }
 
+absl::Status NcclTransport::Settle(const Comm& c, ncclResult_t called, double deadline,
+                                   double budget_s, const std::string& what) {
+  const ncclResult_t state = SettleNccl(c.comm, called, deadline);
+  if (state == ncclSuccess) return absl::OkStatus();
+  if (state != ncclInProgress) {
+    return Abort(absl::UnavailableError(
+        absl::StrFormat("NCCL error on %s in %s: %s", c.name, what, ncclGetErrorString(state))));
+  }
+  std::vector<int> others;
+  for (int r : c.members) {
+    if (r != rank()) others.push_back(r);
+  }
+  return Abort(absl::DeadlineExceededError(
+      absl::StrFormat("%s did not complete within %.1f s: %s %s of %s did not come", what, budget_s,
+                      others.size() == 1 ? "rank" : "ranks", absl::StrJoin(others, ", "), c.name)));
+}
+
 void NcclTransport::Finish(Pending& p) {
   if (p.land != nullptr) std::memcpy(p.land, p.bounce, p.bytes);
   if (p.staging != nullptr) device_pool_.emplace(p.bytes, p.staging);
@@ -402,7 +439,7 @@ absl::StatusOr<Transport::Request> NcclTransport::Isend(const void* data, int64_
   NCCL_CHECK(ncclGroupStart());
   NCCL_CHECK(ncclSend(p.tag_device, sizeof(int), ncclChar, 1, c.comm, c.stream));
   NCCL_CHECK(ncclSend(buffer, static_cast<size_t>(bytes), ncclChar, 1, c.comm, c.stream));
-  NCCL_CHECK(ncclGroupEnd());
+  FR_RETURN_IF_ERROR(Issued(c, ncclGroupEnd(), p.what));
   FR_RETURN_IF_ERROR(Record(p, c.stream));
   return Add(std::move(p));
 }
@@ -440,7 +477,7 @@ absl::StatusOr<Transport::Request> NcclTransport::Irecv(void* data, int64_t byte
   NCCL_CHECK(ncclGroupStart());
   NCCL_CHECK(ncclRecv(p.tag_device, sizeof(int), ncclChar, 0, c.comm, c.stream));
   NCCL_CHECK(ncclRecv(buffer, static_cast<size_t>(bytes), ncclChar, 0, c.comm, c.stream));
-  NCCL_CHECK(ncclGroupEnd());
+  FR_RETURN_IF_ERROR(Issued(c, ncclGroupEnd(), p.what));
   CUDA_CHECK(
       cudaMemcpyAsync(p.tag_host, p.tag_device, sizeof(int), cudaMemcpyDeviceToHost, c.stream));
   FR_RETURN_IF_ERROR(Land(p, data, bytes, c.stream));
@@ -471,8 +508,10 @@ absl::StatusOr<Transport::Request> NcclTransport::StartSum(T* data, int64_t n,
   p.comm = found->second;
   const int64_t bytes = n * static_cast<int64_t>(sizeof(T));
   FR_ASSIGN_OR_RETURN(void* buffer, Buffer(p, data, bytes, true, c.stream));
-  NCCL_CHECK(ncclAllReduce(buffer, buffer, static_cast<size_t>(n), NcclType<T>(), ncclSum, c.comm,
-                           c.stream));
+  FR_RETURN_IF_ERROR(Issued(c,
+                            ncclAllReduce(buffer, buffer, static_cast<size_t>(n), NcclType<T>(),
+                                          ncclSum, c.comm, c.stream),
+                            p.what));
   FR_RETURN_IF_ERROR(Land(p, data, bytes, c.stream));
   FR_RETURN_IF_ERROR(Record(p, c.stream));
   return Add(std::move(p));
@@ -494,8 +533,7 @@ bool NcclTransport::Test(Request request) {
 absl::Status NcclTransport::Abort(const absl::Status& cause) {
   // NCCL's operations may hang after an error, and a peer may never come: only an abort ends
   // what is in flight, on every communicator.
-  for (Comm& c : comms_) ncclCommAbort(c.comm);
-  aborted_ = true;
+  AbortComms();
   return absl::Status(cause.code(), absl::StrCat(cause.message(), " (NCCL communicators aborted)"));
 }
 

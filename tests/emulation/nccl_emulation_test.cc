@@ -2,9 +2,9 @@
 // communicators from one id, grouped send/receive, sums in rank order, stream order against
 // events, the asynchronous error and abort; and pipeline/comm's NcclComm on top of it,
 // bootstrapped over the in-process transport as the executor's tests run their ranks.
-// Every stream here is cudaStreamNonBlocking: the ranks share the one emulated device, whose
-// legacy default stream (cudaMemcpy) waits for every rank's blocking streams, and so for a
-// collective that waits for the rank making that copy (one process, several GPUs, is the same).
+// Every rank thread runs in a CUDA context of its own (SetThreadContext), as each rank's process
+// has: the device's synchronisation (cudaMemcpy, cudaFree) on one rank never waits for a peer's
+// collective that waits for this rank.
 #include <nccl.h>
 
 #include <atomic>
@@ -22,10 +22,15 @@
 namespace freeride::emu {
 namespace {
 
-// Runs fn(rank) on `n` threads at once and joins them.
+// Runs fn(rank) on `n` threads at once, each in context rank + 1, and joins them.
 void RunRanks(int n, const std::function<void(int)>& fn) {
   std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) threads.emplace_back(fn, r);
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&fn, r] {
+      SetThreadContext(r + 1);
+      fn(r);
+    });
+  }
   for (std::thread& t : threads) t.join();
 }
 
@@ -69,6 +74,33 @@ TEST(NcclEmulationTest, RanksOfOneIdFormOneCommunicator) {
     EXPECT_EQ(AsyncError(comms[r]), ncclSuccess);
   }
   for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+// A nonblocking initialisation (ncclConfig_t::blocking = 0: the transport's, so that its
+// deadline holds) returns at once, ncclInProgress until every rank has joined; a rank that
+// gives up first (aborts) makes the others' ncclRemoteError, blocking ones' too, not a hang.
+TEST(NcclEmulationTest, ANonblockingInitIsInProgressUntilEveryRankHasJoined) {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t first = nullptr, last = nullptr;
+  ASSERT_EQ(ncclCommInitRankConfig(&first, 2, id, 0, &config), ncclInProgress);
+  EXPECT_EQ(AsyncError(first), ncclInProgress);
+  ASSERT_EQ(ncclCommInitRankConfig(&last, 2, id, 1, &config), ncclSuccess);
+  EXPECT_EQ(AsyncError(first), ncclSuccess);
+  EXPECT_EQ(AsyncError(last), ncclSuccess);
+  EXPECT_EQ(ncclCommDestroy(first), ncclSuccess);
+  EXPECT_EQ(ncclCommDestroy(last), ncclSuccess);
+
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t quitter = nullptr, waiting = nullptr, late = nullptr;
+  ASSERT_EQ(ncclCommInitRankConfig(&quitter, 3, id, 0, &config), ncclInProgress);
+  ASSERT_EQ(ncclCommInitRankConfig(&waiting, 3, id, 1, &config), ncclInProgress);
+  EXPECT_EQ(ncclCommAbort(quitter), ncclSuccess);  // its deadline passed
+  EXPECT_EQ(AsyncError(waiting), ncclRemoteError);
+  EXPECT_EQ(ncclCommInitRank(&late, 3, id, 2), ncclRemoteError);
+  EXPECT_EQ(ncclCommAbort(waiting), ncclSuccess);
 }
 
 TEST(NcclEmulationTest, BadArgumentsAreRefusedAtTheCall) {
@@ -192,6 +224,56 @@ TEST(NcclEmulationTest, AReceivesEventOrdersTheComputeStreamThatReadsIt) {
   for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
 }
 
+// cudaFree synchronises the device, and a rank frees memory while its peer's sum already waits
+// for this rank's contribution: on GPUs the peer's stream is another process's (another
+// device's), which the free does not wait for. With both ranks in one context the free waited
+// for the peer's sum and the sum for this rank, until the peer's deadline aborted it: how
+// Trainer::Create's setup sum hung in CI (rank 0 freed its probe models while rank 1 summed).
+TEST(NcclEmulationTest, AFreeOnOneRankDoesNotWaitForAPeersSumThatWaitsForIt) {
+  std::vector<ncclComm_t> comms = InitAll(2);
+  std::atomic<bool> peer_summing{false};
+  std::vector<double> sums(2, 0.0);
+  bool aborted[2] = {false, false};
+  RunRanks(2, [&](int r) {
+    double* value = DeviceCopy(std::vector<double>(1, 1.0 + r));
+    cudaStream_t stream;
+    cudaEvent_t summed;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(cudaEventCreateWithFlags(&summed, cudaEventDisableTiming), cudaSuccess);
+    if (r == 0) {
+      while (!peer_summing) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      void* scratch = nullptr;
+      ASSERT_EQ(cudaMalloc(&scratch, 64), cudaSuccess);
+      ASSERT_EQ(cudaFree(scratch), cudaSuccess);
+    }
+    ASSERT_EQ(ncclAllReduce(value, value, 1, ncclDouble, ncclSum, comms[r], stream), ncclSuccess);
+    ASSERT_EQ(cudaEventRecord(summed, stream), cudaSuccess);
+    if (r == 1) peer_summing = true;  // its sum is on its stream, waiting for rank 0's part
+    // A cap, not a timing: once both parts are in, the sum is done; one rank waiting for the
+    // other's free would wait forever without it.
+    const auto cap = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (cudaEventQuery(summed) != cudaSuccess && std::chrono::steady_clock::now() < cap) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (cudaEventQuery(summed) != cudaSuccess) {
+      ADD_FAILURE() << "rank " << r << "'s sum did not complete within 30 s";
+      EXPECT_EQ(ncclCommAbort(comms[r]), ncclSuccess);
+      aborted[r] = true;
+    }
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    sums[r] = HostCopy(value, 1)[0];
+    cudaEventDestroy(summed);
+    cudaStreamDestroy(stream);
+    cudaFree(value);
+  });
+  EXPECT_EQ(sums, (std::vector<double>{3.0, 3.0}));
+  for (int r = 0; r < 2; ++r) {
+    if (!aborted[r]) {
+      EXPECT_EQ(ncclCommDestroy(comms[r]), ncclSuccess);
+    }
+  }
+}
+
 // Two ranks sending to each other outside a group wait for receives that come after the sends
 // on the same stream: a deadlock, as NCCL's rendezvous makes it. Aborting both ends it.
 TEST(NcclEmulationTest, UngroupedCrossedSendsDeadlockUntilAborted) {
@@ -306,6 +388,35 @@ TEST(NcclCommEmulatedTest, ALatePeerMissesTheDeadlineAndTheCommunicatorIsAborted
       EXPECT_NE(lost.message().find("remote process exited"), std::string::npos) << lost;
     }
     cudaFree(buffer);
+  });
+}
+
+// A rank that gives its part of the id's sum but never joins the communicator (it failed in
+// between): Create fails at its deadline instead of waiting for it forever.
+TEST(NcclCommEmulatedTest, ARankThatNeverJoinsFailsCreateByItsDeadline) {
+  std::vector<std::unique_ptr<Transport>> world = MakeInProcessWorld(2);
+  std::atomic<bool> id_given{false};
+  emu::RunRanks(2, [&](int r) {
+    if (r == 0) {
+      // The id's sum within the short deadline, however late this thread runs: rank 1's part
+      // is already there.
+      while (!id_given) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      auto comm = NcclComm::Create(*world[0], 0, 0.2);
+      ASSERT_FALSE(comm.ok());
+      EXPECT_EQ(comm.status().code(), absl::StatusCode::kDeadlineExceeded) << comm.status();
+      EXPECT_NE(comm.status().message().find(
+                    "the initialisation of the NCCL communicator on rank 0 did not complete "
+                    "within 0.2 s: a rank of the 2 never came (communicator aborted)"),
+                std::string::npos)
+          << comm.status();
+    } else {
+      std::vector<double> id(sizeof(ncclUniqueId), 0.0);
+      auto sum = world[1]->StartAllReduceSum(id.data(), static_cast<int64_t>(id.size()),
+                                             world[1]->AllRanks());
+      id_given = true;
+      ASSERT_TRUE(sum.ok()) << sum.status();
+      EXPECT_TRUE(world[1]->Wait(*sum, 60).ok());
+    }
   });
 }
 

@@ -83,12 +83,15 @@ class CountingTransport : public pipeline::Transport {
 };
 
 // The NCCL transport over each rank's in-process one, through a counter armed once it is made.
-// The counting wrapper lives as long as the transport (it is the bootstrap).
+// The counting wrapper lives as long as the transport (it is the bootstrap). Made on the rank's
+// thread, which it puts in a CUDA context of its own, as each rank's process has: one rank
+// freeing memory (cudaFree synchronises the device) then never waits for a peer's collective.
 class OverNccl : public pipeline::Transport {
  public:
   static absl::StatusOr<std::unique_ptr<pipeline::Transport>> Make(pipeline::Transport& in_process,
                                                                    const Config& config,
                                                                    std::atomic<int64_t>* calls) {
+    emu::SetThreadContext(in_process.rank() + 1);
     auto self = std::unique_ptr<OverNccl>(new OverNccl);
     self->counter_ = std::make_unique<CountingTransport>(in_process, calls);
     absl::StatusOr<pipeline::NcclTransportOptions> options = NcclOptionsOf(config);
@@ -112,10 +115,10 @@ class OverNccl : public pipeline::Transport {
   }
   bool Test(Request r) override { return nccl_->Test(r); }
   absl::Status AllReduceSum(float* d, int64_t n, const std::vector<int>& g, double s) override {
-    return nccl_->AllReduceSum(d, n, g, std::max(s, min_timeout_s));
+    return Sum(d, n, g, s);
   }
   absl::Status AllReduceSum(double* d, int64_t n, const std::vector<int>& g, double s) override {
-    return nccl_->AllReduceSum(d, n, g, std::max(s, min_timeout_s));
+    return Sum(d, n, g, s);
   }
   absl::StatusOr<Request> StartAllReduceSum(float* d, int64_t n,
                                             const std::vector<int>& g) override {
@@ -128,6 +131,8 @@ class OverNccl : public pipeline::Transport {
   void OnStepStart(double now_s) override { nccl_->OnStepStart(now_s); }
   // Waits take at least this long to time out: a test's short deadline for the step only.
   double min_timeout_s = 0;
+  // Set once a blocking sum has been started here (its NCCL operation is on the stream).
+  std::atomic<bool>* summing = nullptr;
   // The trainer goes: what the transport says to the bootstrap from here on is teardown.
   void AbortInFlight() override {
     counter_->armed = false;
@@ -136,6 +141,13 @@ class OverNccl : public pipeline::Transport {
 
  private:
   OverNccl() = default;
+  template <typename T>
+  absl::Status Sum(T* d, int64_t n, const std::vector<int>& g, double s) {
+    absl::StatusOr<Request> started = nccl_->StartAllReduceSum(d, n, g);
+    if (!started.ok()) return started.status();
+    if (summing != nullptr) *summing = true;
+    return nccl_->Wait(*started, std::max(s, min_timeout_s));
+  }
   std::unique_ptr<CountingTransport> counter_;
   std::unique_ptr<pipeline::Transport> nccl_;  // destroyed before the counter it bootstraps on
 };
@@ -197,36 +209,52 @@ TEST(NcclPipelineTest, TwoStagesOverASlowCommunicationStream) {
   emu::SetNcclRankDelay(1, 0);
 }
 
+// Sets a flag when it goes out of scope: a rank that returns early (a failed assertion) still
+// releases the rank waiting for it.
+struct SetOnExit {
+  std::atomic<bool>& flag;
+  ~SetOnExit() { flag = true; }
+};
+
 // A peer that never comes to the step: the step fails at runtime.comm_timeout_s, naming the
 // rank, stage and instruction that waited and the message it waited for, with the NCCL
-// communicators aborted.
-// Disabled: in the CI rehearsal of 2026-11-27 (second of two runs) Trainer::Create's setup sum
-// over NCCL hung for its whole 300 s deadline, and the step then failed at SEND_ACT with NCCL
-// error 5 instead of at RECV_GRAD; the hang is in the emulated NCCL or the transport's setup,
-// not yet found (issue 50). Run it with --gtest_also_run_disabled_tests.
-TEST(NcclPipelineTest, DISABLED_ALatePeerFailsTheStepNamingWhatItWaitedFor) {
+// communicators aborted. Rank 0 starts Trainer::Create only once rank 1 waits in its setup sum
+// (the mean of the part-cost probes): rank 0's probe models free their memory while that sum
+// waits for rank 0. That order hung the setup sum for its 300 s in CI while the ranks shared
+// one emulated CUDA context, in which cudaFree waited for the peer's sum (OverNccl::Make).
+TEST(NcclPipelineTest, ALatePeerFailsTheStepNamingWhatItWaitedFor) {
   Config config = OnCuda(ParityConfig(ParityShard(), "1f1b", 2, 1, 4));
   config.runtime.comm_timeout_s = 1;  // the step's: rank 1 never sends, however slow this is
+  // The transport's creation and teardown wait for both ranks, however far apart a loaded
+  // machine runs them: only the step keeps to the 1 s.
+  Config transport_config = config;
+  transport_config.runtime.comm_timeout_s = 120;
   auto world = pipeline::MakeInProcessWorld(2);
-  std::atomic<bool> done{false};
+  std::atomic<bool> peer_summing{false}, done{false};
   std::string error;
   std::vector<std::thread> ranks;
   for (int r = 0; r < 2; ++r) {
     ranks.emplace_back([&, r] {
+      SetOnExit release{r == 0 ? done : peer_summing};
       std::atomic<int64_t> calls{0};
-      auto transport = OverNccl::Make(*world[r], config, &calls);
+      auto transport = OverNccl::Make(*world[r], transport_config, &calls);
       ASSERT_TRUE(transport.ok()) << transport.status();
-      // Trainer::Create sums over both ranks too, however far apart a loaded machine starts
-      // them: only the step keeps to the 1 s.
+      // Trainer::Create's sums wait for both ranks too, and rank 0 comes late on purpose.
       auto* over = static_cast<OverNccl*>(transport->get());
-      over->min_timeout_s = 300;
+      over->min_timeout_s = 120;
+      if (r == 1) {
+        over->summing = &peer_summing;
+      } else {
+        while (!peer_summing) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
       auto trainer = Trainer::Create(config, over);
       ASSERT_TRUE(trainer.ok()) << trainer.status();
       over->min_timeout_s = 0;
+      over->summing = nullptr;
       if (r == 0) {
         auto step = (*trainer)->Step();
         error = step.ok() ? "" : std::string(step.status().message());
-        done = true;
+        done = true;  // both trainers go now: their teardown waits for the other rank
       } else {
         while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
@@ -238,6 +266,40 @@ TEST(NcclPipelineTest, DISABLED_ALatePeerFailsTheStepNamingWhatItWaitedFor) {
       << error;
   EXPECT_NE(error.find("from rank 1"), std::string::npos) << error;
   EXPECT_NE(error.find("did not complete within 1.0 s (NCCL communicators aborted)"),
+            std::string::npos)
+      << error;
+}
+
+// A peer that never comes to Trainer::Create: the setup sum (the mean of the part-cost probes)
+// fails at runtime.comm_timeout_s naming the rank and stage that waited and the ranks of the
+// sum, with the NCCL communicators aborted, instead of waiting for it.
+TEST(NcclPipelineTest, APeerAbsentFromTheSetupFailsItsSumByTheDeadline) {
+  Config config = OnCuda(ParityConfig(ParityShard(), "1f1b", 2, 1, 4));
+  config.runtime.comm_timeout_s = 1;
+  Config transport_config = config;
+  transport_config.runtime.comm_timeout_s = 120;  // both ranks make the transport
+  auto world = pipeline::MakeInProcessWorld(2);
+  std::atomic<bool> done{false};
+  std::string error;
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      SetOnExit release{done};
+      std::atomic<int64_t> calls{0};
+      auto transport = OverNccl::Make(*world[r], transport_config, &calls);
+      ASSERT_TRUE(transport.ok()) << transport.status();
+      if (r == 1) {
+        while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        return;
+      }
+      auto trainer = Trainer::Create(config, transport->get());
+      error = trainer.ok() ? "" : std::string(trainer.status().message());
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  EXPECT_NE(error.find("rank 0 (stage 0, replica 0) setting up, summing its part-cost probes "
+                       "with every rank's: the sum of 3 values over ranks {0,1} did not complete "
+                       "within 1.0 s (NCCL communicators aborted)"),
             std::string::npos)
       << error;
 }

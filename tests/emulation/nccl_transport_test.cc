@@ -5,6 +5,7 @@
 #include "pipeline/comm/nccl_transport.h"
 
 #include <cuda_runtime_api.h>
+#include <nccl.h>
 
 #include <algorithm>
 #include <atomic>
@@ -23,9 +24,16 @@
 namespace freeride::pipeline {
 namespace {
 
+// Runs fn(rank) on `n` threads at once, each in a CUDA context of its own as each rank's
+// process has (emu::SetThreadContext), and joins them.
 void RunRanks(int n, const std::function<void(int)>& fn) {
   std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) threads.emplace_back(fn, r);
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&fn, r] {
+      emu::SetThreadContext(r + 1);
+      fn(r);
+    });
+  }
   for (std::thread& t : threads) t.join();
 }
 
@@ -270,6 +278,62 @@ TEST(NcclTransportTest, ALatePeerFailsTheWaitAndASlowStreamOnlyDelays) {
     }
   });
   emu::SetNcclRankDelay(1, 0);
+}
+
+// A rank that takes part in the bootstrap's sum of the ids but never joins the communicators
+// (it failed in between): the other's initialisation ends at the deadline naming the rank and
+// the link, instead of waiting for it forever.
+TEST(NcclTransportTest, ARankThatNeverJoinsFailsTheInitialisationByItsDeadline) {
+  std::vector<std::unique_ptr<Transport>> world = MakeInProcessWorld(2);
+  NcclTransportOptions options = Chain(2);
+  options.timeout_s = 0.2;
+  std::atomic<bool> ids_given{false};
+  RunRanks(2, [&](int r) {
+    if (r == 0) {
+      // The ids' sum within the short deadline, however late this thread runs: rank 1's part
+      // is already there.
+      while (!ids_given) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      auto made = MakeNcclTransport(*world[0], options);
+      ASSERT_FALSE(made.ok());
+      const absl::Status& s = made.status();
+      EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+      EXPECT_NE(s.message().find("the initialisation of the NCCL communicators did not complete "
+                                 "within 0.2 s: rank 1 of the link from rank 0 to rank 1 "
+                                 "(channel 0) did not come (NCCL communicators aborted)"),
+                std::string::npos)
+          << s;
+    } else {
+      // Its part of the ids' sum (three communicators: two links and the group), then nothing.
+      std::vector<double> ids(3 * sizeof(ncclUniqueId), 0.0);
+      auto sum = world[1]->StartAllReduceSum(ids.data(), static_cast<int64_t>(ids.size()),
+                                             world[1]->AllRanks());
+      ids_given = true;
+      ASSERT_TRUE(sum.ok()) << sum.status();
+      EXPECT_TRUE(world[1]->Wait(*sum, 60).ok());
+    }
+  });
+}
+
+// A sum whose other rank never starts it fails at the wait's deadline naming the group.
+TEST(NcclTransportTest, ASumWhosePeerNeverComesFailsAtItsDeadline) {
+  std::vector<std::unique_ptr<Transport>> world = MakeInProcessWorld(2);
+  std::atomic<bool> failed{false};
+  RunRanks(2, [&](int r) {
+    auto made = MakeNcclTransport(*world[r], Chain(2));
+    ASSERT_TRUE(made.ok()) << made.status();
+    if (r == 0) {
+      double sums[3] = {1, 2, 3};
+      const absl::Status s = (*made)->AllReduceSum(sums, 3, {0, 1}, 0.2);
+      EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+      EXPECT_NE(s.message().find("the sum of 3 values over ranks {0,1} did not complete within "
+                                 "0.2 s (NCCL communicators aborted)"),
+                std::string::npos)
+          << s;
+      failed = true;
+    } else {
+      while (!failed) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
 }
 
 }  // namespace

@@ -14,7 +14,10 @@
 //
 // ncclCommAbort ends this rank's operations where they stand (buffers left as they are); a
 // peer's operation that needs an aborted or destroyed rank ends too, with ncclRemoteError as
-// the peer's asynchronous error, so that a lost peer surfaces as an error, never a hang.
+// the peer's asynchronous error, so that a lost peer surfaces as an error, never a hang. So
+// does a communicator's initialisation that a rank of it gave up before all had joined; a
+// nonblocking one (ncclConfig_t::blocking = 0) is ncclInProgress until they have, which lets
+// the caller give up at its deadline instead of waiting for a rank that never comes.
 #include "models/cuda/emulation/include/nccl.h"
 
 #include <atomic>
@@ -79,6 +82,19 @@ struct Clique {
   std::vector<bool> gone;  // aborted or destroyed: its operations will not come
   std::vector<std::deque<std::shared_ptr<Message>>> channels;   // [sender · n + receiver]
   std::map<uint64_t, std::shared_ptr<Collective>> collectives;  // by issue number
+  // Under mu.
+  bool Complete() const {
+    for (bool j : joined) {
+      if (!j) return false;
+    }
+    return true;
+  }
+  bool AnyGone() const {
+    for (bool g : gone) {
+      if (g) return true;
+    }
+    return false;
+  }
 };
 
 }  // namespace
@@ -206,14 +222,8 @@ void RunGroup(const std::shared_ptr<CommState>& state, const std::vector<Op>& op
   for (const Op& op : ops) {
     if (op.kind != Op::kAllReduce) continue;
     std::shared_ptr<Collective> coll = c.collectives[op.collective];
-    auto any_gone = [&] {
-      for (int r = 0; r < n; ++r) {
-        if (c.gone[r]) return true;
-      }
-      return false;
-    };
     if (!Await(
-            s, lock, [&] { return coll->deposited == n; }, any_gone))
+            s, lock, [&] { return coll->deposited == n; }, [&] { return c.AnyGone(); }))
       return;
     if (coll->type == ncclFloat) {
       SumInRankOrder<float>(*coll, op.recv);
@@ -331,37 +341,44 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* unique_id) {
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId comm_id, int rank) {
-  if (comm == nullptr || nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 1;
+  return ncclCommInitRankConfig(comm, nranks, comm_id, rank, &config);
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId comm_id, int rank,
+                                    ncclConfig_t* config) {
+  if (comm == nullptr || config == nullptr || nranks < 1 || rank < 0 || rank >= nranks) {
+    return ncclInvalidArgument;
+  }
   const std::string key(comm_id.internal, sizeof(comm_id.internal));
   std::shared_ptr<freeride::emu::Clique> clique;
-  {
-    std::lock_guard<std::mutex> lock(freeride::emu::registry_mu);
-    std::shared_ptr<freeride::emu::Clique>& entry = freeride::emu::Registry()[key];
-    if (entry == nullptr) entry = std::make_shared<freeride::emu::Clique>(nranks);
-    clique = entry;
-  }
+  std::unique_lock<std::mutex> registry_lock(freeride::emu::registry_mu);
+  std::shared_ptr<freeride::emu::Clique>& entry = freeride::emu::Registry()[key];
+  if (entry == nullptr) entry = std::make_shared<freeride::emu::Clique>(nranks);
+  clique = entry;
   std::unique_lock<std::mutex> lock(clique->mu);
   if (clique->nranks != nranks || clique->joined[rank]) return ncclInvalidUsage;
   clique->joined[rank] = true;
+  // An id makes one communicator: the last rank in retires it.
+  if (clique->Complete()) freeride::emu::Registry().erase(key);
+  registry_lock.unlock();
   clique->cv.notify_all();
-  clique->cv.wait(lock, [&] {
-    for (bool j : clique->joined) {
-      if (!j) return false;
-    }
-    return true;
-  });
-  lock.unlock();
-  {
-    // An id makes one communicator: the last rank in retires it.
-    std::lock_guard<std::mutex> registry_lock(freeride::emu::registry_mu);
-    auto it = freeride::emu::Registry().find(key);
-    if (it != freeride::emu::Registry().end() && it->second == clique) {
-      freeride::emu::Registry().erase(it);
-    }
-  }
   auto state = std::make_shared<freeride::emu::CommState>();
   state->clique = clique;
   state->rank = rank;
+  if (config->blocking == 0) {
+    // Nonblocking: the caller polls ncclCommGetAsyncError until the others have joined.
+    if (clique->AnyGone()) {
+      state->async_error = ncclRemoteError;
+    } else if (!clique->Complete()) {
+      state->async_error = ncclInProgress;
+    }
+    *comm = new freeride::emu::NcclComm{state};
+    return static_cast<ncclResult_t>(state->async_error.load());
+  }
+  clique->cv.wait(lock, [&] { return clique->Complete() || clique->AnyGone(); });
+  if (clique->AnyGone()) return ncclRemoteError;  // a rank gave up before all were in
   *comm = new freeride::emu::NcclComm{state};
   return ncclSuccess;
 }
@@ -384,7 +401,18 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error) {
   if (comm == nullptr || async_error == nullptr) return ncclInvalidArgument;
-  *async_error = static_cast<ncclResult_t>(comm->state->async_error.load());
+  freeride::emu::CommState& s = *comm->state;
+  if (s.async_error.load() == ncclInProgress) {
+    // A nonblocking initialisation: done once every rank has joined; a rank that gave up
+    // first (aborted) makes it fail.
+    std::lock_guard<std::mutex> lock(s.clique->mu);
+    if (s.clique->AnyGone()) {
+      s.async_error = ncclRemoteError;
+    } else if (s.clique->Complete()) {
+      s.async_error = ncclSuccess;
+    }
+  }
+  *async_error = static_cast<ncclResult_t>(s.async_error.load());
   return ncclSuccess;
 }
 

@@ -15,10 +15,16 @@ namespace freeride::emu {
 // it, or, on the legacy default stream (null), on the caller after all other streams drain.
 void Enqueue(cudaStream_t stream, std::function<void()> op);
 
-// Waits for the work enqueued so far on every stream, or on those the legacy default stream
-// waits for (not cudaStreamNonBlocking ones).
+// Waits for the work enqueued so far on every stream of the calling thread's context, or on
+// those the legacy default stream waits for (not cudaStreamNonBlocking ones).
 void DrainAll();
 void DrainBlocking();
+// Tests that run ranks as threads of one process: the calling thread's CUDA context (0 until
+// set; returns the previous one), as each rank's process has its own. Streams belong to the
+// context they were made in, and the device's synchronisation (the legacy default stream,
+// cudaDeviceSynchronize, cudaFree, cudaFreeHost) waits for its own context's streams only:
+// a rank freeing memory does not wait for another rank's collective, which waits for it.
+int SetThreadContext(int context);
 // Null (the legacy default stream) or a stream that exists.
 bool ValidStream(cudaStream_t stream);
 

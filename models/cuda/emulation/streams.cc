@@ -2,7 +2,10 @@
 // its own, so that two streams really run at once and a missing event wait is a race, not luck.
 // The legacy default stream (null) waits for the blocking streams and runs its work on the
 // caller, which is what its implicit synchronisation promises; a cudaStreamNonBlocking stream
-// does not synchronise with it.
+// does not synchronise with it. A stream belongs to the context current on the thread that
+// made it, and what synchronises the device (the legacy default stream, cudaDeviceSynchronize,
+// cudaFree) waits only for the streams of the caller's context: ranks run as threads, each in
+// a context of its own, then never wait for each other's streams, as processes do not.
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -10,6 +13,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "models/cuda/emulation/include/cuda_runtime_api.h"
@@ -18,8 +22,11 @@
 namespace freeride::emu {
 
 struct Stream {
-  Stream(bool blocking_value, int priority_value)
-      : blocking(blocking_value), priority(priority_value), worker([this] { Work(); }) {}
+  Stream(bool blocking_value, int priority_value, int context_value)
+      : blocking(blocking_value),
+        priority(priority_value),
+        context(context_value),
+        worker([this] { Work(); }) {}
   ~Stream() {
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -63,6 +70,7 @@ struct Stream {
 
   const bool blocking;  // synchronises with the legacy default stream
   const int priority;
+  const int context;  // SetThreadContext of the thread that made it
   int draining = 0;  // device-wide drains holding this stream (guarded by Streams::mu)
   std::mutex mu;
   std::condition_variable cv;
@@ -99,6 +107,8 @@ struct Event {
 };
 namespace {
 
+thread_local int current_context = 0;
+
 struct Streams {
   std::mutex mu;
   std::condition_variable released;  // a drain let go of its streams
@@ -109,15 +119,15 @@ Streams& TheStreams() {
   return *streams;
 }
 
-// The streams are held while they are drained: another thread (another rank, in the NCCL
-// tests) may destroy one meanwhile, and cudaStreamDestroy waits until no drain holds it.
+// The calling context's streams. They are held while they are drained: another thread of the
+// context may destroy one meanwhile, and cudaStreamDestroy waits until no drain holds it.
 void Drain(bool blocking_only) {
   Streams& s = TheStreams();
   std::vector<Stream*> streams;
   {
     std::lock_guard<std::mutex> lock(s.mu);
     for (Stream* stream : s.all) {
-      if (!stream->blocking && blocking_only) continue;
+      if (stream->context != current_context || (!stream->blocking && blocking_only)) continue;
       ++stream->draining;
       streams.push_back(stream);
     }
@@ -134,6 +144,8 @@ void Drain(bool blocking_only) {
 
 void DrainAll() { Drain(false); }
 void DrainBlocking() { Drain(true); }
+
+int SetThreadContext(int context) { return std::exchange(current_context, context); }
 
 bool ValidStream(cudaStream_t stream) {
   if (stream == nullptr) return true;
@@ -162,7 +174,8 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
 // Priorities are kept, not honoured: one host thread per stream, scheduled by the OS.
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned flags, int priority) {
   if (flags > cudaStreamNonBlocking) return cudaErrorInvalidValue;
-  *stream = new freeride::emu::Stream(!(flags & cudaStreamNonBlocking), priority);
+  *stream = new freeride::emu::Stream(!(flags & cudaStreamNonBlocking), priority,
+                                      freeride::emu::current_context);
   freeride::emu::Streams& s = freeride::emu::TheStreams();
   std::lock_guard<std::mutex> lock(s.mu);
   s.all.insert(*stream);

@@ -5,6 +5,7 @@
 // project uses is declared; a call to anything else fails to compile, which is the point.
 #pragma once
 
+#include <climits>
 #include <cstddef>
 
 #include "models/cuda/emulation/include/cuda_runtime_api.h"
@@ -56,11 +57,25 @@ typedef enum {
   ncclBfloat16 = 9,
 } ncclDataType_t;
 
+// Only `blocking` is read: 0 makes ncclCommInitRankConfig return at once (ncclInProgress
+// until every rank has joined, which ncclCommGetAsyncError reports), as NCCL's does.
+#define NCCL_CONFIG_UNDEF_INT INT_MIN
+typedef struct {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int blocking;
+} ncclConfig_t;
+#define NCCL_CONFIG_INITIALIZER \
+  { sizeof(ncclConfig_t), 0xcafebeef, NCCL_VERSION_CODE, NCCL_CONFIG_UNDEF_INT }
+
 ncclResult_t ncclGetVersion(int* version);
 const char* ncclGetErrorString(ncclResult_t result);
 ncclResult_t ncclGetUniqueId(ncclUniqueId* unique_id);
 // Blocks until all `nranks` ranks have called it with the same id, as NCCL's does.
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId comm_id, int rank);
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId comm_id, int rank,
+                                    ncclConfig_t* config);
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclCommAbort(ncclComm_t comm);
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error);
