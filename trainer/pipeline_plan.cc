@@ -238,4 +238,25 @@ pipeline::CostModel CostModelFromParts(const std::vector<StageSpec>& specs,
   return cost;
 }
 
+Recompute StageRecompute(const Config& config, int stage) {
+  const std::vector<std::string>& stages = config.parallel.recompute_stages;
+  const std::string& name =
+      stage < static_cast<int>(stages.size()) ? stages[stage] : config.model.recompute;
+  absl::StatusOr<Recompute> mode = ParseRecompute(name);
+  return mode.ok() ? *mode : Recompute::kNone;
+}
+
+double TrainingFlopsPerTokenWithRecompute(const Config& config, const GPT2Config& model,
+                                          const PipelinePlan& plan) {
+  const int pp = static_cast<int>(config.parallel.pp);
+  double flops = TrainingFlopsPerToken(model, config.train.seq_len);
+  for (size_t v = 0; v < plan.specs.size(); ++v) {
+    const Recompute mode =
+        StageRecompute(config, pipeline::StageOfVirtual(plan.placement, pp, static_cast<int>(v)));
+    flops += static_cast<double>(plan.specs[v].num_layers()) *
+             RecomputeFlopsPerTokenPerBlock(model, config.train.seq_len, mode);
+  }
+  return flops;
+}
+
 }  // namespace freeride

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "models/gpt2_config.h"
+#include "models/recompute.h"
 #include "pipeline/cost_model.h"
 #include "pipeline/schedule.h"
 #include "trainer/config/config.h"
@@ -56,6 +57,16 @@ absl::StatusOr<pipeline::Schedule> TrainingSchedule(const Config& config,
 std::string DescribeStageChunks(const PipelinePlan& plan, int pp, int stage);
 // "stage 0: [0, 3) +embedding; stage 1: ..." (every stage's DescribeStageChunks).
 std::string DescribePartition(const PipelinePlan& plan, int pp);
+
+// What pipeline stage `stage` recomputes (all its chunks): its parallel.recompute_stages entry,
+// else model.recompute. The config is checked, so the names parse.
+Recompute StageRecompute(const Config& config, int stage);
+
+// Training FLOPs per token of the whole model (TrainingFlopsPerToken) plus what each block's
+// recomputation adds under its stage's mode (RecomputeFlopsPerTokenPerBlock): the count MFU
+// divides.
+double TrainingFlopsPerTokenWithRecompute(const Config& config, const GPT2Config& model,
+                                          const PipelinePlan& plan);
 
 // The cost model of `specs` (pp × chunks virtual stages placed by `placement` on `pp` ranks):
 // each chunk costs the sum of its parts (`parts`: F + B + W each, in any unit), split evenly

@@ -96,8 +96,7 @@ void Trainer::StartMetrics() {
 
 double Trainer::FlopsPerStep() const {
   const TrainConfig& tc = config_.train;
-  return TrainingFlopsPerToken(model_config_, tc.seq_len) *
-         static_cast<double>(tc.batch_size * layout_.dp * tc.seq_len);
+  return flops_per_token_ * static_cast<double>(tc.batch_size * layout_.dp * tc.seq_len);
 }
 
 double Trainer::Mfu(double step_s) {
