@@ -357,7 +357,8 @@ double GPT2Stage<T>::Forward(int slot) {
   Slot& s = *slots_[slot];
   const GPT2Config& cfg = config();
   const int64_t BT = B_ * T_, C = cfg.n_embd;
-  // Full and selective recomputation write this forward's discarded activations there.
+  // Under full recomputation this forward's activations overwrite the scratch, whichever
+  // slot's backward they belonged to.
   scratch_slot_ = -1;
   if (stage().has_embedding) {
     cpu::EncoderForward(s.input.data(), s.tokens.data(), param(ParamTensor::kWte),

@@ -216,7 +216,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   std::optional<pipeline::CostModel> compute;
   if (simulated) {
     compute = CostModelFromParts(specs, SimulatedPartCosts(*model, micro_batch, tc.seq_len),
-                                 plan->placement, L.pp);
+                                 plan->placement, L.pp, RecomputedForwardShares(config, *model));
     compute->comm = static_cast<double>(micro_batch * tc.seq_len * model->n_embd) *
                     MessageTypeBytes(MessageTypeOf(backend)) /
                     (config.runtime.link_bandwidth_gbs * 1e9) * 1e3;
@@ -226,9 +226,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
     // are placed with them from the start.
     absl::StatusOr<pipeline::CostModel> measured =
         simulated ? absl::StatusOr<pipeline::CostModel>(*compute)
-                  : CalibrateStageCosts(backend, *model, specs, L.pp, plan->placement,
-                                        micro_batch, tc.seq_len,
-                                        config.runtime.link_bandwidth_gbs, config.run.seed);
+                  : CalibrateStageCosts(backend, *model, specs, L.pp, plan->placement, micro_batch,
+                                        tc.seq_len, config.runtime.link_bandwidth_gbs,
+                                        config.run.seed, StageRecomputes(config));
     if (!measured.ok()) return measured.status();
     cost = *measured;
     t->emulation_cost_ = cost;

@@ -97,6 +97,32 @@ TEST(RecomputePlanTest, FlopsAddOneBlockForwardPerFullBlockAndTheAttentionCorePe
                    TrainingFlopsPerToken(model, 32));
 }
 
+// Simulated time and the cost model of the schedule's bubbles: a stage's B grows by the
+// forward its blocks recompute.
+TEST(RecomputePlanTest, CostsAddTheRecomputedForwardToEachStagesB) {
+  absl::StatusOr<Config> config = ParseConfig(
+      "[data]\ntrain = \"x\"\n[parallel]\npp = 2\n", "test.toml",
+      {"model.n_layer=4", "model.n_embd=64", "model.n_head=4", "train.seq_len=32",
+       "parallel.partition=\"even\"", "parallel.recompute_stages=[\"full\", \"selective\"]"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  const GPT2Config model = *ResolveModelConfig(*config);
+  absl::StatusOr<PipelinePlan> plan = PlanPipeline(*config, model);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const double C = 64, T = 32, selective = 4 * T * C / (24 * C * C + 4 * T * C);
+  EXPECT_EQ(RecomputedForwardShares(*config, model), (std::vector<double>{1, selective}));
+  const PartCosts parts{0.3, 3, 6};
+  const pipeline::CostModel plain = CostModelFromParts(plan->specs, parts, plan->placement, 2);
+  const pipeline::CostModel recomputing = CostModelFromParts(
+      plan->specs, parts, plan->placement, 2, RecomputedForwardShares(*config, model));
+  // 2 blocks per stage, each a third of `block` forward.
+  EXPECT_DOUBLE_EQ(recomputing.stages[0].b, plain.stages[0].b + 2 * 3.0 / 3);
+  EXPECT_DOUBLE_EQ(recomputing.stages[1].b, plain.stages[1].b + selective * 2 * 3.0 / 3);
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(recomputing.stages[s].f, plain.stages[s].f);
+    EXPECT_EQ(recomputing.stages[s].w, plain.stages[s].w);
+  }
+}
+
 TEST(RecomputePlanTest, ConfigMemoryShowsEachStagesSlotsAndSharedScratch) {
   absl::StatusOr<Config> config =
       LoadConfigFile("configs/gpt2_124m_pp4.toml",
