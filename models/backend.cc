@@ -23,9 +23,10 @@ MessageType MessageTypeOf(const BackendOptions& options) {
 }
 
 std::vector<HostBuffer> PlanCpuStageMemory(const GPT2Config& config, const StageSpec& stage,
-                                           int64_t micro_batch, int64_t seq_len, int slots) {
+                                           int64_t micro_batch, int64_t seq_len, int slots,
+                                           Recompute recompute) {
   std::vector<HostBuffer> plan =
-      PlanGPT2StageMemory(config, stage, micro_batch, seq_len, slots, sizeof(float));
+      PlanGPT2StageMemory(config, stage, micro_batch, seq_len, slots, sizeof(float), recompute);
   plan.push_back({"AdamW moments", 2 * MakeParamLayout(config, stage).total *
                                        static_cast<int64_t>(sizeof(float))});
   return plan;
@@ -43,11 +44,11 @@ absl::StatusOr<std::unique_ptr<StageModel>> MakeStageModel(const BackendOptions&
           options.precision));
     }
     try {
-      return std::unique_ptr<StageModel>(
-          std::make_unique<CpuStageModel>(config, stage, micro_batch, seq_len, slots));
+      return std::unique_ptr<StageModel>(std::make_unique<CpuStageModel>(
+          config, stage, micro_batch, seq_len, slots, options.recompute));
     } catch (const std::bad_alloc&) {
       const std::vector<HostBuffer> plan =
-          PlanCpuStageMemory(config, stage, micro_batch, seq_len, slots);
+          PlanCpuStageMemory(config, stage, micro_batch, seq_len, slots, options.recompute);
       return absl::ResourceExhaustedError(absl::StrFormat(
           "out of host memory allocating the CPU model chunk (layers %d..%d, %d slots of %d x %d "
           "tokens): it needs %s",
@@ -58,6 +59,14 @@ absl::StatusOr<std::unique_ptr<StageModel>> MakeStageModel(const BackendOptions&
   if (options.device != "cuda") {
     return absl::InvalidArgumentError(
         absl::StrFormat("device \"%s\": expected \"cpu\" or \"cuda\"", options.device));
+  }
+  if (options.recompute != Recompute::kNone) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "model.recompute = \"%s\" (or its parallel.recompute_stages entry) on runtime.device = "
+        "\"cuda\": activation recomputation is built for the CPU backend only so far; set it "
+        "to \"none\" for CUDA stages (the CUDA chunk already recomputes the attention "
+        "probabilities from each row's log-sum-exp)",
+        RecomputeName(options.recompute)));
   }
 #ifdef FREERIDE_WITH_CUDA
   CudaStageOptions cuda;

@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/host_memory.h"
+#include "models/recompute.h"
 #include "models/stage_model.h"
 
 namespace freeride {
@@ -24,6 +25,9 @@ struct BackendOptions {
   // Forward only: on CUDA no memory for gradients, optimizer state or backward (the CPU
   // backend ignores it).
   bool inference_only = false;
+  // What the chunk's micro-batches in flight keep for backward (model.recompute and
+  // parallel.recompute_stages; models/recompute.h). The CPU backend only, for now.
+  Recompute recompute = Recompute::kNone;
 };
 
 // Whether this binary was built with the CUDA backend.
@@ -35,7 +39,8 @@ MessageType MessageTypeOf(const BackendOptions& options);
 
 // The host memory a CPU chunk holds (its GPT2Stage and AdamW moments), without allocating it.
 std::vector<HostBuffer> PlanCpuStageMemory(const GPT2Config& config, const StageSpec& stage,
-                                           int64_t micro_batch, int64_t seq_len, int slots);
+                                           int64_t micro_batch, int64_t seq_len, int slots,
+                                           Recompute recompute = Recompute::kNone);
 
 // A chunk on the requested backend, or an error saying why it cannot be had: a build without
 // the CUDA backend, no usable CUDA device, bf16 on the CPU, too little device memory.

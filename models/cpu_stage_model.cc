@@ -9,8 +9,8 @@
 namespace freeride {
 
 CpuStageModel::CpuStageModel(const GPT2Config& config, const StageSpec& stage, int64_t micro_batch,
-                             int64_t seq_len, int slots)
-    : model_(config, stage, micro_batch, seq_len, slots),
+                             int64_t seq_len, int slots, Recompute recompute)
+    : model_(config, stage, micro_batch, seq_len, slots, recompute),
       m_(model_.num_params(), 0.0f),
       v_(model_.num_params(), 0.0f) {}
 

@@ -13,7 +13,7 @@ namespace freeride {
 class CpuStageModel final : public StageModel {
  public:
   CpuStageModel(const GPT2Config& config, const StageSpec& stage, int64_t micro_batch,
-                int64_t seq_len, int slots);
+                int64_t seq_len, int slots, Recompute recompute = Recompute::kNone);
 
   GPT2Stage<float>& model() { return model_; }
 

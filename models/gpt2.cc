@@ -9,20 +9,79 @@
 
 namespace freeride {
 
-template <typename T>
-struct GPT2Stage<T>::Slot {
-  std::vector<int32_t> tokens, targets;
-  std::vector<T> input;  // [BTC]: the embedding's output, or activations from the previous stage
-  // Per layer, [L_stage, ...].
-  std::vector<T> ln1, ln1_mean, ln1_rstd, qkv, atty, att, residual2, ln2, ln2_mean, ln2_rstd;
-  std::vector<T> fch, fch_gelu, residual3;
-  std::vector<T> lnf, lnf_mean, lnf_rstd, logits, logsumexp, losses;
-  // Output gradients stashed by BackwardInput for BackwardWeight, per layer.
-  std::vector<T> dres3, dfch, dln2, dres2, dqkv, dln1;
-  std::vector<T> dinput, dlnf, dlogits;
+namespace {
+
+// The per-layer tensors of a micro-batch, each [L_stage, ...]: activations, then the output
+// gradients BackwardInput stashes for BackwardWeight.
+enum LayerTensor : int {
+  kLn1,
+  kLn1Mean,
+  kLn1Rstd,
+  kQkv,
+  kAtty,
+  kAtt,
+  kRes2,
+  kLn2,
+  kLn2Mean,
+  kLn2Rstd,
+  kFch,
+  kFchGelu,
+  kRes3,
+  kDres3,
+  kDfch,
+  kDln2,
+  kDres2,
+  kDqkv,
+  kDln1,
+  kNumLayerTensors,
 };
 
-namespace {
+// Elements of layer tensor `t` for one layer.
+int64_t LayerTensorElements(int t, const GPT2Config& cfg, int64_t B, int64_t T) {
+  const int64_t BT = B * T, C = cfg.n_embd;
+  switch (t) {
+    case kLn1Mean:
+    case kLn1Rstd:
+    case kLn2Mean:
+    case kLn2Rstd:
+      return BT;
+    case kQkv:
+    case kDqkv:
+      return BT * 3 * C;
+    case kAtt:
+      return B * cfg.n_head * T * T;
+    case kFch:
+    case kFchGelu:
+    case kDfch:
+      return BT * 4 * C;
+    default:
+      return BT * C;
+  }
+}
+
+// Whether a slot keeps layer tensor `t` from its forward to its backward under `mode`.
+bool KeptPerSlot(Recompute mode, int t) {
+  switch (mode) {
+    case Recompute::kNone:
+      return true;
+    case Recompute::kSelective:
+      return t != kAtt && t != kFchGelu;
+    case Recompute::kFull:
+      return t == kRes3;
+  }
+  return true;
+}
+
+// Elements of the shared scratch for layer tensor `t` (a tensor slots do not keep) of a stage
+// of `L` layers: selective recomputes one block's probabilities at a time (its GELU output
+// goes to the 4·C scratch); full holds every layer's, and the stashed gradient at each block's
+// output but the last (that one, the stage's output gradient, is the slot's).
+int64_t ScratchElements(Recompute mode, int t, int64_t per_layer, int64_t L) {
+  if (KeptPerSlot(mode, t)) return 0;
+  if (mode == Recompute::kSelective) return t == kAtt ? per_layer : 0;
+  return (t == kDres3 ? L - 1 : L) * per_layer;
+}
+
 template <typename V>
 void Resize(V& v, int64_t n) {
   v.assign(static_cast<size_t>(n), typename V::value_type{});
@@ -30,31 +89,45 @@ void Resize(V& v, int64_t n) {
 }  // namespace
 
 template <typename T>
+struct GPT2Stage<T>::Slot {
+  std::vector<int32_t> tokens, targets;
+  std::vector<T> input;  // [BTC]: the embedding's output, or activations from the previous stage
+  std::vector<T> layer[kNumLayerTensors];  // empty where the recompute mode does not keep it
+  std::vector<T> out_grad;                 // full: the gradient at the stage's output [BTC]
+  std::vector<T> lnf, lnf_mean, lnf_rstd, logits, logsumexp, losses;
+  std::vector<T> dinput, dlnf, dlogits;
+};
+
+template <typename T>
 GPT2Stage<T>::GPT2Stage(const GPT2Config& config, const StageSpec& stage, int64_t micro_batch,
-                        int64_t seq_len, int slots)
-    : layout_(MakeParamLayout(config, stage)), B_(micro_batch), T_(seq_len) {
+                        int64_t seq_len, int slots, Recompute recompute)
+    : layout_(MakeParamLayout(config, stage)),
+      B_(micro_batch),
+      T_(seq_len),
+      recompute_(recompute),
+      recomputed_(kNumLayerTensors) {
   const int64_t BT = B_ * T_, C = config.n_embd, L = stage.num_layers();
-  const int64_t NH = config.n_head, Vp = config.padded_vocab_size;
+  const int64_t Vp = config.padded_vocab_size;
   Resize(params_, layout_.total);
   Resize(grads_, layout_.total);
   if (stage.has_head) Resize(head_wte_grad_, Vp * C);
   Resize(scratch_4c_, BT * 4 * C);
   Resize(scratch_c_, BT * C);
+  for (int t = 0; t < kNumLayerTensors; ++t) {
+    Resize(recomputed_[t],
+           ScratchElements(recompute_, t, LayerTensorElements(t, config, B_, T_), L));
+  }
   for (int i = 0; i < slots; ++i) {
     auto s = std::make_unique<Slot>();
     if (stage.has_embedding) Resize(s->tokens, BT);
     if (stage.has_head) Resize(s->targets, BT);
     Resize(s->input, BT * C);
     Resize(s->dinput, BT * C);
-    for (auto* v : {&s->ln1, &s->atty, &s->residual2, &s->ln2, &s->residual3, &s->dres3,
-                    &s->dln2, &s->dres2, &s->dln1}) {
-      Resize(*v, L * BT * C);
+    for (int t = 0; t < kNumLayerTensors; ++t) {
+      if (KeptPerSlot(recompute_, t))
+        Resize(s->layer[t], L * LayerTensorElements(t, config, B_, T_));
     }
-    for (auto* v : {&s->ln1_mean, &s->ln1_rstd, &s->ln2_mean, &s->ln2_rstd}) Resize(*v, L * BT);
-    Resize(s->qkv, L * BT * 3 * C);
-    Resize(s->dqkv, L * BT * 3 * C);
-    Resize(s->att, L * B_ * NH * T_ * T_);
-    for (auto* v : {&s->fch, &s->fch_gelu, &s->dfch}) Resize(*v, L * BT * 4 * C);
+    if (!KeptPerSlot(recompute_, kDres3)) Resize(s->out_grad, BT * C);
     if (stage.has_head) {
       Resize(s->lnf, BT * C);
       Resize(s->dlnf, BT * C);
@@ -74,22 +147,34 @@ GPT2Stage<T>::~GPT2Stage() = default;
 
 std::vector<HostBuffer> PlanGPT2StageMemory(const GPT2Config& config, const StageSpec& stage,
                                             int64_t micro_batch, int64_t seq_len, int slots,
-                                            int64_t element_bytes) {
+                                            int64_t element_bytes, Recompute recompute) {
   const int64_t BT = micro_batch * seq_len, C = config.n_embd, L = stage.num_layers();
-  const int64_t NH = config.n_head, Vp = config.padded_vocab_size, e = element_bytes;
+  const int64_t Vp = config.padded_vocab_size, e = element_bytes;
   const int64_t params = MakeParamLayout(config, stage).total;
   std::vector<HostBuffer> plan = {{"parameters", params * e},
                                   {"parameter gradients", params * e},
                                   {"scratch", BT * 5 * C * e}};
   if (stage.has_head) plan.push_back({"head's wte gradient", Vp * C * e});
+  int64_t kept = 0, probabilities = 0, scratch = 0;
+  for (int t = 0; t < kNumLayerTensors; ++t) {
+    const int64_t per = LayerTensorElements(t, config, micro_batch, seq_len);
+    if (KeptPerSlot(recompute, t)) (t == kAtt ? probabilities : kept) += L * per;
+    scratch += ScratchElements(recompute, t, per, L);
+  }
+  if (!KeptPerSlot(recompute, kDres3)) kept += BT * C;  // the stage's output gradient
+  if (scratch > 0) {
+    plan.push_back(
+        {absl::StrFormat("recomputed activations (%s recompute, shared)", RecomputeName(recompute)),
+         scratch * e});
+  }
   const std::string per = absl::StrFormat(" (%d slots)", slots);
   const int64_t tokens = (stage.has_embedding ? BT : 0) + (stage.has_head ? BT : 0);
   plan.push_back({"tokens and targets" + per, slots * tokens * int64_t{sizeof(int32_t)}});
-  // input, dinput; ln1 atty residual2 ln2 residual3 dres3 dln2 dres2 dln1; 4 LayerNorm stats;
-  // qkv dqkv; fch fch_gelu dfch.
-  plan.push_back({"layer activations and stashed gradients" + per,
-                  slots * (2 * BT * C + L * (9 * BT * C + 4 * BT + 6 * BT * C + 12 * BT * C)) * e});
-  plan.push_back({"attention probabilities" + per, slots * L * micro_batch * NH * seq_len * seq_len * e});
+  // input and dinput, and every layer tensor the mode keeps.
+  plan.push_back(
+      {"layer activations and stashed gradients" + per, slots * (2 * BT * C + kept) * e});
+  if (probabilities > 0)
+    plan.push_back({"attention probabilities" + per, slots * probabilities * e});
   if (stage.has_head) {
     plan.push_back({"logits and their gradient" + per, slots * 2 * BT * Vp * e});
     plan.push_back({"final LayerNorm and losses" + per, slots * (2 * BT * C + 4 * BT) * e});
@@ -98,22 +183,34 @@ std::vector<HostBuffer> PlanGPT2StageMemory(const GPT2Config& config, const Stag
 }
 
 template <typename T>
-int64_t GPT2Stage<T>::HostBytes() const {
-  int64_t elements = static_cast<int64_t>(params_.size() + grads_.size() + head_wte_grad_.size() +
-                                          scratch_4c_.size() + scratch_c_.size());
-  int64_t token_bytes = 0;
-  for (const auto& s : slots_) {
-    token_bytes += static_cast<int64_t>((s->tokens.size() + s->targets.size()) * sizeof(int32_t));
-    for (const std::vector<T>* v :
-         {&s->input, &s->ln1, &s->ln1_mean, &s->ln1_rstd, &s->qkv, &s->atty, &s->att,
-          &s->residual2, &s->ln2, &s->ln2_mean, &s->ln2_rstd, &s->fch, &s->fch_gelu,
-          &s->residual3, &s->lnf, &s->lnf_mean, &s->lnf_rstd, &s->logits, &s->logsumexp,
-          &s->losses, &s->dres3, &s->dfch, &s->dln2, &s->dres2, &s->dqkv, &s->dln1, &s->dinput,
-          &s->dlnf, &s->dlogits}) {
-      elements += static_cast<int64_t>(v->size());
-    }
+int64_t GPT2Stage<T>::SlotBytes(int slot) const {
+  const Slot& s = *slots_[slot];
+  int64_t elements = 0;
+  for (const std::vector<T>& v : s.layer) elements += static_cast<int64_t>(v.size());
+  for (const std::vector<T>* v :
+       {&s.input, &s.out_grad, &s.lnf, &s.lnf_mean, &s.lnf_rstd, &s.logits, &s.logsumexp, &s.losses,
+        &s.dinput, &s.dlnf, &s.dlogits}) {
+    elements += static_cast<int64_t>(v->size());
   }
-  return elements * static_cast<int64_t>(sizeof(T)) + token_bytes;
+  return elements * static_cast<int64_t>(sizeof(T)) +
+         static_cast<int64_t>((s.tokens.size() + s.targets.size()) * sizeof(int32_t));
+}
+
+template <typename T>
+int64_t GPT2Stage<T>::RecomputeScratchBytes() const {
+  int64_t elements = 0;
+  for (const std::vector<T>& v : recomputed_) elements += static_cast<int64_t>(v.size());
+  return elements * static_cast<int64_t>(sizeof(T));
+}
+
+template <typename T>
+int64_t GPT2Stage<T>::HostBytes() const {
+  const int64_t shared =
+      static_cast<int64_t>(params_.size() + grads_.size() + head_wte_grad_.size() +
+                           scratch_4c_.size() + scratch_c_.size());
+  int64_t bytes = shared * static_cast<int64_t>(sizeof(T)) + RecomputeScratchBytes();
+  for (int i = 0; i < slots(); ++i) bytes += SlotBytes(i);
+  return bytes;
 }
 
 template <typename T>
@@ -190,12 +287,11 @@ T* GPT2Stage<T>::input_activations(int slot) {
 template <typename T>
 const T* GPT2Stage<T>::output_activations(int slot) const {
   const Slot& s = *slots_[slot];
-  return s.residual3.data() + (stage().num_layers() - 1) * B_ * T_ * config().n_embd;
+  return s.layer[kRes3].data() + (stage().num_layers() - 1) * B_ * T_ * config().n_embd;
 }
 template <typename T>
 T* GPT2Stage<T>::output_grad(int slot) {
-  Slot& s = *slots_[slot];
-  return s.dres3.data() + (stage().num_layers() - 1) * B_ * T_ * config().n_embd;
+  return OutputGrad(*slots_[slot]);
 }
 template <typename T>
 const T* GPT2Stage<T>::input_grad(int slot) const {
@@ -211,40 +307,49 @@ const T* GPT2Stage<T>::logits(int slot) const {
 }
 
 template <typename T>
-const T* GPT2Stage<T>::LayerInput(const Slot& s, int64_t l) const {
-  const int64_t BTC = B_ * T_ * config().n_embd;
-  return l == 0 ? s.input.data() : s.residual3.data() + (l - 1) * BTC;
+T* GPT2Stage<T>::Tensor(Slot& s, int t, int64_t l) {
+  const int64_t per = LayerTensorElements(t, config(), B_, T_);
+  if (!s.layer[t].empty()) return s.layer[t].data() + l * per;
+  if (t == kDres3 && l == stage().num_layers() - 1) return s.out_grad.data();
+  if (recompute_ == Recompute::kSelective) {
+    // One layer at a time: each is recomputed just before the pass that reads it.
+    return t == kAtt ? recomputed_[kAtt].data() : scratch_4c_.data();
+  }
+  return recomputed_[t].data() + l * per;
+}
+
+template <typename T>
+T* GPT2Stage<T>::OutputGrad(Slot& s) {
+  return Tensor(s, kDres3, stage().num_layers() - 1);
+}
+
+template <typename T>
+T* GPT2Stage<T>::LayerInput(Slot& s, int64_t l) {
+  return l == 0 ? s.input.data() : Tensor(s, kRes3, l - 1);
 }
 
 // Per-layer views: parameter pointer of tensor `t` for local layer `l`, and activation rows.
 #define FR_P(t) (param(ParamTensor::t) + l * ParamElements(cfg, ParamTensor::t))
 #define FR_G(t) (grad(ParamTensor::t) + l * ParamElements(cfg, ParamTensor::t))
+#define FR_A(t) Tensor(s, t, l)
 
 template <typename T>
-void GPT2Stage<T>::LayerForward(Slot& s, int64_t l, const T* x) {
+void GPT2Stage<T>::LayerForward(Slot& s, int64_t l, const T* x, T* out) {
   const GPT2Config& cfg = config();
   const int64_t BT = B_ * T_, C = cfg.n_embd, NH = cfg.n_head;
-  T* ln1 = s.ln1.data() + l * BT * C;
-  T* qkv = s.qkv.data() + l * BT * 3 * C;
-  T* atty = s.atty.data() + l * BT * C;
-  T* res2 = s.residual2.data() + l * BT * C;
-  T* ln2 = s.ln2.data() + l * BT * C;
-  T* fch = s.fch.data() + l * BT * 4 * C;
-  T* fch_gelu = s.fch_gelu.data() + l * BT * 4 * C;
-  T* res3 = s.residual3.data() + l * BT * C;
   T* tmp = scratch_c_.data();
-  cpu::LayerNormForward(ln1, s.ln1_mean.data() + l * BT, s.ln1_rstd.data() + l * BT, x,
-                        FR_P(kLn1W), FR_P(kLn1B), BT, C);
-  cpu::MatmulForward(qkv, ln1, FR_P(kQkvW), FR_P(kQkvB), BT, C, 3 * C);
-  cpu::AttentionForward(atty, s.att.data() + l * B_ * NH * T_ * T_, qkv, B_, T_, C, NH);
-  cpu::MatmulForward(tmp, atty, FR_P(kAttProjW), FR_P(kAttProjB), BT, C, C);
-  cpu::ResidualForward(res2, x, tmp, BT * C);
-  cpu::LayerNormForward(ln2, s.ln2_mean.data() + l * BT, s.ln2_rstd.data() + l * BT, res2,
-                        FR_P(kLn2W), FR_P(kLn2B), BT, C);
-  cpu::MatmulForward(fch, ln2, FR_P(kFcW), FR_P(kFcB), BT, C, 4 * C);
-  cpu::GeluForward(fch_gelu, fch, BT * 4 * C);
-  cpu::MatmulForward(tmp, fch_gelu, FR_P(kFcProjW), FR_P(kFcProjB), BT, 4 * C, C);
-  cpu::ResidualForward(res3, res2, tmp, BT * C);
+  cpu::LayerNormForward(FR_A(kLn1), FR_A(kLn1Mean), FR_A(kLn1Rstd), x, FR_P(kLn1W), FR_P(kLn1B), BT,
+                        C);
+  cpu::MatmulForward(FR_A(kQkv), FR_A(kLn1), FR_P(kQkvW), FR_P(kQkvB), BT, C, 3 * C);
+  cpu::AttentionForward(FR_A(kAtty), FR_A(kAtt), FR_A(kQkv), B_, T_, C, NH);
+  cpu::MatmulForward(tmp, FR_A(kAtty), FR_P(kAttProjW), FR_P(kAttProjB), BT, C, C);
+  cpu::ResidualForward(FR_A(kRes2), x, tmp, BT * C);
+  cpu::LayerNormForward(FR_A(kLn2), FR_A(kLn2Mean), FR_A(kLn2Rstd), FR_A(kRes2), FR_P(kLn2W),
+                        FR_P(kLn2B), BT, C);
+  cpu::MatmulForward(FR_A(kFch), FR_A(kLn2), FR_P(kFcW), FR_P(kFcB), BT, C, 4 * C);
+  cpu::GeluForward(FR_A(kFchGelu), FR_A(kFch), BT * 4 * C);
+  cpu::MatmulForward(tmp, FR_A(kFchGelu), FR_P(kFcProjW), FR_P(kFcProjB), BT, 4 * C, C);
+  cpu::ResidualForward(out, FR_A(kRes2), tmp, BT * C);
 }
 
 template <typename T>
@@ -252,11 +357,16 @@ double GPT2Stage<T>::Forward(int slot) {
   Slot& s = *slots_[slot];
   const GPT2Config& cfg = config();
   const int64_t BT = B_ * T_, C = cfg.n_embd;
+  // Under full recomputation this forward's activations overwrite the scratch, whichever
+  // slot's backward they belonged to.
+  scratch_slot_ = -1;
   if (stage().has_embedding) {
     cpu::EncoderForward(s.input.data(), s.tokens.data(), param(ParamTensor::kWte),
                         param(ParamTensor::kWpe), B_, T_, C);
   }
-  for (int64_t l = 0; l < stage().num_layers(); ++l) LayerForward(s, l, LayerInput(s, l));
+  for (int64_t l = 0; l < stage().num_layers(); ++l) {
+    LayerForward(s, l, LayerInput(s, l), Tensor(s, kRes3, l));
+  }
   if (!stage().has_head) return 0.0;
   cpu::LayerNormForward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(),
                         output_activations(slot), param(ParamTensor::kLnfW),
@@ -274,27 +384,44 @@ template <typename T>
 void GPT2Stage<T>::LayerBackwardInput(Slot& s, int64_t l, const T* x, T* dx) {
   const GPT2Config& cfg = config();
   const int64_t BT = B_ * T_, C = cfg.n_embd, NH = cfg.n_head;
-  const T* dres3 = s.dres3.data() + l * BT * C;
-  T* dfch = s.dfch.data() + l * BT * 4 * C;
-  T* dln2 = s.dln2.data() + l * BT * C;
-  T* dres2 = s.dres2.data() + l * BT * C;
-  T* dqkv = s.dqkv.data() + l * BT * 3 * C;
-  T* dln1 = s.dln1.data() + l * BT * C;
+  const T* dres3 = FR_A(kDres3);
+  T* dfch = FR_A(kDfch);
+  T* dln2 = FR_A(kDln2);
+  T* dres2 = FR_A(kDres2);
+  T* dqkv = FR_A(kDqkv);
+  T* dln1 = FR_A(kDln1);
   T* dgelu = scratch_4c_.data();
   T* datty = scratch_c_.data();
+  if (recompute_ == Recompute::kSelective) {
+    // This block's probabilities again (its output, already kept, goes to the scratch that
+    // datty takes next).
+    cpu::AttentionForward(datty, FR_A(kAtt), FR_A(kQkv), B_, T_, C, NH);
+  }
   cpu::MatmulBackwardInput(dgelu, dres3, FR_P(kFcProjW), BT, 4 * C, C);
-  cpu::GeluBackward(dfch, s.fch.data() + l * BT * 4 * C, dgelu, BT * 4 * C);
+  cpu::GeluBackward(dfch, FR_A(kFch), dgelu, BT * 4 * C);
   cpu::MatmulBackwardInput(dln2, dfch, FR_P(kFcW), BT, C, 4 * C);
   std::memcpy(dres2, dres3, BT * C * sizeof(T));
-  cpu::LayerNormBackwardInput(dres2, dln2, s.residual2.data() + l * BT * C, FR_P(kLn2W),
-                              s.ln2_mean.data() + l * BT, s.ln2_rstd.data() + l * BT, BT, C);
+  cpu::LayerNormBackwardInput(dres2, dln2, FR_A(kRes2), FR_P(kLn2W), FR_A(kLn2Mean), FR_A(kLn2Rstd),
+                              BT, C);
   cpu::MatmulBackwardInput(datty, dres2, FR_P(kAttProjW), BT, C, C);
-  cpu::AttentionBackward(dqkv, datty, s.qkv.data() + l * BT * 3 * C,
-                         s.att.data() + l * B_ * NH * T_ * T_, B_, T_, C, NH);
+  cpu::AttentionBackward(dqkv, datty, FR_A(kQkv), FR_A(kAtt), B_, T_, C, NH);
   cpu::MatmulBackwardInput(dln1, dqkv, FR_P(kQkvW), BT, C, 3 * C);
   std::memcpy(dx, dres2, BT * C * sizeof(T));
-  cpu::LayerNormBackwardInput(dx, dln1, x, FR_P(kLn1W), s.ln1_mean.data() + l * BT,
-                              s.ln1_rstd.data() + l * BT, BT, C);
+  cpu::LayerNormBackwardInput(dx, dln1, x, FR_P(kLn1W), FR_A(kLn1Mean), FR_A(kLn1Rstd), BT, C);
+}
+
+template <typename T>
+void GPT2Stage<T>::RecomputeBlocks(Slot& s, bool input_grads) {
+  // The 4·C scratch is free outside a block's input gradient: it takes the outputs nobody
+  // reads again (each block's output is already kept, and the first block's input gradient
+  // is the slot's dinput).
+  const int64_t L = stage().num_layers();
+  for (int64_t l = 0; l < L; ++l) LayerForward(s, l, LayerInput(s, l), scratch_4c_.data());
+  if (!input_grads) return;
+  for (int64_t l = L - 1; l >= 0; --l) {
+    LayerBackwardInput(s, l, LayerInput(s, l),
+                       l == 0 ? scratch_4c_.data() : Tensor(s, kDres3, l - 1));
+  }
 }
 
 template <typename T>
@@ -322,41 +449,46 @@ void GPT2Stage<T>::BackwardInput(int slot, T loss_scale) {
                                 param(ParamTensor::kLnfW), s.lnf_mean.data(), s.lnf_rstd.data(),
                                 BT, C);
   }
+  if (recompute_ == Recompute::kFull) RecomputeBlocks(s, /*input_grads=*/false);
   for (int64_t l = L - 1; l >= 0; --l) {
-    T* dx = l == 0 ? s.dinput.data() : s.dres3.data() + (l - 1) * BT * C;
+    T* dx = l == 0 ? s.dinput.data() : Tensor(s, kDres3, l - 1);
     LayerBackwardInput(s, l, LayerInput(s, l), dx);
   }
+  if (recompute_ == Recompute::kFull) scratch_slot_ = slot;
 }
 
 template <typename T>
 void GPT2Stage<T>::LayerBackwardWeight(Slot& s, int64_t l, const T* x) {
   const GPT2Config& cfg = config();
   const int64_t BT = B_ * T_, C = cfg.n_embd;
-  const T* dres3 = s.dres3.data() + l * BT * C;
-  const T* dres2 = s.dres2.data() + l * BT * C;
-  cpu::MatmulBackwardWeight(FR_G(kFcProjW), FR_G(kFcProjB), dres3,
-                            s.fch_gelu.data() + l * BT * 4 * C, BT, 4 * C, C);
-  cpu::MatmulBackwardWeight(FR_G(kFcW), FR_G(kFcB), s.dfch.data() + l * BT * 4 * C,
-                            s.ln2.data() + l * BT * C, BT, C, 4 * C);
-  cpu::LayerNormBackwardWeight(FR_G(kLn2W), FR_G(kLn2B), s.dln2.data() + l * BT * C,
-                               s.residual2.data() + l * BT * C, s.ln2_mean.data() + l * BT,
-                               s.ln2_rstd.data() + l * BT, BT, C);
-  cpu::MatmulBackwardWeight(FR_G(kAttProjW), FR_G(kAttProjB), dres2,
-                            s.atty.data() + l * BT * C, BT, C, C);
-  cpu::MatmulBackwardWeight(FR_G(kQkvW), FR_G(kQkvB), s.dqkv.data() + l * BT * 3 * C,
-                            s.ln1.data() + l * BT * C, BT, C, 3 * C);
-  cpu::LayerNormBackwardWeight(FR_G(kLn1W), FR_G(kLn1B), s.dln1.data() + l * BT * C, x,
-                               s.ln1_mean.data() + l * BT, s.ln1_rstd.data() + l * BT, BT, C);
+  if (recompute_ == Recompute::kSelective) {
+    cpu::GeluForward(FR_A(kFchGelu), FR_A(kFch), BT * 4 * C);
+  }
+  cpu::MatmulBackwardWeight(FR_G(kFcProjW), FR_G(kFcProjB), FR_A(kDres3), FR_A(kFchGelu), BT, 4 * C,
+                            C);
+  cpu::MatmulBackwardWeight(FR_G(kFcW), FR_G(kFcB), FR_A(kDfch), FR_A(kLn2), BT, C, 4 * C);
+  cpu::LayerNormBackwardWeight(FR_G(kLn2W), FR_G(kLn2B), FR_A(kDln2), FR_A(kRes2), FR_A(kLn2Mean),
+                               FR_A(kLn2Rstd), BT, C);
+  cpu::MatmulBackwardWeight(FR_G(kAttProjW), FR_G(kAttProjB), FR_A(kDres2), FR_A(kAtty), BT, C, C);
+  cpu::MatmulBackwardWeight(FR_G(kQkvW), FR_G(kQkvB), FR_A(kDqkv), FR_A(kLn1), BT, C, 3 * C);
+  cpu::LayerNormBackwardWeight(FR_G(kLn1W), FR_G(kLn1B), FR_A(kDln1), x, FR_A(kLn1Mean),
+                               FR_A(kLn1Rstd), BT, C);
 }
 
 #undef FR_P
 #undef FR_G
+#undef FR_A
 
 template <typename T>
 void GPT2Stage<T>::BackwardWeight(int slot) {
   Slot& s = *slots_[slot];
   const GPT2Config& cfg = config();
   const int64_t BT = B_ * T_, C = cfg.n_embd;
+  if (recompute_ == Recompute::kFull && scratch_slot_ != slot) {
+    // Another slot's backward ran since this one's BackwardInput (a deferred W).
+    RecomputeBlocks(s, /*input_grads=*/true);
+    scratch_slot_ = slot;
+  }
   if (stage().has_head) {
     if (!head_grad_in_input_) HeadWteGrad(s);
     cpu::LayerNormBackwardWeight(grad(ParamTensor::kLnfW), grad(ParamTensor::kLnfB),

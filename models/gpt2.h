@@ -5,6 +5,18 @@
 // stashes every output gradient the weight gradients need, so BackwardWeight can run later
 // (zero-bubble schedules) and produces the same bits as running both at once.
 //
+// With recomputation (models/recompute.h) a slot holds only what its mode keeps; what is
+// recomputed lives in scratch shared by all slots (one computes at a time):
+//   selective  one block's attention probabilities, recomputed per block before its input
+//              gradient; the GELU output is recomputed into the 4·C scratch before each
+//              block's weight gradient (W reads it; nothing of it is kept).
+//   full       every block's activations and stashed output gradients for one micro-batch:
+//              BackwardInput recomputes the stage's forward there, and BackwardWeight reads
+//              them. What W needs is then the slot's block inputs and the gradient at the
+//              stage's output (kept per slot): a BackwardWeight that does not directly follow
+//              its slot's BackwardInput (a zero-bubble W deferred past another slot's work)
+//              recomputes the forward and the input gradients from them first, the same bits.
+//
 // The head's share of the tied token-embedding gradient accumulates in its own buffer and is
 // added to the embedding's share by FoldHeadWteGrad (one stage) or by the pipeline's tied
 // all-reduce: either way the result is emb + head, bit for bit.
@@ -17,6 +29,7 @@
 
 #include "core/host_memory.h"
 #include "models/gpt2_config.h"
+#include "models/recompute.h"
 
 namespace freeride {
 
@@ -29,14 +42,15 @@ void InitGPT2Params(const ParamLayout& layout, uint64_t seed, T* params);
 // named and sized without allocating anything, so a run can be refused before it starts.
 std::vector<HostBuffer> PlanGPT2StageMemory(const GPT2Config& config, const StageSpec& stage,
                                             int64_t micro_batch, int64_t seq_len, int slots,
-                                            int64_t element_bytes);
+                                            int64_t element_bytes,
+                                            Recompute recompute = Recompute::kNone);
 
 template <typename T>
 class GPT2Stage {
  public:
   // `micro_batch` sequences of `seq_len` tokens per slot; `slots` micro-batches in flight.
-  GPT2Stage(const GPT2Config& config, const StageSpec& stage, int64_t micro_batch,
-            int64_t seq_len, int slots);
+  GPT2Stage(const GPT2Config& config, const StageSpec& stage, int64_t micro_batch, int64_t seq_len,
+            int slots, Recompute recompute = Recompute::kNone);
   ~GPT2Stage();
   GPT2Stage(const GPT2Stage&) = delete;
   GPT2Stage& operator=(const GPT2Stage&) = delete;
@@ -47,8 +61,13 @@ class GPT2Stage {
   int64_t micro_batch() const { return B_; }
   int64_t seq_len() const { return T_; }
   int slots() const;
+  Recompute recompute() const { return recompute_; }
   // Bytes of every buffer this stage allocated (what PlanGPT2StageMemory promises).
   int64_t HostBytes() const;
+  // Bytes one slot holds (what each micro-batch in flight costs), and the recomputation's
+  // scratch that all slots share.
+  int64_t SlotBytes(int slot) const;
+  int64_t RecomputeScratchBytes() const;
 
   T* params() { return params_.data(); }
   const T* params() const { return params_.data(); }
@@ -106,11 +125,18 @@ class GPT2Stage {
 
  private:
   struct Slot;
-  void LayerForward(Slot& s, int64_t l, const T* x);
+  // Where layer tensor `t` (gpt2.cc's LayerTensor) of local layer `l` lives for slot `s`: in
+  // the slot where its mode keeps it, else in the shared scratch.
+  T* Tensor(Slot& s, int t, int64_t l);
+  void LayerForward(Slot& s, int64_t l, const T* x, T* out);
   void LayerBackwardInput(Slot& s, int64_t l, const T* x, T* dx);
   void LayerBackwardWeight(Slot& s, int64_t l, const T* x);
+  // Full recomputation into the scratch: every block forward, and with `input_grads` their
+  // input gradients too (what BackwardWeight reads).
+  void RecomputeBlocks(Slot& s, bool input_grads);
   void HeadWteGrad(const Slot& s);  // head_wte_grad_ += the slot's dlogits^T · lnf
-  const T* LayerInput(const Slot& s, int64_t l) const;
+  T* LayerInput(Slot& s, int64_t l);
+  T* OutputGrad(Slot& s);
 
   ParamLayout layout_;
   int64_t B_, T_;
@@ -120,6 +146,12 @@ class GPT2Stage {
   std::vector<std::unique_ptr<Slot>> slots_;
   // Scratch shared by all slots (only one slot computes at a time).
   std::vector<T> scratch_4c_, scratch_c_;
+  Recompute recompute_;
+  // What recomputation writes, per layer tensor (empty for the ones slots keep).
+  std::vector<std::vector<T>> recomputed_;
+  // Full: the slot whose recomputed activations and input gradients the scratch holds (those
+  // its BackwardWeight reads), or -1.
+  int scratch_slot_ = -1;
 };
 
 extern template class GPT2Stage<float>;

@@ -8,12 +8,10 @@
 
 namespace freeride {
 
-absl::StatusOr<pipeline::CostModel> CalibrateStageCosts(const BackendOptions& backend,
-                                                        const GPT2Config& config,
-                                                        const std::vector<StageSpec>& stages,
-                                                        int pp, pipeline::Placement placement,
-                                                        int64_t micro_batch, int64_t seq_len,
-                                                        double link_gbs, uint64_t seed) {
+absl::StatusOr<pipeline::CostModel> CalibrateStageCosts(
+    const BackendOptions& backend, const GPT2Config& config, const std::vector<StageSpec>& stages,
+    int pp, pipeline::Placement placement, int64_t micro_batch, int64_t seq_len, double link_gbs,
+    uint64_t seed, const std::vector<Recompute>& recompute) {
   pipeline::CostModel cost;
   cost.stages.assign(pp, pipeline::StageCost{0, 0, 0});
   const int64_t rows = micro_batch * seq_len, floats = rows * config.n_embd;
@@ -24,9 +22,13 @@ absl::StatusOr<pipeline::CostModel> CalibrateStageCosts(const BackendOptions& ba
   const MessageType messages = MessageTypeOf(backend);
   for (size_t v = 0; v < stages.size(); ++v) {
     const StageSpec& spec = stages[v];
+    BackendOptions options = backend;
+    if (!recompute.empty()) {
+      options.recompute = recompute[pipeline::StageOfVirtual(placement, pp, static_cast<int>(v))];
+    }
     // On the device that trains: a stage's cost on the CPU says nothing about it on a GPU.
     absl::StatusOr<std::unique_ptr<StageModel>> stage =
-        MakeStageModel(backend, config, spec, micro_batch, seq_len, 1);
+        MakeStageModel(options, config, spec, micro_batch, seq_len, 1);
     if (!stage.ok()) return stage.status();
     StageModel& s = **stage;
     FR_RETURN_IF_ERROR(s.InitRandom(seed));

@@ -17,14 +17,12 @@ namespace freeride {
 // one activation message (in MessageTypeOf(backend)) over a link of `link_gbs` GB/s. `stages`
 // lists the virtual stages (pp × chunks, on the stages `placement` puts them on); a stage's
 // cost is the sum of its chunks', and with several chunks each one's own cost is kept too
-// (CostModel::chunks).
-absl::StatusOr<pipeline::CostModel> CalibrateStageCosts(const BackendOptions& backend,
-                                                        const GPT2Config& config,
-                                                        const std::vector<StageSpec>& stages,
-                                                        int pp,
-                                                        pipeline::Placement placement,
-                                                        int64_t micro_batch, int64_t seq_len,
-                                                        double link_gbs, uint64_t seed);
+// (CostModel::chunks). `recompute` (per stage of `pp`, or empty: backend's): what each
+// stage's chunks recompute, so that their B includes it.
+absl::StatusOr<pipeline::CostModel> CalibrateStageCosts(
+    const BackendOptions& backend, const GPT2Config& config, const std::vector<StageSpec>& stages,
+    int pp, pipeline::Placement placement, int64_t micro_batch, int64_t seq_len, double link_gbs,
+    uint64_t seed, const std::vector<Recompute>& recompute = {});
 
 // The training cost (F + B + W, ms) of the embedding, one block and the head on `backend`,
 // from three probe stages timed as CalibrateStageCosts times stages: [embedding + block],

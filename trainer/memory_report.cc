@@ -2,7 +2,10 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "core/host_memory.h"
+#include "models/backend.h"
 #include "models/cuda/stage_policy.h"
 #include "models/device_memory_plan.h"
 #include "pipeline/generators.h"
@@ -42,6 +45,46 @@ absl::StatusOr<std::string> DeviceMemoryReport(const Config& config) {
     }
     out += absl::StrFormat("stage %d: layers %s; %d activation slot(s): %s\n", s,
                            DescribeStageChunks(*pipeline_plan, pp, s), slots, plan.Report());
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> HostMemoryReport(const Config& config) {
+  absl::StatusOr<GPT2Config> model = ResolveModelConfig(config);
+  if (!model.ok()) return model.status();
+  absl::StatusOr<PipelinePlan> pipeline_plan = PlanPipeline(config, *model);
+  if (!pipeline_plan.ok()) return pipeline_plan.status();
+  absl::StatusOr<pipeline::Schedule> schedule =
+      TrainingSchedule(config, *pipeline_plan, pipeline::CostModel::Uniform());
+  if (!schedule.ok()) return schedule.status();
+  const int pp = schedule->stages, chunks = schedule->chunks;
+  const int64_t micro_batch = config.train.batch_size / config.train.microbatches;
+  const int64_t T = config.train.seq_len;
+  std::string out = absl::StrFormat(
+      "host memory per rank on the CPU backend: fp32, micro-batch %d × %d, %s schedule (AdamW "
+      "moments included; message buffers and the batch not)\n",
+      micro_batch, T, config.parallel.schedule);
+  for (int s = 0; s < pp; ++s) {
+    const int slots = std::max(1, schedule->buffers_per_stage[s]);
+    const Recompute mode = StageRecompute(config, s);
+    int64_t per_slot = 0, recomputed = 0, total = 0;
+    for (int c = 0; c < chunks; ++c) {
+      const StageSpec& spec =
+          pipeline_plan->specs[pipeline::VirtualStageOf(pipeline_plan->placement, pp, s, c)];
+      // A slot's bytes: the plan with one slot less.
+      const int64_t all = TotalBytes(PlanCpuStageMemory(*model, spec, micro_batch, T, slots, mode));
+      per_slot +=
+          all - TotalBytes(PlanCpuStageMemory(*model, spec, micro_batch, T, slots - 1, mode));
+      for (const HostBuffer& b : PlanCpuStageMemory(*model, spec, micro_batch, T, slots, mode)) {
+        if (absl::StartsWith(b.name, "recomputed activations")) recomputed += b.bytes;
+      }
+      total += all;
+    }
+    out += absl::StrFormat(
+        "stage %d: layers %s; recompute %s; %d activation slot(s) of %s each, %s recomputed "
+        "(shared by the slots); %s\n",
+        s, DescribeStageChunks(*pipeline_plan, pp, s), RecomputeName(mode), slots,
+        FormatBytes(per_slot), FormatBytes(recomputed), FormatBytes(total));
   }
   return out;
 }

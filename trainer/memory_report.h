@@ -1,6 +1,7 @@
 // What a config's run would hold in device memory on the CUDA backend, per pipeline stage, from
 // the same plan the backend allocates by (models/device_memory_plan.h): for choosing a
-// micro-batch size, a split or a precision before reaching a GPU. `freeride config memory`.
+// micro-batch size, a split or a precision before reaching a GPU. `freeride config memory`
+// (which adds the CPU backend's host memory for a CPU run).
 #pragma once
 
 #include <string>
@@ -13,5 +14,11 @@ namespace freeride {
 // One header line, then one line per stage: its layers, what it holds, activation slots (the
 // schedule's buffers) and the plan by phase.
 absl::StatusOr<std::string> DeviceMemoryReport(const Config& config);
+
+// The same for the CPU backend's host memory per rank (models/backend.h's PlanCpuStageMemory,
+// what the trainer checks before allocating): one header line, then per stage its
+// recomputation (model.recompute, parallel.recompute_stages), what each activation slot holds,
+// the recomputation's scratch that the slots share, and the stage's total.
+absl::StatusOr<std::string> HostMemoryReport(const Config& config);
 
 }  // namespace freeride

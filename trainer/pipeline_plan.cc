@@ -219,9 +219,9 @@ std::string DescribePartition(const PipelinePlan& plan, int pp) {
   return out;
 }
 
-pipeline::CostModel CostModelFromParts(const std::vector<StageSpec>& specs,
-                                       const PartCosts& parts, pipeline::Placement placement,
-                                       int pp) {
+pipeline::CostModel CostModelFromParts(const std::vector<StageSpec>& specs, const PartCosts& parts,
+                                       pipeline::Placement placement, int pp,
+                                       const std::vector<double>& recomputed) {
   pipeline::CostModel cost;
   cost.stages.assign(pp, pipeline::StageCost{0, 0, 0});
   for (size_t k = 0; k < specs.size(); ++k) {
@@ -229,13 +229,54 @@ pipeline::CostModel CostModelFromParts(const std::vector<StageSpec>& specs,
     const double third = (spec.num_layers() * parts.block +
                           (spec.has_embedding ? parts.embedding : 0) +
                           (spec.has_head ? parts.head : 0)) / 3;
-    cost.chunks.push_back({third, third, third});
-    pipeline::StageCost& stage =
-        cost.stages[pipeline::StageOfVirtual(placement, pp, static_cast<int>(k))];
-    stage.f += third, stage.b += third, stage.w += third;
+    const int rank = pipeline::StageOfVirtual(placement, pp, static_cast<int>(k));
+    const double again =
+        recomputed.empty() ? 0 : recomputed[rank] * spec.num_layers() * parts.block / 3;
+    cost.chunks.push_back({third, third + again, third});
+    pipeline::StageCost& stage = cost.stages[rank];
+    stage.f += third, stage.b += third + again, stage.w += third;
   }
   if (specs.size() <= static_cast<size_t>(pp)) cost.chunks.clear();
   return cost;
+}
+
+Recompute StageRecompute(const Config& config, int stage) {
+  const std::vector<std::string>& stages = config.parallel.recompute_stages;
+  const std::string& name =
+      stage < static_cast<int>(stages.size()) ? stages[stage] : config.model.recompute;
+  absl::StatusOr<Recompute> mode = ParseRecompute(name);
+  return mode.ok() ? *mode : Recompute::kNone;
+}
+
+std::vector<Recompute> StageRecomputes(const Config& config) {
+  std::vector<Recompute> modes;
+  for (int s = 0; s < config.parallel.pp; ++s) modes.push_back(StageRecompute(config, s));
+  return modes;
+}
+
+std::vector<double> RecomputedForwardShares(const Config& config, const GPT2Config& model) {
+  const double forward =
+      RecomputeFlopsPerTokenPerBlock(model, config.train.seq_len, Recompute::kFull);
+  std::vector<double> shares;
+  for (int s = 0; s < config.parallel.pp; ++s) {
+    shares.push_back(
+        RecomputeFlopsPerTokenPerBlock(model, config.train.seq_len, StageRecompute(config, s)) /
+        forward);
+  }
+  return shares;
+}
+
+double TrainingFlopsPerTokenWithRecompute(const Config& config, const GPT2Config& model,
+                                          const PipelinePlan& plan) {
+  const int pp = static_cast<int>(config.parallel.pp);
+  double flops = TrainingFlopsPerToken(model, config.train.seq_len);
+  for (size_t v = 0; v < plan.specs.size(); ++v) {
+    const Recompute mode =
+        StageRecompute(config, pipeline::StageOfVirtual(plan.placement, pp, static_cast<int>(v)));
+    flops += static_cast<double>(plan.specs[v].num_layers()) *
+             RecomputeFlopsPerTokenPerBlock(model, config.train.seq_len, mode);
+  }
+  return flops;
 }
 
 }  // namespace freeride

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "models/gpt2_config.h"
+#include "models/recompute.h"
 #include "pipeline/cost_model.h"
 #include "pipeline/schedule.h"
 #include "trainer/config/config.h"
@@ -57,12 +58,31 @@ std::string DescribeStageChunks(const PipelinePlan& plan, int pp, int stage);
 // "stage 0: [0, 3) +embedding; stage 1: ..." (every stage's DescribeStageChunks).
 std::string DescribePartition(const PipelinePlan& plan, int pp);
 
+// What pipeline stage `stage` recomputes (all its chunks): its parallel.recompute_stages entry,
+// else model.recompute. The config is checked, so the names parse.
+Recompute StageRecompute(const Config& config, int stage);
+// StageRecompute of every stage, stage 0 first.
+std::vector<Recompute> StageRecomputes(const Config& config);
+
+// Training FLOPs per token of the whole model (TrainingFlopsPerToken) plus what each block's
+// recomputation adds under its stage's mode (RecomputeFlopsPerTokenPerBlock): the count MFU
+// divides.
+double TrainingFlopsPerTokenWithRecompute(const Config& config, const GPT2Config& model,
+                                          const PipelinePlan& plan);
+
 // The cost model of `specs` (pp × chunks virtual stages placed by `placement` on `pp` ranks):
 // each chunk costs the sum of its parts (`parts`: F + B + W each, in any unit), split evenly
 // into F, B and W as for layers made of matrix products; a rank costs the sum of its chunks,
-// whose own costs are kept where there are several.
-pipeline::CostModel CostModelFromParts(const std::vector<StageSpec>& specs,
-                                       const PartCosts& parts, pipeline::Placement placement,
-                                       int pp);
+// whose own costs are kept where there are several. `recomputed` (per rank, or empty for
+// none): the share of a block's forward its backward computes again (RecomputedForwardShares),
+// added to each of the rank's chunks' B.
+pipeline::CostModel CostModelFromParts(const std::vector<StageSpec>& specs, const PartCosts& parts,
+                                       pipeline::Placement placement, int pp,
+                                       const std::vector<double>& recomputed = {});
+
+// Per pipeline stage, the share of a block's forward FLOPs its recomputation repeats in the
+// backward: 1 under full, the attention core's 4·T·C of 24·C² + 4·T·C under selective, 0
+// under none.
+std::vector<double> RecomputedForwardShares(const Config& config, const GPT2Config& model);
 
 }  // namespace freeride

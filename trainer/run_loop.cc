@@ -19,6 +19,7 @@
 #include "core/logging.h"
 #include "core/stop_request.h"
 #include "trainer/jobs/job_runner.h"
+#include "trainer/pipeline_plan.h"
 #include "trainer/trainer.h"
 
 namespace freeride {
@@ -96,8 +97,7 @@ void Trainer::StartMetrics() {
 
 double Trainer::FlopsPerStep() const {
   const TrainConfig& tc = config_.train;
-  return TrainingFlopsPerToken(model_config_, tc.seq_len) *
-         static_cast<double>(tc.batch_size * layout_.dp * tc.seq_len);
+  return flops_per_token_ * static_cast<double>(tc.batch_size * layout_.dp * tc.seq_len);
 }
 
 double Trainer::Mfu(double step_s) {
@@ -235,12 +235,13 @@ absl::Status Trainer::RunSteps() {
   FR_LOG(INFO) << absl::StrFormat(
       "model: %d layers, %d heads, width %d, vocab %d (padded %d), %d parameters; batch %d x %d "
       "tokens in %d micro-batches; pp %d x dp %d, %s schedule%s; this rank: stage %d, %d "
-      "parameters on %s; %d train tokens; %d threads",
+      "parameters on %s, recompute %s; %d train tokens; %d threads",
       c.n_layer, c.n_head, c.n_embd, c.vocab_size, c.padded_vocab_size, NumParameters(c),
       config_.train.batch_size, config_.train.seq_len, config_.train.microbatches, layout_.pp,
       layout_.dp, config_.parallel.schedule,
       layout_.chunks > 1 ? absl::StrFormat(" (%d chunks)", layout_.chunks) : "", layout_.stage,
-      chunks_[0]->num_params(), chunks_[0]->Describe(), train_->total_tokens(),
+      chunks_[0]->num_params(), chunks_[0]->Describe(),
+      RecomputeName(StageRecompute(config_, layout_.stage)), train_->total_tokens(),
       omp_get_max_threads());
   const bool checkpoints = !config_.runtime.emulate_peers;
   if (!checkpoints && leader) {

@@ -203,6 +203,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   if (!plan.ok()) return plan.status();
   L.chunks = plan->chunks;
   const std::vector<StageSpec>& specs = plan->specs;
+  t->flops_per_token_ = TrainingFlopsPerTokenWithRecompute(config, *model, *plan);
   if (emulate || transport->rank() == 0) {
     FR_LOG(INFO) << "pipeline split " << plan->partition << ": "
                  << DescribePartition(*plan, L.pp);
@@ -218,7 +219,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   std::optional<pipeline::CostModel> compute;
   if (simulated) {
     compute = CostModelFromParts(specs, SimulatedPartCosts(*model, micro_batch, tc.seq_len),
-                                 plan->placement, L.pp);
+                                 plan->placement, L.pp, RecomputedForwardShares(config, *model));
     compute->comm = static_cast<double>(micro_batch * tc.seq_len * model->n_embd) *
                     MessageTypeBytes(MessageTypeOf(backend)) /
                     (config.runtime.link_bandwidth_gbs * 1e9) * 1e3;
@@ -228,9 +229,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
     // are placed with them from the start.
     absl::StatusOr<pipeline::CostModel> measured =
         simulated ? absl::StatusOr<pipeline::CostModel>(*compute)
-                  : CalibrateStageCosts(backend, *model, specs, L.pp, plan->placement,
-                                        micro_batch, tc.seq_len,
-                                        config.runtime.link_bandwidth_gbs, config.run.seed);
+                  : CalibrateStageCosts(backend, *model, specs, L.pp, plan->placement, micro_batch,
+                                        tc.seq_len, config.runtime.link_bandwidth_gbs,
+                                        config.run.seed, StageRecomputes(config));
     if (!measured.ok()) return measured.status();
     cost = *measured;
     t->emulation_cost_ = cost;
@@ -274,11 +275,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
     if (!w.ok()) return w.status();
     weights = *std::move(w);
   }
+  BackendOptions own_backend = backend;
+  own_backend.recompute = StageRecompute(config, L.stage);
   std::vector<StageModel*> raw;
   for (int c = 0; c < L.chunks; ++c) {
     const StageSpec& spec = own_specs[c];
     absl::StatusOr<std::unique_ptr<StageModel>> chunk =
-        MakeStageModel(backend, *model, spec, micro_batch, tc.seq_len, slots);
+        MakeStageModel(own_backend, *model, spec, micro_batch, tc.seq_len, slots);
     if (!chunk.ok()) return chunk.status();
     if (weights) {
       std::vector<float> part(MakeParamLayout(*model, spec).total);
@@ -343,7 +346,8 @@ absl::Status Trainer::CheckHostMemory(const std::vector<StageSpec>& chunks, int6
   std::vector<HostBuffer> plan;
   if (config_.runtime.device == "cpu") {
     for (const StageSpec& spec : chunks) {
-      for (HostBuffer& b : PlanCpuStageMemory(model_config_, spec, micro_batch, tc.seq_len, slots)) {
+      for (HostBuffer& b : PlanCpuStageMemory(model_config_, spec, micro_batch, tc.seq_len, slots,
+                                              StageRecompute(config_, layout_.stage))) {
         if (chunks.size() > 1) {
           b.name = absl::StrFormat("chunk layers %d..%d: %s", spec.first_layer, spec.last_layer,
                                    b.name);

@@ -191,6 +191,8 @@ class Trainer {
 
   Config config_;
   GPT2Config model_config_;
+  // Training FLOPs per token, recomputation included (MFU's numerator).
+  double flops_per_token_ = 0;
   pipeline::RankLayout layout_;
   std::unique_ptr<pipeline::Transport> own_transport_;
   Clock* clock_ = nullptr;

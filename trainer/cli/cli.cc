@@ -106,6 +106,14 @@ int ConfigMemory(const ParsedFlags& flags) {
     return kExitFailure;
   }
   std::cout << *report;
+  if (config->runtime.device == "cpu") {
+    absl::StatusOr<std::string> host = HostMemoryReport(*config);
+    if (!host.ok()) {
+      std::cerr << "error: " << host.status().message() << "\n";
+      return kExitFailure;
+    }
+    std::cout << *host;
+  }
   return kExitOk;
 }
 
@@ -136,7 +144,8 @@ const std::vector<Command>& Commands() {
        "FILE"},
       {"config memory",
        "freeride config memory [FILE] [--set SECTION.KEY=VALUE]...",
-       "device memory each pipeline stage of a config's run would need on the CUDA backend",
+       "device memory each pipeline stage of a config's run would need on the CUDA backend "
+       "(and, for a CPU run, host memory on the CPU backend, with its recomputation)",
        {kSetFlag},
        ConfigMemory,
        "FILE"},

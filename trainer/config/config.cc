@@ -138,6 +138,24 @@ void Loader::SetKey(const KeySpec& spec, const toml::node& node, const Origin& o
       *static_cast<std::vector<int64_t>*>(field) = values;
       return;
     }
+    case KeyType::kStringList: {
+      const toml::array* array = node.as_array();
+      if (array == nullptr) return Mismatch(origin, name, spec.Expected(), Describe(node));
+      std::vector<std::string> values;
+      for (const toml::node& element : *array) {
+        const bool allowed =
+            element.is_string() && (spec.choices.empty() ||
+                                    std::find(spec.choices.begin(), spec.choices.end(),
+                                              *element.value<std::string>()) != spec.choices.end());
+        if (!allowed) {
+          return Mismatch(origin, name, spec.Expected(),
+                          absl::StrCat("an array holding ", Describe(element)));
+        }
+        values.push_back(*element.value<std::string>());
+      }
+      *static_cast<std::vector<std::string>*>(field) = values;
+      return;
+    }
   }
 }
 

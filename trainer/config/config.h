@@ -32,6 +32,7 @@ struct ModelConfig {
   int64_t n_embd = 128;
   int64_t max_seq_len = 256;
   int64_t vocab_size = 50257;
+  std::string recompute = "none";  // "none" | "selective" | "full" (models/recompute.h)
 };
 
 struct DataConfig {
@@ -88,6 +89,7 @@ struct ParallelConfig {
   int64_t chunks = 1;
   std::string partition = "balanced";
   std::vector<int64_t> layers_per_stage;
+  std::vector<std::string> recompute_stages;  // per pipeline stage; empty: model.recompute
   double dp_bucket_mb = 0;  // 0: one data-parallel sum per chunk at REDUCE_GRADS
   std::string transport = "auto";  // "auto" | "nccl" | "mpi" (trainer/transport_choice.h)
 };

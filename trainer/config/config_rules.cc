@@ -111,6 +111,31 @@ void Loader::CheckCrossField(bool check_files) {
            split);
     }
   }
+  if (!c.parallel.recompute_stages.empty() &&
+      static_cast<int64_t>(c.parallel.recompute_stages.size()) != c.parallel.pp) {
+    fail("parallel.recompute_stages",
+         absl::StrCat("one entry per pipeline stage (parallel.pp = ", c.parallel.pp,
+                      "), or empty for model.recompute on every stage"),
+         absl::StrCat(c.parallel.recompute_stages.size(), " entries"));
+  }
+  if (c.runtime.device == "cuda") {
+    // Recomputation is built for the CPU backend only: a CUDA run asking for it is refused
+    // here, before a GPU is touched.
+    if (c.model.recompute != "none" && c.parallel.recompute_stages.empty()) {
+      fail("model.recompute",
+           "\"none\" on runtime.device = \"cuda\" (recomputation is built for the CPU "
+           "backend only so far)",
+           TomlString(c.model.recompute));
+    }
+    for (const std::string& mode : c.parallel.recompute_stages) {
+      if (mode == "none") continue;
+      fail("parallel.recompute_stages",
+           "\"none\" entries on runtime.device = \"cuda\" (recomputation is built for the CPU "
+           "backend only so far)",
+           TomlString(mode));
+      break;
+    }
+  }
   const std::vector<int64_t>& trace = c.trace.steps;
   if (trace.size() != 2 || trace[0] < 1 || trace[1] < trace[0] || trace[1] - trace[0] >= 1000) {
     fail("trace.steps", "[first, last] with 1 <= first <= last and at most 1000 steps",

@@ -18,6 +18,7 @@ constexpr KeyType TypeOf() {
   if constexpr (std::is_same_v<T, bool>) return KeyType::kBool;
   if constexpr (std::is_same_v<T, std::string>) return KeyType::kString;
   if constexpr (std::is_same_v<T, std::vector<int64_t>>) return KeyType::kIntList;
+  if constexpr (std::is_same_v<T, std::vector<std::string>>) return KeyType::kStringList;
 }
 
 KeySpec MakeKey(const char* section, const char* key, KeyType type,
@@ -60,6 +61,15 @@ std::vector<KeySpec> BuildSchema() {
           .Min(1)
           .Max(1 << 24)
           .Doc("Vocabulary size (50257 for GPT-2); padded to a multiple of 128 in memory."),
+      FR_KEY(model, recompute)
+          .Choices({"none", "selective", "full"})
+          .Doc("Activation recomputation: what a micro-batch in flight keeps for its backward. "
+               "\"selective\" recomputes each block's attention probabilities (B·heads·T² "
+               "values) and its GELU output; \"full\" keeps only each block's input and runs "
+               "the blocks forward again in the backward (one more forward of the blocks: "
+               "counted in MFU). Losses and gradients are the same bits as \"none\". CPU "
+               "backend only so far. parallel.recompute_stages overrides it per stage "
+               "(docs/training.md#memory)."),
 
       FR_KEY(data, train).Required().Doc("Training token shards (llm.c format); a path or a glob."),
       FR_KEY(data, val).Doc("Validation token shards; a path or a glob. Empty: no validation."),
@@ -172,6 +182,12 @@ std::vector<KeySpec> BuildSchema() {
       FR_KEY(parallel, layers_per_stage)
           .Doc("Blocks in each of the pp × chunks model chunks, in pipeline order; must sum to "
                "model.n_layer. Empty: split by parallel.partition."),
+      FR_KEY(parallel, recompute_stages)
+          .Choices({"none", "selective", "full"})
+          .Doc("model.recompute per pipeline stage, one entry per stage (parallel.pp entries, "
+               "stage 0 first; a stage's chunks share its entry), e.g. [\"full\", "
+               "\"selective\", \"none\", \"none\"]: in 1F1B the first stages hold the most "
+               "micro-batches in flight. Empty: model.recompute on every stage."),
       FR_KEY(parallel, dp_bucket_mb)
           .Min(0)
           .Doc("With dp > 1: the data-parallel gradient sum in buckets of this many MiB, each "
@@ -374,6 +390,12 @@ std::string KeySpec::Expected() const {
       return "a boolean";
     case KeyType::kIntList:
       return "a list of integers";
+    case KeyType::kStringList:
+      if (choices.empty()) return "a list of strings";
+      return absl::StrCat("a list of ",
+                          absl::StrJoin(choices, ", ", [](std::string* out, const std::string& c) {
+                            absl::StrAppend(out, "\"", c, "\"");
+                          }));
     case KeyType::kString:
       if (choices.empty()) return "a string";
       return absl::StrCat("one of ",
@@ -455,6 +477,12 @@ std::string FieldToToml(const KeySpec& spec, Config& config) {
     case KeyType::kIntList:
       return absl::StrCat("[", absl::StrJoin(*static_cast<std::vector<int64_t>*>(field), ", "),
                           "]");
+    case KeyType::kStringList:
+      return absl::StrCat(
+          "[",
+          absl::StrJoin(*static_cast<std::vector<std::string>*>(field), ", ",
+                        [](std::string* out, const std::string& s) { out->append(TomlString(s)); }),
+          "]");
   }
   return "";
 }

@@ -13,7 +13,7 @@
 
 namespace freeride::config_internal {
 
-enum class KeyType { kInt, kFloat, kBool, kString, kIntList };
+enum class KeyType { kInt, kFloat, kBool, kString, kIntList, kStringList };
 
 struct KeySpec {
   std::string section;

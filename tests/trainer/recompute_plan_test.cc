@@ -1,0 +1,186 @@
+// Recomputation in the run's plan: which stage recomputes what (model.recompute and
+// parallel.recompute_stages, checked by name), the FLOPs MFU counts, the host memory
+// `freeride config memory` shows for a CPU run, and what a run writes as its FLOPs per step.
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_split.h"
+#include "core/files.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/backend.h"
+#include "tests/pipeline/train_parity.h"
+#include "trainer/memory_report.h"
+#include "trainer/pipeline_plan.h"
+
+namespace freeride {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string ErrorOf(absl::string_view text, const std::vector<std::string>& overrides = {}) {
+  absl::StatusOr<Config> config = ParseConfig(text, "test.toml", overrides);
+  EXPECT_FALSE(config.ok()) << "parsed although invalid:\n" << text;
+  return config.ok() ? "" : std::string(config.status().message());
+}
+
+constexpr char kPp4[] = "[data]\ntrain = \"x\"\n[parallel]\npp = 4\n";
+
+TEST(RecomputePlanTest, StagesTakeTheirListEntryElseTheModelKey) {
+  absl::StatusOr<Config> config =
+      ParseConfig(kPp4, "test.toml",
+                  {"model.recompute=\"selective\"",
+                   "parallel.recompute_stages=[\"full\", \"selective\", \"none\", \"none\"]"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(StageRecompute(*config, 0), Recompute::kFull);
+  EXPECT_EQ(StageRecompute(*config, 1), Recompute::kSelective);
+  EXPECT_EQ(StageRecompute(*config, 3), Recompute::kNone);
+  config->parallel.recompute_stages.clear();
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(StageRecompute(*config, s), Recompute::kSelective);
+  // Round trip through the effective config.
+  config->parallel.recompute_stages = {"full", "none", "none", "full"};
+  absl::StatusOr<Config> again = ParseConfig(ConfigToToml(*config), "effective.toml");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->parallel.recompute_stages, config->parallel.recompute_stages);
+}
+
+TEST(RecomputePlanTest, BadValuesNameTheKeyAndWhatFits) {
+  EXPECT_THAT(ErrorOf(kPp4, {"model.recompute=\"some\""}),
+              HasSubstr("model.recompute: expected one of \"none\", \"selective\", \"full\", "
+                        "found a string (\"some\")"));
+  EXPECT_THAT(ErrorOf(kPp4, {"parallel.recompute_stages=[\"full\", \"half\"]"}),
+              HasSubstr("parallel.recompute_stages: expected a list of \"none\", \"selective\", "
+                        "\"full\", found an array holding a string (\"half\")"));
+  EXPECT_THAT(ErrorOf(kPp4, {"parallel.recompute_stages=[\"full\", \"none\"]"}),
+              HasSubstr("parallel.recompute_stages: expected one entry per pipeline stage "
+                        "(parallel.pp = 4), or empty for model.recompute on every stage, found 2 "
+                        "entries"));
+  EXPECT_THAT(ErrorOf(kPp4, {"runtime.device=\"cuda\"", "model.recompute=\"full\""}),
+              HasSubstr("model.recompute: expected \"none\" on runtime.device = \"cuda\""));
+  EXPECT_THAT(ErrorOf(kPp4, {"runtime.device=\"cuda\"",
+                             "parallel.recompute_stages=[\"none\", \"selective\", \"none\", "
+                             "\"none\"]"}),
+              HasSubstr("parallel.recompute_stages: expected \"none\" entries on runtime.device "
+                        "= \"cuda\""));
+}
+
+// A CUDA chunk asked to recompute (a caller past the config's check) is refused by name.
+TEST(RecomputePlanTest, TheCudaBackendRefusesRecomputationNamingTheKey) {
+  const GPT2Config model = *MakeGPT2Config(2, 2, 8, 8, 64);
+  BackendOptions options;
+  options.device = "cuda";
+  options.recompute = Recompute::kFull;
+  absl::StatusOr<std::unique_ptr<StageModel>> chunk =
+      MakeStageModel(options, model, WholeModel(model), 1, 8, 1);
+  ASSERT_FALSE(chunk.ok());
+  EXPECT_THAT(chunk.status().message(), HasSubstr("model.recompute = \"full\""));
+}
+
+TEST(RecomputePlanTest, FlopsAddOneBlockForwardPerFullBlockAndTheAttentionCorePerSelective) {
+  absl::StatusOr<Config> config =
+      ParseConfig(kPp4, "test.toml",
+                  {"model.n_layer=8", "model.n_embd=64", "model.n_head=4", "train.seq_len=32",
+                   "parallel.partition=\"even\"",
+                   "parallel.recompute_stages=[\"full\", \"selective\", \"none\", \"full\"]"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  const GPT2Config model = *ResolveModelConfig(*config);
+  absl::StatusOr<PipelinePlan> plan = PlanPipeline(*config, model);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // 2 blocks per stage: stages 0 and 3 add 2 block forwards each (24·C² + 4·T·C per token),
+  // stage 1 two attention cores (4·T·C).
+  const double C = 64, T = 32;
+  const double extra = 4 * (24 * C * C + 4 * T * C) + 2 * (4 * T * C);
+  EXPECT_DOUBLE_EQ(TrainingFlopsPerTokenWithRecompute(*config, model, *plan),
+                   TrainingFlopsPerToken(model, 32) + extra);
+  config->parallel.recompute_stages.clear();
+  EXPECT_DOUBLE_EQ(TrainingFlopsPerTokenWithRecompute(*config, model, *plan),
+                   TrainingFlopsPerToken(model, 32));
+}
+
+// Simulated time and the cost model of the schedule's bubbles: a stage's B grows by the
+// forward its blocks recompute.
+TEST(RecomputePlanTest, CostsAddTheRecomputedForwardToEachStagesB) {
+  absl::StatusOr<Config> config = ParseConfig(
+      "[data]\ntrain = \"x\"\n[parallel]\npp = 2\n", "test.toml",
+      {"model.n_layer=4", "model.n_embd=64", "model.n_head=4", "train.seq_len=32",
+       "parallel.partition=\"even\"", "parallel.recompute_stages=[\"full\", \"selective\"]"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  const GPT2Config model = *ResolveModelConfig(*config);
+  absl::StatusOr<PipelinePlan> plan = PlanPipeline(*config, model);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const double C = 64, T = 32, selective = 4 * T * C / (24 * C * C + 4 * T * C);
+  EXPECT_EQ(RecomputedForwardShares(*config, model), (std::vector<double>{1, selective}));
+  const PartCosts parts{0.3, 3, 6};
+  const pipeline::CostModel plain = CostModelFromParts(plan->specs, parts, plan->placement, 2);
+  const pipeline::CostModel recomputing = CostModelFromParts(
+      plan->specs, parts, plan->placement, 2, RecomputedForwardShares(*config, model));
+  // 2 blocks per stage, each a third of `block` forward.
+  EXPECT_DOUBLE_EQ(recomputing.stages[0].b, plain.stages[0].b + 2 * 3.0 / 3);
+  EXPECT_DOUBLE_EQ(recomputing.stages[1].b, plain.stages[1].b + selective * 2 * 3.0 / 3);
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(recomputing.stages[s].f, plain.stages[s].f);
+    EXPECT_EQ(recomputing.stages[s].w, plain.stages[s].w);
+  }
+}
+
+TEST(RecomputePlanTest, ConfigMemoryShowsEachStagesSlotsAndSharedScratch) {
+  absl::StatusOr<Config> config =
+      LoadConfigFile("configs/gpt2_124m_pp4.toml",
+                     {"parallel.schedule=\"1f1b\"", "train.microbatches=4",
+                      "parallel.recompute_stages=[\"full\", \"selective\", \"none\", \"none\"]"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<std::string> report = HostMemoryReport(*config);
+  ASSERT_TRUE(report.ok()) << report.status();
+  const std::vector<std::string> lines = absl::StrSplit(*report, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 5u) << *report;
+  const GPT2Config model = *ResolveModelConfig(*config);
+  const int64_t B = config->train.batch_size / config->train.microbatches;
+  const int64_t T = config->train.seq_len;
+  absl::StatusOr<PipelinePlan> plan = PlanPipeline(*config, model);
+  ASSERT_TRUE(plan.ok());
+  // 1F1B: stage s holds pp - s micro-batches.
+  for (int s = 0; s < 4; ++s) {
+    SCOPED_TRACE(lines[1 + s]);
+    const Recompute mode = StageRecompute(*config, s);
+    const StageSpec& spec = plan->specs[s];
+    const int slots = 4 - s;
+    const int64_t total = TotalBytes(PlanCpuStageMemory(model, spec, B, T, slots, mode));
+    const int64_t slot = total - TotalBytes(PlanCpuStageMemory(model, spec, B, T, slots - 1, mode));
+    EXPECT_THAT(lines[1 + s],
+                HasSubstr(absl::StrFormat("recompute %s; %d activation slot(s) of %s each",
+                                          RecomputeName(mode), slots, FormatBytes(slot))));
+    EXPECT_THAT(lines[1 + s], HasSubstr(FormatBytes(total)));
+  }
+  // Full keeps a block's input of its 16+ tensors: stage 0's slot is the smallest.
+  auto slot_of = [&](int s) {
+    const Recompute mode = StageRecompute(*config, s);
+    return TotalBytes(PlanCpuStageMemory(model, plan->specs[s], B, T, 1, mode)) -
+           TotalBytes(PlanCpuStageMemory(model, plan->specs[s], B, T, 0, mode));
+  };
+  EXPECT_LT(slot_of(0) * 5, slot_of(2));
+  EXPECT_LT(slot_of(1), slot_of(2));
+}
+
+// The run's start record counts the recomputed forward in its FLOPs per step (MFU's numerator).
+TEST(RecomputePlanTest, TheRunsFlopsPerStepCountTheRecomputation) {
+  Config config = testing::ParityConfig(testing::ParityShard(), "1f1b", 1, 1, 2);
+  config.model.recompute = "full";
+  config.train.steps = 1;
+  config.run.dir = (std::filesystem::path(::testing::TempDir()) / "recompute_flops").string();
+  std::filesystem::remove_all(config.run.dir);
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(config);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  ASSERT_TRUE((*trainer)->Run().ok());
+  absl::StatusOr<std::string> text = ReadFile(config.run.dir + "/metrics.jsonl");
+  ASSERT_TRUE(text.ok()) << text.status();
+  const nlohmann::json start =
+      nlohmann::json::parse(std::string(*absl::StrSplit(*text, '\n', absl::SkipEmpty()).begin()));
+  ASSERT_EQ(start["kind"], "start") << start.dump();
+  const GPT2Config model = *ResolveModelConfig(config);
+  const double C = 16, T = 8, tokens = 8 * 8;  // batch 8 × seq_len 8
+  EXPECT_DOUBLE_EQ(start["flops_per_step"].get<double>(),
+                   (TrainingFlopsPerToken(model, 8) + 8 * (24 * C * C + 4 * T * C)) * tokens);
+}
+
+}  // namespace
+}  // namespace freeride
