@@ -25,7 +25,9 @@ MessageType MessageTypeOf(const BackendOptions& options) {
 std::vector<HostBuffer> PlanCpuStageMemory(const GPT2Config& config, const StageSpec& stage,
                                            int64_t micro_batch, int64_t seq_len, int slots) {
   std::vector<HostBuffer> plan =
-      PlanGPT2StageMemory(config, stage, micro_batch, seq_len, slots, sizeof(float));
+      config.is_llama()
+          ? PlanLlamaStageMemory(config, stage, micro_batch, seq_len, slots, sizeof(float))
+          : PlanGPT2StageMemory(config, stage, micro_batch, seq_len, slots, sizeof(float));
   plan.push_back({"AdamW moments", 2 * MakeParamLayout(config, stage).total *
                                        static_cast<int64_t>(sizeof(float))});
   return plan;
@@ -43,6 +45,10 @@ absl::StatusOr<std::unique_ptr<StageModel>> MakeStageModel(const BackendOptions&
           options.precision));
     }
     try {
+      if (config.is_llama()) {
+        return std::unique_ptr<StageModel>(
+            std::make_unique<CpuLlamaStageModel>(config, stage, micro_batch, seq_len, slots));
+      }
       return std::unique_ptr<StageModel>(
           std::make_unique<CpuStageModel>(config, stage, micro_batch, seq_len, slots));
     } catch (const std::bad_alloc&) {
@@ -58,6 +64,12 @@ absl::StatusOr<std::unique_ptr<StageModel>> MakeStageModel(const BackendOptions&
   if (options.device != "cuda") {
     return absl::InvalidArgumentError(
         absl::StrFormat("device \"%s\": expected \"cpu\" or \"cuda\"", options.device));
+  }
+  if (config.arch != ModelArch::kGpt2) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "model.arch = \"%s\" runs on the CPU backend only: the CUDA backend implements GPT-2 "
+        "(set runtime.device = \"cpu\")",
+        ModelArchName(config.arch)));
   }
 #ifdef FREERIDE_WITH_CUDA
   CudaStageOptions cuda;
