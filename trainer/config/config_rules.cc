@@ -40,6 +40,36 @@ void Loader::CheckCrossField(bool check_files) {
     fail("model.n_embd", absl::StrCat("a multiple of model.n_head (", c.model.n_head, ")"),
          absl::StrCat(c.model.n_embd));
   }
+  if (c.model.arch == "llama") {
+    const int64_t kv = c.model.n_kv_head == 0 ? c.model.n_head : c.model.n_kv_head;
+    if (c.model.n_head % kv != 0) {
+      fail("model.n_kv_head", absl::StrCat("a divisor of model.n_head (", c.model.n_head, ")"),
+           absl::StrCat(c.model.n_kv_head));
+    }
+    if (c.model.n_embd % c.model.n_head == 0 && (c.model.n_embd / c.model.n_head) % 2 != 0) {
+      fail("model.n_embd",
+           absl::StrCat("an even head size for rotary embeddings (model.n_embd / model.n_head = ",
+                        c.model.n_embd / c.model.n_head, ")"),
+           absl::StrCat(c.model.n_embd), {"model.n_head"});
+    }
+    if (c.runtime.device == "cuda") {
+      fail("model.arch",
+           "\"gpt2\" on runtime.device = \"cuda\" (the CUDA backend implements "
+           "GPT-2; \"llama\" runs on the cpu device)",
+           "\"llama\"", {"runtime.device"});
+    }
+  } else {
+    if (c.model.n_kv_head != 0 && c.model.n_kv_head != c.model.n_head) {
+      fail("model.n_kv_head",
+           "0 or model.n_head for model.arch = \"gpt2\" (grouped-query "
+           "attention is the llama family's)",
+           absl::StrCat(c.model.n_kv_head), {"model.arch"});
+    }
+    if (!c.model.tie_embeddings) {
+      fail("model.tie_embeddings", "true for model.arch = \"gpt2\" (GPT-2's head is tied)", "false",
+           {"model.arch"});
+    }
+  }
   if (c.train.seq_len > c.model.max_seq_len) {
     fail("train.seq_len", absl::StrCat("at most model.max_seq_len (", c.model.max_seq_len, ")"),
          absl::StrCat(c.train.seq_len));
