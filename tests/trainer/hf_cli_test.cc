@@ -51,11 +51,17 @@ TEST(HfCliTest, BadUsageAndForeignModelsAreRefused) {
   std::filesystem::remove_all(dir);
   ASSERT_EQ(RunCommand({"export", "--format", "hf", kModel, dir}).status, 0);
   nlohmann::json config = nlohmann::json::parse(*ReadFile(dir + "/config.json"));
+  config["model_type"] = "mistral";
+  ASSERT_TRUE(WriteFileAtomically(dir + "/config.json", config.dump()).ok());
+  const CliResult foreign = RunCommand({"import", "--format", "hf", dir, "--out", Temp("x.bin")});
+  EXPECT_EQ(foreign.status, 1);
+  EXPECT_THAT(foreign.err, HasSubstr("model_type \"mistral\": this build imports \"gpt2\""));
+  // A GPT-2's config.json that says llama: the Llama keys it lacks are named.
   config["model_type"] = "llama";
   ASSERT_TRUE(WriteFileAtomically(dir + "/config.json", config.dump()).ok());
   const CliResult llama = RunCommand({"import", "--format", "hf", dir, "--out", Temp("x.bin")});
   EXPECT_EQ(llama.status, 1);
-  EXPECT_THAT(llama.err, HasSubstr("model_type \"llama\": this build imports \"gpt2\""));
+  EXPECT_THAT(llama.err, HasSubstr("num_hidden_layers"));
   const CliResult missing =
       RunCommand({"export", "--format", "hf", Temp("no_such_checkpoint"), dir});
   EXPECT_EQ(missing.status, 1);
