@@ -26,7 +26,10 @@ std::vector<HostBuffer> PlanCpuStageMemory(const GPT2Config& config, const Stage
                                            int64_t micro_batch, int64_t seq_len, int slots,
                                            Recompute recompute) {
   std::vector<HostBuffer> plan =
-      PlanGPT2StageMemory(config, stage, micro_batch, seq_len, slots, sizeof(float), recompute);
+      config.is_llama()
+          ? PlanLlamaStageMemory(config, stage, micro_batch, seq_len, slots, sizeof(float))
+          : PlanGPT2StageMemory(config, stage, micro_batch, seq_len, slots, sizeof(float),
+                                recompute);
   plan.push_back({"AdamW moments", 2 * MakeParamLayout(config, stage).total *
                                        static_cast<int64_t>(sizeof(float))});
   return plan;
@@ -44,8 +47,19 @@ absl::StatusOr<std::unique_ptr<StageModel>> MakeStageModel(const BackendOptions&
           options.precision));
     }
     try {
-      return std::unique_ptr<StageModel>(std::make_unique<CpuStageModel>(
-          config, stage, micro_batch, seq_len, slots, options.recompute));
+      if (config.is_llama()) {
+        if (options.recompute != Recompute::kNone) {
+          return absl::UnimplementedError(absl::StrFormat(
+              "model.recompute = \"%s\" (or its parallel.recompute_stages entry) with "
+              "model.arch = \"llama\": activation recomputation is built for GPT-2 only so far",
+              RecomputeName(options.recompute)));
+        }
+        return std::unique_ptr<StageModel>(
+            std::make_unique<CpuLlamaStageModel>(config, stage, micro_batch, seq_len, slots));
+      }
+      return std::unique_ptr<StageModel>(
+          std::make_unique<CpuStageModel>(config, stage, micro_batch, seq_len, slots,
+                                          options.recompute));
     } catch (const std::bad_alloc&) {
       const std::vector<HostBuffer> plan =
           PlanCpuStageMemory(config, stage, micro_batch, seq_len, slots, options.recompute);
@@ -67,6 +81,12 @@ absl::StatusOr<std::unique_ptr<StageModel>> MakeStageModel(const BackendOptions&
         "to \"none\" for CUDA stages (the CUDA chunk already recomputes the attention "
         "probabilities from each row's log-sum-exp)",
         RecomputeName(options.recompute)));
+  }
+  if (config.arch != ModelArch::kGpt2) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "model.arch = \"%s\" runs on the CPU backend only: the CUDA backend implements GPT-2 "
+        "(set runtime.device = \"cpu\")",
+        ModelArchName(config.arch)));
   }
 #ifdef FREERIDE_WITH_CUDA
   CudaStageOptions cuda;

@@ -1,4 +1,5 @@
-// The CPU backend behind the StageModel interface: a GPT2Stage<float> and its AdamW moments.
+// The CPU backend behind the StageModel interface: a model family's stage (GPT2Stage<float> or
+// LlamaStage<float>, which share one contract) and its AdamW moments.
 #pragma once
 
 #include <memory>
@@ -6,16 +7,23 @@
 #include <vector>
 
 #include "models/gpt2.h"
+#include "models/llama.h"
 #include "models/stage_model.h"
 
 namespace freeride {
 
-class CpuStageModel final : public StageModel {
+template <typename Stage>
+class BasicCpuStageModel final : public StageModel {
  public:
-  CpuStageModel(const GPT2Config& config, const StageSpec& stage, int64_t micro_batch,
-                int64_t seq_len, int slots, Recompute recompute = Recompute::kNone);
+  // `stage_args`: what the family's stage takes beyond its shape (GPT-2: its Recompute).
+  template <typename... StageArgs>
+  BasicCpuStageModel(const GPT2Config& config, const StageSpec& stage, int64_t micro_batch,
+                     int64_t seq_len, int slots, StageArgs... stage_args)
+      : model_(config, stage, micro_batch, seq_len, slots, stage_args...),
+        m_(model_.num_params(), 0.0f),
+        v_(model_.num_params(), 0.0f) {}
 
-  GPT2Stage<float>& model() { return model_; }
+  Stage& model() { return model_; }
 
   const ParamLayout& layout() const override { return model_.layout(); }
   int64_t micro_batch() const override { return model_.micro_batch(); }
@@ -80,9 +88,14 @@ class CpuStageModel final : public StageModel {
 
  private:
   int64_t ActivationFloats() const;
-  GPT2Stage<float> model_;
+  Stage model_;
   std::vector<float> m_, v_;
   double kept_loss_ = 0;  // ForwardKeepingLoss's sum since TakeLosses
 };
+
+using CpuStageModel = BasicCpuStageModel<GPT2Stage<float>>;
+using CpuLlamaStageModel = BasicCpuStageModel<LlamaStage<float>>;
+extern template class BasicCpuStageModel<GPT2Stage<float>>;
+extern template class BasicCpuStageModel<LlamaStage<float>>;
 
 }  // namespace freeride

@@ -11,6 +11,14 @@ namespace freeride {
 
 int64_t PadVocab(int64_t vocab_size) { return (vocab_size + 127) / 128 * 128; }
 
+const char* ModelArchName(ModelArch arch) { return arch == ModelArch::kLlama ? "llama" : "gpt2"; }
+
+absl::Status RequireGpt2(const GPT2Config& config, const std::string& what) {
+  if (config.arch == ModelArch::kGpt2) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrFormat("model.arch = \"%s\": %s implements GPT-2 only",
+                                                  ModelArchName(config.arch), what));
+}
+
 absl::Status ValidateGPT2Config(const GPT2Config& c) {
   if (c.n_layer < 1 || c.n_head < 1 || c.n_embd < 1 || c.max_seq_len < 1 || c.vocab_size < 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -21,6 +29,31 @@ absl::Status ValidateGPT2Config(const GPT2Config& c) {
   if (c.n_embd % c.n_head != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "model.n_head (%d) must divide model.n_embd (%d)", c.n_head, c.n_embd));
+  }
+  if (c.is_llama()) {
+    if (c.n_kv_head < 1 || c.n_head % c.n_kv_head != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("model.n_kv_head (%d) must be at least 1 and divide model.n_head (%d)",
+                          c.n_kv_head, c.n_head));
+    }
+    if ((c.n_embd / c.n_head) % 2 != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("model.arch = \"llama\" needs an even head size for rotary embeddings: "
+                          "model.n_embd / model.n_head = %d",
+                          c.n_embd / c.n_head));
+    }
+    if (c.ffn_hidden < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("model.ffn_hidden (%d) must be positive", c.ffn_hidden));
+    }
+    if (!(c.rope_theta > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("model.rope_theta (%g) must be positive", c.rope_theta));
+    }
+    if (!(c.norm_eps > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("model.norm_eps (%g) must be positive", c.norm_eps));
+    }
   }
   if (c.padded_vocab_size < c.vocab_size) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -37,29 +70,79 @@ absl::StatusOr<GPT2Config> MakeGPT2Config(int64_t n_layer, int64_t n_head, int64
   return c;
 }
 
+int64_t LlamaFfnHidden(int64_t n_embd, double multiplier, int64_t multiple_of) {
+  const int64_t hidden = static_cast<int64_t>(multiplier * static_cast<double>(2 * 4 * n_embd / 3));
+  return (hidden + multiple_of - 1) / multiple_of * multiple_of;
+}
+
+absl::StatusOr<GPT2Config> MakeLlamaConfig(int64_t n_layer, int64_t n_head, int64_t n_kv_head,
+                                           int64_t n_embd, int64_t max_seq_len, int64_t vocab_size,
+                                           int64_t ffn_hidden, double rope_theta, double norm_eps,
+                                           bool tie_embeddings) {
+  GPT2Config c{max_seq_len, vocab_size, PadVocab(vocab_size), n_layer, n_head, n_embd};
+  c.arch = ModelArch::kLlama;
+  c.n_kv_head = n_kv_head;
+  c.ffn_hidden = ffn_hidden;
+  c.rope_theta = rope_theta;
+  c.norm_eps = norm_eps;
+  c.tie_embeddings = tie_embeddings;
+  if (absl::Status s = ValidateGPT2Config(c); !s.ok()) return s;
+  return c;
+}
+
 const char* ParamTensorName(ParamTensor t) {
   static const char* kNames[kNumParamTensors] = {
-      "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-      "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+      "wte",  "wpe", "ln1w", "ln1b",    "qkvw",    "qkvb", "attprojw", "attprojb", "ln2w",
+      "ln2b", "fcw", "fcb",  "fcprojw", "fcprojb", "lnfw", "lnfb",     "lmhead"};
   return kNames[static_cast<int>(t)];
 }
 
 bool IsPerLayer(ParamTensor t) {
   return t != ParamTensor::kWte && t != ParamTensor::kWpe && t != ParamTensor::kLnfW &&
-         t != ParamTensor::kLnfB;
+         t != ParamTensor::kLnfB && t != ParamTensor::kLmHead;
 }
 
 bool IsDecayed(ParamTensor t) {
   switch (t) {
     case ParamTensor::kWte: case ParamTensor::kWpe: case ParamTensor::kQkvW:
     case ParamTensor::kAttProjW: case ParamTensor::kFcW: case ParamTensor::kFcProjW:
+    case ParamTensor::kLmHead:
       return true;
     default:
       return false;
   }
 }
 
+namespace {
+
+int64_t LlamaParamElements(const GPT2Config& c, ParamTensor t) {
+  const int64_t C = c.n_embd, F = c.ffn_hidden;
+  switch (t) {
+    case ParamTensor::kWte:
+      return c.padded_vocab_size * C;
+    case ParamTensor::kLmHead:
+      return c.tie_embeddings ? 0 : c.padded_vocab_size * C;
+    case ParamTensor::kLn1W:
+    case ParamTensor::kLn2W:
+    case ParamTensor::kLnfW:
+      return C;
+    case ParamTensor::kQkvW:
+      return (C + 2 * c.kv_dim()) * C;
+    case ParamTensor::kAttProjW:
+      return C * C;
+    case ParamTensor::kFcW:
+      return 2 * F * C;
+    case ParamTensor::kFcProjW:
+      return C * F;
+    default:
+      return 0;  // wpe and every bias
+  }
+}
+
+}  // namespace
+
 int64_t ParamElements(const GPT2Config& c, ParamTensor t) {
+  if (c.is_llama()) return LlamaParamElements(c, t);
   const int64_t C = c.n_embd;
   switch (t) {
     case ParamTensor::kWte: return c.padded_vocab_size * C;
@@ -73,8 +156,14 @@ int64_t ParamElements(const GPT2Config& c, ParamTensor t) {
     case ParamTensor::kAttProjW: return C * C;
     case ParamTensor::kFcW: case ParamTensor::kFcProjW: return 4 * C * C;
     case ParamTensor::kFcB: return 4 * C;
+    case ParamTensor::kLmHead:
+      return 0;
   }
   return 0;
+}
+
+int64_t TiedElements(const GPT2Config& c) {
+  return c.is_llama() && !c.tie_embeddings ? 0 : c.padded_vocab_size * c.n_embd;
 }
 
 StageSpec WholeModel(const GPT2Config& config) { return {0, config.n_layer, true, true}; }
@@ -111,11 +200,24 @@ absl::StatusOr<std::vector<StageSpec>> SplitIntoStages(
   return specs;
 }
 
+namespace {
+
+// A block's matrix-product parameters (GPT-2: 12·C²).
+double BlockMatmulParams(const GPT2Config& c) {
+  const double C = static_cast<double>(c.n_embd);
+  if (!c.is_llama()) return 12.0 * C * C;
+  return C * (C + 2.0 * static_cast<double>(c.kv_dim())) + C * C +
+         3.0 * C * static_cast<double>(c.ffn_hidden);
+}
+
+}  // namespace
+
 PartCosts FlopPartCosts(const GPT2Config& config, int64_t seq_len) {
   const double C = static_cast<double>(config.n_embd), T = static_cast<double>(seq_len);
   PartCosts costs;
   costs.embedding = 3 * 2 * C;
-  costs.block = 3 * (24 * C * C + 4 * T * C);
+  costs.block = config.is_llama() ? 3 * (2 * BlockMatmulParams(config) + 4 * T * C)
+                                  : 3 * (24 * C * C + 4 * T * C);
   costs.head = 3 * 2 * C * static_cast<double>(config.padded_vocab_size);
   return costs;
 }
@@ -211,15 +313,17 @@ ParamLayout MakeParamLayout(const GPT2Config& config, const StageSpec& stage) {
     bool present = false;
     int64_t elements = ParamElements(config, t);
     if (t == ParamTensor::kWte) {
-      present = stage.has_embedding || stage.has_head;
+      // The head's stage holds wte too when the head is tied to it.
+      present = stage.has_embedding || (stage.has_head && TiedElements(config) > 0);
     } else if (t == ParamTensor::kWpe) {
       present = stage.has_embedding;
-    } else if (t == ParamTensor::kLnfW || t == ParamTensor::kLnfB) {
+    } else if (t == ParamTensor::kLnfW || t == ParamTensor::kLnfB || t == ParamTensor::kLmHead) {
       present = stage.has_head;
     } else {
       present = stage.num_layers() > 0;
       elements *= stage.num_layers();
     }
+    if (elements == 0) present = false;  // a tensor this family does not have
     layout.slots[i] = {t, offset, present ? elements : 0, present};
     if (present) offset += elements;
   }
@@ -233,8 +337,8 @@ int64_t NumParameters(const GPT2Config& config) {
 
 double TrainingFlopsPerToken(const GPT2Config& c, int64_t seq_len) {
   const double C = static_cast<double>(c.n_embd);
-  const double matmul_params =
-      static_cast<double>(c.n_layer) * 12.0 * C * C + static_cast<double>(c.padded_vocab_size) * C;
+  const double matmul_params = static_cast<double>(c.n_layer) * BlockMatmulParams(c) +
+                               static_cast<double>(c.padded_vocab_size) * C;
   return 6.0 * matmul_params + 12.0 * static_cast<double>(c.n_layer) * C * seq_len;
 }
 

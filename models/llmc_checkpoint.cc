@@ -11,6 +11,9 @@ namespace freeride {
 namespace {
 
 constexpr int kHeaderInts = 256;
+// Where the header goes on past llm.c's fields (zero in its GPT-2 files): the model family,
+// then Llama's n_kv_head, ffn_hidden, tie_embeddings, rope_theta and norm_eps (doubles).
+constexpr int kArchInt = 8;
 
 absl::StatusOr<GPT2Config> ParseHeader(const int32_t* h, const std::string& path) {
   if (h[0] != kLlmcModelMagic) {
@@ -28,6 +31,17 @@ absl::StatusOr<GPT2Config> ParseHeader(const int32_t* h, const std::string& path
   c.n_head = h[5];
   c.n_embd = h[6];
   c.padded_vocab_size = h[7] != 0 ? h[7] : PadVocab(h[3]);
+  if (h[kArchInt] == static_cast<int32_t>(ModelArch::kLlama)) {
+    c.arch = ModelArch::kLlama;
+    c.n_kv_head = h[kArchInt + 1];
+    c.ffn_hidden = h[kArchInt + 2];
+    c.tie_embeddings = h[kArchInt + 3] != 0;
+    std::memcpy(&c.rope_theta, &h[kArchInt + 4], sizeof(double));
+    std::memcpy(&c.norm_eps, &h[kArchInt + 6], sizeof(double));
+  } else if (h[kArchInt] != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: bad header: model family %d (0 = gpt2, 1 = llama)", path, h[kArchInt]));
+  }
   if (absl::Status s = ValidateGPT2Config(c); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrFormat("%s: bad header: %s", path, s.message()));
   }
@@ -114,6 +128,14 @@ absl::Status WriteLlmcModel(const std::string& path, const GPT2Config& c, const 
   header[5] = static_cast<int32_t>(c.n_head);
   header[6] = static_cast<int32_t>(c.n_embd);
   header[7] = static_cast<int32_t>(c.padded_vocab_size);
+  if (c.is_llama()) {
+    header[kArchInt] = static_cast<int32_t>(ModelArch::kLlama);
+    header[kArchInt + 1] = static_cast<int32_t>(c.n_kv_head);
+    header[kArchInt + 2] = static_cast<int32_t>(c.ffn_hidden);
+    header[kArchInt + 3] = c.tie_embeddings ? 1 : 0;
+    std::memcpy(&header[kArchInt + 4], &c.rope_theta, sizeof(double));
+    std::memcpy(&header[kArchInt + 6], &c.norm_eps, sizeof(double));
+  }
   const int64_t n = NumParameters(c);
   std::string bytes(sizeof(header) + n * sizeof(float), '\0');
   std::memcpy(bytes.data(), header, sizeof(header));

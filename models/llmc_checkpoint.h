@@ -1,7 +1,8 @@
 // llm.c model checkpoints: a 256 × int32 header (magic 20240326; version 3 = fp32 weights,
 // 5 = bf16; max_seq_len, vocab_size, n_layer, n_head, n_embd, padded_vocab_size) followed by
 // every parameter in llm.c's order (models/gpt2_config.h). Weights move between this project,
-// llm.c and PyTorch exports unchanged.
+// llm.c and PyTorch exports unchanged. A Llama-family model's file is this project's own: ints
+// 8.. of the header say the family (1) and its shape, where llm.c's GPT-2 files hold zeros.
 #pragma once
 
 #include <string>

@@ -20,6 +20,7 @@ std::vector<GradBucket> LayoutGradBuckets(const ParamLayout& layout, int64_t buc
     pieces.push_back({slot.offset + (IsPerLayer(t) ? layer * per : 0), per, part});
   };
   if (stage.has_head) {
+    add(ParamTensor::kLmHead, 0, 0);  // an untied head's matrix (absent in GPT-2)
     add(ParamTensor::kLnfB, 0, 0);
     add(ParamTensor::kLnfW, 0, 0);
   }

@@ -21,7 +21,8 @@ absl::Status StageExecutor::StartTiedSum() {
   }
   tied_owner_ = layout_.stage == 0 ? chunks_[0] : head;
   tied_offset_ = tied_owner_->layout().slot(ParamTensor::kWte).offset;
-  tied_n_ = chunks_[0]->config().padded_vocab_size * chunks_[0]->config().n_embd;
+  tied_n_ = TiedElements(chunks_[0]->config());
+  if (tied_n_ == 0) return absl::OkStatus();  // an untied head: ReduceTied has nothing to do
   absl::StatusOr<float*> grads = tied_owner_->HostGrads(tied_offset_, tied_n_);
   if (!grads.ok()) return grads.status();
   absl::StatusOr<Transport::Request> r = transport_->StartAllReduceSum(

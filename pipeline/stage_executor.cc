@@ -124,7 +124,8 @@ absl::Status StageExecutor::ReduceTied(double* waited) {
   if (layout_.stage == head_stage) {
     if (absl::Status s = head->FoldHeadWteGrad(); !s.ok()) return s;
   }
-  const int64_t n = chunks_[0]->config().padded_vocab_size * chunks_[0]->config().n_embd;
+  const int64_t n = TiedElements(chunks_[0]->config());
+  if (n == 0) return absl::OkStatus();  // an untied head: nothing to sum
   if (head_stage == 0) {
     // Embedding and head on this rank: in one chunk FoldHeadWteGrad already added them; in
     // separate chunks add here (emb + head, the same sum a two-rank all-reduce makes) and

@@ -30,6 +30,14 @@ absl::Status WriteCheckpointManifest(const std::string& dir, const RankState& st
         {"n_embd", c.n_embd},
         {"max_seq_len", c.max_seq_len},
         {"vocab_size", c.vocab_size}}}};
+  if (c.is_llama()) {
+    json["model"]["arch"] = ModelArchName(c.arch);
+    json["model"]["n_kv_head"] = c.n_kv_head;
+    json["model"]["ffn_hidden"] = c.ffn_hidden;
+    json["model"]["rope_theta"] = c.rope_theta;
+    json["model"]["norm_eps"] = c.norm_eps;
+    json["model"]["tie_embeddings"] = c.tie_embeddings;
+  }
   json["files"] = nlohmann::ordered_json::array();
   for (int64_t stage = 0; stage < state.pp; ++stage) {
     json["files"].push_back(RankStateFileName(static_cast<int>(stage)));

@@ -89,10 +89,24 @@ pipeline::Schedule ForwardOnlySchedule(const pipeline::Schedule& training) {
 absl::StatusOr<GPT2Config> ResolveModelConfig(const Config& config) {
   const ModelConfig& m = config.model;
   if (m.init_from.empty()) {
+    if (m.arch == "llama") {
+      const int64_t ffn = m.ffn_hidden > 0
+                              ? m.ffn_hidden
+                              : LlamaFfnHidden(m.n_embd, m.ffn_multiplier, m.multiple_of);
+      return MakeLlamaConfig(m.n_layer, m.n_head, m.n_kv_head == 0 ? m.n_head : m.n_kv_head,
+                             m.n_embd, m.max_seq_len, m.vocab_size, ffn, m.rope_theta, m.norm_eps,
+                             m.tie_embeddings);
+    }
     return MakeGPT2Config(m.n_layer, m.n_head, m.n_embd, m.max_seq_len, m.vocab_size);
   }
   absl::StatusOr<GPT2Config> c = ReadLlmcModelConfig(m.init_from);
   if (!c.ok()) return c.status();
+  if (config.explicit_keys.count("model.arch") && m.arch != ModelArchName(c->arch)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "model.arch = \"%s\" in the config, but the checkpoint %s (model.init_from) is \"%s\": "
+        "remove the key or make them agree",
+        m.arch, m.init_from, ModelArchName(c->arch)));
+  }
   for (const auto& [key, configured, actual] :
        {std::tuple{"model.n_layer", m.n_layer, c->n_layer},
         std::tuple{"model.n_head", m.n_head, c->n_head},

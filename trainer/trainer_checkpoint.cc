@@ -40,6 +40,14 @@ std::string ModelDifferences(const GPT2Config& saved, const GPT2Config& run) {
         std::tuple{"model.vocab_size", saved.vocab_size, run.vocab_size}}) {
     if (a != b) diffs.push_back(absl::StrFormat("%s is %d there, %d here", key, a, b));
   }
+  if (saved.arch != run.arch) {
+    diffs.push_back(absl::StrFormat("model.arch is \"%s\" there, \"%s\" here",
+                                    ModelArchName(saved.arch), ModelArchName(run.arch)));
+  } else if (saved != run) {
+    diffs.push_back(
+        "the llama keys (n_kv_head, ffn_hidden, rope_theta, norm_eps, "
+        "tie_embeddings) differ");
+  }
   return absl::StrJoin(diffs, "; ");
 }
 
@@ -79,7 +87,23 @@ absl::StatusOr<std::vector<StageSpec>> SavedChunkSpecs(const RankState& s, const
 absl::StatusOr<RankState> ReadVerifiedRankState(const std::string& dir, int64_t stage) {
   const std::string name = RankStateFileName(static_cast<int>(stage));
   if (absl::Status s = VerifyCheckpointFile(dir, name); !s.ok()) return s;
-  return ReadRankState((std::filesystem::path(dir) / name).string());
+  absl::StatusOr<RankState> state = ReadRankState((std::filesystem::path(dir) / name).string());
+  if (!state.ok()) return state;
+  // The state files hold GPT-2's shape fields; the family and a Llama's own fields are in
+  // model.bin's header (beside them in every checkpoint).
+  absl::StatusOr<GPT2Config> whole =
+      ReadLlmcModelConfig((std::filesystem::path(dir) / "model.bin").string());
+  if (whole.ok() && whole->is_llama()) {
+    GPT2Config family = *whole;
+    family.n_layer = state->model.n_layer;  // the state file's shape rules where they differ
+    family.n_head = state->model.n_head;
+    family.n_embd = state->model.n_embd;
+    family.max_seq_len = state->model.max_seq_len;
+    family.vocab_size = state->model.vocab_size;
+    family.padded_vocab_size = state->model.padded_vocab_size;
+    state->model = family;
+  }
+  return state;
 }
 
 int64_t NumParams(const std::vector<std::unique_ptr<StageModel>>& chunks) {

@@ -154,6 +154,7 @@ class GptInferTask : public SideTask {
     FR_RETURN_IF_ERROR(VerifyModelFile(path_));
     absl::StatusOr<LlmcModel> model = ReadLlmcModel(path_);
     if (!model.ok()) return model.status();
+    FR_RETURN_IF_ERROR(RequireGpt2(model->config, path_ + ": the gpt_infer side task"));
     if (recompute_) {
       absl::StatusOr<std::unique_ptr<StageModel>> stage =
           MakeTaskModel(ctx, backend_, config_, batch_, max_tokens_ + 1);

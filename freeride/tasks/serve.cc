@@ -120,6 +120,7 @@ class ServeTask : public SideTask {
     // one fails the task, by name (training goes on), instead of serving wrong numbers.
     FR_RETURN_IF_ERROR(VerifyModelFile(path_));
     FR_ASSIGN_OR_RETURN(LlmcModel model, ReadLlmcModel(path_));
+    FR_RETURN_IF_ERROR(RequireGpt2(model.config, path_ + ": the serve side task"));
     FR_ASSIGN_OR_RETURN(float* weights,
                         ctx.arena->AllocateArray<float>(static_cast<int64_t>(model.params.size()),
                                                         "serve weights"));

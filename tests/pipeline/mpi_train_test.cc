@@ -66,6 +66,27 @@ TEST_F(MpiTrainTest, DataParallelWithinOneMillionth) {
   }
 }
 
+// The Llama family across processes: 4 stages under three schedule kinds reproduce one process
+// bit for bit, tied (the tied sum between ranks 0 and 3) and untied; pp 2 × dp 2 within 1e-6.
+TEST_F(MpiTrainTest, LlamaMatchesOneProcess) {
+  const std::string shard = ParityShard();
+  for (bool tied : {true, false}) {
+    const std::vector<double> expected =
+        SingleProcessLosses(testing::LlamaParityConfig(shard, "1f1b", 1, 1, 4, tied));
+    for (const std::string schedule : {"1f1b", "interleaved", "zbh1"}) {
+      SCOPED_TRACE(absl::StrFormat("%s pp=4 %s", schedule, tied ? "tied" : "untied"));
+      EXPECT_EQ(
+          MpiLosses(testing::LlamaParityConfig(shard, schedule, 4, 1, 4, tied), transport_.get()),
+          expected);
+    }
+    SCOPED_TRACE(absl::StrFormat("pp=2 dp=2 %s", tied ? "tied" : "untied"));
+    const std::vector<double> got =
+        MpiLosses(testing::LlamaParityConfig(shard, "zbh1", 2, 2, 2, tied, 4), transport_.get());
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-6 * expected[i]);
+  }
+}
+
 // Five steps' losses, then this rank's parameters and AdamW moments, as bit patterns. A
 // transport of its own: it builds its groups' communicators afresh, as a run does.
 std::vector<uint64_t> MpiRunBits(const Config& config) {

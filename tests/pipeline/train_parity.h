@@ -64,6 +64,19 @@ chunks = %d
   return config.ok() ? *config : Config{};
 }
 
+// ParityConfig's run as a Llama-family model: 2 query heads sharing 1 key/value head, the head
+// tied to the embedding or not.
+inline Config LlamaParityConfig(const std::string& shard, const std::string& schedule, int pp,
+                                int dp, int microbatches, bool tied, int batch = 8) {
+  Config config = ParityConfig(shard, schedule, pp, dp, microbatches, batch);
+  config.model.arch = "llama";
+  config.model.n_kv_head = 1;
+  config.model.ffn_hidden = 24;
+  config.model.rope_theta = 500.0;
+  config.model.tie_embeddings = tied;
+  return config;
+}
+
 // Losses of `steps` steps of `config` run by one process.
 // The tiny 2-stage 1F1B run with stage 0 real and stage 1 emulated, harvesting on (no tasks
 // yet): a heavier last stage (vocabulary 8192) gives stage 0 real bubbles.

@@ -275,8 +275,28 @@ TEST(ConfigTest, ByteSizes) {
   EXPECT_EQ(FormatByteSize(0), "0");
 }
 
+TEST(ConfigTest, LlamaKeysAreCheckedNamingTheKey) {
+  EXPECT_THAT(ErrorOf("[data]\ntrain = \"x\"\n[model]\narch = \"llama\"\nn_kv_head = 3\n"),
+              HasSubstr("model.n_kv_head: expected a divisor of model.n_head (4), found 3"));
+  EXPECT_THAT(
+      ErrorOf("[data]\ntrain = \"x\"\n[model]\narch = \"llama\"\nn_head = 4\nn_embd = 12\n"),
+      HasSubstr("model.n_embd: expected an even head size for rotary embeddings"));
+  EXPECT_THAT(ErrorOf("[data]\ntrain = \"x\"\n[model]\narch = \"llama\"\n[runtime]\n"
+                      "device = \"cuda\"\n"),
+              HasSubstr("model.arch: expected \"gpt2\" on runtime.device = \"cuda\""));
+  EXPECT_THAT(ErrorOf("[data]\ntrain = \"x\"\n[model]\narch = \"mamba\"\n"),
+              HasSubstr("model.arch"));
+  EXPECT_THAT(ErrorOf("[data]\ntrain = \"x\"\n[model]\nn_kv_head = 2\n"),
+              HasSubstr("model.n_kv_head: expected 0 or model.n_head for model.arch = \"gpt2\""));
+  EXPECT_THAT(ErrorOf("[data]\ntrain = \"x\"\n[model]\ntie_embeddings = false\n"),
+              HasSubstr("model.tie_embeddings: expected true for model.arch = \"gpt2\""));
+  EXPECT_THAT(ErrorOf("[data]\ntrain = \"x\"\n[model]\narch = \"llama\"\nrope_theta = 0\n"),
+              HasSubstr("model.rope_theta"));
+}
+
 TEST(ConfigTest, ShippedConfigsAndEmbeddedDefaultAreValid) {
-  for (const char* path : {"configs/tiny_cpu.toml", "configs/gpt2_124m.toml"}) {
+  for (const char* path :
+       {"configs/tiny_cpu.toml", "configs/gpt2_124m.toml", "configs/llama_tiny_cpu.toml"}) {
     absl::StatusOr<Config> config = LoadConfigFile(path);
     EXPECT_TRUE(config.ok()) << path << ": " << config.status();
   }

@@ -62,6 +62,8 @@ TEST(RecomputePlanTest, BadValuesNameTheKeyAndWhatFits) {
                              "\"none\"]"}),
               HasSubstr("parallel.recompute_stages: expected \"none\" entries on runtime.device "
                         "= \"cuda\""));
+  EXPECT_THAT(ErrorOf(kPp4, {"model.arch=\"llama\"", "model.recompute=\"selective\""}),
+              HasSubstr("model.recompute: expected \"none\" on model.arch = \"llama\""));
 }
 
 // A CUDA chunk asked to recompute (a caller past the config's check) is refused by name.

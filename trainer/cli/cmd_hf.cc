@@ -8,6 +8,7 @@
 #include "models/checkpoint_verify.h"
 #include "models/hf/hf_directory.h"
 #include "models/hf/hf_gpt2.h"
+#include "models/hf/hf_llama.h"
 #include "models/llmc_checkpoint.h"
 #include "trainer/cli/cli.h"
 #include "trainer/train_state.h"
@@ -66,9 +67,14 @@ int ExportCommand(const ParsedFlags& flags) {
   if (absl::Status s = VerifyModelFile(*file); !s.ok()) return Failed(s);
   absl::StatusOr<LlmcModel> model = ReadLlmcModel(*file);
   if (!model.ok()) return Failed(model.status());
-  absl::StatusOr<std::vector<std::string>> written = WriteHfModel(
-      out, Gpt2HfConfig(model->config, dtype->second.second),
-      Gpt2ToHf(model->config, model->params.data()), dtype->second.first, *shard_mb * 1000 * 1000);
+  const GPT2Config& config = model->config;
+  absl::StatusOr<std::vector<std::string>> written =
+      config.is_llama() ? WriteHfModel(out, LlamaHfConfig(config, dtype->second.second),
+                                       LlamaToHf(config, model->params.data()), dtype->second.first,
+                                       *shard_mb * 1000 * 1000)
+                        : WriteHfModel(out, Gpt2HfConfig(config, dtype->second.second),
+                                       Gpt2ToHf(config, model->params.data()), dtype->second.first,
+                                       *shard_mb * 1000 * 1000);
   if (!written.ok()) return Failed(written.status());
   for (const std::string& path : *written) std::cout << "export: wrote " << path << "\n";
   return kExitOk;
@@ -90,15 +96,20 @@ int ImportCommand(const ParsedFlags& flags) {
   absl::StatusOr<HfModelFiles> files = HfModelFiles::Open(flags.positional()[0]);
   if (!files.ok()) return Failed(files.status());
   const std::string type = JsonStringOr(files->config(), "model_type", "");
-  if (type != kGpt2ModelType) {
-    return Failed(absl::InvalidArgumentError(
-        absl::StrFormat("%s: model_type \"%s\": this build imports \"%s\" (GPT2LMHeadModel)",
-                        files->config_path(), type, kGpt2ModelType)));
+  if (type != kGpt2ModelType && type != kLlamaModelType) {
+    return Failed(absl::InvalidArgumentError(absl::StrFormat(
+        "%s: model_type \"%s\": this build imports \"%s\" (GPT2LMHeadModel) and \"%s\" "
+        "(LlamaForCausalLM)",
+        files->config_path(), type, kGpt2ModelType, kLlamaModelType)));
   }
-  absl::StatusOr<GPT2Config> config = Gpt2ConfigFromHf(files->config(), files->config_path());
+  const bool llama = type == kLlamaModelType;
+  absl::StatusOr<GPT2Config> config = llama
+                                          ? LlamaConfigFromHf(files->config(), files->config_path())
+                                          : Gpt2ConfigFromHf(files->config(), files->config_path());
   if (!config.ok()) return Failed(config.status());
-  absl::StatusOr<std::vector<float>> params = Gpt2FromHf(
-      *config, files->names(), [&](const std::string& name) { return files->Read(name); });
+  auto read = [&](const std::string& name) { return files->Read(name); };
+  absl::StatusOr<std::vector<float>> params = llama ? LlamaFromHf(*config, files->names(), read)
+                                                    : Gpt2FromHf(*config, files->names(), read);
   if (!params.ok()) {
     return Failed(absl::InvalidArgumentError(
         absl::StrFormat("%s: %s", flags.positional()[0], params.status().message())));
@@ -107,9 +118,9 @@ int ImportCommand(const ParsedFlags& flags) {
     return Failed(s);
   }
   std::cout << absl::StrFormat(
-      "import: wrote %s (GPT-2: %d layers, %d heads, n_embd %d, %d positions, vocabulary %d)\n",
-      flags.Get("out"), config->n_layer, config->n_head, config->n_embd, config->max_seq_len,
-      config->vocab_size);
+      "import: wrote %s (%s: %d layers, %d heads, n_embd %d, %d positions, vocabulary %d)\n",
+      flags.Get("out"), llama ? "Llama" : "GPT-2", config->n_layer, config->n_head, config->n_embd,
+      config->max_seq_len, config->vocab_size);
   return kExitOk;
 }
 

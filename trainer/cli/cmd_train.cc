@@ -133,6 +133,7 @@ absl::StatusOr<std::unique_ptr<GPT2Stage<float>>> LoadModel(const std::string& c
                                                            int64_t B, int64_t T) {
   absl::StatusOr<LlmcModel> weights = ReadCheckpointModel(checkpoint);
   if (!weights.ok()) return weights.status();
+  FR_RETURN_IF_ERROR(RequireGpt2(weights->config, checkpoint + ": the evaluator"));
   if (T > weights->config.max_seq_len) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "sequence length %d exceeds the model's max_seq_len %d", T, weights->config.max_seq_len));
@@ -400,6 +401,7 @@ int SampleCommand(const ParsedFlags& flags) {
   absl::StatusOr<LlmcModel> weights = ReadCheckpointModel(flags.Get("checkpoint"));
   if (!weights.ok()) return Fail(weights.status());
   const GPT2Config& config = weights->config;
+  if (absl::Status s = RequireGpt2(config, "sampling's KV-cache decoder"); !s.ok()) return Fail(s);
   const int64_t room = config.max_seq_len - static_cast<int64_t>(context.size());
   if (room < 1) {
     return Fail(absl::InvalidArgumentError(absl::StrFormat(

@@ -33,6 +33,15 @@ struct ModelConfig {
   int64_t max_seq_len = 256;
   int64_t vocab_size = 50257;
   std::string recompute = "none";  // "none" | "selective" | "full" (models/recompute.h)
+  std::string arch = "gpt2";  // "gpt2" | "llama"
+  // The Llama family's keys (model.arch = "llama").
+  int64_t n_kv_head = 0;  // 0: n_head (no grouping)
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+  int64_t ffn_hidden = 0;  // 0: from ffn_multiplier and multiple_of
+  double ffn_multiplier = 1.0;
+  int64_t multiple_of = 256;
+  bool tie_embeddings = true;
 };
 
 struct DataConfig {

@@ -40,6 +40,36 @@ void Loader::CheckCrossField(bool check_files) {
     fail("model.n_embd", absl::StrCat("a multiple of model.n_head (", c.model.n_head, ")"),
          absl::StrCat(c.model.n_embd));
   }
+  if (c.model.arch == "llama") {
+    const int64_t kv = c.model.n_kv_head == 0 ? c.model.n_head : c.model.n_kv_head;
+    if (c.model.n_head % kv != 0) {
+      fail("model.n_kv_head", absl::StrCat("a divisor of model.n_head (", c.model.n_head, ")"),
+           absl::StrCat(c.model.n_kv_head));
+    }
+    if (c.model.n_embd % c.model.n_head == 0 && (c.model.n_embd / c.model.n_head) % 2 != 0) {
+      fail("model.n_embd",
+           absl::StrCat("an even head size for rotary embeddings (model.n_embd / model.n_head = ",
+                        c.model.n_embd / c.model.n_head, ")"),
+           absl::StrCat(c.model.n_embd), {"model.n_head"});
+    }
+    if (c.runtime.device == "cuda") {
+      fail("model.arch",
+           "\"gpt2\" on runtime.device = \"cuda\" (the CUDA backend implements "
+           "GPT-2; \"llama\" runs on the cpu device)",
+           "\"llama\"", {"runtime.device"});
+    }
+  } else {
+    if (c.model.n_kv_head != 0 && c.model.n_kv_head != c.model.n_head) {
+      fail("model.n_kv_head",
+           "0 or model.n_head for model.arch = \"gpt2\" (grouped-query "
+           "attention is the llama family's)",
+           absl::StrCat(c.model.n_kv_head), {"model.arch"});
+    }
+    if (!c.model.tie_embeddings) {
+      fail("model.tie_embeddings", "true for model.arch = \"gpt2\" (GPT-2's head is tied)", "false",
+           {"model.arch"});
+    }
+  }
   if (c.train.seq_len > c.model.max_seq_len) {
     fail("train.seq_len", absl::StrCat("at most model.max_seq_len (", c.model.max_seq_len, ")"),
          absl::StrCat(c.train.seq_len));
@@ -118,20 +148,20 @@ void Loader::CheckCrossField(bool check_files) {
                       "), or empty for model.recompute on every stage"),
          absl::StrCat(c.parallel.recompute_stages.size(), " entries"));
   }
-  if (c.runtime.device == "cuda") {
-    // Recomputation is built for the CPU backend only: a CUDA run asking for it is refused
-    // here, before a GPU is touched.
+  // Recomputation is built for GPT-2 on the CPU backend only: a run asking for it elsewhere is
+  // refused here, before a model is built.
+  const std::string elsewhere = c.runtime.device == "cuda" ? "runtime.device = \"cuda\""
+                                : c.model.arch == "llama"  ? "model.arch = \"llama\""
+                                                           : "";
+  if (!elsewhere.empty()) {
+    const std::string where = absl::StrCat(
+        " on ", elsewhere, " (recomputation is built for GPT-2 on the CPU backend only so far)");
     if (c.model.recompute != "none" && c.parallel.recompute_stages.empty()) {
-      fail("model.recompute",
-           "\"none\" on runtime.device = \"cuda\" (recomputation is built for the CPU "
-           "backend only so far)",
-           TomlString(c.model.recompute));
+      fail("model.recompute", absl::StrCat("\"none\"", where), TomlString(c.model.recompute));
     }
     for (const std::string& mode : c.parallel.recompute_stages) {
       if (mode == "none") continue;
-      fail("parallel.recompute_stages",
-           "\"none\" entries on runtime.device = \"cuda\" (recomputation is built for the CPU "
-           "backend only so far)",
+      fail("parallel.recompute_stages", absl::StrCat("\"none\" entries", where),
            TomlString(mode));
       break;
     }

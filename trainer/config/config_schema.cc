@@ -70,6 +70,33 @@ std::vector<KeySpec> BuildSchema() {
                "counted in MFU). Losses and gradients are the same bits as \"none\". CPU "
                "backend only so far. parallel.recompute_stages overrides it per stage "
                "(docs/training.md#memory)."),
+      FR_KEY(model, arch)
+          .Choices({"gpt2", "llama"})
+          .Doc("Model family: \"gpt2\" (LayerNorm, learned positions, GELU MLP, biases, head "
+               "tied to the embedding; llm.c's layout) or \"llama\" (RMSNorm, rotary "
+               "positions, SwiGLU MLP, grouped-query attention, no biases; the keys below). "
+               "Llama runs on the CPU backend only. docs/training.md#model-families."),
+      FR_KEY(model, n_kv_head)
+          .Min(0)
+          .Max(1024)
+          .Doc("llama: key/value heads of grouped-query attention; must divide n_head. 0: "
+               "n_head (plain multi-head attention)."),
+      FR_KEY(model, rope_theta).Min(0, true).Doc("llama: base of the rotary position embedding."),
+      FR_KEY(model, norm_eps).Min(0, true).Doc("llama: RMSNorm's epsilon."),
+      FR_KEY(model, ffn_hidden)
+          .Min(0)
+          .Doc("llama: hidden width of the SwiGLU MLP. 0: Llama 3's rule, 2/3 of 4·n_embd times "
+               "ffn_multiplier, rounded up to a multiple of multiple_of."),
+      FR_KEY(model, ffn_multiplier)
+          .Min(0, true)
+          .Doc("llama: multiplier of the SwiGLU width when ffn_hidden is 0."),
+      FR_KEY(model, multiple_of)
+          .Min(1)
+          .Doc("llama: the SwiGLU width (when ffn_hidden is 0) is rounded up to a multiple of "
+               "this."),
+      FR_KEY(model, tie_embeddings)
+          .Doc("llama: the LM head reuses the token embedding (true) or has its own matrix. "
+               "GPT-2 always ties them."),
 
       FR_KEY(data, train).Required().Doc("Training token shards (llm.c format); a path or a glob."),
       FR_KEY(data, val).Doc("Validation token shards; a path or a glob. Empty: no validation."),
