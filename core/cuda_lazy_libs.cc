@@ -157,6 +157,10 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) { FR_LAZY(nccl, ncclGetUniqueId, 
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
   FR_LAZY(nccl, ncclCommInitRank, comm, nranks, id, rank);
 }
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
+                                    ncclConfig_t* config) {
+  FR_LAZY(nccl, ncclCommInitRankConfig, comm, nranks, id, rank, config);
+}
 ncclResult_t ncclCommDestroy(ncclComm_t comm) { FR_LAZY(nccl, ncclCommDestroy, comm); }
 ncclResult_t ncclCommAbort(ncclComm_t comm) { FR_LAZY(nccl, ncclCommAbort, comm); }
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* error) {
