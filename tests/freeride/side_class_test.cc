@@ -52,7 +52,8 @@ SideTaskSpec Misbehave(const std::string& name, const std::string& isolation, do
 struct Probe {
   std::atomic<int> steps{0};
   std::atomic<int> first_policy{-1}, last_start_policy{-1}, last_end_policy{-1};
-  std::atomic<int> ends_lowered{0};  // steps that ended at the idle class
+  std::atomic<int> ends_lowered{0};    // steps that ended at the idle class
+  std::atomic<int> ends_unlowered{0};  // steps that began above the idle class and ended there
 };
 Probe& TheProbe() {
   static Probe probe;
@@ -76,6 +77,7 @@ class ProbeServer : public SideTask {
     }
     p.last_end_policy = sched_getscheduler(0);
     if (p.last_end_policy == SCHED_IDLE) p.ends_lowered += 1;
+    if (start != SCHED_IDLE && p.last_end_policy == start) p.ends_unlowered += 1;
     return 1.0;
   }
   bool LatencySensitive() const override { return true; }
@@ -95,18 +97,21 @@ TEST(SchedClassTest, ALatencySensitiveStepRunsAtTheCallersClassUntilItOutlivesIt
   auto ex = MakeExecutor({spec});
   ASSERT_NE(ex, nullptr);
   Probe& p = TheProbe();
-  const int calibrated = p.steps;
-  EXPECT_TRUE(BubblesUntil(*ex, 0.010, 0.010, 2000, [&] { return p.steps > calibrated + 3; }));
+  // 0.5 ms steps in 10 ms bubbles end where they started. Not every one: a host busy enough to
+  // keep the step's thread off a core past its bubble lowers that step, as it should, so the
+  // bubbles go on until three steps have ended in theirs (on a quiet host, the first three).
+  const int fitted = p.ends_unlowered;
+  EXPECT_TRUE(
+      BubblesUntil(*ex, 0.010, 0.010, 2000, [&] { return p.ends_unlowered >= fitted + 3; }));
   EXPECT_EQ(p.last_start_policy, here->policy);
-  EXPECT_EQ(p.last_end_policy, here->policy);
-  EXPECT_EQ(p.ends_lowered, 0);
   ex->Finish();
 
   // 40 ms steps in bubbles whose input lands after 2 ms: each outlives its bubble.
   spec.args = {{"step_ms", 40.0}};
   ex = MakeExecutor({spec});
   ASSERT_NE(ex, nullptr);
-  EXPECT_TRUE(BubblesUntil(*ex, 0.002, 0.002, 5000, [&] { return p.ends_lowered >= 2; }));
+  const int lowered = p.ends_lowered;
+  EXPECT_TRUE(BubblesUntil(*ex, 0.002, 0.002, 5000, [&] { return p.ends_lowered >= lowered + 2; }));
   EXPECT_EQ(p.last_start_policy, here->policy);  // a fresh thread for each step
   ex->Finish();
 }
