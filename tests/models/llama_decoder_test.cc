@@ -11,6 +11,7 @@
 #include "models/kv_decoder.h"
 #include "models/llama.h"
 #include "models/sampling.h"
+#include "tests/models/llama_fixture.h"
 
 namespace freeride {
 namespace {
@@ -22,44 +23,13 @@ GPT2Config TinyLlama(bool tied, int64_t n_kv_head = 2) {
                           /*rope_theta=*/100.0, /*norm_eps=*/1e-5, tied);
 }
 
-// The whole model's parameters, livelier than the init so that attention is far from uniform
-// and the rotations matter.
-template <typename T>
-std::vector<T> LivelyParams(const GPT2Config& cfg, uint64_t seed) {
-  LlamaStage<T> m(cfg, WholeModel(cfg), 1, 1, 1);
-  m.InitRandom(seed);
-  std::vector<T> p(m.params(), m.params() + m.num_params());
-  for (T& x : p) x *= 8;
-  return p;
-}
-
-// The logits at the last position of a full forward over `prefix` (one sequence per row).
-template <typename T>
-std::vector<T> FullForwardLastLogits(const GPT2Config& cfg, const std::vector<T>& params,
-                                     const std::vector<std::vector<int32_t>>& prefixes) {
-  const int64_t B = static_cast<int64_t>(prefixes.size());
-  const int64_t n = static_cast<int64_t>(prefixes[0].size()), Vp = cfg.padded_vocab_size;
-  LlamaStage<T> m(cfg, WholeModel(cfg), B, n, 1);
-  std::copy(params.begin(), params.end(), m.params());
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t t = 0; t < n; ++t) {
-      m.tokens(0)[b * n + t] = prefixes[b][t];
-      m.targets(0)[b * n + t] = 0;
-    }
-  }
-  m.Forward(0);
-  std::vector<T> last;
-  for (int64_t b = 0; b < B; ++b) {
-    const T* row = m.logits(0) + (b * n + n - 1) * Vp;
-    last.insert(last.end(), row, row + Vp);
-  }
-  return last;
-}
+using testing::FullForwardLastLogits;
+using testing::LivelyLlamaParams;
 
 template <typename T>
 void ExpectEveryPositionMatches(bool tied, double tolerance) {
   const GPT2Config cfg = TinyLlama(tied);
-  const std::vector<T> params = LivelyParams<T>(cfg, 21);
+  const std::vector<T> params = LivelyLlamaParams<T>(cfg, 21);
   std::mt19937 rng(22);
   std::vector<std::vector<int32_t>> seqs(2, std::vector<int32_t>(cfg.max_seq_len));
   for (auto& s : seqs) {
@@ -105,7 +75,7 @@ TEST(LlamaDecoderTest, EveryPositionEqualsTheFullForwardInDouble) {
 TEST(LlamaDecoderTest, GroupingsAtBothEndsEqualTheFullForward) {
   for (int64_t kv : {1, 4}) {
     const GPT2Config cfg = TinyLlama(true, kv);
-    const std::vector<double> params = LivelyParams<double>(cfg, 3);
+    const std::vector<double> params = LivelyLlamaParams<double>(cfg, 3);
     auto decoder = MakeKvDecoder<double>(cfg, params.data(), 1, 5);
     ASSERT_TRUE(decoder.ok()) << decoder.status();
     std::vector<int32_t> seq = {4, 30, 4, 17, 9};
@@ -123,11 +93,11 @@ TEST(LlamaDecoderTest, GroupingsAtBothEndsEqualTheFullForward) {
 
 TEST(LlamaDecoderTest, GreedyGenerationEqualsTheArgmaxOfRecomputingFromScratch) {
   const GPT2Config cfg = TinyLlama(false);
-  const std::vector<float> params = LivelyParams<float>(cfg, 5);
+  const std::vector<float> params = LivelyLlamaParams<float>(cfg, 5);
   const std::vector<int32_t> prompt = {3, 11};
   auto decoder = MakeKvDecoder<float>(cfg, params.data(), 1, cfg.max_seq_len);
   ASSERT_TRUE(decoder.ok()) << decoder.status();
-  TokenSampler greedy(0.0, 0, 1), greedy_again(0.0, 0, 1);
+  TokenSampler greedy(0.0, 0, 1);
   std::vector<int32_t> cached = prompt, recomputed = prompt;
   const float* logits = nullptr;
   for (int32_t id : prompt) logits = *(*decoder)->Step(&id);
@@ -136,12 +106,11 @@ TEST(LlamaDecoderTest, GreedyGenerationEqualsTheArgmaxOfRecomputingFromScratch) 
     cached.push_back(next);
     if (static_cast<int64_t>(cached.size()) < cfg.max_seq_len) logits = *(*decoder)->Step(&next);
   }
-  while (static_cast<int64_t>(recomputed.size()) < cfg.max_seq_len) {
-    const std::vector<float> last = FullForwardLastLogits(cfg, params, {recomputed});
-    recomputed.push_back(greedy_again.Next(last.data(), cfg.vocab_size));
-  }
+  const std::vector<int32_t> more = testing::GreedyFromScratch(
+      cfg, params, prompt, cfg.max_seq_len - static_cast<int64_t>(prompt.size()));
+  recomputed.insert(recomputed.end(), more.begin(), more.end());
   EXPECT_EQ(cached, recomputed);
-  // Not one token repeated: the generation says something about the positions.
+  // Not one token throughout: the generation says something about the positions.
   EXPECT_GT(
       std::count_if(cached.begin() + 1, cached.end(), [&](int32_t id) { return id != cached[0]; }),
       0);
@@ -157,7 +126,7 @@ TEST(LlamaDecoderTest, TheCacheHoldsTheKeyValueHeadsOnly) {
 
 TEST(LlamaDecoderTest, ACacheLongerThanTheContextOrAStepPastItIsRefused) {
   const GPT2Config cfg = TinyLlama(true);
-  const std::vector<float> params = LivelyParams<float>(cfg, 1);
+  const std::vector<float> params = LivelyLlamaParams<float>(cfg, 1);
   auto too_long = MakeKvDecoder<float>(cfg, params.data(), 1, cfg.max_seq_len + 1);
   ASSERT_FALSE(too_long.ok());
   EXPECT_EQ(too_long.status().code(), absl::StatusCode::kInvalidArgument);

@@ -403,15 +403,23 @@ int SampleCommand(const ParsedFlags& flags) {
   }
   auto tokenizer = Tokenizer::Load(flags.Get("tokenizer", kDefaultTokenizerPath));
   if (!tokenizer.ok()) return Fail(tokenizer.status());
-  std::vector<int32_t> context{kEndOfText};
-  if (flags.Has("prompt")) {
-    absl::StatusOr<std::vector<int32_t>> ids = (*tokenizer)->Encode(flags.Get("prompt"));
-    if (!ids.ok()) return Fail(ids.status());
-    context.insert(context.end(), ids->begin(), ids->end());
-  }
   absl::StatusOr<LlmcModel> weights = ReadCheckpointModel(flags.Get("checkpoint"));
   if (!weights.ok()) return Fail(weights.status());
   const GPT2Config& config = weights->config;
+  // As `serve` starts a request: <|endoftext|>, or id 0 in a vocabulary without it.
+  std::vector<int32_t> context{kEndOfText < config.vocab_size ? kEndOfText : 0};
+  if (flags.Has("prompt")) {
+    absl::StatusOr<std::vector<int32_t>> ids = (*tokenizer)->Encode(flags.Get("prompt"));
+    if (!ids.ok()) return Fail(ids.status());
+    for (int32_t id : *ids) {
+      if (id >= config.vocab_size) {
+        return Fail(absl::InvalidArgumentError(
+            absl::StrFormat("the prompt has token %d, outside the model's %d-token vocabulary", id,
+                            config.vocab_size)));
+      }
+    }
+    context.insert(context.end(), ids->begin(), ids->end());
+  }
   const int64_t room = config.max_seq_len - static_cast<int64_t>(context.size());
   if (room < 1) {
     return Fail(absl::InvalidArgumentError(absl::StrFormat(
