@@ -157,8 +157,9 @@ const std::vector<Command>& Commands() {
        "FILE"},
       {"config memory",
        "freeride config memory [FILE] [--set SECTION.KEY=VALUE]...",
-       "device memory each pipeline stage of a config's run would need on the CUDA backend "
-       "(and, for a CPU run, host memory on the CPU backend, with its recomputation)",
+       "the model (parameters, training FLOPs per token), device memory each pipeline stage "
+       "of a config's run would need on the CUDA backend (and, for a CPU run, host memory on "
+       "the CPU backend, with its recomputation)",
        {kSetFlag},
        ConfigMemory,
        "FILE"},
