@@ -84,8 +84,12 @@ absl::StatusOr<PipelineSetup> PipelinePhase(const Config& config, const GPT2Conf
   if (leader) {
     FR_LOG(INFO) << "pipeline split " << out.plan.partition << ": "
                  << DescribePartition(out.plan, layout->pp);
-    if (!out.plan.warning.empty()) FR_LOG(WARN) << out.plan.warning;
-    if (!out.plan.imbalance.empty()) FR_LOG(WARN) << out.plan.imbalance;
+    if (!out.plan.warning.empty()) {
+      FR_LOG(WARN) << out.plan.warning;
+    }
+    if (!out.plan.imbalance.empty()) {
+      FR_LOG(WARN) << out.plan.imbalance;
+    }
   }
   const int64_t micro_batch = config.train.batch_size / config.train.microbatches;
   const int64_t T = config.train.seq_len;
