@@ -38,6 +38,7 @@ class NcclTransport final : public Transport {
   int size() const override { return bootstrap_.size(); }
   absl::StatusOr<Request> Isend(const void* data, int64_t bytes, int peer, int tag) override;
   absl::StatusOr<Request> Irecv(void* data, int64_t bytes, int peer, int tag) override;
+  bool CarriesDeviceMemory() const override { return true; }
   absl::Status Wait(Request request, double timeout_s) override;
   bool Test(Request request) override;
   absl::Status AllReduceSum(float* data, int64_t n, const std::vector<int>& group,
