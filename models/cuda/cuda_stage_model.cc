@@ -239,7 +239,20 @@ absl::Status CudaStage<T>::Download(void* dst, const T* src, int64_t n) {
 
 namespace {
 void FreePinned(void* p) { cudaFreeHost(p); }
-void FreeDevice(void* p) { cudaFree(p); }
+// Freed with its own device current: the executor may let go of a message on a thread whose
+// current device is another.
+void FreeDevice(void* p) {
+  cudaPointerAttributes attributes{};
+  int current = 0;
+  if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess ||
+      cudaGetDevice(&current) != cudaSuccess || attributes.device == current) {
+    cudaFree(p);
+    return;
+  }
+  cudaSetDevice(attributes.device);
+  cudaFree(p);
+  cudaSetDevice(current);
+}
 }  // namespace
 
 template <typename T>
