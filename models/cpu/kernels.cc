@@ -146,12 +146,7 @@ void LayerNormBackwardInput(T* dinp, const T* dout, const T* inp, const T* weigh
 template <typename T>
 void LayerNormBackwardWeight(T* dweight, T* dbias, const T* dout, const T* inp, const T* mean,
                              const T* rstd, int64_t N, int64_t C) {
-  // Threads own column blocks and walk the rows in order: deterministic sums.
-  constexpr int64_t kBlock = 64;
-  const int64_t blocks = (C + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (ParallelWorth(N * C))
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t lo = blk * kBlock, hi = std::min(C, lo + kBlock);
+  ForEachColumnBlock(C, N * C, [&](int64_t lo, int64_t hi) {
     for (int64_t n = 0; n < N; ++n) {
       const T* d = dout + n * C;
       const T* x = inp + n * C;
@@ -161,7 +156,7 @@ void LayerNormBackwardWeight(T* dweight, T* dbias, const T* dout, const T* inp, 
         dbias[i] += d[i];
       }
     }
-  }
+  });
 }
 
 template <typename T>
@@ -187,16 +182,12 @@ void MatmulBackwardWeight(T* dweight, T* dbias, const T* dout, const T* inp, int
                           int64_t C, int64_t OC) {
   Gemm<T>(true, false, OC, C, N, 1, dout, OC, inp, C, 1, dweight, C);
   if (dbias == nullptr) return;
-  constexpr int64_t kBlock = 64;
-  const int64_t blocks = (OC + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (ParallelWorth(N * OC))
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t lo = blk * kBlock, hi = std::min(OC, lo + kBlock);
+  ForEachColumnBlock(OC, N * OC, [&](int64_t lo, int64_t hi) {
     for (int64_t n = 0; n < N; ++n) {
       const T* d = dout + n * OC;
       for (int64_t o = lo; o < hi; ++o) dbias[o] += d[o];
     }
-  }
+  });
 }
 
 // GPT-2's multi-head attention is grouped-query attention with a key/value head per query head.

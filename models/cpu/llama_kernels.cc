@@ -62,19 +62,14 @@ void RMSNormBackwardInput(T* dinp, const T* dout, const T* inp, const T* weight,
 template <typename T>
 void RMSNormBackwardWeight(T* dweight, const T* dout, const T* inp, const T* rstd, int64_t N,
                            int64_t C) {
-  // Threads own column blocks and walk the rows in order: deterministic sums.
-  constexpr int64_t kBlock = 64;
-  const int64_t blocks = (C + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (ParallelWorth(N * C))
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t lo = blk * kBlock, hi = std::min(C, lo + kBlock);
+  ForEachColumnBlock(C, N * C, [&](int64_t lo, int64_t hi) {
     for (int64_t n = 0; n < N; ++n) {
       const T* d = dout + n * C;
       const T* x = inp + n * C;
       const T s = rstd[n];
       for (int64_t i = lo; i < hi; ++i) dweight[i] += x[i] * s * d[i];
     }
-  }
+  });
 }
 
 template <typename T>
