@@ -1,8 +1,6 @@
 #include "models/gpt2.h"
 
-#include <cmath>
 #include <cstring>
-#include <random>
 
 #include "absl/strings/str_format.h"
 #include "models/cpu/kernels.h"
@@ -89,28 +87,19 @@ void Resize(V& v, int64_t n) {
 }  // namespace
 
 template <typename T>
-struct GPT2Stage<T>::Slot {
-  std::vector<int32_t> tokens, targets;
-  std::vector<T> input;  // [BTC]: the embedding's output, or activations from the previous stage
+struct GPT2Stage<T>::Slot : DecoderSlot<T> {
   std::vector<T> layer[kNumLayerTensors];  // empty where the recompute mode does not keep it
   std::vector<T> out_grad;                 // full: the gradient at the stage's output [BTC]
-  std::vector<T> lnf, lnf_mean, lnf_rstd, logits, logsumexp, losses;
-  std::vector<T> dinput, dlnf, dlogits;
+  std::vector<T> lnf_mean;                 // the final LayerNorm's means [BT] (head stage)
 };
 
 template <typename T>
 GPT2Stage<T>::GPT2Stage(const GPT2Config& config, const StageSpec& stage, int64_t micro_batch,
                         int64_t seq_len, int slots, Recompute recompute)
-    : layout_(MakeParamLayout(config, stage)),
-      B_(micro_batch),
-      T_(seq_len),
+    : DecoderStage<T>(config, stage, micro_batch, seq_len),
       recompute_(recompute),
       recomputed_(kNumLayerTensors) {
   const int64_t BT = B_ * T_, C = config.n_embd, L = stage.num_layers();
-  const int64_t Vp = config.padded_vocab_size;
-  Resize(params_, layout_.total);
-  Resize(grads_, layout_.total);
-  if (stage.has_head) Resize(head_wte_grad_, Vp * C);
   Resize(scratch_4c_, BT * 4 * C);
   Resize(scratch_c_, BT * C);
   for (int t = 0; t < kNumLayerTensors; ++t) {
@@ -119,26 +108,13 @@ GPT2Stage<T>::GPT2Stage(const GPT2Config& config, const StageSpec& stage, int64_
   }
   for (int i = 0; i < slots; ++i) {
     auto s = std::make_unique<Slot>();
-    if (stage.has_embedding) Resize(s->tokens, BT);
-    if (stage.has_head) Resize(s->targets, BT);
-    Resize(s->input, BT * C);
-    Resize(s->dinput, BT * C);
     for (int t = 0; t < kNumLayerTensors; ++t) {
       if (KeptPerSlot(recompute_, t))
         Resize(s->layer[t], L * LayerTensorElements(t, config, B_, T_));
     }
     if (!KeptPerSlot(recompute_, kDres3)) Resize(s->out_grad, BT * C);
-    if (stage.has_head) {
-      Resize(s->lnf, BT * C);
-      Resize(s->dlnf, BT * C);
-      Resize(s->lnf_mean, BT);
-      Resize(s->lnf_rstd, BT);
-      Resize(s->logits, BT * Vp);
-      Resize(s->dlogits, BT * Vp);
-      Resize(s->logsumexp, BT);
-      Resize(s->losses, BT);
-    }
-    slots_.push_back(std::move(s));
+    if (stage.has_head) Resize(s->lnf_mean, BT);
+    this->AddSlot(std::move(s));
   }
 }
 
@@ -184,16 +160,10 @@ std::vector<HostBuffer> PlanGPT2StageMemory(const GPT2Config& config, const Stag
 
 template <typename T>
 int64_t GPT2Stage<T>::SlotBytes(int slot) const {
-  const Slot& s = *slots_[slot];
-  int64_t elements = 0;
+  const Slot& s = slot_at(slot);
+  int64_t elements = static_cast<int64_t>(s.out_grad.size() + s.lnf_mean.size());
   for (const std::vector<T>& v : s.layer) elements += static_cast<int64_t>(v.size());
-  for (const std::vector<T>* v :
-       {&s.input, &s.out_grad, &s.lnf, &s.lnf_mean, &s.lnf_rstd, &s.logits, &s.logsumexp, &s.losses,
-        &s.dinput, &s.dlnf, &s.dlogits}) {
-    elements += static_cast<int64_t>(v->size());
-  }
-  return elements * static_cast<int64_t>(sizeof(T)) +
-         static_cast<int64_t>((s.tokens.size() + s.targets.size()) * sizeof(int32_t));
+  return elements * static_cast<int64_t>(sizeof(T)) + this->SlotIoBytes(s);
 }
 
 template <typename T>
@@ -205,105 +175,26 @@ int64_t GPT2Stage<T>::RecomputeScratchBytes() const {
 
 template <typename T>
 int64_t GPT2Stage<T>::HostBytes() const {
-  const int64_t shared =
-      static_cast<int64_t>(params_.size() + grads_.size() + head_wte_grad_.size() +
-                           scratch_4c_.size() + scratch_c_.size());
-  int64_t bytes = shared * static_cast<int64_t>(sizeof(T)) + RecomputeScratchBytes();
+  const int64_t scratch = static_cast<int64_t>(scratch_4c_.size() + scratch_c_.size());
+  int64_t bytes =
+      this->ParamBytes() + scratch * static_cast<int64_t>(sizeof(T)) + RecomputeScratchBytes();
   for (int i = 0; i < slots(); ++i) bytes += SlotBytes(i);
   return bytes;
 }
 
 template <typename T>
-int GPT2Stage<T>::slots() const {
-  return static_cast<int>(slots_.size());
-}
-
-template <typename T>
-void InitGPT2Params(const ParamLayout& layout, uint64_t seed, T* params) {
-  const GPT2Config& cfg = layout.config;
-  const StageSpec& stage = layout.stage;
-  const T residual_std = static_cast<T>(0.02 / std::sqrt(2.0 * static_cast<double>(cfg.n_layer)));
-  for (int i = 0; i < kNumParamTensors; ++i) {
-    const ParamTensor t = static_cast<ParamTensor>(i);
-    const TensorSlot& slot = layout.slot(t);
-    if (!slot.present) continue;
-    const int64_t per = IsPerLayer(t) ? ParamElements(cfg, t) : slot.elements;
-    const int64_t pieces = IsPerLayer(t) ? stage.num_layers() : 1;
-    for (int64_t p = 0; p < pieces; ++p) {
-      T* dst = params + slot.offset + p * per;
-      const int64_t global_layer = IsPerLayer(t) ? stage.first_layer + p : 0;
-      switch (t) {
-        case ParamTensor::kLn1W: case ParamTensor::kLn2W: case ParamTensor::kLnfW:
-          std::fill(dst, dst + per, static_cast<T>(1));
-          continue;
-        case ParamTensor::kLn1B: case ParamTensor::kLn2B: case ParamTensor::kLnfB:
-        case ParamTensor::kQkvB: case ParamTensor::kAttProjB: case ParamTensor::kFcB:
-        case ParamTensor::kFcProjB:
-          std::fill(dst, dst + per, static_cast<T>(0));
-          continue;
-        default:
-          break;
-      }
-      std::seed_seq seq{static_cast<uint64_t>(seed), static_cast<uint64_t>(i),
-                        static_cast<uint64_t>(global_layer)};
-      std::mt19937_64 rng(seq);
-      std::normal_distribution<double> normal(0.0, 1.0);
-      const bool residual = t == ParamTensor::kAttProjW || t == ParamTensor::kFcProjW;
-      const T std = residual ? residual_std : static_cast<T>(0.02);
-      // Padded vocabulary rows stay 0: no token indexes them and no softmax sees them.
-      const int64_t n = t == ParamTensor::kWte ? cfg.vocab_size * cfg.n_embd : per;
-      for (int64_t k = 0; k < n; ++k) dst[k] = static_cast<T>(normal(rng)) * std;
-      std::fill(dst + n, dst + per, static_cast<T>(0));
-    }
-  }
-}
-
-template void InitGPT2Params<float>(const ParamLayout&, uint64_t, float*);
-template void InitGPT2Params<double>(const ParamLayout&, uint64_t, double*);
-
-template <typename T>
 void GPT2Stage<T>::InitRandom(uint64_t seed) {
-  InitGPT2Params(layout_, seed, params_.data());
+  InitDecoderParams(this->layout(), seed, this->params());
 }
 
-template <typename T>
-void GPT2Stage<T>::ZeroGrads() {
-  std::fill(grads_.begin(), grads_.end(), static_cast<T>(0));
-  std::fill(head_wte_grad_.begin(), head_wte_grad_.end(), static_cast<T>(0));
-}
-
-template <typename T>
-int32_t* GPT2Stage<T>::tokens(int slot) {
-  return slots_[slot]->tokens.data();
-}
-template <typename T>
-int32_t* GPT2Stage<T>::targets(int slot) {
-  return slots_[slot]->targets.data();
-}
-template <typename T>
-T* GPT2Stage<T>::input_activations(int slot) {
-  return slots_[slot]->input.data();
-}
 template <typename T>
 const T* GPT2Stage<T>::output_activations(int slot) const {
-  const Slot& s = *slots_[slot];
+  const Slot& s = slot_at(slot);
   return s.layer[kRes3].data() + (stage().num_layers() - 1) * B_ * T_ * config().n_embd;
 }
 template <typename T>
 T* GPT2Stage<T>::output_grad(int slot) {
-  return OutputGrad(*slots_[slot]);
-}
-template <typename T>
-const T* GPT2Stage<T>::input_grad(int slot) const {
-  return slots_[slot]->dinput.data();
-}
-template <typename T>
-const T* GPT2Stage<T>::losses(int slot) const {
-  return slots_[slot]->losses.data();
-}
-template <typename T>
-const T* GPT2Stage<T>::logits(int slot) const {
-  return slots_[slot]->logits.data();
+  return OutputGrad(slot_at(slot));
 }
 
 template <typename T>
@@ -354,9 +245,8 @@ void GPT2Stage<T>::LayerForward(Slot& s, int64_t l, const T* x, T* out) {
 
 template <typename T>
 double GPT2Stage<T>::Forward(int slot) {
-  Slot& s = *slots_[slot];
-  const GPT2Config& cfg = config();
-  const int64_t BT = B_ * T_, C = cfg.n_embd;
+  Slot& s = slot_at(slot);
+  const int64_t BT = B_ * T_, C = config().n_embd;
   // Under full recomputation this forward's activations overwrite the scratch, whichever
   // slot's backward they belonged to.
   scratch_slot_ = -1;
@@ -371,13 +261,7 @@ double GPT2Stage<T>::Forward(int slot) {
   cpu::LayerNormForward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(),
                         output_activations(slot), param(ParamTensor::kLnfW),
                         param(ParamTensor::kLnfB), BT, C);
-  cpu::MatmulForward<T>(s.logits.data(), s.lnf.data(), param(ParamTensor::kWte), nullptr, BT, C,
-                        cfg.padded_vocab_size);
-  cpu::CrossEntropyForward(s.losses.data(), s.logsumexp.data(), s.logits.data(),
-                           s.targets.data(), BT, cfg.vocab_size, cfg.padded_vocab_size);
-  double sum = 0;
-  for (int64_t i = 0; i < BT; ++i) sum += s.losses[i];
-  return sum / static_cast<double>(BT);
+  return this->HeadForward(s);
 }
 
 template <typename T>
@@ -425,26 +309,12 @@ void GPT2Stage<T>::RecomputeBlocks(Slot& s, bool input_grads) {
 }
 
 template <typename T>
-void GPT2Stage<T>::HeadWteGrad(const Slot& s) {
-  const int64_t BT = B_ * T_;
-  cpu::MatmulBackwardWeight<T>(head_wte_grad_.data(), nullptr, s.dlogits.data(), s.lnf.data(), BT,
-                               config().n_embd, config().padded_vocab_size);
-}
-
-template <typename T>
 void GPT2Stage<T>::BackwardInput(int slot, T loss_scale) {
-  Slot& s = *slots_[slot];
-  const GPT2Config& cfg = config();
-  const int64_t BT = B_ * T_, C = cfg.n_embd, L = stage().num_layers();
+  Slot& s = slot_at(slot);
+  const int64_t BT = B_ * T_, C = config().n_embd, L = stage().num_layers();
   if (stage().has_head) {
-    cpu::CrossEntropyBackward(s.dlogits.data(), s.logits.data(), s.logsumexp.data(),
-                              s.targets.data(), loss_scale, BT, cfg.vocab_size,
-                              cfg.padded_vocab_size);
-    cpu::MatmulBackwardInput(s.dlnf.data(), s.dlogits.data(), param(ParamTensor::kWte), BT, C,
-                             cfg.padded_vocab_size);
-    if (head_grad_in_input_) HeadWteGrad(s);
     T* dout = output_grad(slot);
-    std::fill(dout, dout + BT * C, static_cast<T>(0));
+    this->HeadBackwardInput(s, loss_scale, dout);
     cpu::LayerNormBackwardInput(dout, s.dlnf.data(), output_activations(slot),
                                 param(ParamTensor::kLnfW), s.lnf_mean.data(), s.lnf_rstd.data(),
                                 BT, C);
@@ -481,44 +351,29 @@ void GPT2Stage<T>::LayerBackwardWeight(Slot& s, int64_t l, const T* x) {
 
 template <typename T>
 void GPT2Stage<T>::BackwardWeight(int slot) {
-  Slot& s = *slots_[slot];
-  const GPT2Config& cfg = config();
-  const int64_t BT = B_ * T_, C = cfg.n_embd;
+  Slot& s = slot_at(slot);
+  const int64_t BT = B_ * T_, C = config().n_embd;
   if (recompute_ == Recompute::kFull && scratch_slot_ != slot) {
     // Another slot's backward ran since this one's BackwardInput (a deferred W).
     RecomputeBlocks(s, /*input_grads=*/true);
     scratch_slot_ = slot;
   }
   if (stage().has_head) {
-    if (!head_grad_in_input_) HeadWteGrad(s);
+    this->HeadBackwardWeight(s);
     cpu::LayerNormBackwardWeight(grad(ParamTensor::kLnfW), grad(ParamTensor::kLnfB),
                                  s.dlnf.data(), output_activations(slot), s.lnf_mean.data(),
                                  s.lnf_rstd.data(), BT, C);
   }
   const int64_t L = stage().num_layers();
-  auto done = [&](int64_t part) {
-    if (weight_grad_progress_) weight_grad_progress_(static_cast<int>(part));
-  };
-  if (stage().has_head) done(0);
+  if (stage().has_head) this->WeightGradDone(0);
   for (int64_t l = L - 1; l >= 0; --l) {
     LayerBackwardWeight(s, l, LayerInput(s, l));
-    done(L - l);
+    this->WeightGradDone(L - l);
   }
   if (stage().has_embedding) {
     cpu::EncoderBackwardWeight(grad(ParamTensor::kWte), grad(ParamTensor::kWpe),
                                s.dinput.data(), s.tokens.data(), B_, T_, C);
-    done(L + 1);
-  }
-}
-
-template <typename T>
-void GPT2Stage<T>::FoldHeadWteGrad() {
-  if (!stage().has_head) return;
-  const int64_t n = static_cast<int64_t>(head_wte_grad_.size());
-  if (stage().has_embedding) {
-    cpu::AddInPlace(grad(ParamTensor::kWte), head_wte_grad_.data(), n);
-  } else {
-    std::memcpy(grad(ParamTensor::kWte), head_wte_grad_.data(), n * sizeof(T));
+    this->WeightGradDone(L + 1);
   }
 }
 

@@ -1,8 +1,6 @@
 #include "models/llama.h"
 
-#include <cmath>
 #include <cstring>
-#include <random>
 
 #include "absl/strings/str_format.h"
 #include "models/cpu/kernels.h"
@@ -11,16 +9,12 @@
 namespace freeride {
 
 template <typename T>
-struct LlamaStage<T>::Slot {
-  std::vector<int32_t> tokens, targets;
-  std::vector<T> input;  // [BTC]: the embedding's output, or activations from the previous stage
+struct LlamaStage<T>::Slot : DecoderSlot<T> {
   // Per layer, [L_stage, ...]. qkv holds q and k after the rotation (what attention read).
   std::vector<T> ln1, rstd1, qkv, atty, att, residual2, ln2, rstd2, h, act, residual3;
-  std::vector<T> lnf, lnf_rstd, logits, logsumexp, losses;
   // Output gradients stashed by BackwardInput for BackwardWeight, per layer (dqkv rotated
   // back: the gradient of the projection's output).
   std::vector<T> dres3, dh, dln2, dres2, dqkv, dln1;
-  std::vector<T> dinput, dlnf, dlogits;
 };
 
 namespace {
@@ -43,22 +37,15 @@ Widths LayerWidths(const GPT2Config& c) {
 template <typename T>
 LlamaStage<T>::LlamaStage(const GPT2Config& config, const StageSpec& stage, int64_t micro_batch,
                           int64_t seq_len, int slots)
-    : layout_(MakeParamLayout(config, stage)), B_(micro_batch), T_(seq_len) {
+    : DecoderStage<T>(config, stage, micro_batch, seq_len) {
   const int64_t BT = B_ * T_, C = config.n_embd, L = stage.num_layers();
-  const int64_t NH = config.n_head, Vp = config.padded_vocab_size;
+  const int64_t NH = config.n_head;
   const Widths w = LayerWidths(config);
-  Resize(params_, layout_.total);
-  Resize(grads_, layout_.total);
-  if (stage.has_head && tied()) Resize(head_wte_grad_, Vp * C);
   Resize(scratch_f_, BT * w.act);
   Resize(scratch_c_, BT * C);
   cpu::RopeTables(&rope_cos_, &rope_sin_, T_, config.head_size(), config.rope_theta);
   for (int i = 0; i < slots; ++i) {
     auto s = std::make_unique<Slot>();
-    if (stage.has_embedding) Resize(s->tokens, BT);
-    if (stage.has_head) Resize(s->targets, BT);
-    Resize(s->input, BT * C);
-    Resize(s->dinput, BT * C);
     for (auto* v : {&s->ln1, &s->atty, &s->residual2, &s->ln2, &s->residual3, &s->dres3, &s->dln2,
                     &s->dres2, &s->dln1}) {
       Resize(*v, L * BT * C);
@@ -68,16 +55,7 @@ LlamaStage<T>::LlamaStage(const GPT2Config& config, const StageSpec& stage, int6
     for (auto* v : {&s->h, &s->dh}) Resize(*v, L * BT * w.h);
     Resize(s->act, L * BT * w.act);
     Resize(s->att, L * B_ * NH * T_ * T_);
-    if (stage.has_head) {
-      Resize(s->lnf, BT * C);
-      Resize(s->dlnf, BT * C);
-      Resize(s->lnf_rstd, BT);
-      Resize(s->logits, BT * Vp);
-      Resize(s->dlogits, BT * Vp);
-      Resize(s->logsumexp, BT);
-      Resize(s->losses, BT);
-    }
-    slots_.push_back(std::move(s));
+    this->AddSlot(std::move(s));
   }
 }
 
@@ -118,101 +96,33 @@ std::vector<HostBuffer> PlanLlamaStageMemory(const GPT2Config& config, const Sta
 
 template <typename T>
 int64_t LlamaStage<T>::HostBytes() const {
-  int64_t elements = static_cast<int64_t>(params_.size() + grads_.size() + head_wte_grad_.size() +
-                                          scratch_f_.size() + scratch_c_.size() + rope_cos_.size() +
+  int64_t elements = static_cast<int64_t>(scratch_f_.size() + scratch_c_.size() + rope_cos_.size() +
                                           rope_sin_.size());
-  int64_t token_bytes = 0;
-  for (const auto& s : slots_) {
-    token_bytes += static_cast<int64_t>((s->tokens.size() + s->targets.size()) * sizeof(int32_t));
+  int64_t io_bytes = 0;
+  for (int i = 0; i < this->slots(); ++i) {
+    const Slot& s = slot_at(i);
+    io_bytes += this->SlotIoBytes(s);
     for (const std::vector<T>* v :
-         {&s->input,  &s->ln1,       &s->rstd1,  &s->qkv,   &s->atty,      &s->att,  &s->residual2,
-          &s->ln2,    &s->rstd2,     &s->h,      &s->act,   &s->residual3, &s->lnf,  &s->lnf_rstd,
-          &s->logits, &s->logsumexp, &s->losses, &s->dres3, &s->dh,        &s->dln2, &s->dres2,
-          &s->dqkv,   &s->dln1,      &s->dinput, &s->dlnf,  &s->dlogits}) {
+         {&s.ln1, &s.rstd1, &s.qkv, &s.atty, &s.att, &s.residual2, &s.ln2, &s.rstd2, &s.h, &s.act,
+          &s.residual3, &s.dres3, &s.dh, &s.dln2, &s.dres2, &s.dqkv, &s.dln1}) {
       elements += static_cast<int64_t>(v->size());
     }
   }
-  return elements * static_cast<int64_t>(sizeof(T)) + token_bytes;
+  return this->ParamBytes() + elements * static_cast<int64_t>(sizeof(T)) + io_bytes;
 }
-
-template <typename T>
-void InitLlamaParams(const ParamLayout& layout, uint64_t seed, T* params) {
-  const GPT2Config& cfg = layout.config;
-  const StageSpec& stage = layout.stage;
-  const T residual_std = static_cast<T>(0.02 / std::sqrt(2.0 * static_cast<double>(cfg.n_layer)));
-  for (int i = 0; i < kNumParamTensors; ++i) {
-    const ParamTensor t = static_cast<ParamTensor>(i);
-    const TensorSlot& slot = layout.slot(t);
-    if (!slot.present) continue;
-    const int64_t per = IsPerLayer(t) ? ParamElements(cfg, t) : slot.elements;
-    const int64_t pieces = IsPerLayer(t) ? stage.num_layers() : 1;
-    for (int64_t p = 0; p < pieces; ++p) {
-      T* dst = params + slot.offset + p * per;
-      if (t == ParamTensor::kLn1W || t == ParamTensor::kLn2W || t == ParamTensor::kLnfW) {
-        std::fill(dst, dst + per, static_cast<T>(1));
-        continue;
-      }
-      const int64_t global_layer = IsPerLayer(t) ? stage.first_layer + p : 0;
-      std::seed_seq seq{static_cast<uint64_t>(seed), static_cast<uint64_t>(i),
-                        static_cast<uint64_t>(global_layer)};
-      std::mt19937_64 rng(seq);
-      std::normal_distribution<double> normal(0.0, 1.0);
-      const bool residual = t == ParamTensor::kAttProjW || t == ParamTensor::kFcProjW;
-      const T std = residual ? residual_std : static_cast<T>(0.02);
-      // Padded vocabulary rows stay 0: no token indexes them and no softmax sees them.
-      const bool vocab = t == ParamTensor::kWte || t == ParamTensor::kLmHead;
-      const int64_t n = vocab ? cfg.vocab_size * cfg.n_embd : per;
-      for (int64_t k = 0; k < n; ++k) dst[k] = static_cast<T>(normal(rng)) * std;
-      std::fill(dst + n, dst + per, static_cast<T>(0));
-    }
-  }
-}
-
-template void InitLlamaParams<float>(const ParamLayout&, uint64_t, float*);
-template void InitLlamaParams<double>(const ParamLayout&, uint64_t, double*);
 
 template <typename T>
 void LlamaStage<T>::InitRandom(uint64_t seed) {
-  InitLlamaParams(layout_, seed, params_.data());
+  InitDecoderParams(this->layout(), seed, this->params());
 }
 
-template <typename T>
-void LlamaStage<T>::ZeroGrads() {
-  std::fill(grads_.begin(), grads_.end(), static_cast<T>(0));
-  std::fill(head_wte_grad_.begin(), head_wte_grad_.end(), static_cast<T>(0));
-}
-
-template <typename T>
-int32_t* LlamaStage<T>::tokens(int slot) {
-  return slots_[slot]->tokens.data();
-}
-template <typename T>
-int32_t* LlamaStage<T>::targets(int slot) {
-  return slots_[slot]->targets.data();
-}
-template <typename T>
-T* LlamaStage<T>::input_activations(int slot) {
-  return slots_[slot]->input.data();
-}
 template <typename T>
 const T* LlamaStage<T>::output_activations(int slot) const {
-  return slots_[slot]->residual3.data() + (stage().num_layers() - 1) * B_ * T_ * config().n_embd;
+  return slot_at(slot).residual3.data() + (stage().num_layers() - 1) * B_ * T_ * config().n_embd;
 }
 template <typename T>
 T* LlamaStage<T>::output_grad(int slot) {
-  return slots_[slot]->dres3.data() + (stage().num_layers() - 1) * B_ * T_ * config().n_embd;
-}
-template <typename T>
-const T* LlamaStage<T>::input_grad(int slot) const {
-  return slots_[slot]->dinput.data();
-}
-template <typename T>
-const T* LlamaStage<T>::losses(int slot) const {
-  return slots_[slot]->losses.data();
-}
-template <typename T>
-const T* LlamaStage<T>::logits(int slot) const {
-  return slots_[slot]->logits.data();
+  return slot_at(slot).dres3.data() + (stage().num_layers() - 1) * B_ * T_ * config().n_embd;
 }
 
 template <typename T>
@@ -256,7 +166,7 @@ void LlamaStage<T>::LayerForward(Slot& s, int64_t l, const T* x) {
 
 template <typename T>
 double LlamaStage<T>::Forward(int slot) {
-  Slot& s = *slots_[slot];
+  Slot& s = slot_at(slot);
   const GPT2Config& cfg = config();
   const int64_t BT = B_ * T_, C = cfg.n_embd;
   if (stage().has_embedding) {
@@ -266,13 +176,7 @@ double LlamaStage<T>::Forward(int slot) {
   if (!stage().has_head) return 0.0;
   cpu::RMSNormForward(s.lnf.data(), s.lnf_rstd.data(), output_activations(slot),
                       param(ParamTensor::kLnfW), static_cast<T>(cfg.norm_eps), BT, C);
-  cpu::MatmulForward<T>(s.logits.data(), s.lnf.data(), head_weight(), nullptr, BT, C,
-                        cfg.padded_vocab_size);
-  cpu::CrossEntropyForward(s.losses.data(), s.logsumexp.data(), s.logits.data(), s.targets.data(),
-                           BT, cfg.vocab_size, cfg.padded_vocab_size);
-  double sum = 0;
-  for (int64_t i = 0; i < BT; ++i) sum += s.losses[i];
-  return sum / static_cast<double>(BT);
+  return this->HeadForward(s);
 }
 
 template <typename T>
@@ -305,26 +209,12 @@ void LlamaStage<T>::LayerBackwardInput(Slot& s, int64_t l, const T* x, T* dx) {
 }
 
 template <typename T>
-void LlamaStage<T>::HeadGrad(const Slot& s) {
-  T* dst = tied() ? head_wte_grad_.data() : grad(ParamTensor::kLmHead);
-  cpu::MatmulBackwardWeight<T>(dst, nullptr, s.dlogits.data(), s.lnf.data(), B_ * T_,
-                               config().n_embd, config().padded_vocab_size);
-}
-
-template <typename T>
 void LlamaStage<T>::BackwardInput(int slot, T loss_scale) {
-  Slot& s = *slots_[slot];
-  const GPT2Config& cfg = config();
-  const int64_t BT = B_ * T_, C = cfg.n_embd, L = stage().num_layers();
+  Slot& s = slot_at(slot);
+  const int64_t BT = B_ * T_, C = config().n_embd, L = stage().num_layers();
   if (stage().has_head) {
-    cpu::CrossEntropyBackward(s.dlogits.data(), s.logits.data(), s.logsumexp.data(),
-                              s.targets.data(), loss_scale, BT, cfg.vocab_size,
-                              cfg.padded_vocab_size);
-    cpu::MatmulBackwardInput(s.dlnf.data(), s.dlogits.data(), head_weight(), BT, C,
-                             cfg.padded_vocab_size);
-    if (head_grad_in_input_) HeadGrad(s);
     T* dout = output_grad(slot);
-    std::fill(dout, dout + BT * C, static_cast<T>(0));
+    this->HeadBackwardInput(s, loss_scale, dout);
     cpu::RMSNormBackwardInput(dout, s.dlnf.data(), output_activations(slot),
                               param(ParamTensor::kLnfW), s.lnf_rstd.data(), BT, C);
   }
@@ -358,35 +248,21 @@ void LlamaStage<T>::LayerBackwardWeight(Slot& s, int64_t l, const T* x) {
 
 template <typename T>
 void LlamaStage<T>::BackwardWeight(int slot) {
-  Slot& s = *slots_[slot];
+  Slot& s = slot_at(slot);
   const int64_t BT = B_ * T_, C = config().n_embd, L = stage().num_layers();
-  auto done = [&](int64_t part) {
-    if (weight_grad_progress_) weight_grad_progress_(static_cast<int>(part));
-  };
   if (stage().has_head) {
-    if (!head_grad_in_input_) HeadGrad(s);
+    this->HeadBackwardWeight(s);
     cpu::RMSNormBackwardWeight(grad(ParamTensor::kLnfW), s.dlnf.data(), output_activations(slot),
                                s.lnf_rstd.data(), BT, C);
-    done(0);
+    this->WeightGradDone(0);
   }
   for (int64_t l = L - 1; l >= 0; --l) {
     LayerBackwardWeight(s, l, LayerInput(s, l));
-    done(L - l);
+    this->WeightGradDone(L - l);
   }
   if (stage().has_embedding) {
     cpu::EmbeddingBackwardWeight(grad(ParamTensor::kWte), s.dinput.data(), s.tokens.data(), BT, C);
-    done(L + 1);
-  }
-}
-
-template <typename T>
-void LlamaStage<T>::FoldHeadWteGrad() {
-  if (!stage().has_head || !tied()) return;
-  const int64_t n = static_cast<int64_t>(head_wte_grad_.size());
-  if (stage().has_embedding) {
-    cpu::AddInPlace(grad(ParamTensor::kWte), head_wte_grad_.data(), n);
-  } else {
-    std::memcpy(grad(ParamTensor::kWte), head_wte_grad_.data(), n * sizeof(T));
+    this->WeightGradDone(L + 1);
   }
 }
 

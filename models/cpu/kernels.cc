@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <vector>
 
+#include "models/cpu/attention.h"
 #include "models/cpu/parallel.h"
 #include "models/cpu/vec_math.h"
 
@@ -146,12 +146,7 @@ void LayerNormBackwardInput(T* dinp, const T* dout, const T* inp, const T* weigh
 template <typename T>
 void LayerNormBackwardWeight(T* dweight, T* dbias, const T* dout, const T* inp, const T* mean,
                              const T* rstd, int64_t N, int64_t C) {
-  // Threads own column blocks and walk the rows in order: deterministic sums.
-  constexpr int64_t kBlock = 64;
-  const int64_t blocks = (C + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (ParallelWorth(N * C))
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t lo = blk * kBlock, hi = std::min(C, lo + kBlock);
+  ForEachColumnBlock(C, N * C, [&](int64_t lo, int64_t hi) {
     for (int64_t n = 0; n < N; ++n) {
       const T* d = dout + n * C;
       const T* x = inp + n * C;
@@ -161,7 +156,7 @@ void LayerNormBackwardWeight(T* dweight, T* dbias, const T* dout, const T* inp, 
         dbias[i] += d[i];
       }
     }
-  }
+  });
 }
 
 template <typename T>
@@ -187,99 +182,25 @@ void MatmulBackwardWeight(T* dweight, T* dbias, const T* dout, const T* inp, int
                           int64_t C, int64_t OC) {
   Gemm<T>(true, false, OC, C, N, 1, dout, OC, inp, C, 1, dweight, C);
   if (dbias == nullptr) return;
-  constexpr int64_t kBlock = 64;
-  const int64_t blocks = (OC + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (ParallelWorth(N * OC))
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t lo = blk * kBlock, hi = std::min(OC, lo + kBlock);
+  ForEachColumnBlock(OC, N * OC, [&](int64_t lo, int64_t hi) {
     for (int64_t n = 0; n < N; ++n) {
       const T* d = dout + n * OC;
       for (int64_t o = lo; o < hi; ++o) dbias[o] += d[o];
     }
-  }
+  });
 }
 
+// GPT-2's multi-head attention is grouped-query attention with a key/value head per query head.
 template <typename T>
 void AttentionForward(T* out, T* att, const T* qkv, int64_t B, int64_t Tlen, int64_t C,
                       int64_t NH) {
-  const int64_t hs = C / NH, C3 = 3 * C;
-  const T scale = static_cast<T>(1) / std::sqrt(static_cast<T>(hs));
-#pragma omp parallel for collapse(3) schedule(static) if (ParallelWorth(B * Tlen * Tlen * C))
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t h = 0; h < NH; ++h) {
-      for (int64_t t = 0; t < Tlen; ++t) {
-        const T* q = qkv + (b * Tlen + t) * C3 + h * hs;
-        T* row = att + ((b * NH + h) * Tlen + t) * Tlen;
-        T maxval = -std::numeric_limits<T>::infinity();
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          const T* k = qkv + (b * Tlen + t2) * C3 + C + h * hs;
-          T dot = 0;
-          for (int64_t i = 0; i < hs; ++i) dot += q[i] * k[i];
-          row[t2] = dot * scale;
-          maxval = std::max(maxval, row[t2]);
-        }
-        T sum = 0;
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          row[t2] = VecExp(row[t2] - maxval);
-          sum += row[t2];
-        }
-        const T inv = static_cast<T>(1) / sum;
-        for (int64_t t2 = 0; t2 < Tlen; ++t2) row[t2] = t2 <= t ? row[t2] * inv : 0;
-        T* o = out + (b * Tlen + t) * C + h * hs;
-        for (int64_t i = 0; i < hs; ++i) o[i] = 0;
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          const T* v = qkv + (b * Tlen + t2) * C3 + 2 * C + h * hs;
-          const T a = row[t2];
-          for (int64_t i = 0; i < hs; ++i) o[i] += a * v[i];
-        }
-      }
-    }
-  }
+  GqaAttentionForward(out, att, qkv, B, Tlen, NH, NH, C / NH);
 }
 
 template <typename T>
 void AttentionBackward(T* dqkv, const T* dout, const T* qkv, const T* att, int64_t B,
                        int64_t Tlen, int64_t C, int64_t NH) {
-  const int64_t hs = C / NH, C3 = 3 * C;
-  const T scale = static_cast<T>(1) / std::sqrt(static_cast<T>(hs));
-  // One thread owns a (batch, head): its dk and dv rows collect from every later t.
-#pragma omp parallel for collapse(2) schedule(static) if (ParallelWorth(B * Tlen * Tlen * C))
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t h = 0; h < NH; ++h) {
-      for (int64_t t = 0; t < Tlen; ++t) {
-        T* d = dqkv + (b * Tlen + t) * C3 + h * hs;
-        for (int64_t i = 0; i < hs; ++i) d[i] = d[C + i] = d[2 * C + i] = 0;
-      }
-      std::vector<T> datt(Tlen);
-      for (int64_t t = 0; t < Tlen; ++t) {
-        const T* row = att + ((b * NH + h) * Tlen + t) * Tlen;
-        const T* dy = dout + (b * Tlen + t) * C + h * hs;
-        const T* q = qkv + (b * Tlen + t) * C3 + h * hs;
-        T* dq = dqkv + (b * Tlen + t) * C3 + h * hs;
-        T weighted = 0;
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          const T* v = qkv + (b * Tlen + t2) * C3 + 2 * C + h * hs;
-          T* dv = dqkv + (b * Tlen + t2) * C3 + 2 * C + h * hs;
-          T dot = 0;
-          for (int64_t i = 0; i < hs; ++i) {
-            dot += dy[i] * v[i];
-            dv[i] += row[t2] * dy[i];
-          }
-          datt[t2] = dot;
-          weighted += row[t2] * dot;
-        }
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          const T dpre = row[t2] * (datt[t2] - weighted) * scale;
-          const T* k = qkv + (b * Tlen + t2) * C3 + C + h * hs;
-          T* dk = dqkv + (b * Tlen + t2) * C3 + C + h * hs;
-          for (int64_t i = 0; i < hs; ++i) {
-            dq[i] += dpre * k[i];
-            dk[i] += dpre * q[i];
-          }
-        }
-      }
-    }
-  }
+  GqaAttentionBackward(dqkv, dout, qkv, att, B, Tlen, NH, NH, C / NH);
 }
 
 namespace {

@@ -55,6 +55,7 @@ void MatmulBackwardWeight(T* dweight, T* dbias, const T* dout, const T* inp, int
 
 // Causal multi-head self-attention. qkv is [B, T, 3C] (q, k, v side by side, heads inside
 // each), out is [B, T, C], att keeps the softmax probabilities [B, NH, T, T] for backward.
+// attention.h's grouped-query attention with NKV = NH, hs = C / NH.
 template <typename T>
 void AttentionForward(T* out, T* att, const T* qkv, int64_t B, int64_t Tlen, int64_t C,
                       int64_t NH);

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "models/cpu/parallel.h"
 #include "models/cpu/vec_math.h"
@@ -63,19 +62,14 @@ void RMSNormBackwardInput(T* dinp, const T* dout, const T* inp, const T* weight,
 template <typename T>
 void RMSNormBackwardWeight(T* dweight, const T* dout, const T* inp, const T* rstd, int64_t N,
                            int64_t C) {
-  // Threads own column blocks and walk the rows in order: deterministic sums.
-  constexpr int64_t kBlock = 64;
-  const int64_t blocks = (C + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (ParallelWorth(N * C))
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t lo = blk * kBlock, hi = std::min(C, lo + kBlock);
+  ForEachColumnBlock(C, N * C, [&](int64_t lo, int64_t hi) {
     for (int64_t n = 0; n < N; ++n) {
       const T* d = dout + n * C;
       const T* x = inp + n * C;
       const T s = rstd[n];
       for (int64_t i = lo; i < hi; ++i) dweight[i] += x[i] * s * d[i];
     }
-  }
+  });
 }
 
 template <typename T>
@@ -109,96 +103,6 @@ void RopeInPlace(T* x, const T* cos, const T* sin, int64_t B, int64_t Tlen, int6
         const T sn = inverse ? -s[i] : s[i];
         v[i] = x1 * c[i] - x2 * sn;
         v[i + half] = x2 * c[i] + x1 * sn;
-      }
-    }
-  }
-}
-
-template <typename T>
-void GqaAttentionForward(T* out, T* att, const T* qkv, int64_t B, int64_t Tlen, int64_t NH,
-                         int64_t NKV, int64_t hs) {
-  const int64_t row = (NH + 2 * NKV) * hs, C = NH * hs, group = NH / NKV;
-  const T scale = static_cast<T>(1) / std::sqrt(static_cast<T>(hs));
-#pragma omp parallel for collapse(3) schedule(static) if (ParallelWorth(B * Tlen * Tlen * C))
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t h = 0; h < NH; ++h) {
-      for (int64_t t = 0; t < Tlen; ++t) {
-        const int64_t kv = h / group;
-        const T* q = qkv + (b * Tlen + t) * row + h * hs;
-        T* a = att + ((b * NH + h) * Tlen + t) * Tlen;
-        T maxval = -std::numeric_limits<T>::infinity();
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          const T* k = qkv + (b * Tlen + t2) * row + C + kv * hs;
-          T dot = 0;
-          for (int64_t i = 0; i < hs; ++i) dot += q[i] * k[i];
-          a[t2] = dot * scale;
-          maxval = std::max(maxval, a[t2]);
-        }
-        T sum = 0;
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          a[t2] = VecExp(a[t2] - maxval);
-          sum += a[t2];
-        }
-        const T inv = static_cast<T>(1) / sum;
-        for (int64_t t2 = 0; t2 < Tlen; ++t2) a[t2] = t2 <= t ? a[t2] * inv : 0;
-        T* o = out + (b * Tlen + t) * C + h * hs;
-        for (int64_t i = 0; i < hs; ++i) o[i] = 0;
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          const T* v = qkv + (b * Tlen + t2) * row + C + NKV * hs + kv * hs;
-          for (int64_t i = 0; i < hs; ++i) o[i] += a[t2] * v[i];
-        }
-      }
-    }
-  }
-}
-
-template <typename T>
-void GqaAttentionBackward(T* dqkv, const T* dout, const T* qkv, const T* att, int64_t B,
-                          int64_t Tlen, int64_t NH, int64_t NKV, int64_t hs) {
-  const int64_t row = (NH + 2 * NKV) * hs, C = NH * hs, group = NH / NKV;
-  const int64_t koff = C, voff = C + NKV * hs;
-  const T scale = static_cast<T>(1) / std::sqrt(static_cast<T>(hs));
-  // One thread owns a (batch, key/value head): its dk and dv rows collect from every query
-  // head of its group and every later t, in a fixed order.
-#pragma omp parallel for collapse(2) schedule(static) if (ParallelWorth(B * Tlen * Tlen * C))
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t kv = 0; kv < NKV; ++kv) {
-      for (int64_t t = 0; t < Tlen; ++t) {
-        T* d = dqkv + (b * Tlen + t) * row;
-        for (int64_t i = 0; i < hs; ++i) d[koff + kv * hs + i] = d[voff + kv * hs + i] = 0;
-        for (int64_t h = kv * group; h < (kv + 1) * group; ++h) {
-          for (int64_t i = 0; i < hs; ++i) d[h * hs + i] = 0;
-        }
-      }
-      std::vector<T> datt(Tlen);
-      for (int64_t h = kv * group; h < (kv + 1) * group; ++h) {
-        for (int64_t t = 0; t < Tlen; ++t) {
-          const T* a = att + ((b * NH + h) * Tlen + t) * Tlen;
-          const T* dy = dout + (b * Tlen + t) * C + h * hs;
-          const T* q = qkv + (b * Tlen + t) * row + h * hs;
-          T* dq = dqkv + (b * Tlen + t) * row + h * hs;
-          T weighted = 0;
-          for (int64_t t2 = 0; t2 <= t; ++t2) {
-            const T* v = qkv + (b * Tlen + t2) * row + voff + kv * hs;
-            T* dv = dqkv + (b * Tlen + t2) * row + voff + kv * hs;
-            T dot = 0;
-            for (int64_t i = 0; i < hs; ++i) {
-              dot += dy[i] * v[i];
-              dv[i] += a[t2] * dy[i];
-            }
-            datt[t2] = dot;
-            weighted += a[t2] * dot;
-          }
-          for (int64_t t2 = 0; t2 <= t; ++t2) {
-            const T dpre = a[t2] * (datt[t2] - weighted) * scale;
-            const T* k = qkv + (b * Tlen + t2) * row + koff + kv * hs;
-            T* dk = dqkv + (b * Tlen + t2) * row + koff + kv * hs;
-            for (int64_t i = 0; i < hs; ++i) {
-              dq[i] += dpre * k[i];
-              dk[i] += dpre * q[i];
-            }
-          }
-        }
       }
     }
   }
@@ -250,10 +154,6 @@ void SwiGluBackward(T* dh, const T* h, const T* dout, int64_t N, int64_t F) {
   template void RopeTables<T>(std::vector<T>*, std::vector<T>*, int64_t, int64_t, double);    \
   template void RopeInPlace<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,    \
                                int64_t, bool);                                                \
-  template void GqaAttentionForward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t,  \
-                                       int64_t);                                              \
-  template void GqaAttentionBackward<T>(T*, const T*, const T*, const T*, int64_t, int64_t,   \
-                                        int64_t, int64_t, int64_t);                           \
   template void SwiGluForward<T>(T*, const T*, int64_t, int64_t);                             \
   template void SwiGluBackward<T>(T*, const T*, const T*, int64_t, int64_t);
 

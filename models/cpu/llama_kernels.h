@@ -3,12 +3,14 @@
 // with the same rules: every output element computed by one thread in a fixed order, weight
 // gradients accumulate (+=), input gradients overwrite unless stated.
 //
-// Shapes: N rows (= batch × time), C channels. Attention's qkv rows are [q (NH·hs), k (NKV·hs),
-// v (NKV·hs)]: grouped-query attention, query head h reads key/value head h / (NH / NKV).
+// Shapes: N rows (= batch × time), C channels. Grouped-query attention
+// (GqaAttentionForward/Backward) is attention.h's, which GPT-2 shares.
 #pragma once
 
 #include <cstdint>
 #include <vector>
+
+#include "models/cpu/attention.h"
 
 namespace freeride::cpu {
 
@@ -39,16 +41,6 @@ void RopeTables(std::vector<T>* cos, std::vector<T>* sin, int64_t Tlen, int64_t 
 template <typename T>
 void RopeInPlace(T* x, const T* cos, const T* sin, int64_t B, int64_t Tlen, int64_t heads,
                  int64_t hs, int64_t stride, bool inverse);
-
-// Causal grouped-query attention: qkv [B, Tlen, (NH + 2·NKV)·hs], out [B, Tlen, NH·hs], att
-// keeps the softmax probabilities [B, NH, Tlen, Tlen] for backward.
-template <typename T>
-void GqaAttentionForward(T* out, T* att, const T* qkv, int64_t B, int64_t Tlen, int64_t NH,
-                         int64_t NKV, int64_t hs);
-// dqkv = gradient of the attention inputs (overwritten).
-template <typename T>
-void GqaAttentionBackward(T* dqkv, const T* dout, const T* qkv, const T* att, int64_t B,
-                          int64_t Tlen, int64_t NH, int64_t NKV, int64_t hs);
 
 // SwiGLU: h is [N, 2F] (gate columns then up columns); out [N, F] = silu(gate) · up.
 template <typename T>

@@ -7,11 +7,24 @@
 // the same either way (ThreadCountTest).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 namespace freeride::cpu {
 
 // `work`: about how many scalar operations the loop does in all.
 inline bool ParallelWorth(int64_t work) { return work >= (int64_t{1} << 15); }
+
+// Calls `block(lo, hi)` for the column blocks [lo, hi) of `C` columns, 64 wide, a block to a
+// thread: a per-column sum over rows that walks the rows in order inside `block` is then
+// deterministic (the weight and bias gradients of norms and matrix products).
+template <typename Block>
+void ForEachColumnBlock(int64_t C, int64_t work, const Block& block) {
+  constexpr int64_t kBlock = 64;
+  const int64_t blocks = (C + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (ParallelWorth(work))
+  for (int64_t blk = 0; blk < blocks; ++blk)
+    block(blk * kBlock, std::min(C, blk * kBlock + kBlock));
+}
 
 }  // namespace freeride::cpu

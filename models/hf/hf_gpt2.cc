@@ -56,10 +56,6 @@ int64_t OffsetOf(const ParamLayout& layout, const GPT2Config& c, const Mapping& 
   return at;
 }
 
-std::string Dims(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 }  // namespace
 
 nlohmann::ordered_json Gpt2HfConfig(const GPT2Config& c, const std::string& torch_dtype) {
@@ -194,15 +190,10 @@ absl::StatusOr<std::vector<float>> Gpt2FromHf(const GPT2Config& c,
     auto it = spelled.find(m.name);
     if (it == spelled.end()) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("tensor \"%s%s\" %s is missing", kPrefix, m.name, Dims(m.shape)));
+          absl::StrFormat("tensor \"%s%s\" %s is missing", kPrefix, m.name, HfShape(m.shape)));
     }
-    absl::StatusOr<HfTensorValues> t = read(it->second);
+    absl::StatusOr<HfTensorValues> t = ReadHfTensor(read, it->second, m.shape);
     if (!t.ok()) return t.status();
-    if (t->shape != m.shape) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("tensor \"%s\" has shape %s; config.json's model needs %s", it->second,
-                          Dims(t->shape), Dims(m.shape)));
-    }
     float* dst = params.data() + OffsetOf(layout, c, m);
     if (m.transposed) {
       const int64_t in = m.shape[0], outs = m.shape[1];
@@ -214,16 +205,11 @@ absl::StatusOr<std::vector<float>> Gpt2FromHf(const GPT2Config& c,
     }
   }
   if (std::find(names.begin(), names.end(), "lm_head.weight") != names.end()) {
-    absl::StatusOr<HfTensorValues> head = read("lm_head.weight");
-    if (!head.ok()) return head.status();
-    const float* wte = params.data() + layout.slot(ParamTensor::kWte).offset;
-    const std::vector<int64_t> want = {c.vocab_size, c.n_embd};
-    if (head->shape != want ||
-        std::memcmp(head->values.data(), wte, head->values.size() * sizeof(float)) != 0) {
-      return absl::InvalidArgumentError(
-          "tensor \"lm_head.weight\" differs from the embedding \"transformer.wte.weight\": "
-          "freeride's GPT-2 ties its head to the embedding");
-    }
+    const absl::Status tied = CheckHfHeadTied(
+        read, c, params.data() + layout.slot(ParamTensor::kWte).offset,
+        "tensor \"lm_head.weight\" differs from the embedding \"transformer.wte.weight\": "
+        "freeride's GPT-2 ties its head to the embedding");
+    if (!tied.ok()) return tied;
   }
   return params;
 }

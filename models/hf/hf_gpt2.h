@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "models/gpt2_config.h"
+#include "models/hf/hf_tensors.h"
 #include "models/hf/safetensors.h"
 
 namespace freeride {
@@ -33,13 +34,6 @@ absl::StatusOr<GPT2Config> Gpt2ConfigFromHf(const nlohmann::json& config, const 
 // The whole model's parameters (llm.c order, `NumParameters(config)` values) as HF tensors, in
 // the order GPT2LMHeadModel.state_dict() lists them.
 std::vector<SafetensorsTensor> Gpt2ToHf(const GPT2Config& config, const float* params);
-
-// A tensor read by name: its shape and fp32 values, or NotFound.
-struct HfTensorValues {
-  std::vector<int64_t> shape;
-  std::vector<float> values;
-};
-using HfTensorReader = std::function<absl::StatusOr<HfTensorValues>(const std::string& name)>;
 
 // The whole model's parameters (llm.c order; padded embedding rows zero) from HF tensors.
 // Names are taken with or without the "transformer." prefix (GPT2LMHeadModel's and GPT2Model's

@@ -60,10 +60,6 @@ int64_t Elements(const std::vector<int64_t>& shape) {
   return n;
 }
 
-std::string Dims(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 }  // namespace
 
 nlohmann::ordered_json LlamaHfConfig(const GPT2Config& c, const std::string& torch_dtype) {
@@ -179,29 +175,19 @@ absl::StatusOr<std::vector<float>> LlamaFromHf(const GPT2Config& c,
   for (const Mapping& m : mappings) {
     if (present.count(m.name) == 0) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("tensor \"%s\" %s is missing", m.name, Dims(m.shape)));
+          absl::StrFormat("tensor \"%s\" %s is missing", m.name, HfShape(m.shape)));
     }
-    absl::StatusOr<HfTensorValues> t = read(m.name);
+    absl::StatusOr<HfTensorValues> t = ReadHfTensor(read, m.name, m.shape);
     if (!t.ok()) return t.status();
-    if (t->shape != m.shape) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("tensor \"%s\" has shape %s; config.json's model needs %s", m.name,
-                          Dims(t->shape), Dims(m.shape)));
-    }
     std::memcpy(params.data() + OffsetOf(layout, c, m), t->values.data(),
                 t->values.size() * sizeof(float));
   }
   if (c.tie_embeddings && present.count("lm_head.weight") != 0) {
-    absl::StatusOr<HfTensorValues> head = read("lm_head.weight");
-    if (!head.ok()) return head.status();
-    const float* wte = params.data() + layout.slot(ParamTensor::kWte).offset;
-    const std::vector<int64_t> want = {c.vocab_size, c.n_embd};
-    if (head->shape != want ||
-        std::memcmp(head->values.data(), wte, head->values.size() * sizeof(float)) != 0) {
-      return absl::InvalidArgumentError(
-          "tensor \"lm_head.weight\" differs from the embedding \"model.embed_tokens.weight\" "
-          "but config.json says tie_word_embeddings = true");
-    }
+    const absl::Status tied = CheckHfHeadTied(
+        read, c, params.data() + layout.slot(ParamTensor::kWte).offset,
+        "tensor \"lm_head.weight\" differs from the embedding \"model.embed_tokens.weight\" "
+        "but config.json says tie_word_embeddings = true");
+    if (!tied.ok()) return tied;
   }
   return params;
 }
