@@ -81,6 +81,15 @@ class BasicCpuStageModel final : public StageModel {
   absl::Status SetParams(const float* src) override;
   absl::Status GetOptimizerState(float* m, float* v) override;
   absl::Status SetOptimizerState(const float* m, const float* v) override;
+  absl::Status ShardOptimizerState(std::vector<ParamRange> ranges) override;
+  int64_t OptimizerStateElements() const override { return static_cast<int64_t>(m_.size()); }
+  int64_t OptimizerStateBytes() const override {
+    return static_cast<int64_t>((m_.capacity() + v_.capacity()) * sizeof(float));
+  }
+  absl::Status ShardGradSquares(const std::vector<ParamRange>& ranges, double* partials) override;
+  absl::StatusOr<float*> HostParams(int64_t offset, int64_t) override {
+    return model_.params() + offset;
+  }
   absl::Status InitRandom(uint64_t seed) override {
     model_.InitRandom(seed);
     return absl::OkStatus();
@@ -89,7 +98,10 @@ class BasicCpuStageModel final : public StageModel {
  private:
   int64_t ActivationFloats() const;
   Stage model_;
+  // The moments: of every parameter, or (ZeRO-1) of `shard_`'s ranges packed in order.
   std::vector<float> m_, v_;
+  std::vector<ParamRange> shard_;
+  bool sharded_ = false;
   double kept_loss_ = 0;  // ForwardKeepingLoss's sum since TakeLosses
 };
 

@@ -156,12 +156,14 @@ absl::Status StageExecutor::ReduceTied(double* waited) {
   return s.ok() ? owner->CommitHostGrads(offset, n) : s;
 }
 
-void StageExecutor::set_dp_bucket_mb(double mib) {
+void StageExecutor::set_dp_bucket_mb(double mib, bool zero) {
   buckets_.reset();
-  if (mib <= 0 || layout_.dp <= 1 || !has_backward_) return;
-  const int64_t floats = std::max<int64_t>(1, std::llround(mib * (1 << 20) / sizeof(float)));
+  if ((mib <= 0 && !zero) || layout_.dp <= 1 || !has_backward_) return;
+  // ZeRO-1 without buckets: one per chunk, within MPI's int counts.
+  int64_t floats = int64_t{1} << 28;
+  if (mib > 0) floats = std::max<int64_t>(1, std::llround(mib * (1 << 20) / sizeof(float)));
   buckets_ =
-      std::make_unique<GradBuckets>(chunks_, floats, transport_, layout_.DataParallelGroup());
+      std::make_unique<GradBuckets>(chunks_, floats, transport_, layout_.DataParallelGroup(), zero);
 }
 
 absl::Status StageExecutor::ReduceDataParallel(double* waited) {

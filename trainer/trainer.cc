@@ -18,6 +18,7 @@
 #include "core/logging.h"
 #include "core/timer.h"
 #include "models/backend.h"
+#include "models/grad_norm.h"
 #include "models/llmc_checkpoint.h"
 #include "pipeline/passes.h"
 #include "trainer/checkpoint_manifest.h"
@@ -321,7 +322,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
                                },
                                [self] { return self->Speculate(); }});
   t->executor_->set_clock(clock, compute);
-  t->executor_->set_dp_bucket_mb(config.parallel.dp_bucket_mb);
+  t->executor_->set_dp_bucket_mb(config.parallel.dp_bucket_mb, config.parallel.zero == 1);
+  if (t->executor_->zero()) {
+    // ZeRO-1: each chunk keeps the moments of this rank's share only (a resume below fills
+    // them).
+    for (int c = 0; c < L.chunks; ++c) {
+      if (absl::Status s = t->chunks_[c]->ShardOptimizerState(t->executor_->buckets()->owned(c));
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
   t->IndexBubbles();
 
   // The global batch: dp replicas × batch_size sequences, replica r taking its own rows.
@@ -410,12 +421,47 @@ absl::StatusOr<std::vector<double>> Trainer::GradientUnits() {
   // Gradient squares per model unit (embedding, layers, final LayerNorm) at their places in
   // the whole model: every stage fills its own, the sum over the pipeline adds zeros
   // elsewhere (exact), and the units are added in model order, as one process would.
+  // ZeRO-1: each rank makes the norm's chunk sums of its share, the data-parallel group sums
+  // them (each has one owner: exact) and every rank adds them up in the one fixed order
+  // (models/grad_norm.h): the bits of the unsharded norm.
   const int64_t L = model_config_.n_layer;
   std::vector<double> units(L + 2, 0.0);
-  for (const auto& chunk : chunks_) {
-    absl::StatusOr<std::vector<double>> squares = chunk->GradSquaresByUnit();
-    if (!squares.ok()) return squares.status();
-    const std::vector<double>& own = *squares;
+  std::vector<std::vector<double>> stage_units(chunks_.size());
+  if (executor_->zero()) {
+    std::vector<NormPlan> plans;
+    std::vector<int64_t> first;
+    int64_t chunks = 0;
+    for (const auto& chunk : chunks_) {
+      plans.push_back(PlanGradNorm(chunk->layout()));
+      first.push_back(chunks);
+      chunks += plans.back().chunks;
+    }
+    std::vector<double> partials(chunks, 0.0);
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      if (absl::Status s = chunks_[c]->ShardGradSquares(executor_->buckets()->owned(c),
+                                                        partials.data() + first[c]);
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (absl::Status s = transport_->AllReduceSum(
+            partials.data(), chunks, layout_.DataParallelGroup(), config_.runtime.comm_timeout_s);
+        !s.ok()) {
+      return s;
+    }
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      stage_units[c] = UnitsFromChunkSquares(plans[c], partials.data() + first[c]);
+    }
+  } else {
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      absl::StatusOr<std::vector<double>> squares = chunks_[c]->GradSquaresByUnit();
+      if (!squares.ok()) return squares.status();
+      stage_units[c] = *std::move(squares);
+    }
+  }
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const StageModel* chunk = chunks_[c].get();
+    const std::vector<double>& own = stage_units[c];
     size_t k = 0;
     if (chunk->stage().has_embedding) units[0] = own[k++];
     for (int64_t l = chunk->stage().first_layer; l < chunk->stage().last_layer; ++l) {
