@@ -24,6 +24,7 @@
 #include "trainer/checkpoint_manifest.h"
 #include "trainer/emulation.h"
 #include "trainer/jobs/job_runner.h"
+#include "trainer/memory_report.h"
 #include "trainer/pipeline_plan.h"
 #include "trainer/run_dir.h"
 #include "trainer/train_state.h"
@@ -369,10 +370,16 @@ absl::Status Trainer::CheckHostMemory(const std::vector<StageSpec>& chunks, int6
                                       int slots, int microbatches) const {
   const TrainConfig& tc = config_.train;
   std::vector<HostBuffer> plan;
+  // ZeRO-1: the moments of this rank's share only.
+  const bool zero = config_.parallel.zero == 1 && layout_.dp > 1;
+  int64_t moments = 0;  // the parameters whose moments this rank holds
   if (config_.runtime.device == "cpu") {
     for (const StageSpec& spec : chunks) {
+      const int64_t share =
+          zero ? ZeroShareElements(model_config_, spec, layout_.dp, layout_.replica) : -1;
+      moments += zero ? share : MakeParamLayout(model_config_, spec).total;
       for (HostBuffer& b : PlanCpuStageMemory(model_config_, spec, micro_batch, tc.seq_len, slots,
-                                              StageRecompute(config_, layout_.stage))) {
+                                              StageRecompute(config_, layout_.stage), share)) {
         if (chunks.size() > 1) {
           b.name = absl::StrFormat("chunk layers %d..%d: %s", spec.first_layer, spec.last_layer,
                                    b.name);
@@ -392,7 +399,7 @@ absl::Status Trainer::CheckHostMemory(const std::vector<StageSpec>& chunks, int6
     int64_t params = 0;
     for (const StageSpec& spec : chunks) params += MakeParamLayout(model_config_, spec).total;
     plan.push_back({"post-validation's copy of parameters and AdamW moments",
-                    3 * params * static_cast<int64_t>(sizeof(float))});
+                    (params + 2 * moments) * static_cast<int64_t>(sizeof(float))});
   }
   absl::Status s = CheckHostMemoryPlan(plan, AvailableHostMemory(),
                                        config_.runtime.emulate_peers ? 1 : NodeLocalSize());

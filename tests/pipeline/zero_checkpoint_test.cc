@@ -120,7 +120,9 @@ std::map<int64_t, std::pair<uint32_t, uint32_t>> SavedMoments(const std::string&
       ReadRankState((std::filesystem::path(dir) / RankStateFileName(stage)).string());
   EXPECT_TRUE(state.ok()) << state.status();
   if (!state.ok()) return moments;
-  if (state->moment_shards > 0) EXPECT_TRUE(AssembleStageMoments(dir, &*state).ok());
+  if (state->moment_shards > 0) {
+    EXPECT_TRUE(AssembleStageMoments(dir, &*state).ok());
+  }
   for (size_t i = 0; i < state->m.size(); ++i) {
     moments[static_cast<int64_t>(i)] = {std::bit_cast<uint32_t>(state->m[i]),
                                         std::bit_cast<uint32_t>(state->v[i])};
