@@ -118,6 +118,7 @@ absl::Status BasicCpuStageModel<Stage>::ApplyAdamW(const AdamWStep& step) {
   p.step = step.step;
   p.grad_scale = static_cast<float>(step.grad_scale);
   const float decay = static_cast<float>(step.weight_decay);
+  EnsureMoments();
   if (!sharded_) {
     for (const TensorSlot& slot : layout().slots) {
       if (!slot.present) continue;
@@ -157,8 +158,10 @@ absl::Status BasicCpuStageModel<Stage>::ShardOptimizerState(std::vector<ParamRan
   std::vector<float> m(held), v(held);
   int64_t at = 0;
   for (const ParamRange& r : ranges) {
-    std::copy_n(m_.begin() + r.offset, r.n, m.begin() + at);
-    std::copy_n(v_.begin() + r.offset, r.n, v.begin() + at);
+    if (!m_.empty()) {  // moments made already: kept; else zeros
+      std::copy_n(m_.begin() + r.offset, r.n, m.begin() + at);
+      std::copy_n(v_.begin() + r.offset, r.n, v.begin() + at);
+    }
     at += r.n;
   }
   m_ = std::move(m);
@@ -180,12 +183,14 @@ absl::Status BasicCpuStageModel<Stage>::SetParams(const float* src) {
 }
 template <typename Stage>
 absl::Status BasicCpuStageModel<Stage>::GetOptimizerState(float* m, float* v) {
+  EnsureMoments();
   std::memcpy(m, m_.data(), m_.size() * sizeof(float));
   std::memcpy(v, v_.data(), v_.size() * sizeof(float));
   return absl::OkStatus();
 }
 template <typename Stage>
 absl::Status BasicCpuStageModel<Stage>::SetOptimizerState(const float* m, const float* v) {
+  EnsureMoments();
   std::memcpy(m_.data(), m, m_.size() * sizeof(float));
   std::memcpy(v_.data(), v, v_.size() * sizeof(float));
   return absl::OkStatus();

@@ -19,9 +19,7 @@ class BasicCpuStageModel final : public StageModel {
   template <typename... StageArgs>
   BasicCpuStageModel(const GPT2Config& config, const StageSpec& stage, int64_t micro_batch,
                      int64_t seq_len, int slots, StageArgs... stage_args)
-      : model_(config, stage, micro_batch, seq_len, slots, stage_args...),
-        m_(model_.num_params(), 0.0f),
-        v_(model_.num_params(), 0.0f) {}
+      : model_(config, stage, micro_batch, seq_len, slots, stage_args...) {}
 
   Stage& model() { return model_; }
 
@@ -82,7 +80,10 @@ class BasicCpuStageModel final : public StageModel {
   absl::Status GetOptimizerState(float* m, float* v) override;
   absl::Status SetOptimizerState(const float* m, const float* v) override;
   absl::Status ShardOptimizerState(std::vector<ParamRange> ranges) override;
-  int64_t OptimizerStateElements() const override { return static_cast<int64_t>(m_.size()); }
+  int64_t OptimizerStateElements() const override {
+    return sharded_ ? static_cast<int64_t>(m_.size()) : num_params();
+  }
+  // What the moments take now (none before they are first needed).
   int64_t OptimizerStateBytes() const override {
     return static_cast<int64_t>((m_.capacity() + v_.capacity()) * sizeof(float));
   }
@@ -98,7 +99,14 @@ class BasicCpuStageModel final : public StageModel {
  private:
   int64_t ActivationFloats() const;
   Stage model_;
-  // The moments: of every parameter, or (ZeRO-1) of `shard_`'s ranges packed in order.
+  // The moments: of every parameter, or (ZeRO-1) of `shard_`'s ranges packed in order. Made
+  // when first needed (zeros), so that a chunk sharded before its first step never holds the
+  // whole moments (they would stay in the process's peak memory).
+  void EnsureMoments() {
+    if (sharded_ || !m_.empty()) return;
+    m_.assign(num_params(), 0.0f);
+    v_.assign(num_params(), 0.0f);
+  }
   std::vector<float> m_, v_;
   std::vector<ParamRange> shard_;
   bool sharded_ = false;

@@ -32,6 +32,9 @@ struct GradBucket {
   int ready_part = 0;  // the latest part among its pieces: the bucket starts after it
 };
 
+// ZeRO-1's bucket size where parallel.dp_bucket_mb is 0, MiB.
+inline constexpr double kZeroBucketMb = 4;
+
 // wte's part: after every part the backward reports (the tied sum adds to it at REDUCE_GRADS).
 inline int TiedPart(const StageSpec& stage) { return static_cast<int>(stage.num_layers()) + 2; }
 

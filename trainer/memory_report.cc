@@ -108,15 +108,21 @@ absl::StatusOr<std::string> HostMemoryReport(const Config& config) {
     }
     int64_t whole = 0;
     for (const StageSpec& spec : specs) whole += MakeParamLayout(*model, spec).total;
+    // The buckets pack the stage's gradients into a copy of their own to send.
+    const bool buckets = dp > 1 && (zero || config.parallel.dp_bucket_mb > 0);
+    const int64_t staging = buckets ? whole * static_cast<int64_t>(sizeof(float)) : 0;
+    total += staging;
     const std::string sharded =
         zero ? absl::StrFormat(" (ZeRO-1: the largest of %d shares; all of them: %s)", dp,
                                FormatBytes(2 * whole * static_cast<int64_t>(sizeof(float))))
              : "";
     out += absl::StrFormat(
         "stage %d: layers %s; recompute %s; %d activation slot(s) of %s each, %s recomputed "
-        "(shared by the slots); AdamW moments %s per rank%s; %s\n",
+        "(shared by the slots); AdamW moments %s per rank%s;%s %s\n",
         s, DescribeStageChunks(*pipeline_plan, pp, s), RecomputeName(mode), slots,
         FormatBytes(per_slot), FormatBytes(recomputed), FormatBytes(moments), sharded,
+        buckets ? absl::StrFormat(" the data-parallel buckets' copy %s;", FormatBytes(staging))
+                : "",
         FormatBytes(total));
   }
   return out;

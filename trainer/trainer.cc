@@ -395,9 +395,14 @@ absl::Status Trainer::CheckHostMemory(const std::vector<StageSpec>& chunks, int6
                                          activation * MessageTypeBytes(messages)});
   plan.push_back({"the global batch's tokens", 2 * tc.batch_size * layout_.dp * tc.seq_len *
                                                    static_cast<int64_t>(sizeof(int32_t))});
+  int64_t params = 0;
+  for (const StageSpec& spec : chunks) params += MakeParamLayout(model_config_, spec).total;
+  if (config_.runtime.device != "cpu") moments = params;  // CUDA: no ZeRO-1
+  if (layout_.dp > 1 && (zero || config_.parallel.dp_bucket_mb > 0)) {
+    plan.push_back({"the data-parallel buckets' copy of the gradients",
+                    params * static_cast<int64_t>(sizeof(float))});
+  }
   if (config_.optim.step_sync == "post_validate") {
-    int64_t params = 0;
-    for (const StageSpec& spec : chunks) params += MakeParamLayout(model_config_, spec).total;
     plan.push_back({"post-validation's copy of parameters and AdamW moments",
                     (params + 2 * moments) * static_cast<int64_t>(sizeof(float))});
   }

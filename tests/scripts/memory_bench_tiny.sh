@@ -3,8 +3,9 @@
 # per recompute mode and zero 0 / 1 on 4 MPI ranks, pp 2 × dp 2), so that the script cannot rot
 # between the runs that measure: it runs every arm, reads each run's peaks and step times, and
 # prints the table with the plan's per-stage figures, stage 0's smaller under full than under
-# none (it holds 2 micro-batches in 1F1B) and under zero 1 than 0 (half the moments). Figures
-# are not checked: this is the script's logic, not a measurement.
+# none (it holds 2 micro-batches in 1F1B) with zero 0 and 1 (at dp 2 zero 1's plan is about
+# zero 0's: half the moments less, the buckets' copy of the gradients more). Figures are not
+# checked: this is the script's logic, not a measurement.
 # Usage: memory_bench_tiny.sh --build BUILD_DIR
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -34,7 +35,5 @@ assert len(plans) == 6, plans
 assert all(len(p) == 2 for p in plans.values()), plans
 for zero in "01":
     assert plans[f"full/{zero}"][0] < plans[f"selective/{zero}"][0] < plans[f"none/{zero}"][0], plans
-for mode in ("none", "selective", "full"):
-    assert all(plans[f"{mode}/1"][s] < plans[f"{mode}/0"][s] for s in range(2)), plans
 print("ok: stage 0 plans", {m: p[0] for m, p in plans.items()})
 PY

@@ -231,7 +231,7 @@ std::vector<KeySpec> BuildSchema() {
           .Doc("1: ZeRO-1 with dp > 1: each data-parallel rank of a stage keeps the AdamW "
                "moments of only its share (about 1/dp) of the stage's parameters; the "
                "gradient sum becomes a reduce-scatter in the buckets' layout "
-               "(parallel.dp_bucket_mb; one bucket per model chunk at 0), each rank steps its "
+               "(parallel.dp_bucket_mb; buckets of 4 MiB at 0), each rank steps its "
                "share, and an all-gather returns the parameters. The same bits as 0 "
                "(docs/training.md#zero-1-optimizer-sharding); checkpoints save each rank's "
                "share and resume under any dp, pp or zero. CPU only: refused with "
