@@ -73,9 +73,10 @@ TEST(LlamaTrainTest, ResumeIsBitIdenticalAndInitFromTakesItsModel) {
 
 TEST(LlamaTrainTest, GPT2OnlyPartsRefuseNamingTheFamily) {
   const GPT2Config cfg = *MakeLlamaConfig(2, 4, 2, 16, 8, 11, 24, 1e4, 1e-5, true);
-  absl::Status s = RequireGpt2(cfg, "the KV-cache decoder");
+  absl::Status s = RequireGpt2(cfg, "the CUDA backend's memory plan");
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(s.message(), "model.arch = \"llama\": the KV-cache decoder implements GPT-2 only");
+  EXPECT_EQ(s.message(),
+            "model.arch = \"llama\": the CUDA backend's memory plan implements GPT-2 only");
   EXPECT_TRUE(RequireGpt2(*MakeGPT2Config(2, 2, 8, 8, 11), "the decoder").ok());
 }
 

@@ -100,12 +100,25 @@ int ConfigCheck(const ParsedFlags& flags) {
 int ConfigMemory(const ParsedFlags& flags) {
   absl::StatusOr<Config> config = ConfigFromFlags(flags);
   if (!config.ok()) return ReportConfigErrors(config.status());
-  absl::StatusOr<std::string> report = DeviceMemoryReport(*config);
-  if (!report.ok()) {
-    std::cerr << "error: " << report.status().message() << "\n";
+  absl::StatusOr<std::string> summary = ModelSummary(*config);
+  if (!summary.ok()) {
+    std::cerr << "error: " << summary.status().message() << "\n";
     return kExitFailure;
   }
-  std::cout << *report;
+  std::cout << *summary;
+  absl::StatusOr<std::string> report = DeviceMemoryReport(*config);
+  // A CPU run of a family the CUDA backend lacks still gets its host plan below.
+  const bool device_planned =
+      report.ok() || !absl::IsUnimplemented(report.status()) || config->runtime.device != "cpu";
+  if (!device_planned) {
+    std::cout << "device memory on the CUDA backend: not planned (" << report.status().message()
+              << ")\n";
+  } else if (!report.ok()) {
+    std::cerr << "error: " << report.status().message() << "\n";
+    return kExitFailure;
+  } else {
+    std::cout << *report;
+  }
   if (config->runtime.device == "cpu") {
     absl::StatusOr<std::string> host = HostMemoryReport(*config);
     if (!host.ok()) {
@@ -144,8 +157,9 @@ const std::vector<Command>& Commands() {
        "FILE"},
       {"config memory",
        "freeride config memory [FILE] [--set SECTION.KEY=VALUE]...",
-       "device memory each pipeline stage of a config's run would need on the CUDA backend "
-       "(and, for a CPU run, host memory on the CPU backend, with its recomputation)",
+       "the model (parameters, training FLOPs per token), device memory each pipeline stage "
+       "of a config's run would need on the CUDA backend (and, for a CPU run, host memory on "
+       "the CPU backend, with its recomputation)",
        {kSetFlag},
        ConfigMemory,
        "FILE"},
