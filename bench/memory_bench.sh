@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# Activation recomputation (model.recompute) on the CPU pipeline: peak resident memory per rank
-# and step time with recompute none, selective and full, measured on 2 MPI ranks (pp 2, 1F1B;
-# DP=2: 4 ranks, pp 2 × dp 2). ROUNDS rounds of one run per mode, the modes' order rotated
+# Activation recomputation (model.recompute) and ZeRO-1 (parallel.zero) on the CPU pipeline:
+# peak resident memory per rank and step time with recompute none, selective and full, each
+# with zero 0 and 1, measured on 4 MPI ranks (pp 2 × dp 2, 1F1B; DP=1: 2 ranks and zero 0
+# only, ZeRO-1 needing replicas). ROUNDS rounds of one run per arm, the arms' order rotated
 # each round; a run's figures are each stage's peak resident set at its last step
-# (metrics.jsonl's host_peak_bytes, replica 0) and its mean step time after the first WARMUP
-# steps. Printed: per mode and stage the mean peak over rounds, beside what `freeride config
-# memory` plans for that stage (the CPU backend's model, moments and slots; the process's code,
-# libraries, message buffers and batch are not in it), and the mean step time with a 95%
-# t-interval and its ratio to none.
+# (metrics.jsonl's host_peak_bytes: replica 0's rank of the stage) and its mean step time after
+# the first WARMUP steps. Printed: per arm and stage the mean peak over rounds, beside what
+# `freeride config memory` plans for that stage (the CPU backend's model, moments, a ZeRO-1
+# rank's share of them, and slots; the process's code, libraries, message buffers, the
+# buckets' staging and batch are not in it), and the mean step time with a 95% t-interval and
+# its ratio to recompute none, zero 0.
 # The model: 8 blocks of n_embd 256, 4 heads, a vocabulary of 4096, 8 micro-batches of one
-# sequence of 512 random tokens, one thread per rank (TINY=1: 2 blocks of n_embd 32 and 16
-# tokens, the script's own check).
+# sequence of 512 random tokens per replica, one thread per rank (TINY=1: 2 blocks of n_embd 32
+# and 16 tokens, the script's own check).
 # Log: bench/results/DATE-memory.log (TINY=1: not kept).
-# Usage: [DP=1] [KIND=1f1b] [TINY=0] bench/memory_bench.sh [ROUNDS=4] [STEPS=8] [WARMUP=2]
+# Usage: [DP=2] [KIND=1f1b] [TINY=0] bench/memory_bench.sh [ROUNDS=4] [STEPS=8] [WARMUP=2]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -20,7 +22,7 @@ build=${BUILD_DIR:-$root/build}
 rounds=${1:-4}
 steps=${2:-8}
 warmup=${3:-2}
-dp=${DP:-1}
+dp=${DP:-2}
 kind=${KIND:-1f1b}
 tiny=${TINY:-0}
 if ((warmup >= steps)); then
@@ -48,8 +50,10 @@ fi
 exec > >(tee "$log") 2>&1
 echo "== $(date -u) $(git rev-parse --short HEAD 2>/dev/null || echo unknown); $(nproc) CPUs;" \
   "load $(cut -d' ' -f1-3 /proc/loadavg); rounds $rounds, steps $steps, warm-up $warmup"
+zeros=(0 1)
+((dp > 1)) || zeros=(0)
 echo "== $((2 * dp)) MPI ranks, pp 2 × dp $dp, $kind; $layers blocks of n_embd $embd," \
-  "8 micro-batches of 1 × $seq tokens; recompute none, selective, full"
+  "8 micro-batches of 1 × $seq tokens; recompute none, selective, full; zero ${zeros[*]}"
 
 settings=(--set "data.train=\"$work/train_*.bin\"" --set "data.val=\"\""
   --set model.n_layer="$layers" --set model.n_embd="$embd" --set model.n_head="$heads"
@@ -60,19 +64,21 @@ settings=(--set "data.train=\"$work/train_*.bin\"" --set "data.val=\"\""
   --set checkpoint.every=0 --set run.log_every=1000 --set runtime.threads=1)
 
 # The plan per stage: the last field of each "stage N: ..." line of the CPU backend's report.
+# An arm is "RECOMPUTE/ZERO".
 plan() {
   "$build/freeride" config memory configs/tiny_cpu.toml "${settings[@]}" \
-    --set "model.recompute=\"$1\"" |
+    --set "model.recompute=\"${1%/*}\"" --set parallel.zero="${1#*/}" |
     awk '/^host memory per rank on the CPU backend/ {cpu = 1; next}
          cpu && /^stage / {n = split($0, f, "; "); printf "%s ", f[n]}'
 }
 
 run() {
-  local mode=$1 dir="$work/run_$1"
+  local arm=$1 dir="$work/run_${1/\//_}"
   rm -rf "$dir"
   BUILD_DIR="$build" launch/run.sh -n $((2 * dp)) configs/tiny_cpu.toml "${settings[@]}" \
-    --set "model.recompute=\"$mode\"" --set "run.dir=\"$dir\"" > "$dir.log" 2>&1 || {
-    echo "error: the $mode run failed; its output:" >&2
+    --set "model.recompute=\"${arm%/*}\"" --set parallel.zero="${arm#*/}" \
+    --set "run.dir=\"$dir\"" > "$dir.log" 2>&1 || {
+    echo "error: the $arm run failed; its output:" >&2
     tail -20 "$dir.log" >&2
     exit 1
   }
@@ -86,14 +92,17 @@ print(f"{step:.3f} {peaks}")
 PY
 }
 
-modes=(none selective full)
+arms=()
+for zero in "${zeros[@]}"; do
+  for mode in none selective full; do arms+=("$mode/$zero"); done
+done
 declare -A plans
-for mode in "${modes[@]}"; do plans[$mode]=$(plan "$mode"); done
-for mode in "${modes[@]}"; do echo "plan $mode: ${plans[$mode]}"; done
+for arm in "${arms[@]}"; do plans[$arm]=$(plan "$arm"); done
+for arm in "${arms[@]}"; do echo "plan $arm: ${plans[$arm]}"; done
 for ((r = 0; r < rounds; r++)); do
-  for ((k = 0; k < 3; k++)); do
-    mode=${modes[$(((r + k) % 3))]}
-    echo "run $mode $r $(run "$mode")" | tee -a "$work/results"
+  for ((k = 0; k < ${#arms[@]}; k++)); do
+    arm=${arms[$(((r + k) % ${#arms[@]}))]}
+    echo "run $arm $r $(run "$arm")" | tee -a "$work/results"
   done
 done
 python3 - "$work/results" <<'PY'
@@ -107,19 +116,22 @@ def interval(xs):
         return mean, float("nan")
     sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
     return mean, T95.get(n - 1, 1.96) * sd / math.sqrt(n)
-runs = defaultdict(dict)  # round -> mode -> (step ms, [peak bytes per stage])
+runs = defaultdict(dict)  # round -> arm -> (step ms, [peak bytes per stage])
 for line in open(sys.argv[1]):
-    _, mode, r, step, *peaks = line.split()
-    runs[int(r)][mode] = (float(step), [int(p) for p in peaks])
-rs = [v for v in runs.values() if len(v) == 3]
+    _, arm, r, step, *peaks = line.split()
+    runs[int(r)][arm] = (float(step), [int(p) for p in peaks])
+arms = sorted({a for v in runs.values() for a in v},
+              key=lambda a: (a.split("/")[1], ("none", "selective", "full").index(a.split("/")[0])))
+rs = [v for v in runs.values() if len(v) == len(arms)]
 MiB = 1 << 20
-print("| recompute | peak RSS stage 0, MiB | peak RSS stage 1, MiB | step ms | step / none |")
-print("|---|---|---|---|---|")
-for mode in ("none", "selective", "full"):
-    peaks = [sum(v[mode][1][s] for v in rs) / len(rs) / MiB for s in range(2)]
-    step = interval([v[mode][0] for v in rs])
-    ratio = interval([v[mode][0] / v["none"][0] for v in rs])
-    print(f"| {mode} | {peaks[0]:.1f} | {peaks[1]:.1f} | {step[0]:.1f} ± {step[1]:.1f} "
+print("| recompute | zero | peak RSS stage 0, MiB | peak RSS stage 1, MiB | step ms | step / none, 0 |")
+print("|---|---|---|---|---|---|")
+for arm in arms:
+    peaks = [sum(v[arm][1][s] for v in rs) / len(rs) / MiB for s in range(2)]
+    step = interval([v[arm][0] for v in rs])
+    ratio = interval([v[arm][0] / v["none/0"][0] for v in rs])
+    mode, zero = arm.split("/")
+    print(f"| {mode} | {zero} | {peaks[0]:.1f} | {peaks[1]:.1f} | {step[0]:.1f} ± {step[1]:.1f} "
           f"| {ratio[0]:.3f} ± {ratio[1]:.3f} |")
 PY
 echo "== done $(date -u); load $(cut -d' ' -f1-3 /proc/loadavg); log $log"

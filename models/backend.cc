@@ -24,14 +24,16 @@ MessageType MessageTypeOf(const BackendOptions& options) {
 
 std::vector<HostBuffer> PlanCpuStageMemory(const GPT2Config& config, const StageSpec& stage,
                                            int64_t micro_batch, int64_t seq_len, int slots,
-                                           Recompute recompute) {
+                                           Recompute recompute, int64_t moment_elements) {
   std::vector<HostBuffer> plan =
       config.is_llama()
           ? PlanLlamaStageMemory(config, stage, micro_batch, seq_len, slots, sizeof(float))
           : PlanGPT2StageMemory(config, stage, micro_batch, seq_len, slots, sizeof(float),
                                 recompute);
-  plan.push_back({"AdamW moments", 2 * MakeParamLayout(config, stage).total *
-                                       static_cast<int64_t>(sizeof(float))});
+  const bool share = moment_elements >= 0;
+  plan.push_back({share ? "AdamW moments (ZeRO-1 share)" : "AdamW moments",
+                  2 * (share ? moment_elements : MakeParamLayout(config, stage).total) *
+                      static_cast<int64_t>(sizeof(float))});
   return plan;
 }
 

@@ -38,9 +38,11 @@ bool CudaBackendBuilt();
 MessageType MessageTypeOf(const BackendOptions& options);
 
 // The host memory a CPU chunk holds (its GPT2Stage and AdamW moments), without allocating it.
+// `moment_elements`: the moments of this many parameters (a ZeRO-1 share); < 0: all of them.
 std::vector<HostBuffer> PlanCpuStageMemory(const GPT2Config& config, const StageSpec& stage,
                                            int64_t micro_batch, int64_t seq_len, int slots,
-                                           Recompute recompute = Recompute::kNone);
+                                           Recompute recompute = Recompute::kNone,
+                                           int64_t moment_elements = -1);
 
 // A chunk on the requested backend, or an error saying why it cannot be had: a build without
 // the CUDA backend, no usable CUDA device, bf16 on the CPU, too little device memory.

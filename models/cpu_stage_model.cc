@@ -1,7 +1,10 @@
 #include "models/cpu_stage_model.h"
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 
+#include "absl/strings/str_format.h"
 #include "core/status.h"
 #include "models/cpu/optimizer.h"
 #include "models/token_ids.h"
@@ -59,48 +62,112 @@ absl::Status BasicCpuStageModel<Stage>::GetLogitsAt(int slot, int64_t position, 
 
 template <typename Stage>
 absl::StatusOr<std::vector<double>> BasicCpuStageModel<Stage>::GradSquaresByUnit() {
-  const ParamLayout& layout = model_.layout();
-  const GPT2Config& cfg = model_.config();
-  std::vector<double> units;
-  // Σ g² of tensor `t`'s elements [offset, offset + n) of this stage (0 when absent).
-  auto squares = [&](ParamTensor t, int64_t offset, int64_t n) {
-    return layout.slot(t).present ? cpu::SumOfSquares(model_.grad(t) + offset, n) : 0.0;
-  };
-  auto whole = [&](ParamTensor t) { return squares(t, 0, layout.slot(t).elements); };
-  if (stage().has_embedding) units.push_back(whole(ParamTensor::kWte) + whole(ParamTensor::kWpe));
-  for (int64_t l = 0; l < stage().num_layers(); ++l) {
-    double sum = 0;
-    for (int i = 0; i < kNumParamTensors; ++i) {
-      const ParamTensor t = static_cast<ParamTensor>(i);
-      if (!IsPerLayer(t)) continue;
-      const int64_t per = ParamElements(cfg, t);
-      sum += squares(t, l * per, per);
+  const NormPlan plan = PlanGradNorm(model_.layout());
+  std::vector<double> partials(plan.chunks, 0.0);
+  for (const NormSlice& slice : plan.slices) {
+    cpu::ChunkSquares(model_.grads() + slice.offset, slice.n, partials.data() + slice.first_chunk);
+  }
+  return UnitsFromChunkSquares(plan, partials.data());
+}
+
+template <typename Stage>
+absl::Status BasicCpuStageModel<Stage>::ShardGradSquares(const std::vector<ParamRange>& ranges,
+                                                         double* partials) {
+  // The ranges merged where they touch (a tensor cut between two buckets), ascending.
+  std::vector<ParamRange> merged = ranges;
+  std::sort(merged.begin(), merged.end(),
+            [](const ParamRange& a, const ParamRange& b) { return a.offset < b.offset; });
+  std::vector<ParamRange> held;
+  for (const ParamRange& r : merged) {
+    if (!held.empty() && held.back().offset + held.back().n == r.offset) {
+      held.back().n += r.n;
+    } else if (r.n > 0) {
+      held.push_back(r);
     }
-    units.push_back(sum);
   }
-  if (stage().has_head) {
-    // An untied head's matrix counts with the final norm (a tied one is the embedding's).
-    units.push_back(whole(ParamTensor::kLnfW) + whole(ParamTensor::kLnfB) +
-                    whole(ParamTensor::kLmHead));
+  const NormPlan plan = PlanGradNorm(model_.layout());
+  for (const NormSlice& slice : plan.slices) {
+    for (int64_t c = 0; c < NormChunks(slice.n); ++c) {
+      const int64_t lo = slice.offset + c * kNormChunk;
+      const int64_t n = std::min(kNormChunk, slice.offset + slice.n - lo);
+      // The last held range starting at or before the chunk.
+      auto it = std::upper_bound(held.begin(), held.end(), lo,
+                                 [](int64_t at, const ParamRange& r) { return at < r.offset; });
+      if (it == held.begin()) continue;
+      const ParamRange& r = *std::prev(it);
+      if (lo >= r.offset + r.n) continue;
+      if (lo + n > r.offset + r.n) {
+        return absl::InternalError(absl::StrFormat(
+            "a ZeRO-1 share ends inside a gradient-norm chunk ([%d, %d) of %s): the shares must "
+            "keep every chunk whole",
+            lo, lo + n, ParamTensorName(slice.tensor)));
+      }
+      cpu::ChunkSquares(model_.grads() + lo, n, partials + slice.first_chunk + c);
+    }
   }
-  return units;
+  return absl::OkStatus();
 }
 
 template <typename Stage>
 absl::Status BasicCpuStageModel<Stage>::ApplyAdamW(const AdamWStep& step) {
-  for (const TensorSlot& slot : layout().slots) {
-    if (!slot.present) continue;
-    cpu::AdamWParams p;
-    p.lr = static_cast<float>(step.lr);
-    p.beta1 = static_cast<float>(step.beta1);
-    p.beta2 = static_cast<float>(step.beta2);
-    p.eps = static_cast<float>(step.eps);
-    p.weight_decay = IsDecayed(slot.tensor) ? static_cast<float>(step.weight_decay) : 0.0f;
-    p.step = step.step;
-    p.grad_scale = static_cast<float>(step.grad_scale);
-    cpu::AdamWUpdate(model_.params() + slot.offset, model_.grads() + slot.offset,
-                     m_.data() + slot.offset, v_.data() + slot.offset, slot.elements, p);
+  cpu::AdamWParams p;
+  p.lr = static_cast<float>(step.lr);
+  p.beta1 = static_cast<float>(step.beta1);
+  p.beta2 = static_cast<float>(step.beta2);
+  p.eps = static_cast<float>(step.eps);
+  p.step = step.step;
+  p.grad_scale = static_cast<float>(step.grad_scale);
+  const float decay = static_cast<float>(step.weight_decay);
+  EnsureMoments();
+  if (!sharded_) {
+    for (const TensorSlot& slot : layout().slots) {
+      if (!slot.present) continue;
+      p.weight_decay = IsDecayed(slot.tensor) ? decay : 0.0f;
+      cpu::AdamWUpdate(model_.params() + slot.offset, model_.grads() + slot.offset,
+                       m_.data() + slot.offset, v_.data() + slot.offset, slot.elements, p);
+    }
+    return absl::OkStatus();
   }
+  // Elementwise: a share's elements step as they would in their whole tensors.
+  int64_t at = 0;
+  for (const ParamRange& r : shard_) {
+    absl::StatusOr<ParamTensor> tensor = TensorAt(layout(), r);
+    if (!tensor.ok()) return tensor.status();
+    p.weight_decay = IsDecayed(*tensor) ? decay : 0.0f;
+    cpu::AdamWUpdate(model_.params() + r.offset, model_.grads() + r.offset, m_.data() + at,
+                     v_.data() + at, r.n, p);
+    at += r.n;
+  }
+  return absl::OkStatus();
+}
+
+template <typename Stage>
+absl::Status BasicCpuStageModel<Stage>::ShardOptimizerState(std::vector<ParamRange> ranges) {
+  if (sharded_) return absl::FailedPreconditionError("the optimizer state is sharded already");
+  int64_t held = 0;
+  for (const ParamRange& r : ranges) {
+    if (r.offset < 0 || r.n < 0 || r.offset + r.n > num_params()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("a ZeRO-1 share [%d, %d) outside the chunk's %d parameters", r.offset,
+                          r.offset + r.n, num_params()));
+    }
+    FR_RETURN_IF_ERROR(TensorAt(layout(), r).status());
+    held += r.n;
+  }
+  // New vectors, so that the memory of the whole moments goes back.
+  std::vector<float> m(held), v(held);
+  int64_t at = 0;
+  for (const ParamRange& r : ranges) {
+    if (!m_.empty()) {  // moments made already: kept; else zeros
+      std::copy_n(m_.begin() + r.offset, r.n, m.begin() + at);
+      std::copy_n(v_.begin() + r.offset, r.n, v.begin() + at);
+    }
+    at += r.n;
+  }
+  m_ = std::move(m);
+  v_ = std::move(v);
+  shard_ = std::move(ranges);
+  sharded_ = true;
   return absl::OkStatus();
 }
 
@@ -116,14 +183,16 @@ absl::Status BasicCpuStageModel<Stage>::SetParams(const float* src) {
 }
 template <typename Stage>
 absl::Status BasicCpuStageModel<Stage>::GetOptimizerState(float* m, float* v) {
-  std::memcpy(m, m_.data(), num_params() * sizeof(float));
-  std::memcpy(v, v_.data(), num_params() * sizeof(float));
+  EnsureMoments();
+  std::memcpy(m, m_.data(), m_.size() * sizeof(float));
+  std::memcpy(v, v_.data(), v_.size() * sizeof(float));
   return absl::OkStatus();
 }
 template <typename Stage>
 absl::Status BasicCpuStageModel<Stage>::SetOptimizerState(const float* m, const float* v) {
-  std::memcpy(m_.data(), m, num_params() * sizeof(float));
-  std::memcpy(v_.data(), v, num_params() * sizeof(float));
+  EnsureMoments();
+  std::memcpy(m_.data(), m, m_.size() * sizeof(float));
+  std::memcpy(v_.data(), v, v_.size() * sizeof(float));
   return absl::OkStatus();
 }
 

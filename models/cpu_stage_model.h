@@ -19,9 +19,7 @@ class BasicCpuStageModel final : public StageModel {
   template <typename... StageArgs>
   BasicCpuStageModel(const GPT2Config& config, const StageSpec& stage, int64_t micro_batch,
                      int64_t seq_len, int slots, StageArgs... stage_args)
-      : model_(config, stage, micro_batch, seq_len, slots, stage_args...),
-        m_(model_.num_params(), 0.0f),
-        v_(model_.num_params(), 0.0f) {}
+      : model_(config, stage, micro_batch, seq_len, slots, stage_args...) {}
 
   Stage& model() { return model_; }
 
@@ -81,6 +79,18 @@ class BasicCpuStageModel final : public StageModel {
   absl::Status SetParams(const float* src) override;
   absl::Status GetOptimizerState(float* m, float* v) override;
   absl::Status SetOptimizerState(const float* m, const float* v) override;
+  absl::Status ShardOptimizerState(std::vector<ParamRange> ranges) override;
+  int64_t OptimizerStateElements() const override {
+    return sharded_ ? static_cast<int64_t>(m_.size()) : num_params();
+  }
+  // What the moments take now (none before they are first needed).
+  int64_t OptimizerStateBytes() const override {
+    return static_cast<int64_t>((m_.capacity() + v_.capacity()) * sizeof(float));
+  }
+  absl::Status ShardGradSquares(const std::vector<ParamRange>& ranges, double* partials) override;
+  absl::StatusOr<float*> HostParams(int64_t offset, int64_t) override {
+    return model_.params() + offset;
+  }
   absl::Status InitRandom(uint64_t seed) override {
     model_.InitRandom(seed);
     return absl::OkStatus();
@@ -89,7 +99,17 @@ class BasicCpuStageModel final : public StageModel {
  private:
   int64_t ActivationFloats() const;
   Stage model_;
+  // The moments: of every parameter, or (ZeRO-1) of `shard_`'s ranges packed in order. Made
+  // when first needed (zeros), so that a chunk sharded before its first step never holds the
+  // whole moments (they would stay in the process's peak memory).
+  void EnsureMoments() {
+    if (sharded_ || !m_.empty()) return;
+    m_.assign(num_params(), 0.0f);
+    v_.assign(num_params(), 0.0f);
+  }
   std::vector<float> m_, v_;
+  std::vector<ParamRange> shard_;
+  bool sharded_ = false;
   double kept_loss_ = 0;  // ForwardKeepingLoss's sum since TakeLosses
 };
 

@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "models/gpt2_config.h"
+#include "models/grad_norm.h"
 #include "models/stage_message.h"
 
 namespace freeride {
@@ -131,12 +132,41 @@ class StageModel {
   virtual absl::StatusOr<std::vector<double>> GradSquaresByUnit() = 0;
   virtual absl::Status ApplyAdamW(const AdamWStep& step) = 0;
 
-  // fp32 parameters (the master copy) and AdamW moments, `num_params()` each, in the layout's
-  // order: checkpoints and initialisation from a whole model.
+  // fp32 parameters (the master copy), `num_params()`, in the layout's order, and AdamW
+  // moments, OptimizerStateElements() each (all of the layout unless sharded): checkpoints and
+  // initialisation from a whole model.
   virtual absl::Status GetParams(float* dst) = 0;
   virtual absl::Status SetParams(const float* src) = 0;
   virtual absl::Status GetOptimizerState(float* m, float* v) = 0;
   virtual absl::Status SetOptimizerState(const float* m, const float* v) = 0;
+
+  // ZeRO-1 (parallel.zero = 1): the chunk keeps AdamW moments only for `ranges`, its share of
+  // the data-parallel group's (each range inside one tensor), packed in the ranges' order, and
+  // ApplyAdamW steps only them; Get/SetOptimizerState then hold the packed share. The moments
+  // it had there are kept. Backends without it refuse.
+  virtual absl::Status ShardOptimizerState(std::vector<ParamRange> /*ranges*/) {
+    return absl::UnimplementedError(Describe() + " has no sharded optimizer (parallel.zero)");
+  }
+  // What the chunk holds of the moments: elements of each, and the bytes of both.
+  virtual int64_t OptimizerStateElements() const { return num_params(); }
+  virtual int64_t OptimizerStateBytes() const {
+    return 2 * OptimizerStateElements() * static_cast<int64_t>(sizeof(float));
+  }
+  // ZeRO-1: the gradient norm's chunk sums (models/grad_norm.h) of the norm chunks inside
+  // `ranges` (every chunk wholly in or out), at their places in `partials`
+  // (PlanGradNorm(layout()).chunks values; the others left as they are).
+  virtual absl::Status ShardGradSquares(const std::vector<ParamRange>& /*ranges*/,
+                                        double* /*partials*/) {
+    return absl::UnimplementedError(Describe() + " has no sharded gradient norm");
+  }
+  // ZeRO-1's all-gather: parameter elements [offset, offset + n) in host memory;
+  // CommitHostParams makes the host copy the parameters again.
+  virtual absl::StatusOr<float*> HostParams(int64_t /*offset*/, int64_t /*n*/) {
+    return absl::UnimplementedError(Describe() + " has no host parameters");
+  }
+  virtual absl::Status CommitHostParams(int64_t /*offset*/, int64_t /*n*/) {
+    return absl::OkStatus();
+  }
   // GPT-2's initialisation, the same values on every backend (GPT2Stage::InitRandom).
   virtual absl::Status InitRandom(uint64_t seed) = 0;
 };

@@ -8,10 +8,9 @@
 
 namespace freeride::pipeline {
 
-std::vector<GradBucket> LayoutGradBuckets(const ParamLayout& layout, int64_t bucket_floats) {
+std::vector<GradPiece> GradPieceOrder(const ParamLayout& layout) {
   const StageSpec& stage = layout.stage;
   const int64_t L = stage.num_layers();
-  // The pieces in the order their gradients become final.
   std::vector<GradPiece> pieces;
   auto add = [&](ParamTensor t, int64_t layer, int part) {
     const TensorSlot& slot = layout.slot(t);
@@ -32,9 +31,12 @@ std::vector<GradBucket> LayoutGradBuckets(const ParamLayout& layout, int64_t buc
   }
   add(ParamTensor::kWpe, 0, static_cast<int>(L + 1));
   add(ParamTensor::kWte, 0, TiedPart(stage));
+  return pieces;
+}
 
+std::vector<GradBucket> LayoutGradBuckets(const ParamLayout& layout, int64_t bucket_floats) {
   std::vector<GradBucket> buckets;
-  for (const GradPiece& whole : pieces) {
+  for (const GradPiece& whole : GradPieceOrder(layout)) {
     GradPiece rest = whole;
     while (rest.n > 0) {
       if (buckets.empty() || buckets.back().floats == bucket_floats) buckets.emplace_back();
@@ -50,13 +52,70 @@ std::vector<GradBucket> LayoutGradBuckets(const ParamLayout& layout, int64_t buc
   return buckets;
 }
 
+ZeroSplit SplitForZero(const ParamLayout& layout, int64_t bucket_floats, int dp) {
+  ZeroSplit split;
+  // Where the stream may be cut: at every gradient-norm chunk's start (each piece is one of
+  // the norm's slices, its chunks counted from its start) and at its end.
+  std::vector<int64_t> cuts;
+  int64_t total = 0;
+  for (const GradPiece& p : GradPieceOrder(layout)) {
+    for (int64_t at = 0; at < p.n; at += kNormChunk) cuts.push_back(total + at);
+    total += p.n;
+  }
+  cuts.push_back(total);
+  split.bounds.assign(dp + 1, 0);
+  split.bounds[dp] = total;
+  for (int r = 1; r < dp; ++r) {
+    // The cut nearest r/dp of the stream (the lower one on a tie), never before the last.
+    const int64_t target = total * r / dp;
+    auto it = std::lower_bound(cuts.begin(), cuts.end(), target);
+    int64_t cut = *it;
+    if (it != cuts.begin() && target - *std::prev(it) <= cut - target) cut = *std::prev(it);
+    split.bounds[r] = std::max(cut, split.bounds[r - 1]);
+  }
+  split.buckets = LayoutGradBuckets(layout, bucket_floats);
+  split.owned.assign(dp, {});
+  int64_t at = 0;  // the stream position of the piece at hand
+  for (const GradBucket& b : split.buckets) {
+    std::vector<int64_t> counts(dp, 0);
+    for (const GradPiece& p : b.pieces) {
+      for (int r = 0; r < dp; ++r) {
+        const int64_t lo = std::max(at, split.bounds[r]);
+        const int64_t hi = std::min(at + p.n, split.bounds[r + 1]);
+        if (hi <= lo) continue;
+        counts[r] += hi - lo;
+        split.owned[r].push_back({p.offset + (lo - at), hi - lo});
+      }
+      at += p.n;
+    }
+    split.counts.push_back(std::move(counts));
+  }
+  return split;
+}
+
 GradBuckets::GradBuckets(std::vector<StageModel*> chunks, int64_t bucket_floats,
-                         Transport* transport, std::vector<int> group)
-    : transport_(transport), group_(std::move(group)) {
+                         Transport* transport, std::vector<int> group, bool zero)
+    : transport_(transport), group_(std::move(group)), zero_(zero) {
+  member_ = static_cast<int>(std::find(group_.begin(), group_.end(), transport_->rank()) -
+                             group_.begin());
   for (StageModel* model : chunks) {
     Chunk c;
     c.model = model;
-    c.buckets = LayoutGradBuckets(model->layout(), bucket_floats);
+    if (zero_) {
+      ZeroSplit split =
+          SplitForZero(model->layout(), bucket_floats, static_cast<int>(group_.size()));
+      c.buckets = std::move(split.buckets);
+      c.counts = std::move(split.counts);
+      c.owned = std::move(split.owned[member_]);
+      for (const std::vector<int64_t>& counts : c.counts) {
+        int64_t before = 0;
+        for (int r = 0; r < member_; ++r) before += counts[r];
+        c.mine_at.push_back(before);
+        c.mine_n.push_back(counts[member_]);
+      }
+    } else {
+      c.buckets = LayoutGradBuckets(model->layout(), bucket_floats);
+    }
     int64_t at = 0;
     for (const GradBucket& b : c.buckets) {
       c.start.push_back(at);
@@ -91,9 +150,10 @@ absl::Status GradBuckets::StartReady(int index, int part) {
       std::memcpy(c.sent.data() + c.start[c.next], c.staging.data() + c.start[c.next],
                   b.floats * sizeof(float));
     }
-    FR_ASSIGN_OR_RETURN(
-        c.requests[c.next],
-        transport_->StartAllReduceSum(c.staging.data() + c.start[c.next], b.floats, group_));
+    float* bucket = c.staging.data() + c.start[c.next];
+    FR_ASSIGN_OR_RETURN(c.requests[c.next],
+                        zero_ ? transport_->StartReduceScatterSum(bucket, c.counts[c.next], group_)
+                              : transport_->StartAllReduceSum(bucket, b.floats, group_));
   }
   return absl::OkStatus();
 }
@@ -132,21 +192,63 @@ absl::Status GradBuckets::Finish(double timeout_s) {
       if (k >= c.next) return absl::InternalError("a data-parallel bucket was never started");
       FR_RETURN_IF_ERROR(transport_->Wait(c.requests[k], timeout_s));
       c.requests[k] = -1;
-      const float* summed = c.staging.data() + c.start[k];
       const float* sent = verify_ ? c.sent.data() + c.start[k] : nullptr;
       for (const GradPiece& p : c.buckets[k].pieces) {
+        if (sent == nullptr) break;
         FR_ASSIGN_OR_RETURN(float* grads, c.model->HostGrads(p.offset, p.n));
-        if (sent != nullptr && std::memcmp(grads, sent, p.n * sizeof(float)) != 0) {
+        if (std::memcmp(grads, sent, p.n * sizeof(float)) != 0) {
           return absl::InternalError(absl::StrFormat(
               "data-parallel bucket %d of chunk %d started before its gradients were final: "
               "elements [%d, %d) changed after its sum began",
               k, index, p.offset, p.offset + p.n));
         }
-        std::memcpy(grads, summed, p.n * sizeof(float));
-        FR_RETURN_IF_ERROR(c.model->CommitHostGrads(p.offset, p.n));
-        summed += p.n;
-        if (sent != nullptr) sent += p.n;
+        sent += p.n;
       }
+      // ZeRO-1: only this rank's part of the bucket was summed here.
+      FR_RETURN_IF_ERROR(zero_ ? CopyPart(c, k, c.mine_at[k], c.mine_n[k], false, false)
+                               : CopyPart(c, k, 0, c.buckets[k].floats, false, false));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GradBuckets::CopyPart(Chunk& c, size_t k, int64_t from, int64_t n, bool params,
+                                   bool to_packed) {
+  float* packed = c.staging.data() + c.start[k];
+  int64_t at = 0;  // the piece's place in the bucket
+  for (const GradPiece& p : c.buckets[k].pieces) {
+    const int64_t lo = std::max(at, from), hi = std::min(at + p.n, from + n);
+    if (hi > lo) {
+      const int64_t offset = p.offset + (lo - at);
+      FR_ASSIGN_OR_RETURN(float* values, params ? c.model->HostParams(offset, hi - lo)
+                                                : c.model->HostGrads(offset, hi - lo));
+      if (to_packed) {
+        std::memcpy(packed + lo, values, (hi - lo) * sizeof(float));
+      } else {
+        std::memcpy(values, packed + lo, (hi - lo) * sizeof(float));
+        FR_RETURN_IF_ERROR(params ? c.model->CommitHostParams(offset, hi - lo)
+                                  : c.model->CommitHostGrads(offset, hi - lo));
+      }
+    }
+    at += p.n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GradBuckets::GatherParams(double timeout_s) {
+  if (!zero_) return absl::FailedPreconditionError("parameters are gathered only under ZeRO-1");
+  for (Chunk& c : chunks_) {
+    for (size_t k = 0; k < c.buckets.size(); ++k) {
+      FR_RETURN_IF_ERROR(CopyPart(c, k, c.mine_at[k], c.mine_n[k], true, true));
+      FR_ASSIGN_OR_RETURN(c.requests[k], transport_->StartAllGather(c.staging.data() + c.start[k],
+                                                                    c.counts[k], group_));
+    }
+  }
+  for (Chunk& c : chunks_) {
+    for (size_t k = 0; k < c.buckets.size(); ++k) {
+      FR_RETURN_IF_ERROR(transport_->Wait(c.requests[k], timeout_s));
+      c.requests[k] = -1;
+      FR_RETURN_IF_ERROR(CopyPart(c, k, 0, c.buckets[k].floats, true, false));
     }
   }
   return absl::OkStatus();

@@ -32,8 +32,15 @@ struct GradBucket {
   int ready_part = 0;  // the latest part among its pieces: the bucket starts after it
 };
 
+// ZeRO-1's bucket size where parallel.dp_bucket_mb is 0, MiB.
+inline constexpr double kZeroBucketMb = 4;
+
 // wte's part: after every part the backward reports (the tied sum adds to it at REDUCE_GRADS).
 inline int TiedPart(const StageSpec& stage) { return static_cast<int>(stage.num_layers()) + 2; }
+
+// The chunk's tensors in the order BackwardWeight finishes them, whole (a per-layer tensor one
+// piece per layer): the stream the buckets cut.
+std::vector<GradPiece> GradPieceOrder(const ParamLayout& layout);
 
 // The fixed layout: the chunk's tensors in the order BackwardWeight finishes them (the final
 // LayerNorm's lnf_b, lnf_w; then each block from the last, its tensors in reverse llm.c order,
@@ -41,11 +48,31 @@ inline int TiedPart(const StageSpec& stage) { return static_cast<int>(stage.num_
 // buckets of `bucket_floats` (the last one shorter); a tensor may be split between two.
 std::vector<GradBucket> LayoutGradBuckets(const ParamLayout& layout, int64_t bucket_floats);
 
+// ZeRO-1 (parallel.zero = 1): the chunk's gradient stream (GradPieceOrder) cut into one
+// contiguous share per data-parallel member, in member order, each as near 1/dp of the stream
+// as the gradient norm's chunks allow (a share holds whole ones: models/grad_norm.h), and
+// what that makes of the buckets.
+struct ZeroSplit {
+  std::vector<int64_t> bounds;                 // dp + 1 stream positions, from 0 to the total
+  std::vector<GradBucket> buckets;             // LayoutGradBuckets's
+  std::vector<std::vector<int64_t>> counts;    // [bucket][member]: each member's part of it
+  std::vector<std::vector<ParamRange>> owned;  // [member]: its share, in stream order
+};
+ZeroSplit SplitForZero(const ParamLayout& layout, int64_t bucket_floats, int dp);
+
 class GradBuckets {
  public:
   // `group`: the data-parallel group (this rank's stage in every replica), at least 2 ranks.
+  // `zero`: ZeRO-1, each bucket's sum a reduce-scatter (SplitForZero), this rank keeping the
+  // summed gradients of its share only.
   GradBuckets(std::vector<StageModel*> chunks, int64_t bucket_floats, Transport* transport,
-              std::vector<int> group);
+              std::vector<int> group, bool zero = false);
+  bool zero() const { return zero_; }
+  // ZeRO-1: this rank's share of chunk `chunk`'s parameters (layout offsets, stream order).
+  const std::vector<ParamRange>& owned(int chunk) const { return chunks_[chunk].owned; }
+  // ZeRO-1: after each member has stepped its share, every member's parameters whole again:
+  // one all-gather per bucket over the group.
+  absl::Status GatherParams(double timeout_s);
 
   // A check for tests: every bucket's gradients are compared, when its sum is waited for,
   // with what they were when it started (an error if any changed: the bucket started before
@@ -75,7 +102,15 @@ class GradBuckets {
     std::vector<float> staging, sent;  // packed buckets; `sent`: their contributions (verify)
     std::vector<Transport::Request> requests;
     size_t next = 0;  // the first bucket not started
+    // ZeRO-1: each bucket's parts by member, and this rank's part and share.
+    std::vector<std::vector<int64_t>> counts;
+    std::vector<int64_t> mine_at, mine_n;  // per bucket, within it
+    std::vector<ParamRange> owned;
   };
+  // Copies the pieces of chunk `c`'s bucket `k` that lie in [from, from + n) of the bucket
+  // between the chunk's buffer (`get`: its gradients or parameters) and `packed` (the
+  // bucket's place in staging); `to_packed` says which way.
+  absl::Status CopyPart(Chunk& c, size_t k, int64_t from, int64_t n, bool params, bool to_packed);
   // Starts chunk `c`'s buckets in order while they are ready after `part`.
   absl::Status StartReady(int c, int part);
 
@@ -83,6 +118,8 @@ class GradBuckets {
   Transport* transport_;
   std::vector<int> group_;
   bool verify_ = false;
+  bool zero_ = false;
+  int member_ = 0;               // this rank's place in the group
   absl::Status progress_error_;  // an error inside the backward's progress callback
 };
 

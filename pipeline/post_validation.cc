@@ -51,7 +51,15 @@ absl::Status StageExecutor::StartGlobalState(double head_loss, double* waited) {
   if (!units.ok()) return units.status();
   // Only a head sees a loss (the others' is 0, finite).
   const bool finite = std::isfinite(head_loss);
-  const bool speculate = optimizer_.will_speculate(*units, finite);
+  bool speculate = optimizer_.will_speculate(*units, finite);
+  if (zero()) {
+    // ZeRO-1: a speculative step ends in an all-gather over the data-parallel group, so its
+    // members step ahead together or not at all (their heads' losses differ).
+    double behind[1] = {speculate ? 0.0 : 1.0};
+    FR_RETURN_IF_ERROR(
+        transport_->AllReduceSum(behind, 1, layout_.DataParallelGroup(), timeout_s_));
+    speculate = behind[0] == 0.0;
+  }
   // Units (replica 0's: the replicas' are the same, and one non-zero term per unit sums
   // exactly in any order), how many heads saw a non-finite loss, how many ranks did not step
   // ahead, then each replica's loss in its own place, added in replica order when it arrives.

@@ -159,12 +159,16 @@ absl::Status StageExecutor::ReduceTied(double* waited) {
   return s.ok() ? owner->CommitHostGrads(offset, n) : s;
 }
 
-void StageExecutor::set_dp_bucket_mb(double mib) {
+void StageExecutor::set_dp_bucket_mb(double mib, bool zero) {
   buckets_.reset();
-  if (mib <= 0 || layout_.dp <= 1 || !has_backward_) return;
-  const int64_t floats = std::max<int64_t>(1, std::llround(mib * (1 << 20) / sizeof(float)));
+  if ((mib <= 0 && !zero) || layout_.dp <= 1 || !has_backward_) return;
+  // ZeRO-1 without a bucket size: 4 MiB ones (kZeroBucketMb). One per chunk would have MPI's
+  // reduce-scatter hold a temporary as large as the chunk's gradients: measured, the peak
+  // then kept what the sharded moments saved.
+  const double size_mb = mib > 0 ? mib : kZeroBucketMb;
+  const int64_t floats = std::max<int64_t>(1, std::llround(size_mb * (1 << 20) / sizeof(float)));
   buckets_ =
-      std::make_unique<GradBuckets>(chunks_, floats, transport_, layout_.DataParallelGroup());
+      std::make_unique<GradBuckets>(chunks_, floats, transport_, layout_.DataParallelGroup(), zero);
 }
 
 absl::Status StageExecutor::ReduceDataParallel(double* waited) {

@@ -122,8 +122,18 @@ class StageExecutor {
   const Schedule& schedule() const { return schedule_; }
   // The data-parallel sum in buckets of about `mib` MiB, each started as the step's last
   // backward finishes its gradients (grad_buckets.h); 0: one sum per chunk at REDUCE_GRADS.
-  // Between steps only; no effect without a data-parallel group or a backward.
-  void set_dp_bucket_mb(double mib);
+  // `zero` (ZeRO-1, parallel.zero = 1): each bucket's sum a reduce-scatter, this rank keeping
+  // its share's summed gradients only (GradBuckets::owned), in buckets even at 0
+  // (kZeroBucketMb then). Between steps only; no effect without a data-parallel group or a
+  // backward.
+  void set_dp_bucket_mb(double mib, bool zero = false);
+  // ZeRO-1: whether it is on, and after this rank has stepped its share, every rank of the
+  // data-parallel group's parameters whole again (GradBuckets::GatherParams).
+  bool zero() const { return buckets_ && buckets_->zero(); }
+  absl::Status GatherZeroShares() {
+    return buckets_ ? buckets_->GatherParams(timeout_s_)
+                    : absl::FailedPreconditionError("no ZeRO-1 shares to gather");
+  }
   // Tests: the buckets check their gradients did not change after their sums began.
   void set_verify_buckets(bool verify) {
     if (buckets_) buckets_->set_verify(verify);

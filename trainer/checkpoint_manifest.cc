@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "core/checksum.h"
 #include "core/files.h"
+#include "trainer/moment_shards.h"
 
 namespace freeride {
 namespace {
@@ -41,6 +42,15 @@ absl::Status WriteCheckpointManifest(const std::string& dir, const RankState& st
   json["files"] = nlohmann::ordered_json::array();
   for (int64_t stage = 0; stage < state.pp; ++stage) {
     json["files"].push_back(RankStateFileName(static_cast<int>(stage)));
+  }
+  if (state.moment_shards > 0) {
+    // ZeRO-1: each stage's moments in one share file per data-parallel rank.
+    json["moment_shards"] = state.moment_shards;
+    for (int64_t stage = 0; stage < state.pp; ++stage) {
+      for (int64_t replica = 0; replica < state.moment_shards; ++replica) {
+        json["files"].push_back(MomentShardFileName(stage, replica));
+      }
+    }
   }
   nlohmann::ordered_json sums = nlohmann::ordered_json::object();
   for (const std::string& file : files) {

@@ -32,25 +32,27 @@ absl::Status CheckpointWriter::Wait() {
   return s;
 }
 
-std::string FailedStateFileName(int stage) { return absl::StrFormat("state_r%03d.failed", stage); }
+std::string FailedFileName(const std::string& name) {
+  return std::string(absl::StripSuffix(name, ".bin")) + ".failed";
+}
 
-absl::Status WaitForStateFiles(const std::string& staging, int64_t pp, double timeout_s) {
+absl::Status WaitForStateFiles(const std::string& staging, const std::vector<std::string>& names,
+                               double timeout_s) {
   namespace fs = std::filesystem;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  for (int64_t stage = 0; stage < pp; ++stage) {
-    const fs::path file = fs::path(staging) / RankStateFileName(static_cast<int>(stage));
-    const fs::path failed = fs::path(staging) / FailedStateFileName(static_cast<int>(stage));
+  for (const std::string& name : names) {
+    const fs::path file = fs::path(staging) / name;
+    const fs::path failed = fs::path(staging) / FailedFileName(name);
     while (!fs::exists(file)) {
       if (fs::exists(failed)) {
-        return absl::InternalError(
-            absl::StrFormat("checkpoint %s: stage %d could not write its state (its log says why)",
-                            staging, stage));
+        return absl::InternalError(absl::StrFormat(
+            "checkpoint %s: %s could not be written (its rank's log says why)", staging, name));
       }
       if (std::chrono::steady_clock::now() > deadline) {
         return absl::DeadlineExceededError(
-            absl::StrFormat("checkpoint %s: stage %d's state file did not appear within %.0f s "
+            absl::StrFormat("checkpoint %s: %s did not appear within %.0f s "
                             "(runtime.comm_timeout_s)",
-                            staging, stage, timeout_s));
+                            staging, name, timeout_s));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }

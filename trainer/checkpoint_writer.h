@@ -10,6 +10,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -37,14 +38,16 @@ class CheckpointWriter {
   absl::Status status_;
 };
 
-// Waits until every stage's state file of `pp` is in the staging directory `staging` (the leader
-// of a background checkpoint, before its manifest): each is renamed into place when complete.
-// A stage whose write failed leaves `state_rNNN.failed` there. Gives up after `timeout_s`.
-absl::Status WaitForStateFiles(const std::string& staging, int64_t pp, double timeout_s);
+// Waits until every file of `names` (the stages' state files, ZeRO-1's moment shares) is in
+// the staging directory `staging` (the leader of a background checkpoint, before its
+// manifest): each is renamed into place when complete. A rank whose write failed leaves the
+// file's FailedFileName there. Gives up after `timeout_s`.
+absl::Status WaitForStateFiles(const std::string& staging, const std::vector<std::string>& names,
+                               double timeout_s);
 
-// The file a stage whose state file could not be written leaves beside it, so that the leader
-// stops waiting for it.
-std::string FailedStateFileName(int stage);
+// The file a rank whose state file `name` (name.bin) could not be written leaves beside it
+// (name.failed), so that the leader stops waiting for it.
+std::string FailedFileName(const std::string& name);
 
 // A rank that writes no manifest: waits until the checkpoint of `step` in `dir` is whole
 // (renamed into place and named by `latest`) or abandoned (its staging directory gone and no

@@ -1,6 +1,7 @@
 #include "trainer/memory_report.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
@@ -10,6 +11,7 @@
 #include "models/cuda/stage_policy.h"
 #include "models/device_memory_plan.h"
 #include "pipeline/generators.h"
+#include "pipeline/grad_buckets.h"
 #include "trainer/pipeline_plan.h"
 #include "trainer/trainer.h"
 
@@ -77,6 +79,13 @@ absl::StatusOr<std::string> DeviceMemoryReport(const Config& config) {
   return out;
 }
 
+int64_t ZeroShareElements(const GPT2Config& model, const StageSpec& spec, int dp, int member) {
+  const ParamLayout layout = MakeParamLayout(model, spec);
+  // The shares do not depend on the bucket size: any will do.
+  const pipeline::ZeroSplit split = pipeline::SplitForZero(layout, layout.total + 1, dp);
+  return split.bounds[member + 1] - split.bounds[member];
+}
+
 absl::StatusOr<std::string> HostMemoryReport(const Config& config) {
   absl::StatusOr<GPT2Config> model = ResolveModelConfig(config);
   if (!model.ok()) return model.status();
@@ -92,27 +101,56 @@ absl::StatusOr<std::string> HostMemoryReport(const Config& config) {
       "host memory per rank on the CPU backend: fp32, micro-batch %d × %d, %s schedule (AdamW "
       "moments included; message buffers and the batch not)\n",
       micro_batch, T, config.parallel.schedule);
+  const int dp = static_cast<int>(config.parallel.dp);
+  const bool zero = config.parallel.zero == 1 && dp > 1;
   for (int s = 0; s < pp; ++s) {
     const int slots = std::max(1, schedule->buffers_per_stage[s]);
     const Recompute mode = StageRecompute(config, s);
-    int64_t per_slot = 0, recomputed = 0, total = 0;
+    std::vector<StageSpec> specs;
     for (int c = 0; c < chunks; ++c) {
-      const StageSpec& spec =
-          pipeline_plan->specs[pipeline::VirtualStageOf(pipeline_plan->placement, pp, s, c)];
+      specs.push_back(
+          pipeline_plan->specs[pipeline::VirtualStageOf(pipeline_plan->placement, pp, s, c)]);
+    }
+    // ZeRO-1: the rank with the largest share of the stage's moments (the plan is its).
+    int largest = 0;
+    std::vector<int64_t> held(dp, 0);
+    for (int r = 0; zero && r < dp; ++r) {
+      for (const StageSpec& spec : specs) held[r] += ZeroShareElements(*model, spec, dp, r);
+      if (held[r] > held[largest]) largest = r;
+    }
+    int64_t per_slot = 0, recomputed = 0, moments = 0, total = 0;
+    for (const StageSpec& spec : specs) {
+      const int64_t share = zero ? ZeroShareElements(*model, spec, dp, largest) : -1;
+      const auto plan = [&](int n) {
+        return PlanCpuStageMemory(*model, spec, micro_batch, T, n, mode, share);
+      };
       // A slot's bytes: the plan with one slot less.
-      const int64_t all = TotalBytes(PlanCpuStageMemory(*model, spec, micro_batch, T, slots, mode));
-      per_slot +=
-          all - TotalBytes(PlanCpuStageMemory(*model, spec, micro_batch, T, slots - 1, mode));
-      for (const HostBuffer& b : PlanCpuStageMemory(*model, spec, micro_batch, T, slots, mode)) {
+      const int64_t all = TotalBytes(plan(slots));
+      per_slot += all - TotalBytes(plan(slots - 1));
+      for (const HostBuffer& b : plan(slots)) {
         if (absl::StartsWith(b.name, "recomputed activations")) recomputed += b.bytes;
+        if (absl::StartsWith(b.name, "AdamW moments")) moments += b.bytes;
       }
       total += all;
     }
+    int64_t whole = 0;
+    for (const StageSpec& spec : specs) whole += MakeParamLayout(*model, spec).total;
+    // The buckets pack the stage's gradients into a copy of their own to send.
+    const bool buckets = dp > 1 && (zero || config.parallel.dp_bucket_mb > 0);
+    const int64_t staging = buckets ? whole * static_cast<int64_t>(sizeof(float)) : 0;
+    total += staging;
+    const std::string sharded =
+        zero ? absl::StrFormat(" (ZeRO-1: the largest of %d shares; all of them: %s)", dp,
+                               FormatBytes(2 * whole * static_cast<int64_t>(sizeof(float))))
+             : "";
     out += absl::StrFormat(
         "stage %d: layers %s; recompute %s; %d activation slot(s) of %s each, %s recomputed "
-        "(shared by the slots); %s\n",
+        "(shared by the slots); AdamW moments %s per rank%s;%s %s\n",
         s, DescribeStageChunks(*pipeline_plan, pp, s), RecomputeName(mode), slots,
-        FormatBytes(per_slot), FormatBytes(recomputed), FormatBytes(total));
+        FormatBytes(per_slot), FormatBytes(recomputed), FormatBytes(moments), sharded,
+        buckets ? absl::StrFormat(" the data-parallel buckets' copy %s;", FormatBytes(staging))
+                : "",
+        FormatBytes(total));
   }
   return out;
 }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "models/gpt2_config.h"
 #include "trainer/config/config.h"
 
 namespace freeride {
@@ -22,10 +23,15 @@ absl::StatusOr<std::string> ModelSummary(const Config& config);
 // schedule's buffers) and the plan by phase.
 absl::StatusOr<std::string> DeviceMemoryReport(const Config& config);
 
+// ZeRO-1 (parallel.zero = 1): the parameters data-parallel rank `member` of `dp` keeps AdamW
+// moments for in a chunk of `spec` (pipeline::SplitForZero's share).
+int64_t ZeroShareElements(const GPT2Config& model, const StageSpec& spec, int dp, int member);
+
 // The same for the CPU backend's host memory per rank (models/backend.h's PlanCpuStageMemory,
 // what the trainer checks before allocating): one header line, then per stage its
 // recomputation (model.recompute, parallel.recompute_stages), what each activation slot holds,
-// the recomputation's scratch that the slots share, and the stage's total.
+// the recomputation's scratch that the slots share, the AdamW moments a rank holds (with
+// parallel.zero = 1 and dp > 1 the largest rank's share) and the stage's total.
 absl::StatusOr<std::string> HostMemoryReport(const Config& config);
 
 }  // namespace freeride

@@ -9,6 +9,7 @@
 #include "core/files.h"
 #include "models/llmc_checkpoint.h"
 #include "trainer/checkpoint_manifest.h"
+#include "trainer/moment_shards.h"
 
 namespace freeride {
 namespace {
@@ -22,14 +23,26 @@ std::string RankStateFileName(int stage) { return absl::StrFormat("state_r%03d.b
 
 absl::Status WriteRankState(const std::string& path, const RankState& s) {
   const int64_t n = static_cast<int64_t>(s.params.size());
-  const int64_t header[kHeaderInts] = {kTrainStateVersion, s.step, n,
-                                       s.model.max_seq_len, s.model.vocab_size,
-                                       s.model.padded_vocab_size, s.model.n_layer,
-                                       s.model.n_head, s.model.n_embd,
-                                       s.pp, s.chunks, s.stage, s.dp,
-                                       s.data.epoch, s.data.shard, s.data.window,
-                                       s.batch_size, s.seq_len,
-                                       s.train_steps};
+  const int64_t header[kHeaderInts] = {kTrainStateVersion,
+                                       s.step,
+                                       n,
+                                       s.model.max_seq_len,
+                                       s.model.vocab_size,
+                                       s.model.padded_vocab_size,
+                                       s.model.n_layer,
+                                       s.model.n_head,
+                                       s.model.n_embd,
+                                       s.pp,
+                                       s.chunks,
+                                       s.stage,
+                                       s.dp,
+                                       s.data.epoch,
+                                       s.data.shard,
+                                       s.data.window,
+                                       s.batch_size,
+                                       s.seq_len,
+                                       s.train_steps,
+                                       s.moment_shards};
   std::vector<int64_t> layers;
   for (const auto& [first, last] : s.chunk_layers) layers.insert(layers.end(), {first, last});
   if (static_cast<int64_t>(s.chunk_layers.size()) != s.chunks) {
@@ -37,13 +50,21 @@ absl::Status WriteRankState(const std::string& path, const RankState& s) {
                                                s.chunk_layers.size(), s.chunks));
   }
   const size_t layer_bytes = layers.size() * sizeof(int64_t);
-  std::string bytes(sizeof(kMagic) + sizeof(header) + layer_bytes + 3 * n * sizeof(float), '\0');
+  const bool sharded = s.moment_shards > 0;
+  if (!sharded && (s.m.size() != s.params.size() || s.v.size() != s.params.size())) {
+    return absl::InternalError(
+        absl::StrFormat("%s: %d moments for %d parameters", path, s.m.size(), n));
+  }
+  const int64_t vectors = sharded ? 1 : 3;
+  std::string bytes(sizeof(kMagic) + sizeof(header) + layer_bytes + vectors * n * sizeof(float),
+                    '\0');
   char* p = bytes.data();
   std::memcpy(p, kMagic, sizeof(kMagic));
   std::memcpy(p += sizeof(kMagic), header, sizeof(header));
   std::memcpy(p += sizeof(header), layers.data(), layer_bytes);
   p += layer_bytes;
   for (const std::vector<float>* v : {&s.params, &s.m, &s.v}) {
+    if (v != &s.params && sharded) break;
     std::memcpy(p, v->data(), n * sizeof(float));
     p += n * sizeof(float);
   }
@@ -81,10 +102,13 @@ absl::StatusOr<RankState> ReadRankState(const std::string& path) {
     s.seq_len = h[17];
   }
   if (h[0] >= 3) s.train_steps = h[18];
+  if (h[0] >= 4) s.moment_shards = h[19];
   const int64_t layer_ints = v2 ? 2 * s.chunks : 0;
+  const int64_t vectors = s.moment_shards > 0 ? 1 : 3;
   const size_t expected = sizeof(kMagic) + sizeof(h) + layer_ints * sizeof(int64_t) +
-                          3 * std::max<int64_t>(n, 0) * sizeof(float);
-  if (n < 0 || s.chunks < 1 || s.chunks > 4096 || bytes->size() != expected) {
+                          vectors * std::max<int64_t>(n, 0) * sizeof(float);
+  if (n < 0 || s.chunks < 1 || s.chunks > 4096 || s.moment_shards < 0 ||
+      s.moment_shards > 1 << 20 || bytes->size() != expected) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: %d bytes, expected %d for %d parameters (truncated or corrupt)", path,
         bytes->size(), expected, n));
@@ -97,6 +121,7 @@ absl::StatusOr<RankState> ReadRankState(const std::string& path) {
     s.chunk_layers.emplace_back(range[0], range[1]);
   }
   for (std::vector<float>* v : {&s.params, &s.m, &s.v}) {
+    if (v != &s.params && s.moment_shards > 0) break;  // in the share files
     v->resize(n);
     std::memcpy(v->data(), p, n * sizeof(float));
     p += n * sizeof(float);
@@ -134,6 +159,9 @@ absl::StatusOr<std::string> FinishCheckpoint(const std::string& dir, const RankS
   std::vector<std::string> files;
   for (int64_t stage = 0; stage < state.pp; ++stage) {
     files.push_back(RankStateFileName(static_cast<int>(stage)));
+    for (int64_t replica = 0; replica < state.moment_shards; ++replica) {
+      files.push_back(MomentShardFileName(stage, replica));
+    }
   }
   if (whole_params != nullptr) {
     if (absl::Status s = WriteLlmcModel((fs::path(staging) / "model.bin").string(), state.model,

@@ -23,11 +23,12 @@ namespace freeride {
 
 // Version 2 adds the batch geometry and each chunk's layers (for resuming under another
 // layout), version 3 the run's train.steps (the length its learning-rate schedule was shaped
-// for); versions 1 and 2 are still read.
-inline constexpr int kTrainStateVersion = 3;
+// for), version 4 ZeRO-1's moments in share files (moment_shards); versions 1 to 3 are still
+// read.
+inline constexpr int kTrainStateVersion = 4;
 
 // One pipeline stage's state (data-parallel replicas hold the same, so replica 0 writes it):
-// its chunks' parameters and AdamW moments, concatenated in chunk order.
+// its chunks' parameters and AdamW moments (unless sharded), concatenated in chunk order.
 struct RankState {
   int64_t step = 0;  // optimizer steps completed
   GPT2Config model;
@@ -38,6 +39,10 @@ struct RankState {
   // [first_layer, last_layer) of each chunk this stage holds, in chunk order (empty in
   // version 1 files, which always split evenly).
   std::vector<std::pair<int64_t, int64_t>> chunk_layers;
+  // ZeRO-1 (parallel.zero = 1): the moments are in this many share files, one per
+  // data-parallel rank (trainer/moment_shards.h), and the file holds the parameters only;
+  // 0: m and v here (and always before version 4).
+  int64_t moment_shards = 0;
   std::vector<float> params, m, v;
 };
 

@@ -204,7 +204,9 @@ absl::Status Trainer::ApplyUpdate(int64_t step, double grad_scale) {
   for (const auto& chunk : chunks_) {
     if (absl::Status s = chunk->ApplyAdamW(adam); !s.ok()) return s;
   }
-  return absl::OkStatus();
+  // ZeRO-1: each rank stepped its share; every rank of the data-parallel group takes part
+  // here alike (the decision to step is global), and leaves with the whole parameters.
+  return executor_->zero() ? executor_->GatherZeroShares() : absl::OkStatus();
 }
 
 bool Trainer::WillSpeculate(const std::vector<double>& own, bool loss_finite) const {
@@ -220,8 +222,9 @@ absl::Status Trainer::KeepBackup() {
   backup_.resize(chunks_.size());
   for (size_t c = 0; c < chunks_.size(); ++c) {
     const int64_t n = chunks_[c]->num_params();
+    const int64_t held = chunks_[c]->OptimizerStateElements();  // a ZeRO-1 share: its own
     Backup& b = backup_[c];
-    b.params.resize(n), b.m.resize(n), b.v.resize(n);
+    b.params.resize(n), b.m.resize(held), b.v.resize(held);
     if (absl::Status s = chunks_[c]->GetParams(b.params.data()); !s.ok()) return s;
     if (absl::Status s = chunks_[c]->GetOptimizerState(b.m.data(), b.v.data()); !s.ok()) return s;
   }

@@ -19,10 +19,12 @@
 #include "core/status.h"
 #include "core/timer.h"
 #include "models/backend.h"
+#include "models/grad_norm.h"
 #include "models/llmc_checkpoint.h"
 #include "pipeline/passes.h"
 #include "trainer/checkpoint_manifest.h"
 #include "trainer/jobs/job_runner.h"
+#include "trainer/memory_report.h"
 #include "trainer/pipeline_plan.h"
 #include "trainer/run_dir.h"
 #include "trainer/train_state.h"
@@ -167,6 +169,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
       clock);
   t->executor_ = std::move(executors.train);
   t->eval_executor_ = std::move(executors.eval);
+  if (t->executor_->zero()) {
+    // ZeRO-1: each chunk keeps the moments of this rank's share only (a resume below fills
+    // them).
+    for (int c = 0; c < L.chunks; ++c) {
+      FR_RETURN_IF_ERROR(t->chunks_[c]->ShardOptimizerState(t->executor_->buckets()->owned(c)));
+    }
+  }
   t->IndexBubbles();
 
   // The global batch: dp replicas × batch_size sequences, replica r taking its own rows.
@@ -195,10 +204,16 @@ absl::Status Trainer::CheckHostMemory(const std::vector<StageSpec>& chunks, int6
                                       int slots, int microbatches) const {
   const TrainConfig& tc = config_.train;
   std::vector<HostBuffer> plan;
+  // ZeRO-1: the moments of this rank's share only.
+  const bool zero = config_.parallel.zero == 1 && layout_.dp > 1;
+  int64_t moments = 0;  // the parameters whose moments this rank holds
   if (config_.runtime.device == "cpu") {
     for (const StageSpec& spec : chunks) {
+      const int64_t share =
+          zero ? ZeroShareElements(model_config_, spec, layout_.dp, layout_.replica) : -1;
+      moments += zero ? share : MakeParamLayout(model_config_, spec).total;
       for (HostBuffer& b : PlanCpuStageMemory(model_config_, spec, micro_batch, tc.seq_len, slots,
-                                              StageRecompute(config_, layout_.stage))) {
+                                              StageRecompute(config_, layout_.stage), share)) {
         if (chunks.size() > 1) {
           b.name = absl::StrFormat("chunk layers %d..%d: %s", spec.first_layer, spec.last_layer,
                                    b.name);
@@ -214,11 +229,16 @@ absl::Status Trainer::CheckHostMemory(const std::vector<StageSpec>& chunks, int6
                                          activation * MessageTypeBytes(messages)});
   plan.push_back({"the global batch's tokens", 2 * tc.batch_size * layout_.dp * tc.seq_len *
                                                    static_cast<int64_t>(sizeof(int32_t))});
+  int64_t params = 0;
+  for (const StageSpec& spec : chunks) params += MakeParamLayout(model_config_, spec).total;
+  if (config_.runtime.device != "cpu") moments = params;  // CUDA: no ZeRO-1
+  if (layout_.dp > 1 && (zero || config_.parallel.dp_bucket_mb > 0)) {
+    plan.push_back({"the data-parallel buckets' copy of the gradients",
+                    params * static_cast<int64_t>(sizeof(float))});
+  }
   if (config_.optim.step_sync == "post_validate") {
-    int64_t params = 0;
-    for (const StageSpec& spec : chunks) params += MakeParamLayout(model_config_, spec).total;
     plan.push_back({"post-validation's copy of parameters and AdamW moments",
-                    3 * params * static_cast<int64_t>(sizeof(float))});
+                    (params + 2 * moments) * static_cast<int64_t>(sizeof(float))});
   }
   absl::Status s = CheckHostMemoryPlan(plan, AvailableHostMemory(),
                                        config_.runtime.emulate_peers ? 1 : NodeLocalSize());
@@ -247,12 +267,47 @@ absl::StatusOr<std::vector<double>> Trainer::GradientUnits() {
   // Gradient squares per model unit (embedding, layers, final LayerNorm) at their places in
   // the whole model: every stage fills its own, the sum over the pipeline adds zeros
   // elsewhere (exact), and the units are added in model order, as one process would.
+  // ZeRO-1: each rank makes the norm's chunk sums of its share, the data-parallel group sums
+  // them (each has one owner: exact) and every rank adds them up in the one fixed order
+  // (models/grad_norm.h): the bits of the unsharded norm.
   const int64_t L = model_config_.n_layer;
   std::vector<double> units(L + 2, 0.0);
-  for (const auto& chunk : chunks_) {
-    absl::StatusOr<std::vector<double>> squares = chunk->GradSquaresByUnit();
-    if (!squares.ok()) return squares.status();
-    const std::vector<double>& own = *squares;
+  std::vector<std::vector<double>> stage_units(chunks_.size());
+  if (executor_->zero()) {
+    std::vector<NormPlan> plans;
+    std::vector<int64_t> first;
+    int64_t chunks = 0;
+    for (const auto& chunk : chunks_) {
+      plans.push_back(PlanGradNorm(chunk->layout()));
+      first.push_back(chunks);
+      chunks += plans.back().chunks;
+    }
+    std::vector<double> partials(chunks, 0.0);
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      if (absl::Status s = chunks_[c]->ShardGradSquares(executor_->buckets()->owned(c),
+                                                        partials.data() + first[c]);
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (absl::Status s = transport_->AllReduceSum(
+            partials.data(), chunks, layout_.DataParallelGroup(), config_.runtime.comm_timeout_s);
+        !s.ok()) {
+      return s;
+    }
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      stage_units[c] = UnitsFromChunkSquares(plans[c], partials.data() + first[c]);
+    }
+  } else {
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      absl::StatusOr<std::vector<double>> squares = chunks_[c]->GradSquaresByUnit();
+      if (!squares.ok()) return squares.status();
+      stage_units[c] = *std::move(squares);
+    }
+  }
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const StageModel* chunk = chunks_[c].get();
+    const std::vector<double>& own = stage_units[c];
     size_t k = 0;
     if (chunk->stage().has_embedding) units[0] = own[k++];
     for (int64_t l = chunk->stage().first_layer; l < chunk->stage().last_layer; ++l) {

@@ -17,6 +17,7 @@
 #include "models/llmc_checkpoint.h"
 #include "trainer/checkpoint_manifest.h"
 #include "trainer/checkpoint_writer.h"
+#include "trainer/moment_shards.h"
 #include "trainer/optimizer.h"
 #include "trainer/train_state.h"
 #include "trainer/trainer.h"
@@ -89,6 +90,8 @@ absl::StatusOr<RankState> ReadVerifiedRankState(const std::string& dir, int64_t 
   if (absl::Status s = VerifyCheckpointFile(dir, name); !s.ok()) return s;
   absl::StatusOr<RankState> state = ReadRankState((std::filesystem::path(dir) / name).string());
   if (!state.ok()) return state;
+  // ZeRO-1's moments, whole again from every data-parallel rank's share.
+  if (state->moment_shards > 0) FR_RETURN_IF_ERROR(AssembleStageMoments(dir, &*state));
   // The state files hold GPT-2's shape fields; the family and a Llama's own fields are in
   // model.bin's header (beside them in every checkpoint).
   absl::StatusOr<GPT2Config> whole =
@@ -222,6 +225,16 @@ absl::Status Trainer::Resume(const std::string& path) {
     }
   }
   for (size_t c = 0; c < chunks_.size(); ++c) {
+    if (executor_->zero()) {
+      // ZeRO-1: this rank's share of the whole moments, packed as the chunk keeps it.
+      std::vector<float> mine_m, mine_v;
+      for (const ParamRange& r : executor_->buckets()->owned(static_cast<int>(c))) {
+        mine_m.insert(mine_m.end(), m[c].begin() + r.offset, m[c].begin() + r.offset + r.n);
+        mine_v.insert(mine_v.end(), v[c].begin() + r.offset, v[c].begin() + r.offset + r.n);
+      }
+      m[c] = std::move(mine_m);
+      v[c] = std::move(mine_v);
+    }
     absl::Status s = chunks_[c]->SetParams(params[c].data());
     if (s.ok()) s = chunks_[c]->SetOptimizerState(m[c].data(), v[c].data());
     if (!s.ok()) return s;
@@ -278,19 +291,35 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint(bool background) {
   for (const auto& chunk : chunks_) {
     state->chunk_layers.emplace_back(chunk->stage().first_layer, chunk->stage().last_layer);
   }
+  // ZeRO-1: every rank's share of the moments goes to a file of its own (moment_shards.h).
+  const bool sharded = executor_->zero();
+  state->moment_shards = sharded ? layout_.dp : 0;
+  auto share = std::make_shared<MomentShard>();
+  share->step = step_;
+  share->stage = layout_.stage;
+  share->replica = layout_.replica;
+  share->shards = layout_.dp;
   // The whole model for model.bin, gathered by a sum in which each tensor piece has one owner
   // (wte: the embedding's chunk; the head's copy is equal).
   auto whole = std::make_shared<std::vector<float>>(NumParameters(model_config_), 0.0f);
   for (size_t c = 0; c < chunks_.size(); ++c) {
     StageModel& chunk = *chunks_[c];
-    const int64_t n = chunk.num_params();
-    std::vector<float> part(n), m(n), v(n);
+    const int64_t n = chunk.num_params(), held = chunk.OptimizerStateElements();
+    std::vector<float> part(n), m(held), v(held);
     absl::Status got = chunk.GetParams(part.data());
     if (got.ok()) got = chunk.GetOptimizerState(m.data(), v.data());
     if (!got.ok()) return got;
+    if (sharded) {
+      for (const ParamRange& r : executor_->buckets()->owned(static_cast<int>(c))) {
+        share->ranges.push_back({share->stage_params + r.offset, r.n});
+      }
+    }
+    std::vector<float>& to_m = sharded ? share->m : state->m;
+    std::vector<float>& to_v = sharded ? share->v : state->v;
+    to_m.insert(to_m.end(), m.begin(), m.end());
+    to_v.insert(to_v.end(), v.begin(), v.end());
+    share->stage_params += n;
     state->params.insert(state->params.end(), part.begin(), part.end());
-    state->m.insert(state->m.end(), m.begin(), m.end());
-    state->v.insert(state->v.end(), v.begin(), v.end());
     if (!chunk.stage().has_embedding && chunk.stage().has_head) {
       const TensorSlot& wte = chunk.layout().slot(ParamTensor::kWte);
       std::fill(part.begin() + wte.offset, part.begin() + wte.offset + wte.elements, 0.0f);
@@ -307,17 +336,27 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint(bool background) {
   const std::string staging = CheckpointStagingDir(dir, step_);
   const bool writes_state = layout_.replica == 0;
   const int stage = static_cast<int>(layout_.stage);
-  // This rank's state file; where it fails in the background, a mark the leader stops at.
+  const std::string share_name = MomentShardFileName(stage, layout_.replica);
+  // This rank's state file (replica 0) and moments share (ZeRO-1); where one fails in the
+  // background, a mark the leader stops at.
   auto write_state = [=]() -> absl::Status {
-    if (!writes_state) return absl::OkStatus();
-    absl::Status s = WriteRankState(
-        (std::filesystem::path(staging) / RankStateFileName(stage)).string(), *state);
+    namespace fs = std::filesystem;
+    absl::Status s = absl::OkStatus();
+    std::string name;
+    if (writes_state) {
+      name = RankStateFileName(stage);
+      s = WriteRankState((fs::path(staging) / name).string(), *state);
+    }
+    if (s.ok() && sharded) {
+      name = share_name;
+      s = WriteMomentShard((fs::path(staging) / name).string(), *share);
+    }
     if (!s.ok() && background) {
-      WriteFileAtomically((std::filesystem::path(staging) / FailedStateFileName(stage)).string(),
+      WriteFileAtomically((fs::path(staging) / FailedFileName(name)).string(),
                           std::string(s.message()))
           .IgnoreError();
     }
-    if (s.ok()) HoldIfTestAsks(staging, state->step, stage);
+    if (s.ok() && (writes_state || sharded)) HoldIfTestAsks(staging, state->step, stage);
     return s;
   };
   // The leader's part once every state file is written: manifest, model.bin, rename, `latest`,
@@ -343,7 +382,13 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint(bool background) {
   };
   const std::string final_dir = (std::filesystem::path(dir) / CheckpointDirName(step_)).string();
   if (background) {
-    const int64_t pp = layout_.pp;
+    std::vector<std::string> files;
+    for (int64_t s = 0; s < layout_.pp; ++s) {
+      files.push_back(RankStateFileName(static_cast<int>(s)));
+      for (int64_t r = 0; r < state->moment_shards; ++r) {
+        files.push_back(MomentShardFileName(s, r));
+      }
+    }
     const double timeout_s = config_.runtime.comm_timeout_s;
     std::move(abandon).Cancel();  // the writer's own failures abandon it
     checkpoint_writer_.Start([=]() -> absl::Status {
@@ -354,7 +399,7 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint(bool background) {
         WaitForCheckpointEnd(dir, state->step, timeout_s);
         return s;
       }
-      if (s.ok()) s = WaitForStateFiles(staging, pp, timeout_s);
+      if (s.ok()) s = WaitForStateFiles(staging, files, timeout_s);
       if (s.ok()) s = finish().status();
       if (!s.ok()) AbandonCheckpoint(dir, state->step);
       return s;

@@ -176,7 +176,7 @@ Executors ExecutorPhase(const Config& config, const PipelineSetup& pipeline,
       std::make_unique<pipeline::StageExecutor>(pipeline.schedule, layout, chunks, transport,
                                                 config.runtime.comm_timeout_s, std::move(hooks));
   out.train->set_clock(clock, pipeline.compute);
-  out.train->set_dp_bucket_mb(config.parallel.dp_bucket_mb);
+  out.train->set_dp_bucket_mb(config.parallel.dp_bucket_mb, config.parallel.zero == 1);
   if (!config.data.val.empty()) {
     out.eval = std::make_unique<pipeline::StageExecutor>(
         ForwardOnlySchedule(pipeline.schedule), layout, chunks, transport,

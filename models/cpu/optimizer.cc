@@ -27,17 +27,15 @@ void AdamWUpdate(T* param, const T* grad, T* m, T* v, int64_t n, const AdamWPara
 }
 
 template <typename T>
-double SumOfSquares(const T* x, int64_t n) {
-  constexpr int64_t kChunk = 1 << 16;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
+void ChunkSquares(const T* x, int64_t n, double* partials) {
+  const int64_t chunks = (n + kSquaresChunk - 1) / kSquaresChunk;
 #pragma omp parallel for schedule(static) if (ParallelWorth(n))
   for (int64_t c = 0; c < chunks; ++c) {
     // Eight interleaved accumulators (a fixed order, so still deterministic) let the compiler
     // keep the loop in vector registers.
     constexpr int kLanes = 8;
     double lane[kLanes] = {};
-    const int64_t lo = c * kChunk, hi = std::min(n, lo + kChunk);
+    const int64_t lo = c * kSquaresChunk, hi = std::min(n, lo + kSquaresChunk);
     int64_t i = lo;
     for (; i + kLanes <= hi; i += kLanes) {
       for (int k = 0; k < kLanes; ++k) {
@@ -47,8 +45,14 @@ double SumOfSquares(const T* x, int64_t n) {
     double s = 0;
     for (; i < hi; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
     for (int k = 0; k < kLanes; ++k) s += lane[k];
-    partial[c] = s;
+    partials[c] = s;
   }
+}
+
+template <typename T>
+double SumOfSquares(const T* x, int64_t n) {
+  std::vector<double> partial(static_cast<size_t>((n + kSquaresChunk - 1) / kSquaresChunk), 0.0);
+  ChunkSquares(x, n, partial.data());
   double total = 0;
   for (double s : partial) total += s;
   return total;
@@ -60,5 +64,7 @@ template void AdamWUpdate<double>(double*, const double*, double*, double*, int6
                                   const AdamWParams&);
 template double SumOfSquares<float>(const float*, int64_t);
 template double SumOfSquares<double>(const double*, int64_t);
+template void ChunkSquares<float>(const float*, int64_t, double*);
+template void ChunkSquares<double>(const double*, int64_t, double*);
 
 }  // namespace freeride::cpu

@@ -1,5 +1,7 @@
 // Ranks as threads of one process, for tests: messages go through per-(source, destination,
-// tag) queues; sums collect every member's contribution and add them in rank order.
+// tag) queues; sums collect every member's contribution and add them in rank order (a
+// reduce-scatter too, each member then taking its part; an all-gather takes each element from
+// the member whose part it is).
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -7,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <tuple>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -123,8 +126,33 @@ class InProcessTransport : public Transport {
                                             const std::vector<int>& group) override {
     return Start(data, n, /*is_double=*/true, group);
   }
+  absl::StatusOr<Request> StartReduceScatterSum(float* data, const std::vector<int64_t>& counts,
+                                                const std::vector<int>& group) override {
+    return Start(data, Total(counts), /*is_double=*/false, group, Kind::kReduceScatter, counts);
+  }
+  absl::StatusOr<Request> StartAllGather(float* data, const std::vector<int64_t>& counts,
+                                         const std::vector<int>& group) override {
+    return Start(data, Total(counts), /*is_double=*/false, group, Kind::kAllGather, counts);
+  }
 
  private:
+  enum class Kind { kSum, kReduceScatter, kAllGather };
+  static int64_t Total(const std::vector<int64_t>& counts) {
+    int64_t n = 0;
+    for (int64_t c : counts) n += c;
+    return n;
+  }
+  // Where this rank's part starts and how long it is, by its place in the group.
+  std::pair<int64_t, int64_t> OwnPart(const std::vector<int>& group,
+                                      const std::vector<int64_t>& counts) const {
+    int64_t at = 0;
+    for (size_t k = 0; k < group.size(); ++k) {
+      if (group[k] == rank_) return {at, k < counts.size() ? counts[k] : 0};
+      at += k < counts.size() ? counts[k] : 0;
+    }
+    return {0, 0};
+  }
+
   struct Pending {
     void* data = nullptr;
     int64_t bytes = 0;
@@ -134,18 +162,27 @@ class InProcessTransport : public Transport {
     bool sum = false, is_double = false;
     std::vector<int> group;
     int64_t seq = 0;
+    Kind kind = Kind::kSum;
+    std::vector<int64_t> counts;  // a reduce-scatter's or all-gather's parts
   };
 
   // Contributes this rank's values; the last member to contribute adds them all, in rank
   // order and in the element type: the same arithmetic MPI does for two ranks.
   absl::StatusOr<Request> Start(void* data, int64_t n, bool is_double,
-                                const std::vector<int>& group) {
+                                const std::vector<int>& group, Kind kind = Kind::kSum,
+                                const std::vector<int64_t>& counts = {}) {
+    if (kind != Kind::kSum && counts.size() != group.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%d parts for a group of %d ranks", counts.size(), group.size()));
+    }
     Pending p;
     p.data = data;
     p.bytes = n * (is_double ? 8 : 4);
     p.sum = true;
     p.is_double = is_double;
     p.group = group;
+    p.kind = kind;
+    p.counts = counts;
     if (group.size() > 1) {
       p.seq = seq_[group]++;
       std::lock_guard<std::mutex> lock(hub_->mu);
@@ -156,7 +193,9 @@ class InProcessTransport : public Transport {
         mine[i] = is_double ? static_cast<double*>(data)[i] : static_cast<float*>(data)[i];
       }
       if (r.contributions.size() == group.size()) {
-        r.result = is_double ? Add<double>(r, n) : Add<float>(r, n);
+        r.result = kind == Kind::kAllGather ? Gather(r, group, counts)
+                   : is_double              ? Add<double>(r, n)
+                                            : Add<float>(r, n);
         r.contributions.clear();
         r.done = true;
         hub_->cv.notify_all();
@@ -179,6 +218,18 @@ class InProcessTransport : public Transport {
     return std::vector<double>(sum.begin(), sum.end());
   }
 
+  // Each element from the member whose part holds it.
+  static std::vector<double> Gather(const Hub::Reduction& r, const std::vector<int>& group,
+                                    const std::vector<int64_t>& counts) {
+    std::vector<double> all;
+    for (size_t k = 0; k < group.size(); ++k) {
+      const std::vector<double>& theirs = r.contributions.at(group[k]);
+      const int64_t at = static_cast<int64_t>(all.size());
+      all.insert(all.end(), theirs.begin() + at, theirs.begin() + at + counts[k]);
+    }
+    return all;
+  }
+
   absl::Status FinishSum(std::map<Request, Pending>::iterator it, double timeout_s) {
     const Pending p = it->second;
     if (p.group.size() <= 1) {
@@ -193,8 +244,12 @@ class InProcessTransport : public Transport {
           absl::StrFormat("sum over ranks {%s} did not complete within %.1f s",
                           absl::StrJoin(p.group, ","), timeout_s));
     }
-    const int64_t n = p.bytes / (p.is_double ? 8 : 4);
-    for (int64_t i = 0; i < n; ++i) {
+    int64_t first = 0, n = p.bytes / (p.is_double ? 8 : 4);
+    if (p.kind == Kind::kReduceScatter) {
+      std::tie(first, n) = OwnPart(p.group, p.counts);
+      n += first;
+    }
+    for (int64_t i = first; i < n; ++i) {
       if (p.is_double) {
         static_cast<double*>(p.data)[i] = r.result[i];
       } else {

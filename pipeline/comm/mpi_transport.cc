@@ -1,9 +1,13 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <cstring>
+#include <functional>
+#include <limits>
 #include <map>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/mpi_check.h"
@@ -63,10 +67,11 @@ class MpiTransport : public Transport {
   absl::Status Wait(Request request, double timeout_s) override {
     auto it = requests_.find(request);
     if (it == requests_.end()) return absl::InvalidArgumentError("unknown request");
-    for (MPI_Request& r : it->second.first) {
-      absl::Status s = PollUntilDone(&r, timeout_s, it->second.second);
+    for (MPI_Request& r : it->second.pieces) {
+      absl::Status s = PollUntilDone(&r, timeout_s, it->second.what);
       if (!s.ok()) return s;
     }
+    if (it->second.then) it->second.then();
     requests_.erase(it);
     return absl::OkStatus();
   }
@@ -74,7 +79,7 @@ class MpiTransport : public Transport {
   bool Test(Request request) override {
     auto it = requests_.find(request);
     if (it == requests_.end()) return false;
-    std::vector<MPI_Request>& pieces = it->second.first;
+    std::vector<MPI_Request>& pieces = it->second.pieces;
     if (pieces.empty()) return true;
     int done = 0;
     MPI_Testall(static_cast<int>(pieces.size()), pieces.data(), &done, MPI_STATUSES_IGNORE);
@@ -100,11 +105,68 @@ class MpiTransport : public Transport {
     return Start(data, n, MPI_DOUBLE, group);
   }
 
+  // In place: MPI_Ireduce_scatter leaves a member's sum at the start of its buffer, moved to
+  // the part's own place once the request completes. For 2 members each element is one
+  // addition, the all-reduce's; for more, Open MPI's algorithms choose the order, as they do
+  // for the all-reduce.
+  absl::StatusOr<Request> StartReduceScatterSum(float* data, const std::vector<int64_t>& counts,
+                                                const std::vector<int>& group) override {
+    return StartParts(data, counts, group, /*gather=*/false);
+  }
+  absl::StatusOr<Request> StartAllGather(float* data, const std::vector<int64_t>& counts,
+                                         const std::vector<int>& group) override {
+    return StartParts(data, counts, group, /*gather=*/true);
+  }
+
  private:
-  // A request is one MPI request, or several for a sum in pieces (none: nothing to wait for).
-  Request Store(std::vector<MPI_Request> pieces, std::string what) {
-    requests_[next_] = {std::move(pieces), std::move(what)};
+  // A request is one MPI request, or several for a sum in pieces (none: nothing to wait for),
+  // and what to do once they are done.
+  struct Pending {
+    std::vector<MPI_Request> pieces;
+    std::string what;
+    std::function<void()> then;
+  };
+  Request Store(std::vector<MPI_Request> pieces, std::string what,
+                std::function<void()> then = nullptr) {
+    requests_[next_] = {std::move(pieces), std::move(what), std::move(then)};
     return next_++;
+  }
+
+  absl::StatusOr<Request> StartParts(float* data, const std::vector<int64_t>& counts,
+                                     const std::vector<int>& group, bool gather) {
+    const std::string what =
+        absl::StrFormat("%s of %d parts over ranks {%s}", gather ? "all-gather" : "reduce-scatter",
+                        counts.size(), absl::StrJoin(group, ","));
+    if (counts.size() != group.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": one part per member expected"));
+    }
+    if (group.size() <= 1) return Store({}, what);
+    std::vector<int> count(counts.size()), displ(counts.size());
+    int64_t at = 0;
+    int member = -1;
+    for (size_t k = 0; k < counts.size(); ++k) {
+      if (counts[k] < 0 || counts[k] > std::numeric_limits<int>::max() ||
+          at > std::numeric_limits<int>::max()) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": parts beyond MPI's int counts"));
+      }
+      count[k] = static_cast<int>(counts[k]);
+      displ[k] = static_cast<int>(at);
+      at += counts[k];
+      if (group[k] == rank_) member = static_cast<int>(k);
+    }
+    if (member < 0) return absl::InvalidArgumentError(absl::StrCat(what, ": not a member"));
+    absl::StatusOr<MPI_Comm> comm = CommFor(group);
+    if (!comm.ok()) return comm.status();
+    MPI_Request r;
+    if (gather) {
+      MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, count.data(),
+                                displ.data(), MPI_FLOAT, *comm, &r));
+      return Store({r}, what);
+    }
+    MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, data, count.data(), MPI_FLOAT, MPI_SUM, *comm, &r));
+    const int64_t own = counts[member], place = displ[member];
+    return Store({r}, what,
+                 [data, own, place] { std::memmove(data + place, data, own * sizeof(float)); });
   }
 
   absl::StatusOr<MPI_Comm> CommFor(const std::vector<int>& group) {
@@ -144,7 +206,7 @@ class MpiTransport : public Transport {
 
   int rank_ = 0, size_ = 1;
   Request next_ = 0;
-  std::map<Request, std::pair<std::vector<MPI_Request>, std::string>> requests_;
+  std::map<Request, Pending> requests_;
   std::map<std::vector<int>, MPI_Comm> comms_;
 };
 

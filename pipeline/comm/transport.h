@@ -56,6 +56,27 @@ class Transport {
                                                     const std::vector<int>& group) = 0;
   virtual absl::StatusOr<Request> StartAllReduceSum(double* data, int64_t n,
                                                     const std::vector<int>& group) = 0;
+  // ZeRO-1's two halves of a sum (parallel.zero = 1): `counts[k]` values belong to group
+  // member k, back to back in member order (n = Σ counts in `data` on every member). The
+  // reduce-scatter sums `data` over the group elementwise, adding as AllReduceSum adds, and
+  // leaves in each member's data the sum of its own part, at that part's place (the rest of
+  // `data` is then undefined). The all-gather copies each member's part of its `data` to the
+  // same place in every member's. Both complete as a started sum does (Wait, Test). The
+  // defaults: the reduce-scatter as a whole sum; the all-gather only for a group of one.
+  virtual absl::StatusOr<Request> StartReduceScatterSum(float* data,
+                                                        const std::vector<int64_t>& counts,
+                                                        const std::vector<int>& group) {
+    int64_t n = 0;
+    for (int64_t c : counts) n += c;
+    return StartAllReduceSum(data, n, group);
+  }
+  virtual absl::StatusOr<Request> StartAllGather(float* data, const std::vector<int64_t>& counts,
+                                                 const std::vector<int>& group) {
+    if (group.size() > 1) {
+      return absl::UnimplementedError("this transport has no all-gather (parallel.zero = 1)");
+    }
+    return StartAllReduceSum(data, counts.empty() ? 0 : counts[0], group);
+  }
   // A training step begins (on the stage executor's clock); transports that keep time per
   // step use it.
   virtual void OnStepStart(double /*now_s*/) {}

@@ -100,6 +100,7 @@ struct ParallelConfig {
   std::vector<int64_t> layers_per_stage;
   std::vector<std::string> recompute_stages;  // per pipeline stage; empty: model.recompute
   double dp_bucket_mb = 0;  // 0: one data-parallel sum per chunk at REDUCE_GRADS
+  int64_t zero = 0;         // 1: ZeRO-1, AdamW moments sharded over the data-parallel ranks
   std::string transport = "auto";  // "auto" | "nccl" | "mpi" (trainer/transport_choice.h)
 };
 

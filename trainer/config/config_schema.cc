@@ -225,6 +225,17 @@ std::vector<KeySpec> BuildSchema() {
                "a sum "
                "of its own, and tiny ones stall the step). The same bits either way "
                "(docs/training.md#data-parallel-buckets)."),
+      FR_KEY(parallel, zero)
+          .Min(0)
+          .Max(1)
+          .Doc("1: ZeRO-1 with dp > 1: each data-parallel rank of a stage keeps the AdamW "
+               "moments of only its share (about 1/dp) of the stage's parameters; the "
+               "gradient sum becomes a reduce-scatter in the buckets' layout "
+               "(parallel.dp_bucket_mb; buckets of 4 MiB at 0), each rank steps its "
+               "share, and an all-gather returns the parameters. The same bits as 0 "
+               "(docs/training.md#zero-1-optimizer-sharding); checkpoints save each rank's "
+               "share and resume under any dp, pp or zero. CPU only: refused with "
+               "runtime.device = \"cuda\". No effect at dp = 1."),
       FR_KEY(parallel, transport)
           .Choices({"auto", "nccl", "mpi"})
           .Doc("What carries the activations and gradients between stages and the sums between "
