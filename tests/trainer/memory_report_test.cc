@@ -1,4 +1,5 @@
-// `freeride config memory`: each stage's line is the CUDA backend's own plan for that stage.
+// `freeride config memory`: each stage's line is the CUDA backend's own plan for that stage, for
+// either model family.
 #include "trainer/memory_report.h"
 
 #include <sstream>
@@ -7,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "models/device_memory_plan.h"
+#include "trainer/trainer.h"
 
 namespace freeride {
 namespace {
@@ -45,6 +47,22 @@ TEST(MemoryReportTest, PipelineStagesHoldTheirScheduleBuffers) {
   }
   EXPECT_NE(lines[1].find("+embedding"), std::string::npos);
   EXPECT_NE(lines[4].find("+head"), std::string::npos);
+}
+
+TEST(MemoryReportTest, ALlamaStageLineIsTheBackendsLlamaPlan) {
+  absl::StatusOr<Config> config = LoadConfigFile(
+      "configs/llama_tiny_cpu.toml", {"runtime.device=\"cuda\"", "runtime.precision=\"bf16\""});
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<std::string> report = DeviceMemoryReport(*config);
+  ASSERT_TRUE(report.ok()) << report.status();
+  const std::vector<std::string> lines = Lines(*report);
+  ASSERT_EQ(lines.size(), 2u) << *report;
+  absl::StatusOr<GPT2Config> llama = ResolveModelConfig(*config);
+  ASSERT_TRUE(llama.ok() && llama->is_llama());
+  MemoryPlan plan;
+  PlanStageMemory(*llama, WholeModel(*llama), 2, 64, 1, 2, &plan);
+  EXPECT_EQ(lines[1], "stage 0: layers [0, 4) +embedding +head; 1 activation slot(s): " +
+                          plan.Report());
 }
 
 }  // namespace
