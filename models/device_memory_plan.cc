@@ -119,10 +119,7 @@ StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage,
   }
   ids.scratch_4c = plan->Add(kWorkspace, "scratch 4C", G * BT * w.act * X);
   ids.scratch_c = plan->Add(kWorkspace, "scratch C", BT * C * X);
-  // The flash kernels index key/value heads as GPT-2's (one per query head): grouped-query
-  // attention takes the reference path.
-  ids.flash_attention =
-      !config.is_llama() && cuda::UseFlashAttention(attention, X == 2, B, NH, C / NH, T);
+  ids.flash_attention = cuda::UseFlashAttention(attention, X == 2, B, NH, C / NH, T);
   const int64_t R = ids.flash_attention ? 0 : 1;  // multiplies what only the reference path needs
   ids.attn_qkv = plan->Add(kWorkspace, "attention q k v", R * 3 * BT * C * X);
   ids.attn_dqkv = plan->Add(kWorkspace, "attention dq dk dv", R * G * 3 * BT * C * X);
@@ -131,6 +128,9 @@ StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage,
   ids.attn_y = plan->Add(kWorkspace, "attention y", R * BT * C * X);
   ids.attn_rowsum =
       plan->Add(kWorkspace, "attention row sums (flash)", (1 - R) * G * B * NH * T * 4);
+  const bool grouped = config.is_llama() && config.n_kv_head < NH;
+  ids.attn_dkv_heads = plan->Add(kWorkspace, "attention dk dv per query head (flash, grouped)",
+                                 grouped ? (1 - R) * G * 2 * BT * C * X : 0);
   // Enough for the reference kernels' chunks and for the vectorised kernels' (whichever
   // runtime.kernels picks).
   const int64_t partial_floats =

@@ -80,6 +80,9 @@ struct StageBufferIds {
   int attn_probs = -1, attn_scores = -1;
   int attn_y = -1;                                // [B, NH, T, hs]
   int attn_rowsum = -1;                           // flash: fp32 [B·NH·T], Σ dout ∘ out per row
+  // Flash with grouped-query heads: each query head's dK and dV [B, T, 2, NH, hs], summed per
+  // group into dqkv.
+  int attn_dkv_heads = -1;
   int column_partials = -1;  // fp32, the column sums' partials (both runtime.kernels paths)
   int reduce_partials = -1;                       // fp64 partial sums
   // The multi-tensor kernels' table (cuda/multi_tensor_table.h), built at Init, and the

@@ -152,6 +152,8 @@ class CudaStage final : public CudaStageModel {
   absl::Status LlamaLayerBackwardInput(const Slot& s, int64_t l, const T* x, T* dx);
   absl::Status LlamaLayerBackwardWeight(const Slot& s, int64_t l, const T* x);
   bool llama() const { return layout_.config.is_llama(); }
+  // Key/value heads: grouped-query attention's (Llama), one per query head (GPT-2).
+  int64_t KvHeads() const { return llama() ? layout_.config.n_kv_head : layout_.config.n_head; }
   // The head's stage sums a wte gradient of its own (head_wte_grad) into wte's.
   bool tied_head() const { return layout_.stage.has_head && TiedElements(layout_.config) > 0; }
   // The head's matrix: wte (tied) or an untied Llama head's kLmHead.

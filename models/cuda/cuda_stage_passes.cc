@@ -58,8 +58,8 @@ absl::Status CudaStage<T>::AttentionForward(const Slot& s, int64_t l) {
   if constexpr (std::is_same_v<T, bf16>) {
     if (ids_.flash_attention) {  // straight from qkv to the layer's output, no T × T
       FR_KERNEL(l, FlashAttentionForward, Act(s.atty, l, BTC),
-                Ptr<float>(s.att_lse) + l * heads * T_, Act(s.qkv, l, 3 * BTC), B_, T_, NH, hs,
-                stream_);
+                Ptr<float>(s.att_lse) + l * heads * T_, Act(s.qkv, l, B_ * T_ * widths_.qkv), B_,
+                T_, NH, KvHeads(), hs, stream_);
       return absl::OkStatus();
     }
   }
@@ -163,9 +163,10 @@ absl::Status CudaStage<T>::AttentionBackward(const Slot& s, int64_t l, const T* 
   const int64_t BTC = B_ * T_ * C, heads = B_ * NH;
   if constexpr (std::is_same_v<T, bf16>) {
     if (ids_.flash_attention) {
-      FR_KERNEL(l, FlashAttentionBackward, Act(s.dqkv, l, 3 * BTC), Ptr<float>(ids_.attn_rowsum),
-                datty, Act(s.qkv, l, 3 * BTC), Act(s.atty, l, BTC),
-                Ptr<float>(s.att_lse) + l * heads * T_, B_, T_, NH, hs, stream_);
+      const int64_t qkv = B_ * T_ * widths_.qkv;
+      FR_KERNEL(l, FlashAttentionBackward, Act(s.dqkv, l, qkv), Ptr<float>(ids_.attn_rowsum),
+                Ptr<T>(ids_.attn_dkv_heads), datty, Act(s.qkv, l, qkv), Act(s.atty, l, BTC),
+                Ptr<float>(s.att_lse) + l * heads * T_, B_, T_, NH, KvHeads(), hs, stream_);
       return absl::OkStatus();
     }
   }

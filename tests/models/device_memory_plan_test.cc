@@ -87,8 +87,10 @@ TEST(DeviceMemoryPlanTest, LlamaBuffersHaveTheFamilysWidths) {
     // RMSNorm keeps no means; the rotary tables are fp32 [T, hs/2] each.
     for (int id : {s.ln1_mean, s.ln2_mean, s.lnf_mean}) EXPECT_EQ(plan.buffer(id).bytes, 0);
     EXPECT_EQ(plan.buffer(ids.rope_cos).bytes, T * 32 * 4);
-    // Grouped-query heads take the reference path, even in bf16.
-    EXPECT_FALSE(ids.flash_attention);
+    // bf16 runs the flash kernels with grouped-query heads: no T × T buffers.
+    EXPECT_TRUE(ids.flash_attention);
+    EXPECT_EQ(plan.buffer(ids.attn_probs).bytes, 0);
+    EXPECT_EQ(plan.buffer(ids.attn_dkv_heads).bytes, 2 * BT * C * 2) << "dK, dV per query head";
     // An untied head's gradient is its own tensor's: no separate wte gradient.
     EXPECT_EQ(plan.PhaseBytes(MemoryPhase::kGradients),
               rounded(P * 4) + (tied ? rounded(Vp * C * 4) : 0));

@@ -250,9 +250,9 @@ std::vector<KeySpec> BuildSchema() {
           .Doc("The causal attention on CUDA: \"auto\" runs the flash kernels (no T x T matrices; "
                "models/cuda/flash_attention.h) in bf16 where the head size is 16, 32, 64 or 128, "
                "and "
-               "the reference path (batched GEMMs over T x T scores) in fp32, for other shapes "
-               "and for model.arch = \"llama\" (grouped-query heads); \"reference\" always runs "
-               "the reference path."),
+               "the reference path (batched GEMMs over T x T scores) in fp32 and for other shapes "
+               "(both take Llama's grouped-query heads); \"reference\" always runs the reference "
+               "path."),
       FR_KEY(runtime, kernels)
           .Choices({"auto", "reference"})
           .Doc("The memory-bound kernels on CUDA: \"auto\" runs the fused ones (16-byte "
