@@ -1,44 +1,30 @@
-// Incremental decoding with a key/value cache: one new token per sequence per call, each
-// layer attending over the cached keys and values of the earlier positions. For generation
-// (`freeride sample`, the `gpt_infer` side task): the same arithmetic as GPT2Stage's forward,
-// without recomputing the prefix.
+// GPT-2's layers for the key/value-cache decoder (kv_decoder.h): position embedding, LayerNorm,
+// biased products, GELU, the head tied to wte. Made by MakeKvDecoder for model.arch = "gpt2".
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
-#include "models/gpt2_config.h"
+#include "models/kv_decoder.h"
 
 namespace freeride {
 
-class GPT2Decoder {
- public:
-  // `params`: the whole model in llm.c's layout. `workspace`: WorkspaceFloats(...) floats for
-  // the caches and activations, or null to allocate them. Neither is owned; both must outlive
-  // the decoder (a side task passes memory from its capped arena).
-  GPT2Decoder(const GPT2Config& config, const float* params, int64_t batch, int64_t max_len,
-              float* workspace = nullptr);
-  static int64_t WorkspaceFloats(const GPT2Config& config, int64_t batch, int64_t max_len);
+// Activation values GPT2Decoder carves from the workspace after the cache.
+int64_t GPT2DecoderActivationFloats(const GPT2Config& config, int64_t batch);
 
-  // Forgets every position (a new batch of sequences).
-  void Reset() { pos_ = 0; }
-  int64_t position() const { return pos_; }
-  int64_t max_len() const { return max_len_; }
-  // Feeds tokens[batch] at the current position; returns logits [batch, padded vocab].
-  // Requires position() < max_len().
-  const float* Step(const int32_t* tokens);
-
+template <typename T>
+class GPT2Decoder final : public KvDecoder<T> {
  private:
-  const float* P(ParamTensor t, int64_t layer) const;
+  template <typename U>
+  friend absl::StatusOr<std::unique_ptr<KvDecoder<U>>> MakeKvDecoder(const GPT2Config&, const U*,
+                                                                     int64_t, int64_t, U*);
+  GPT2Decoder(const GPT2Config& config, const T* params, int64_t batch, int64_t max_len,
+              T* workspace);
+  const T* Forward(const int32_t* tokens, int64_t t) override;
 
-  GPT2Config config_;
-  ParamLayout layout_;
-  const float* params_;
-  int64_t B_, max_len_, pos_ = 0;
-  std::vector<float> owned_;
-  // Carved from the workspace: caches [layer, batch, position, C], then activations.
-  float *k_cache_, *v_cache_, *x_, *ln_, *mean_, *rstd_, *qkv_, *atty_, *tmp_, *fch_, *gelu_,
-      *logits_;
+  T *x_, *ln_, *mean_, *rstd_, *qkv_, *atty_, *tmp_, *fch_, *gelu_, *logits_;
 };
+
+extern template class GPT2Decoder<float>;
+extern template class GPT2Decoder<double>;
 
 }  // namespace freeride

@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "core/host_memory.h"
+#include "core/status.h"
 #include "models/backend.h"
 #include "models/cuda/stage_policy.h"
 #include "models/device_memory_plan.h"
@@ -13,6 +14,32 @@
 #include "trainer/trainer.h"
 
 namespace freeride {
+
+absl::StatusOr<std::string> ModelSummary(const Config& config) {
+  FR_ASSIGN_OR_RETURN(const GPT2Config model, ResolveModelConfig(config));
+  const int64_t T = config.train.seq_len, C = model.n_embd, L = model.n_layer;
+  const double flops = TrainingFlopsPerToken(model, T);
+  const double matmul = (flops - 12.0 * static_cast<double>(L * C * T)) / 6;
+  const std::string shape =
+      model.is_llama() ? absl::StrFormat(
+                             "%d heads, %d key/value heads), SwiGLU %d, vocabulary %d (padded %d), "
+                             "%s head",
+                             model.n_head, model.n_kv_head, model.ffn_hidden, model.vocab_size,
+                             model.padded_vocab_size, model.tie_embeddings ? "tied" : "untied")
+                       : absl::StrFormat("%d heads), vocabulary %d (padded %d), tied head",
+                                         model.n_head, model.vocab_size, model.padded_vocab_size);
+  const BackendOptions backend{config.runtime.device, config.runtime.precision};
+  const int64_t micro_batch = config.train.batch_size / config.train.microbatches;
+  const int64_t message_bytes = micro_batch * T * C * MessageTypeBytes(MessageTypeOf(backend));
+  const int64_t params = NumParameters(model);
+  return absl::StrFormat(
+      "model: %s, %d layers × n_embd %d (%s: %d parameters (%.4g B); training %.4g GFLOP per "
+      "token at T = %d (6 × %.0f matrix-product parameters + 12·L·C·T attention); a "
+      "micro-batch of %d × %d crosses each stage boundary as %s of %s activations\n",
+      ModelArchName(model.arch), L, C, shape, params, static_cast<double>(params) / 1e9,
+      flops / 1e9, T, matmul, micro_batch, T, FormatBytes(message_bytes),
+      MessageTypeName(MessageTypeOf(backend)));
+}
 
 absl::StatusOr<std::string> DeviceMemoryReport(const Config& config) {
   absl::StatusOr<GPT2Config> model = ResolveModelConfig(config);

@@ -11,6 +11,13 @@
 
 namespace freeride {
 
+// The model a config describes, in one line: its family and shape, its parameters (the padded
+// vocabulary rows included, as the checkpoint holds them), the training FLOPs per token at
+// train.seq_len (TrainingFlopsPerToken: 6 × matrix-product parameters + attention's 12·L·C·T),
+// and the activations one micro-batch sends across each stage boundary (micro-batch × T ×
+// n_embd values, in the messages' type). For every family; `config memory` starts with it.
+absl::StatusOr<std::string> ModelSummary(const Config& config);
+
 // One header line, then one line per stage: its layers, what it holds, activation slots (the
 // schedule's buffers) and the plan by phase.
 absl::StatusOr<std::string> DeviceMemoryReport(const Config& config);

@@ -16,16 +16,17 @@
 #include "core/files.h"
 #include "core/json_string.h"
 #include "core/logging.h"
+#include "core/status.h"
 #include "core/timer.h"
 #include "models/backend.h"
 #include "models/llmc_checkpoint.h"
 #include "pipeline/passes.h"
 #include "trainer/checkpoint_manifest.h"
-#include "trainer/emulation.h"
 #include "trainer/jobs/job_runner.h"
 #include "trainer/pipeline_plan.h"
 #include "trainer/run_dir.h"
 #include "trainer/train_state.h"
+#include "trainer/trainer_setup.h"
 #include "trainer/transport_choice.h"
 
 namespace freeride {
@@ -47,41 +48,6 @@ absl::Status CheckVocabulary(const TokenLoader& loader, int64_t vocab_size) {
   return absl::InvalidArgumentError(absl::StrFormat(
       "%s holds token %d but model.vocab_size is %d", absl::StrJoin(loader.files(), ", "),
       loader.max_token(), vocab_size));
-}
-
-// Forward passes only, in the training schedule's geometry: for validation. Each stage runs
-// its chunks in order, every micro-batch of one before the next: a stage's chunk c is before
-// its chunk c+1 in the pipeline in every placement, so nothing waits in a cycle.
-pipeline::Schedule ForwardOnlySchedule(const pipeline::Schedule& training) {
-  using pipeline::Instr;
-  using pipeline::Op;
-  pipeline::Schedule s = training;
-  s.step_sync = pipeline::StepSync::kBarrier;  // no optimizer step to validate
-  const int p = s.stages, V = p * s.chunks;
-  for (int stage = 0; stage < p; ++stage) {
-    std::vector<Instr>& list = s.per_stage[stage];
-    list.clear();
-    for (int c = 0; c < s.chunks; ++c) {
-      const int vs = pipeline::VirtualStageOf(s.placement, p, stage, c);
-      for (int mb = 0; mb < s.microbatches; ++mb) {
-        auto add = [&](Op op, int peer) {
-          Instr in;
-          in.op = op;
-          in.stage = stage;
-          in.chunk = c;
-          in.microbatch = mb;
-          in.peer = peer;
-          in.buffer = op == Op::kForward ? 0 : -1;
-          list.push_back(in);
-        };
-        if (vs == 0 || vs == V - 1) add(Op::kLoad, -1);
-        if (vs > 0) add(Op::kRecvAct, pipeline::StageOfVirtual(s, vs - 1));
-        add(Op::kForward, -1);
-        if (vs < V - 1) add(Op::kSendAct, pipeline::StageOfVirtual(s, vs + 1));
-      }
-    }
-  }
-  return s;
 }
 
 }  // namespace
@@ -152,165 +118,43 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   t->clock_ = clock;
   const bool simulated = ClockOr(clock).simulated();
   const bool emulate = config.runtime.emulate_peers;
-  if (emulate) {
-    if (transport != nullptr) {
-      return absl::InvalidArgumentError(
-          "runtime.emulate_peers runs one process that emulates the other stages: launch it "
-          "without mpirun");
-    }
-    if (config.parallel.dp != 1 || config.runtime.emulated_stage >= config.parallel.pp) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "runtime.emulate_peers needs parallel.dp = 1 (is %d) and runtime.emulated_stage below "
-          "parallel.pp (%d, pp = %d)",
-          config.parallel.dp, config.runtime.emulated_stage, config.parallel.pp));
-    }
-  } else {
-    if (transport == nullptr) {
-      t->own_transport_ = pipeline::MakeSelfTransport();
-      transport = t->own_transport_.get();
-    }
-    if (absl::Status s = CheckWorldSize(config, transport->size()); !s.ok()) return s;
-  }
-  absl::StatusOr<GPT2Config> model = ResolveModelConfig(config);
-  if (!model.ok()) return model.status();
-  t->model_config_ = *model;
   const TrainConfig& tc = config.train;
-  if (tc.seq_len > model->max_seq_len) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "train.seq_len = %d exceeds the model's max_seq_len = %d", tc.seq_len,
-        model->max_seq_len));
-  }
-  pipeline::RankLayout& L = t->layout_;
-  L.pp = static_cast<int>(config.parallel.pp);
-  L.dp = static_cast<int>(config.parallel.dp);
-  L.stage = emulate ? static_cast<int>(config.runtime.emulated_stage) : transport->rank() % L.pp;
-  L.replica = emulate ? 0 : transport->rank() / L.pp;
-
   const int64_t micro_batch = tc.batch_size / tc.microbatches;
   const BackendOptions backend{
       config.runtime.device,    config.runtime.precision, GpuOf(config),
       config.runtime.fuse_gelu, config.runtime.attention, config.runtime.kernels};
-  std::optional<PartCosts> part_costs;
-  if (NeedsPartCosts(config) && simulated) {
-    part_costs = SimulatedPartCosts(*model, micro_batch, tc.seq_len);
-  } else if (NeedsPartCosts(config)) {
-    absl::StatusOr<PartCosts> measured =
-        MeasurePartCosts(backend, *model, micro_batch, tc.seq_len, config.run.seed);
-    if (!measured.ok()) return measured.status();
-    if (!emulate && transport->size() > 1) {
-      // Every rank timed its own probes: their mean, the same on all, splits the model alike.
-      double sums[3] = {measured->embedding, measured->block, measured->head};
-      if (absl::Status s = transport->AllReduceSum(sums, 3, transport->AllRanks(),
-                                                   config.runtime.comm_timeout_s);
-          !s.ok()) {
-        return absl::Status(
-            s.code(), absl::StrFormat("rank %d (stage %d, replica %d) setting up, summing its "
-                                      "part-cost probes with every rank's: %s",
-                                      transport->rank(), L.stage, L.replica, s.message()));
-      }
-      const double n = transport->size();
-      *measured = PartCosts{sums[0] / n, sums[1] / n, sums[2] / n};
-    }
-    part_costs = *measured;
-  }
-  absl::StatusOr<PipelinePlan> plan = PlanPipeline(config, *model, part_costs);
-  if (!plan.ok()) return plan.status();
-  L.chunks = plan->chunks;
-  const std::vector<StageSpec>& specs = plan->specs;
-  t->flops_per_token_ = TrainingFlopsPerTokenWithRecompute(config, *model, *plan);
-  if (emulate || transport->rank() == 0) {
-    FR_LOG(INFO) << "pipeline split " << plan->partition << ": "
-                 << DescribePartition(*plan, L.pp);
-    if (!plan->warning.empty()) {
-      FR_LOG(WARN) << plan->warning;
-    }
-    if (!plan->imbalance.empty()) {
-      FR_LOG(WARN) << plan->imbalance;
-    }
-  }
-  pipeline::CostModel cost = pipeline::CostModel::Uniform();
-  // On simulated time, what every compute instruction takes.
-  std::optional<pipeline::CostModel> compute;
-  if (simulated) {
-    compute = CostModelFromParts(specs, SimulatedPartCosts(*model, micro_batch, tc.seq_len),
-                                 plan->placement, L.pp, RecomputedForwardShares(config, *model));
-    compute->comm = static_cast<double>(micro_batch * tc.seq_len * model->n_embd) *
-                    MessageTypeBytes(MessageTypeOf(backend)) /
-                    (config.runtime.link_bandwidth_gbs * 1e9) * 1e3;
-  }
-  if (emulate) {
-    // The other stages' costs, measured by running their layers here; the schedule's bubbles
-    // are placed with them from the start.
-    absl::StatusOr<pipeline::CostModel> measured =
-        simulated ? absl::StatusOr<pipeline::CostModel>(*compute)
-                  : CalibrateStageCosts(backend, *model, specs, L.pp, plan->placement, micro_batch,
-                                        tc.seq_len, config.runtime.link_bandwidth_gbs,
-                                        config.run.seed, StageRecomputes(config));
-    if (!measured.ok()) return measured.status();
-    cost = *measured;
-    t->emulation_cost_ = cost;
-    FR_LOG(INFO) << "emulated peers: stage " << L.stage << " of " << L.pp
-                 << " runs for real; measured costs (ms): " << pipeline::FormatCostModel(cost);
-  }
-  absl::StatusOr<pipeline::Schedule> schedule = TrainingSchedule(config, *plan, cost);
-  if (!schedule.ok()) return schedule.status();
-  if (emulate) {
-    absl::StatusOr<std::unique_ptr<pipeline::Transport>> emulated =
-        pipeline::MakeEmulatedPeersTransport(*schedule, cost, L.stage, MessageTypeOf(backend),
-                                             clock);
-    if (!emulated.ok()) return emulated.status();
-    t->own_transport_ = *std::move(emulated);
-    transport = t->own_transport_.get();
-  }
+  // The phases (trainer_setup.h), each from what the ones before it made.
+  FR_ASSIGN_OR_RETURN(t->layout_, RankPhase(config, transport));
+  pipeline::RankLayout& L = t->layout_;
+  FR_ASSIGN_OR_RETURN(t->model_config_, ModelPhase(config));
+  const GPT2Config& model = t->model_config_;
+  FR_ASSIGN_OR_RETURN(const std::optional<PartCosts> part_costs,
+                      PartCostsPhase(config, model, backend, L, transport, simulated));
+  const bool leader = emulate || transport == nullptr || transport->rank() == 0;
+  FR_ASSIGN_OR_RETURN(PipelineSetup pipeline,
+                      PipelinePhase(config, model, part_costs, backend, &L, simulated, leader));
+  t->flops_per_token_ = TrainingFlopsPerTokenWithRecompute(config, model, pipeline.plan);
+  if (emulate) t->emulation_cost_ = pipeline.cost;
+  FR_ASSIGN_OR_RETURN(t->own_transport_,
+                      TransportPhase(config, transport, pipeline, L, backend, clock));
+  if (t->own_transport_ != nullptr) transport = t->own_transport_.get();
   t->transport_ = transport;
-  const int slots = std::max(1, schedule->buffers_per_stage[L.stage]);
-
-  std::vector<StageSpec> own_specs;
-  for (int c = 0; c < L.chunks; ++c) {
-    own_specs.push_back(specs[pipeline::VirtualStageOf(plan->placement, L.pp, L.stage, c)]);
-  }
-  if (absl::Status s = t->CheckHostMemory(own_specs, micro_batch, slots, schedule->microbatches);
-      !s.ok()) {
-    return s;
-  }
+  const pipeline::Schedule& schedule = pipeline.schedule;
+  const int slots = std::max(1, schedule.buffers_per_stage[L.stage]);
+  const std::vector<StageSpec> own_specs = OwnChunkSpecs(pipeline, L);
+  FR_RETURN_IF_ERROR(t->CheckHostMemory(own_specs, micro_batch, slots, schedule.microbatches));
   t->checkpoint_dir_ = CheckpointDirOf(config);
   // Only found at the first checkpoint otherwise, after the training it was meant to keep.
   if (!emulate && L.replica == 0) {
-    if (absl::Status s = CheckWritableDirectory(
-            t->checkpoint_dir_, config.checkpoint.dir.empty() ? "run.dir" : "checkpoint.dir");
-        !s.ok()) {
-      return s;
-    }
+    FR_RETURN_IF_ERROR(CheckWritableDirectory(
+        t->checkpoint_dir_, config.checkpoint.dir.empty() ? "run.dir" : "checkpoint.dir"));
   }
-  std::optional<LlmcModel> weights;
-  if (!config.model.init_from.empty()) {
-    if (absl::Status s = VerifyModelFile(config.model.init_from); !s.ok()) return s;
-    absl::StatusOr<LlmcModel> w = ReadLlmcModel(config.model.init_from);
-    if (!w.ok()) return w.status();
-    weights = *std::move(w);
-  }
-  BackendOptions own_backend = backend;
-  own_backend.recompute = StageRecompute(config, L.stage);
+  FR_ASSIGN_OR_RETURN(t->chunks_, StageModelsPhase(config, model, backend, L, own_specs, slots));
   std::vector<StageModel*> raw;
-  for (int c = 0; c < L.chunks; ++c) {
-    const StageSpec& spec = own_specs[c];
-    absl::StatusOr<std::unique_ptr<StageModel>> chunk =
-        MakeStageModel(own_backend, *model, spec, micro_batch, tc.seq_len, slots);
-    if (!chunk.ok()) return chunk.status();
-    if (weights) {
-      std::vector<float> part(MakeParamLayout(*model, spec).total);
-      CopyStageFromWhole(*model, spec, weights->params.data(), part.data());
-      if (absl::Status s = (*chunk)->SetParams(part.data()); !s.ok()) return s;
-    } else if (absl::Status s = (*chunk)->InitRandom(static_cast<uint64_t>(config.run.seed));
-               !s.ok()) {
-      return s;
-    }
-    raw.push_back(chunk->get());
-    t->chunks_.push_back(*std::move(chunk));
-  }
+  for (const std::unique_ptr<StageModel>& chunk : t->chunks_) raw.push_back(chunk.get());
   Trainer* self = t.get();
-  t->executor_ = std::make_unique<pipeline::StageExecutor>(
-      *schedule, L, raw, transport, config.runtime.comm_timeout_s,
+  Executors executors = ExecutorPhase(
+      config, pipeline, L, raw, transport,
       pipeline::OptimizerHooks{[self] { return self->GradientUnits(); },
                                [self](const std::vector<double>& units, bool loss_finite) {
                                  return self->OptimizerStep(units, loss_finite);
@@ -319,38 +163,31 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
                                [self](const std::vector<double>& own, bool loss_finite) {
                                  return self->WillSpeculate(own, loss_finite);
                                },
-                               [self] { return self->Speculate(); }});
-  t->executor_->set_clock(clock, compute);
-  t->executor_->set_dp_bucket_mb(config.parallel.dp_bucket_mb);
+                               [self] { return self->Speculate(); }},
+      clock);
+  t->executor_ = std::move(executors.train);
+  t->eval_executor_ = std::move(executors.eval);
   t->IndexBubbles();
 
   // The global batch: dp replicas × batch_size sequences, replica r taking its own rows.
-  absl::StatusOr<TokenLoader> train = TokenLoader::Open(
-      config.data.train, tc.batch_size * L.dp, tc.seq_len, config.data.shuffle, config.run.seed);
-  if (!train.ok()) return train.status();
-  if (absl::Status s = CheckVocabulary(*train, model->vocab_size); !s.ok()) return s;
-  t->train_ = *std::move(train);
+  FR_ASSIGN_OR_RETURN(t->train_,
+                      TokenLoader::Open(config.data.train, tc.batch_size * L.dp, tc.seq_len,
+                                        config.data.shuffle, config.run.seed));
+  FR_RETURN_IF_ERROR(CheckVocabulary(*t->train_, model.vocab_size));
   if (!config.data.val.empty()) {
-    absl::StatusOr<TokenLoader> val =
-        TokenLoader::Open(config.data.val, tc.batch_size * L.dp, tc.seq_len, false, 0);
-    if (!val.ok()) return val.status();
-    if (absl::Status s = CheckVocabulary(*val, model->vocab_size); !s.ok()) return s;
-    t->val_ = *std::move(val);
-    t->eval_executor_ = std::make_unique<pipeline::StageExecutor>(
-        ForwardOnlySchedule(*schedule), L, raw, transport, config.runtime.comm_timeout_s,
-        pipeline::OptimizerHooks{});
-    t->eval_executor_->set_clock(clock, compute);
+    FR_ASSIGN_OR_RETURN(
+        t->val_, TokenLoader::Open(config.data.val, tc.batch_size * L.dp, tc.seq_len, false, 0));
+    FR_RETURN_IF_ERROR(CheckVocabulary(*t->val_, model.vocab_size));
   }
   t->inputs_.resize(tc.batch_size * L.dp * tc.seq_len);
   t->targets_.resize(tc.batch_size * L.dp * tc.seq_len);
   if (!config.checkpoint.resume.empty()) {
-    absl::StatusOr<std::string> path =
-        ResolveCheckpoint(config.checkpoint.resume, t->checkpoint_dir_);
-    if (!path.ok()) return path.status();
-    if (absl::Status s = t->Resume(*path); !s.ok()) return s;
+    FR_ASSIGN_OR_RETURN(const std::string path,
+                        ResolveCheckpoint(config.checkpoint.resume, t->checkpoint_dir_));
+    FR_RETURN_IF_ERROR(t->Resume(path));
   }
-  if (absl::Status s = t->CreateSideTasks(); !s.ok()) return s;
-  if (absl::Status s = t->CreateJobRunner(); !s.ok()) return s;
+  FR_RETURN_IF_ERROR(t->CreateSideTasks());
+  FR_RETURN_IF_ERROR(t->CreateJobRunner());
   return t;
 }
 

@@ -1,16 +1,16 @@
-// `gpt_infer`: LLM inference in bubbles. Batched generation from a GPT checkpoint (an llm.c
-// model file, args.checkpoint): a step decodes one token for each of args.batch sequences;
-// after args.max_tokens a batch is complete, its token ids are appended to
-// results_dir/generations.txt, and with the GPT-2 tokenizer (args.tokenizer, default
-// data/r50k_base.tiktoken where it exists) each sequence's ids and decoded text to
+// `gpt_infer`: LLM inference in bubbles. Batched generation from a checkpoint of either family
+// (GPT-2 or Llama: an llm.c model file, args.checkpoint, whose header says which): a step decodes
+// one token for each of args.batch sequences; after args.max_tokens a batch is complete, its token
+// ids are appended to results_dir/generations.txt, and with the GPT-2 tokenizer (args.tokenizer,
+// default data/r50k_base.tiktoken where it exists) each sequence's ids and decoded text to
 // results_dir/generations.jsonl; a new batch starts from <|endoftext|>. args.requests > 0 ends
 // the task after that many sequences.
 //
-// Two engines (args.engine): "kv_cache" (the CPU decoder with a key/value cache; weights, cache
-// and activations in the task's arena) and "recompute" (the model on args.device, "cpu" or
-// "cuda", run forward over the whole window each step and read at the newest position: work
-// grows with the position, but any backend serves it). "auto": kv_cache on the CPU, recompute
-// on a GPU.
+// Two engines (args.engine): "kv_cache" (the family's CPU decoder with a key/value cache,
+// models/kv_decoder.h; weights, cache and activations in the task's arena) and "recompute" (the
+// model on args.device, "cpu" or "cuda", run forward over the whole window each step and read at
+// the newest position: work grows with the position, but any backend serves it). "auto": kv_cache
+// on the CPU, recompute on a GPU.
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -23,7 +23,7 @@
 #include "freeride/side_task.h"
 #include "freeride/tasks/task_model.h"
 #include "models/checkpoint_verify.h"
-#include "models/gpt2_decoder.h"
+#include "models/kv_decoder.h"
 #include "models/llmc_checkpoint.h"
 #include "models/sampling.h"
 #include "models/tokenizer.h"
@@ -43,7 +43,8 @@ class TokenEngine {
 
 class KvCacheEngine final : public TokenEngine {
  public:
-  explicit KvCacheEngine(std::unique_ptr<GPT2Decoder> decoder) : decoder_(std::move(decoder)) {}
+  explicit KvCacheEngine(std::unique_ptr<KvDecoder<float>> decoder)
+      : decoder_(std::move(decoder)) {}
   void Reset() override { decoder_->Reset(); }
   absl::StatusOr<const float*> Step(const int32_t* tokens) override {
     return decoder_->Step(tokens);
@@ -51,7 +52,7 @@ class KvCacheEngine final : public TokenEngine {
   int64_t position() const override { return decoder_->position(); }
 
  private:
-  std::unique_ptr<GPT2Decoder> decoder_;
+  std::unique_ptr<KvDecoder<float>> decoder_;
 };
 
 // The whole window [batch × window] through the model each step; positions after the newest
@@ -154,7 +155,6 @@ class GptInferTask : public SideTask {
     FR_RETURN_IF_ERROR(VerifyModelFile(path_));
     absl::StatusOr<LlmcModel> model = ReadLlmcModel(path_);
     if (!model.ok()) return model.status();
-    FR_RETURN_IF_ERROR(RequireGpt2(model->config, path_ + ": the gpt_infer side task"));
     if (recompute_) {
       absl::StatusOr<std::unique_ptr<StageModel>> stage =
           MakeTaskModel(ctx, backend_, config_, batch_, max_tokens_ + 1);
@@ -166,12 +166,14 @@ class GptInferTask : public SideTask {
           static_cast<int64_t>(model->params.size()), "gpt_infer weights");
       if (!weights.ok()) return weights.status();
       std::copy(model->params.begin(), model->params.end(), *weights);
-      const int64_t floats = GPT2Decoder::WorkspaceFloats(config_, batch_, max_tokens_ + 1);
+      const int64_t floats = KvDecoderWorkspaceFloats(config_, batch_, max_tokens_ + 1);
       absl::StatusOr<float*> workspace =
           ctx.arena->AllocateArray<float>(floats, "gpt_infer KV cache");
       if (!workspace.ok()) return workspace.status();
-      engine_ = std::make_unique<KvCacheEngine>(std::make_unique<GPT2Decoder>(
-          config_, *weights, batch_, max_tokens_ + 1, *workspace));
+      FR_ASSIGN_OR_RETURN(
+          std::unique_ptr<KvDecoder<float>> decoder,
+          MakeKvDecoder<float>(config_, *weights, batch_, max_tokens_ + 1, *workspace));
+      engine_ = std::make_unique<KvCacheEngine>(std::move(decoder));
     }
     StartBatch();
     return absl::OkStatus();

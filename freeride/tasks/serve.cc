@@ -26,7 +26,7 @@
 #include "freeride/tasks/serve_openai.h"
 #include "freeride/tasks/serve_queue.h"
 #include "models/checkpoint_verify.h"
-#include "models/gpt2_decoder.h"
+#include "models/kv_decoder.h"
 #include "models/llmc_checkpoint.h"
 #include "models/sampling.h"
 #include "models/tokenizer.h"
@@ -37,7 +37,7 @@ namespace {
 using serve::Completion;
 
 struct Slot {
-  std::unique_ptr<GPT2Decoder> decoder;
+  std::unique_ptr<KvDecoder<float>> decoder;
   std::shared_ptr<Completion> request;  // null: free
   std::optional<TokenSampler> sampler;
   size_t fed = 0;                 // positions of context + generated fed to the decoder
@@ -120,7 +120,6 @@ class ServeTask : public SideTask {
     // one fails the task, by name (training goes on), instead of serving wrong numbers.
     FR_RETURN_IF_ERROR(VerifyModelFile(path_));
     FR_ASSIGN_OR_RETURN(LlmcModel model, ReadLlmcModel(path_));
-    FR_RETURN_IF_ERROR(RequireGpt2(model.config, path_ + ": the serve side task"));
     FR_ASSIGN_OR_RETURN(float* weights,
                         ctx.arena->AllocateArray<float>(static_cast<int64_t>(model.params.size()),
                                                         "serve weights"));
@@ -129,9 +128,9 @@ class ServeTask : public SideTask {
     slots_.resize(static_cast<size_t>(max_batch_));
     for (Slot& slot : slots_) {
       FR_ASSIGN_OR_RETURN(float* workspace,
-                          ctx.arena->AllocateArray<float>(
-                              GPT2Decoder::WorkspaceFloats(config_, 1, len), "serve KV cache"));
-      slot.decoder = std::make_unique<GPT2Decoder>(config_, weights, 1, len, workspace);
+                          ctx.arena->AllocateArray<float>(KvDecoderWorkspaceFloats(config_, 1, len),
+                                                          "serve KV cache"));
+      FR_ASSIGN_OR_RETURN(slot.decoder, MakeKvDecoder<float>(config_, weights, 1, len, workspace));
       slot.fed = 0;  // a request in the slot replays what it had
     }
     if (!front_) FR_RETURN_IF_ERROR(StartServer(ctx));
@@ -207,12 +206,14 @@ class ServeTask : public SideTask {
     address_ = absl::StrFormat("http://%s:%d", http_.host, *port);
     std::ofstream(ctx.results_dir + "/address") << address_ << "\n";
     // The engine alone, for the report: one sequence decoding 16 positions.
-    GPT2Decoder& d = *slots_[0].decoder;
+    KvDecoder<float>& d = *slots_[0].decoder;
     const int32_t token =
         static_cast<int32_t>(std::min<int64_t>(kEndOfText, config_.vocab_size - 1));
     const double t0 = MonotonicSeconds();
-    for (int i = 0; i < 16; ++i) d.Step(&token);
-    alone_tokens_per_s_ = 16 / std::max(1e-9, MonotonicSeconds() - t0);
+    int fed = 0;  // fewer where the context is shorter than 16
+    for (; fed < 16 && d.position() < d.max_len(); ++fed)
+      FR_RETURN_IF_ERROR(d.Step(&token).status());
+    alone_tokens_per_s_ = fed / std::max(1e-9, MonotonicSeconds() - t0);
     d.Reset();
     return absl::OkStatus();
   }
@@ -250,8 +251,7 @@ class ServeTask : public SideTask {
     if (slot.fed < c.context.size() + c.generated.size()) {  // prefill, or replay after a reload
       const int32_t token = slot.fed < c.context.size() ? c.context[slot.fed]
                                                         : c.generated[slot.fed - c.context.size()];
-      slot.logits = slot.decoder->Step(&token);
-      ++slot.fed;
+      Feed(slot, token);
       return 0;
     }
     const int32_t next = slot.sampler->Next(slot.logits, config_.vocab_size);
@@ -274,9 +274,16 @@ class ServeTask : public SideTask {
       }
     }
     queue_->Emit(slot.request, next);
-    slot.logits = slot.decoder->Step(&next);
-    ++slot.fed;
+    Feed(slot, next);
     return 1;
+  }
+
+  // One token into the slot's cache; a request that outgrows it ends with the decoder's error.
+  void Feed(Slot& slot, int32_t token) {
+    absl::StatusOr<const float*> logits = slot.decoder->Step(&token);
+    if (!logits.ok()) return Release(slot, std::string(logits.status().message()));
+    slot.logits = *logits;
+    ++slot.fed;
   }
 
   // Frees the slot and answers its request (`error` empty: done). The count drops first: a

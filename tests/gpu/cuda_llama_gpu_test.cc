@@ -173,6 +173,36 @@ TEST_P(CudaLlamaTest, TwoStagePipelineWithSplitBackwardMatchesTheCpu) {
   }
 }
 
+// An inference-only chunk (gpt_infer's recompute engine on CUDA: no gradients, optimizer or
+// backward buffers) gives the CPU's logits at every position.
+TEST_P(CudaLlamaTest, AnInferenceChunkGivesTheCpusLogits) {
+  testing::PrintShapes({kShape});
+  CpuLlamaStageModel cpu(config(), WholeModel(config()), kB, kT, 1);
+  CudaStageOptions options;
+  options.precision = GetParam().precision;
+  options.inference_only = true;
+  auto gpu = CudaStageModel::Create(config(), WholeModel(config()), kB, kT, 1, options);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  ASSERT_TRUE(cpu.InitRandom(23).ok());
+  ASSERT_TRUE((*gpu)->InitRandom(23).ok());
+  std::mt19937 rng(29);
+  std::vector<int32_t> tokens(kB * kT);
+  for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 200);
+  const int64_t Vp = config().padded_vocab_size;
+  for (StageModel* m : {static_cast<StageModel*>(&cpu), static_cast<StageModel*>(gpu->get())}) {
+    ASSERT_TRUE(m->SetTokens(0, tokens.data()).ok());
+    ASSERT_TRUE(m->SetTargets(0, tokens.data()).ok());
+    ASSERT_TRUE(m->Forward(0).ok());
+  }
+  for (int64_t t : {int64_t{0}, kT / 2, kT - 1}) {
+    std::vector<float> want(kB * Vp), got(kB * Vp);
+    ASSERT_TRUE(cpu.GetLogitsAt(0, t, want.data()).ok());
+    ASSERT_TRUE((*gpu)->GetLogitsAt(0, t, got.data()).ok());
+    EXPECT_LT(RelativeError(got, want), bf16() ? 2e-2 : 1e-5) << "position " << t;
+  }
+  EXPECT_FALSE((*gpu)->BackwardInput(0, 1.0f).ok()) << "inference only";
+}
+
 INSTANTIATE_TEST_SUITE_P(Precisions, CudaLlamaTest,
                          ::testing::Values(Param{CudaPrecision::kFp32, true},
                                            Param{CudaPrecision::kFp32, false},

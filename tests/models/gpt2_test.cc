@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "models/cpu_stage_model.h"
-#include "models/gpt2_decoder.h"
+#include "models/kv_decoder.h"
 #include "models/llmc_checkpoint.h"
 #include "tests/models/grad_check.h"
 
@@ -182,11 +182,12 @@ TEST(GPT2DecoderTest, MatchesTheFullForwardPass) {
   std::mt19937 rng(5);
   for (int i = 0; i < 12; ++i) full.tokens(0)[i] = rng() % 50, full.targets(0)[i] = 0;
   full.Forward(0);
-  GPT2Decoder decoder(cfg, full.params(), /*batch=*/2, /*max_len=*/6);
+  auto decoder = MakeKvDecoder<float>(cfg, full.params(), /*batch=*/2, /*max_len=*/6);
+  ASSERT_TRUE(decoder.ok()) << decoder.status();
   const int64_t Vp = cfg.padded_vocab_size;
   for (int64_t t = 0; t < 6; ++t) {
     const int32_t step_tokens[2] = {full.tokens(0)[t], full.tokens(0)[6 + t]};
-    const float* logits = decoder.Step(step_tokens);
+    const float* logits = *(*decoder)->Step(step_tokens);
     for (int64_t b = 0; b < 2; ++b) {
       const float* expected = full.logits(0) + (b * 6 + t) * Vp;
       for (int64_t v = 0; v < cfg.vocab_size; ++v) {

@@ -14,10 +14,10 @@
 #include "core/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "models/gpt2_decoder.h"
 #include "models/hf/hf_directory.h"
 #include "models/hf/hf_gpt2.h"
 #include "models/hf/safetensors.h"
+#include "models/kv_decoder.h"
 #include "models/stage_message.h"
 
 namespace freeride {
@@ -209,10 +209,11 @@ TEST(HfGpt2Test, PyTorchsModelImportsToItsLogits) {
   ReadGoldenLogits(&tokens, &golden);
   ASSERT_EQ(static_cast<int64_t>(tokens.size()), c.max_seq_len);
   ASSERT_EQ(static_cast<int64_t>(golden.size()), c.max_seq_len * c.vocab_size);
-  GPT2Decoder decoder(c, params->data(), 1, c.max_seq_len);
+  auto decoder = MakeKvDecoder<float>(c, params->data(), 1, c.max_seq_len);
+  ASSERT_TRUE(decoder.ok()) << decoder.status();
   double worst = 0;
   for (size_t t = 0; t < tokens.size(); ++t) {
-    const float* logits = decoder.Step(&tokens[t]);
+    const float* logits = *(*decoder)->Step(&tokens[t]);
     for (int64_t v = 0; v < c.vocab_size; ++v) {
       worst = std::max(worst, std::abs(double{logits[v]} - golden[t * c.vocab_size + v]));
     }

@@ -3,7 +3,8 @@
 // costs, the tied-embedding sum over the stage link, and the executor's packing rule (no
 // in-process step fits: nothing; a worker: the bubble less its margin, sync waits left out);
 // post-validated steps and the all-reduce in buckets as the simulator times them; bf16
-// messages at 2 bytes a value.
+// messages at 2 bytes a value; a Llama's parts weighed by its own FLOPs and its untied head
+// summed with nobody.
 #include "trainer/study/projection.h"
 
 #include "gtest/gtest.h"
@@ -238,6 +239,41 @@ TEST(ProjectionTest, SaysWhyNothingFits) {
   ASSERT_EQ(p->skipped.size(), 1u);
   EXPECT_NE(p->skipped[0].find("3 GPUs, gpipe: no pp × dp fits"), std::string::npos)
       << p->skipped[0];
+}
+
+TEST(ProjectionTest, ALlamaIsWeighedByItsFlopsAndAnUntiedHeadSumsNothing) {
+  // 8 layers, C = 32, 4 heads on 2 key/value heads (kv 16), SwiGLU 96, vocabulary 128 at T = 64.
+  auto llama = [](bool tied) {
+    return *MakeLlamaConfig(8, 4, 2, 32, 64, 128, 96, 1e4, 1e-5, tied);
+  };
+  const double C = 32, kv = 16, F = 96, T = 64, V = 128;
+  const PartCosts flops = FlopPartCosts(llama(true), 64);
+  // Forward and backward (×3) of 2 FLOPs per matrix-product parameter and attention's 4·T·C.
+  EXPECT_DOUBLE_EQ(flops.block, 3 * (2 * (C * (C + 2 * kv) + C * C + 3 * C * F) + 4 * T * C));
+  EXPECT_DOUBLE_EQ(flops.head, 3 * 2 * C * V);
+
+  ProjectionOptions options = Uniform({2}, 4);
+  options.link = {0, 8.192e-3};  // a 128 × 32 float matrix, 16,384 bytes: 2 ms over a 2-ring
+  EXPECT_NEAR(TiedSumMs(llama(true), options), 2.0, 1e-12);
+  EXPECT_EQ(TiedSumMs(llama(false), options), 0);
+  absl::StatusOr<Projection> tied = Project(llama(true), options);
+  absl::StatusOr<Projection> untied = Project(llama(false), options);
+  ASSERT_TRUE(tied.ok() && untied.ok());
+  // pp 2 of uniform blocks: the untied run is the tied one less the sum before the update.
+  const ProjectionRow* a = Row(*tied, 2, 2);
+  const ProjectionRow* b = Row(*untied, 2, 2);
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  EXPECT_GT(a->step_ms, b->step_ms);
+  pipeline::ScheduleOptions schedule;
+  schedule.kind = ScheduleKind::k1F1B;
+  schedule.stages = 2;
+  schedule.microbatches = 4;
+  schedule.cost = pipeline::CostModel::Uniform(8, 8, 8, /*comm=*/1);  // four blocks per stage
+  absl::StatusOr<pipeline::Schedule> built = pipeline::BuildSchedule(schedule);
+  ASSERT_TRUE(built.ok());
+  absl::StatusOr<pipeline::SimResult> sim = pipeline::Simulate(*built, schedule.cost);
+  ASSERT_TRUE(sim.ok());
+  EXPECT_NEAR(b->step_ms, sim->step_time, 1e-9);
 }
 
 }  // namespace

@@ -100,6 +100,12 @@ int ConfigCheck(const ParsedFlags& flags) {
 int ConfigMemory(const ParsedFlags& flags) {
   absl::StatusOr<Config> config = ConfigFromFlags(flags);
   if (!config.ok()) return ReportConfigErrors(config.status());
+  absl::StatusOr<std::string> summary = ModelSummary(*config);
+  if (!summary.ok()) {
+    std::cerr << "error: " << summary.status().message() << "\n";
+    return kExitFailure;
+  }
+  std::cout << *summary;
   absl::StatusOr<std::string> report = DeviceMemoryReport(*config);
   if (!report.ok()) {
     std::cerr << "error: " << report.status().message() << "\n";
@@ -144,8 +150,9 @@ const std::vector<Command>& Commands() {
        "FILE"},
       {"config memory",
        "freeride config memory [FILE] [--set SECTION.KEY=VALUE]...",
-       "device memory each pipeline stage of a config's run would need on the CUDA backend "
-       "(and, for a CPU run, host memory on the CPU backend, with its recomputation)",
+       "the model (parameters, training FLOPs per token), device memory each pipeline stage "
+       "of a config's run would need on the CUDA backend (and, for a CPU run, host memory on "
+       "the CPU backend, with its recomputation)",
        {kSetFlag},
        ConfigMemory,
        "FILE"},

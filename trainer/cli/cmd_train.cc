@@ -1,5 +1,7 @@
 #include "trainer/cli/cmd_train.h"
 
+#include <mpi.h>
+
 #include <algorithm>
 #include <cmath>
 #include <csignal>
@@ -9,14 +11,12 @@
 #include <iostream>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
-#include <mpi.h>
-
 #include "core/device.h"
 #include "core/json_string.h"
 #include "core/logging.h"
@@ -24,19 +24,20 @@
 #include "core/status.h"
 #include "core/stop_request.h"
 #include "models/gpt2.h"
-#include "models/gpt2_decoder.h"
-#include "pipeline/comm/transport.h"
+#include "models/kv_decoder.h"
+#include "models/llama.h"
 #include "models/llmc_checkpoint.h"
+#include "models/sampling.h"
+#include "models/tokenizer.h"
+#include "pipeline/comm/transport.h"
 #include "trainer/checkpoint_manifest.h"
 #include "trainer/cli/cli.h"
 #include "trainer/config/default_config.h"
 #include "trainer/run_dir.h"
-#include "models/sampling.h"
-#include "models/tokenizer.h"
 #include "trainer/study/study.h"
-#include "trainer/transport_choice.h"
 #include "trainer/train_state.h"
 #include "trainer/trainer.h"
+#include "trainer/transport_choice.h"
 
 namespace freeride {
 namespace {
@@ -129,19 +130,29 @@ absl::StatusOr<LlmcModel> ReadCheckpointModel(const std::string& checkpoint) {
   return ReadLlmcModel(*file);
 }
 
-absl::StatusOr<std::unique_ptr<GPT2Stage<float>>> LoadModel(const std::string& checkpoint,
-                                                           int64_t B, int64_t T) {
-  absl::StatusOr<LlmcModel> weights = ReadCheckpointModel(checkpoint);
-  if (!weights.ok()) return weights.status();
-  FR_RETURN_IF_ERROR(RequireGpt2(weights->config, checkpoint + ": the evaluator"));
-  if (T > weights->config.max_seq_len) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "sequence length %d exceeds the model's max_seq_len %d", T, weights->config.max_seq_len));
+// The mean loss over `batches` batches of `loader` of the model `weights` holds, on its
+// family's CPU stage (forward only: no optimizer state).
+template <typename Stage>
+absl::StatusOr<double> MeanLoss(const LlmcModel& weights, TokenLoader& loader, int64_t B, int64_t T,
+                                int64_t batches) {
+  Stage model(weights.config, WholeModel(weights.config), B, T, 1);
+  std::memcpy(model.params(), weights.params.data(), weights.params.size() * sizeof(float));
+  double loss = 0;
+  std::vector<int32_t> inputs(B * T), targets(B * T);
+  for (int64_t b = 0; b < batches; ++b) {
+    loader.Next(inputs.data(), targets.data());
+    for (int64_t i = 0; i < B * T; ++i) {
+      if (inputs[i] >= weights.config.vocab_size) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("the data holds token %d, outside the model's vocabulary of %d",
+                            inputs[i], weights.config.vocab_size));
+      }
+    }
+    std::memcpy(model.tokens(0), inputs.data(), B * T * sizeof(int32_t));
+    std::memcpy(model.targets(0), targets.data(), B * T * sizeof(int32_t));
+    loss += model.Forward(0);
   }
-  auto model = std::make_unique<GPT2Stage<float>>(weights->config, WholeModel(weights->config),
-                                                  B, T, 1);
-  std::memcpy(model->params(), weights->params.data(), weights->params.size() * sizeof(float));
-  return model;
+  return loss / static_cast<double>(batches);
 }
 
 }  // namespace
@@ -392,16 +403,23 @@ int SampleCommand(const ParsedFlags& flags) {
   }
   auto tokenizer = Tokenizer::Load(flags.Get("tokenizer", kDefaultTokenizerPath));
   if (!tokenizer.ok()) return Fail(tokenizer.status());
-  std::vector<int32_t> context{kEndOfText};
-  if (flags.Has("prompt")) {
-    absl::StatusOr<std::vector<int32_t>> ids = (*tokenizer)->Encode(flags.Get("prompt"));
-    if (!ids.ok()) return Fail(ids.status());
-    context.insert(context.end(), ids->begin(), ids->end());
-  }
   absl::StatusOr<LlmcModel> weights = ReadCheckpointModel(flags.Get("checkpoint"));
   if (!weights.ok()) return Fail(weights.status());
   const GPT2Config& config = weights->config;
-  if (absl::Status s = RequireGpt2(config, "sampling's KV-cache decoder"); !s.ok()) return Fail(s);
+  // As `serve` starts a request: <|endoftext|>, or id 0 in a vocabulary without it.
+  std::vector<int32_t> context{kEndOfText < config.vocab_size ? kEndOfText : 0};
+  if (flags.Has("prompt")) {
+    absl::StatusOr<std::vector<int32_t>> ids = (*tokenizer)->Encode(flags.Get("prompt"));
+    if (!ids.ok()) return Fail(ids.status());
+    for (int32_t id : *ids) {
+      if (id >= config.vocab_size) {
+        return Fail(absl::InvalidArgumentError(
+            absl::StrFormat("the prompt has token %d, outside the model's %d-token vocabulary", id,
+                            config.vocab_size)));
+      }
+    }
+    context.insert(context.end(), ids->begin(), ids->end());
+  }
   const int64_t room = config.max_seq_len - static_cast<int64_t>(context.size());
   if (room < 1) {
     return Fail(absl::InvalidArgumentError(absl::StrFormat(
@@ -414,21 +432,25 @@ int SampleCommand(const ParsedFlags& flags) {
     tokens = room;
   }
   // The prompt goes through the key/value cache once; each new token then costs one position.
-  GPT2Decoder decoder(config, weights->params.data(), 1, context.size() + tokens);
-  const float* logits = nullptr;
-  for (int32_t token : context) logits = decoder.Step(&token);
+  absl::StatusOr<std::unique_ptr<KvDecoder<float>>> decoder =
+      MakeKvDecoder<float>(config, weights->params.data(), 1, context.size() + tokens);
+  if (!decoder.ok()) return Fail(decoder.status());
+  absl::StatusOr<const float*> logits;
+  for (int32_t token : context) {
+    if (!(logits = (*decoder)->Step(&token)).ok()) return Fail(logits.status());
+  }
   TokenSampler sampler(temperature, top_k, static_cast<uint64_t>(seed));
   const bool stream = format == "text";
   if (stream) std::cout << flags.Get("prompt") << std::flush;
   std::vector<int32_t> generated;
   for (int64_t n = 0; n < tokens; ++n) {
-    const int32_t next = sampler.Next(logits, config.vocab_size);
+    const int32_t next = sampler.Next(*logits, config.vocab_size);
     generated.push_back(next);
     if (stream) {
       absl::StatusOr<std::string> text = (*tokenizer)->Decode({next});
       if (text.ok()) std::cout << *text << std::flush;
     }
-    if (n + 1 < tokens) logits = decoder.Step(&next);
+    if (n + 1 < tokens && !(logits = (*decoder)->Step(&next)).ok()) return Fail(logits.status());
   }
   if (stream) {
     std::cout << "\n";
@@ -463,28 +485,21 @@ int EvalCommand(const ParsedFlags& flags) {
     std::cerr << "error: --batch_size and --seq_len must be >= 1, --batches >= 0\n";
     return kExitUsage;
   }
-  auto model = LoadModel(flags.Get("checkpoint"), B, T);
-  if (!model.ok()) return Fail(model.status());
+  absl::StatusOr<LlmcModel> weights = ReadCheckpointModel(flags.Get("checkpoint"));
+  if (!weights.ok()) return Fail(weights.status());
+  if (T > weights->config.max_seq_len) {
+    return Fail(absl::InvalidArgumentError(absl::StrFormat(
+        "sequence length %d exceeds the model's max_seq_len %d", T, weights->config.max_seq_len)));
+  }
   absl::StatusOr<TokenLoader> loader = TokenLoader::Open(flags.Get("data"), B, T, false, 0);
   if (!loader.ok()) return Fail(loader.status());
   if (batches == 0) batches = loader->batches_per_epoch();
-  double loss = 0;
-  std::vector<int32_t> inputs(B * T), targets(B * T);
-  for (int64_t b = 0; b < batches; ++b) {
-    loader->Next(inputs.data(), targets.data());
-    for (int64_t i = 0; i < B * T; ++i) {
-      if (inputs[i] >= (*model)->config().vocab_size) {
-        return Fail(absl::InvalidArgumentError(absl::StrFormat(
-            "the data holds token %d, outside the model's vocabulary of %d", inputs[i],
-            (*model)->config().vocab_size)));
-      }
-    }
-    std::memcpy((*model)->tokens(0), inputs.data(), B * T * sizeof(int32_t));
-    std::memcpy((*model)->targets(0), targets.data(), B * T * sizeof(int32_t));
-    loss += (*model)->Forward(0);
-  }
-  std::cout << absl::StrFormat("eval: %d batches of %d x %d tokens: mean loss %.6f\n", batches,
-                               B, T, loss / static_cast<double>(batches));
+  absl::StatusOr<double> loss = weights->config.is_llama()
+                                    ? MeanLoss<LlamaStage<float>>(*weights, *loader, B, T, batches)
+                                    : MeanLoss<GPT2Stage<float>>(*weights, *loader, B, T, batches);
+  if (!loss.ok()) return Fail(loss.status());
+  std::cout << absl::StrFormat("eval: %d batches of %d x %d tokens: mean loss %.6f\n", batches, B,
+                               T, *loss);
   return kExitOk;
 }
 

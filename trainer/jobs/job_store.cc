@@ -283,7 +283,9 @@ absl::StatusOr<std::vector<Job>> LoadJobs(const std::string& run_dir) {
           ParseJobRecord(lines[i], absl::StrCat(log_path, " line ", i + 1));
       if (!r.ok()) {
         // The last line cut short by a kill is expected; anything else is worth a word.
-        if (i + 1 < lines.size()) FR_LOG(WARN) << r.status().message() << " (line skipped)";
+        if (i + 1 < lines.size()) {
+          FR_LOG(WARN) << r.status().message() << " (line skipped)";
+        }
         continue;
       }
       auto it = jobs.find(r->id);

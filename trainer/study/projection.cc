@@ -65,6 +65,7 @@ double Packed(double bubble_ms, const ProjectionOptions& options) {
 }  // namespace
 
 double TiedSumMs(const GPT2Config& model, const ProjectionOptions& options) {
+  if (TiedElements(model) == 0) return 0;  // an untied head: nothing shared to sum
   return pipeline::AllReduceMs(
       pipeline::AllReduceAlgorithm::kRing, options.link,
       static_cast<double>(model.vocab_size * model.n_embd * options.bytes_per_value), 2);
@@ -116,8 +117,8 @@ absl::StatusOr<Projection> Project(const GPT2Config& model, const ProjectionOpti
                                  pipeline::AllReduceMs(options.algorithm, options.network,
                                                        grad_bytes / (chunks * buckets), dp);
         }
-        // GPT-2 ties the head to the embedding: where they are on different ranks, those two
-        // sum the matrix's gradient over the stage link before the update.
+        // A head tied to the embedding (GPT-2's, a tied Llama's): where they are on different
+        // ranks, those two sum the matrix's gradient over the stage link before the update.
         schedule.cost.tied = pp > 1 ? TiedSumMs(model, options) : 0;
         schedule.cost.optimizer =
             static_cast<double>(plan.max_rank_params) * options.optimizer_ms_per_param;
@@ -190,7 +191,9 @@ std::vector<ProjectionRow> BestRows(const Projection& projection) {
 std::string ProjectionMarkdown(const GPT2Config& model, const Projection& projection,
                                const ProjectionOptions& options) {
   std::string md = absl::StrFormat(
-      "# Projection\n\nGlobal batch %d sequences of %d tokens, micro-batch %d; per micro-batch "
+      "# Projection\n\nModel: %s, %d layers × n_embd %d, %d parameters, %.4g GFLOP per token "
+      "to train at T = %d.\n\nGlobal batch %d sequences of %d tokens, micro-batch %d; per "
+      "micro-batch "
       "(F + B + W) embedding %.4g ms, block %.4g ms, head %.4g ms; stage link %.4g µs + %.4g "
       "GB/s (with pp > 1, the tied-embedding sum over it: %.3g ms); data-parallel %s all-reduce "
       "%.4g µs + %.4g GB/s%s; optimizer %.3g ns per parameter, %s; "
@@ -199,8 +202,10 @@ std::string ProjectionMarkdown(const GPT2Config& model, const Projection& projec
       "| GPUs | schedule | pp × dp | micro-batches | step ms | tokens/s | all-reduce ms | "
       "exposed sync ms | bubble | bubble GPUs | reclaimed GPUs |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|\n",
-      options.global_batch, options.seq_len, options.micro_batch, options.costs.embedding,
-      options.costs.block, options.costs.head, options.link.latency_us, options.link.bandwidth_gbs,
+      ModelArchName(model.arch), model.n_layer, model.n_embd, NumParameters(model),
+      TrainingFlopsPerToken(model, options.seq_len) / 1e9, options.seq_len, options.global_batch,
+      options.seq_len, options.micro_batch, options.costs.embedding, options.costs.block,
+      options.costs.head, options.link.latency_us, options.link.bandwidth_gbs,
       TiedSumMs(model, options), pipeline::AllReduceAlgorithmName(options.algorithm),
       options.network.latency_us, options.network.bandwidth_gbs,
       options.dp_bucket_mb > 0
