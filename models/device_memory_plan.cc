@@ -73,8 +73,7 @@ StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage,
   ids.compute = plan->Add(kParameters, "compute copy", X == 4 ? 0 : P * X);
   const int64_t G = training ? 1 : 0;  // multiplies what only training needs
   ids.grads = plan->Add(kGradients, "gradients (fp32)", G * P * 4);
-  ids.head_wte_grad =
-      plan->Add(kGradients, "head wte gradient", head && tied ? G * Vp * C * 4 : 0);
+  ids.head_wte_grad = plan->Add(kGradients, "head wte gradient", head && tied ? G * Vp * C * 4 : 0);
   ids.adam_m = plan->Add(kOptimizer, "adam m", G * P * 4);
   ids.adam_v = plan->Add(kOptimizer, "adam v", G * P * 4);
   for (int i = 0; i < slots; ++i) {

@@ -30,8 +30,8 @@ absl::Status CudaStage<T>::LlamaLayerForward(const Slot& s, int64_t l, const T* 
   FR_KERNEL(l, RopeInPlace, qkv, Ptr<float>(ids_.rope_cos), Ptr<float>(ids_.rope_sin), B_, T_,
             heads, hs, widths_.qkv, false, stream_);
   FR_RETURN_IF_ERROR(AttentionForward(s, l));
-  FR_LIBRARY(l, MatmulForward<T>, blas_, tmp, Act(s.atty, l, BTC), P(PT::kAttProjW, l), nullptr,
-             BT, C, C);
+  FR_LIBRARY(l, MatmulForward<T>, blas_, tmp, Act(s.atty, l, BTC), P(PT::kAttProjW, l), nullptr, BT,
+             C, C);
   FR_KERNEL(l, ResidualForward, res2, x, tmp, BTC, stream_);
   FR_KERNEL(l, RMSNormForward, ln2, Stat(s.ln2_rstd, l), res2, P(PT::kLn2W, l), eps, BT, C,
             stream_);
@@ -98,10 +98,9 @@ absl::Status CudaStage<T>::LlamaLayerBackwardWeight(const Slot& s, int64_t l, co
 
 // The members defined here, for both element types (the class itself is instantiated in
 // cuda_stage_model.cc).
-#define FR_INSTANTIATE(T)                                                                       \
-  template absl::Status CudaStage<T>::LlamaLayerForward(const Slot&, int64_t, const T*);        \
-  template absl::Status CudaStage<T>::LlamaLayerBackwardInput(const Slot&, int64_t, const T*,   \
-                                                              T*);                              \
+#define FR_INSTANTIATE(T)                                                                          \
+  template absl::Status CudaStage<T>::LlamaLayerForward(const Slot&, int64_t, const T*);           \
+  template absl::Status CudaStage<T>::LlamaLayerBackwardInput(const Slot&, int64_t, const T*, T*); \
   template absl::Status CudaStage<T>::LlamaLayerBackwardWeight(const Slot&, int64_t, const T*);
 FR_INSTANTIATE(float)
 FR_INSTANTIATE(bf16)

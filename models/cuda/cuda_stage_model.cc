@@ -9,9 +9,9 @@
 #include "core/cuda_check.h"
 #include "core/logging.h"
 #include "core/status.h"
+#include "models/cpu/llama_kernels.h"
 #include "models/cuda/cuda_stage.h"
 #include "models/cuda/multi_tensor.h"
-#include "models/cpu/llama_kernels.h"
 #include "models/gpt2.h"
 #include "models/llama.h"
 #include "models/token_buckets.h"
@@ -134,9 +134,9 @@ absl::Status CudaStage<T>::Init() {
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
   description_ = absl::StrFormat(
       "cuda:%d %s %s%s%s%s%s%s%s", device_, prop.name, std::is_same_v<T, float> ? "fp32" : "bf16",
-      layout_.config.is_llama() ? " llama" : "",
-      fuse_gelu_ ? ", GELU fused" : "", ids_.flash_attention ? ", flash attention" : "",
-      fused_kernels_ ? ", fused kernels" : "", check_launches_ ? ", every launch checked" : "",
+      layout_.config.is_llama() ? " llama" : "", fuse_gelu_ ? ", GELU fused" : "",
+      ids_.flash_attention ? ", flash attention" : "", fused_kernels_ ? ", fused kernels" : "",
+      check_launches_ ? ", every launch checked" : "",
       options_.inference_only ? " (inference)" : "");
   FR_LOG(INFO) << description_ << ": layers [" << layout_.stage.first_layer << ", "
                << layout_.stage.last_layer << "), micro-batch " << B_ << " × " << T_ << ", "

@@ -1,8 +1,8 @@
 // Forward and backward of a CUDA chunk: the same sequence of layers as GPT2Stage on the CPU
 // (models/gpt2.cc), on device buffers, and what both families share: the embedding, the head,
-// the attention's reference path (a Llama layer's is cuda_stage_llama.cc's). Attention runs the flash kernels (flash_attention.h) where
-// the plan chose them (bf16, shapes they take), else the reference path: heads split out, the
-// T × T products batched over heads, softmax kernels.
+// the attention's reference path (a Llama layer's is cuda_stage_llama.cc's). Attention runs the
+// flash kernels (flash_attention.h) where the plan chose them (bf16, shapes they take), else the
+// reference path: heads split out, the T × T products batched over heads, softmax kernels.
 #include <cmath>
 #include <type_traits>
 
@@ -297,8 +297,8 @@ absl::Status CudaStage<T>::HeadNormBackwardWeight(const Slot& s) {
               OutputActivations(s), Ptr<float>(s.lnf_rstd), BT, C, partials, stream_);
   } else {
     FR_KERNEL(kHead, LayerNormBackwardWeight, G(ParamTensor::kLnfW), G(ParamTensor::kLnfB),
-              Ptr<T>(s.dlnf), OutputActivations(s), Ptr<float>(s.lnf_mean),
-              Ptr<float>(s.lnf_rstd), BT, C, partials, stream_);
+              Ptr<T>(s.dlnf), OutputActivations(s), Ptr<float>(s.lnf_mean), Ptr<float>(s.lnf_rstd),
+              BT, C, partials, stream_);
   }
   return absl::OkStatus();
 }
@@ -401,8 +401,8 @@ absl::Status CudaStage<T>::BackwardWeight(int slot) {
   weight_grads_deferred_ = false;  // every layer's products have written theirs
   if (layout_.stage.has_embedding) {
     FR_KERNEL(kEmbedding, EncoderBackwardWeight, G(ParamTensor::kWte),
-              llama() ? nullptr : G(ParamTensor::kWpe),
-              Ptr<T>(s.dinput), Ptr<int32_t>(s.bucket_positions), Ptr<int32_t>(s.bucket_tokens),
+              llama() ? nullptr : G(ParamTensor::kWpe), Ptr<T>(s.dinput),
+              Ptr<int32_t>(s.bucket_positions), Ptr<int32_t>(s.bucket_tokens),
               Ptr<int32_t>(s.bucket_starts), distinct_tokens_[slot], B_, T_, C, stream_);
   }
   return absl::OkStatus();
@@ -410,23 +410,23 @@ absl::Status CudaStage<T>::BackwardWeight(int slot) {
 
 // The members defined here, for both element types (the class itself is instantiated in
 // cuda_stage_model.cc).
-#define FR_INSTANTIATE(T)                                                                 \
-  template const T* CudaStage<T>::LayerInput(const Slot&, int64_t) const;                 \
-  template T* CudaStage<T>::OutputActivations(const Slot&) const;                         \
-  template T* CudaStage<T>::OutputGrad(const Slot&) const;                                \
-  template absl::Status CudaStage<T>::AttentionScores(const Slot&, int64_t);              \
-  template absl::Status CudaStage<T>::AttentionForward(const Slot&, int64_t);             \
-  template absl::Status CudaStage<T>::LayerForward(const Slot&, int64_t, const T*);       \
-  template absl::Status CudaStage<T>::LaunchForward(int, double*);                        \
-  template absl::Status CudaStage<T>::AttentionBackward(const Slot&, int64_t, const T*);  \
+#define FR_INSTANTIATE(T)                                                                     \
+  template const T* CudaStage<T>::LayerInput(const Slot&, int64_t) const;                     \
+  template T* CudaStage<T>::OutputActivations(const Slot&) const;                             \
+  template T* CudaStage<T>::OutputGrad(const Slot&) const;                                    \
+  template absl::Status CudaStage<T>::AttentionScores(const Slot&, int64_t);                  \
+  template absl::Status CudaStage<T>::AttentionForward(const Slot&, int64_t);                 \
+  template absl::Status CudaStage<T>::LayerForward(const Slot&, int64_t, const T*);           \
+  template absl::Status CudaStage<T>::LaunchForward(int, double*);                            \
+  template absl::Status CudaStage<T>::AttentionBackward(const Slot&, int64_t, const T*);      \
   template absl::Status CudaStage<T>::LayerBackwardInput(const Slot&, int64_t, const T*, T*); \
-  template T* CudaStage<T>::HeadMatrix() const;                                           \
-  template absl::Status CudaStage<T>::HeadNormForward(const Slot&);                       \
-  template absl::Status CudaStage<T>::HeadNormBackwardInput(const Slot&, T*);             \
-  template absl::Status CudaStage<T>::HeadNormBackwardWeight(const Slot&);                \
-  template absl::Status CudaStage<T>::HeadWteGrad(const Slot&);                           \
-  template absl::Status CudaStage<T>::BackwardInput(int, float);                          \
-  template absl::Status CudaStage<T>::LayerBackwardWeight(const Slot&, int64_t, const T*); \
+  template T* CudaStage<T>::HeadMatrix() const;                                               \
+  template absl::Status CudaStage<T>::HeadNormForward(const Slot&);                           \
+  template absl::Status CudaStage<T>::HeadNormBackwardInput(const Slot&, T*);                 \
+  template absl::Status CudaStage<T>::HeadNormBackwardWeight(const Slot&);                    \
+  template absl::Status CudaStage<T>::HeadWteGrad(const Slot&);                               \
+  template absl::Status CudaStage<T>::BackwardInput(int, float);                              \
+  template absl::Status CudaStage<T>::LayerBackwardWeight(const Slot&, int64_t, const T*);    \
   template absl::Status CudaStage<T>::BackwardWeight(int);
 FR_INSTANTIATE(float)
 FR_INSTANTIATE(bf16)

@@ -400,7 +400,8 @@ __global__ void GroupSumKernel(bf16* dqkv, const bf16* heads, int64_t B, int64_t
   const bf16* src = heads + (bt * 2 + which) * NH * HS + d;
   float sum = 0.0f;
   for (int64_t h = kv * group; h < (kv + 1) * group; ++h) sum += __bfloat162float(src[h * HS]);
-  dqkv[flash::QkvIndex(bt / T, bt % T, 1 + which, kv, d, T, NH, NKV, HS)] = __float2bfloat16_rn(sum);
+  dqkv[flash::QkvIndex(bt / T, bt % T, 1 + which, kv, d, T, NH, NKV, HS)] =
+      __float2bfloat16_rn(sum);
 }
 
 // dQ of one query tile, summed over the key tiles it sees: S = Q·Kᵀ, dP = dO·Vᵀ, dQ += dS·K.
@@ -482,8 +483,8 @@ void LaunchTiles(Kernel kernel, flash::Kernel which, int64_t B, int64_t NH, int6
 }
 
 template <int HS>
-void Forward(bf16* out, float* lse, const bf16* qkv, int64_t B, int64_t T, int64_t NH,
-             int64_t NKV, float scale, cudaStream_t stream) {
+void Forward(bf16* out, float* lse, const bf16* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+             float scale, cudaStream_t stream) {
   LaunchTiles<HS>(FlashForwardKernel<HS>, flash::Kernel::kForward, B, NH, T, stream, out, lse, qkv,
                   T, NH, NKV, scale);
 }
@@ -504,8 +505,8 @@ void Backward(bf16* dqkv, float* rowsum, bf16* heads, const bf16* dout, const bf
                   dk + NH * HS, dstride, qkv, dout, lse, rowsum, T, NH, NKV, scale);
   if (grouped) {
     const int64_t n = B * T * 2 * NKV * HS;
-    FR_LAUNCH(static_cast<unsigned>((n + 255) / 256), 256, 0, stream, GroupSumKernel<HS>)(
-        dqkv, heads, B, T, NH, NKV);
+    const unsigned blocks = static_cast<unsigned>((n + 255) / 256);
+    FR_LAUNCH(blocks, 256, 0, stream, GroupSumKernel<HS>)(dqkv, heads, B, T, NH, NKV);
   }
   LaunchTiles<HS>(FlashBackwardQKernel<HS>, flash::Kernel::kBackwardQ, B, NH, T, stream, dqkv, qkv,
                   dout, lse, rowsum, T, NH, NKV, scale);
@@ -531,18 +532,22 @@ void FlashAttentionForward(bf16* out, float* lse, const bf16* qkv, int64_t B, in
   }
 }
 
-void FlashAttentionBackward(bf16* dqkv, float* rowsum, bf16* heads, const bf16* dout, const bf16* qkv,
-                            const bf16* out, const float* lse, int64_t B, int64_t T, int64_t NH,
-                            int64_t NKV, int64_t hs, cudaStream_t stream) {
+void FlashAttentionBackward(bf16* dqkv, float* rowsum, bf16* heads, const bf16* dout,
+                            const bf16* qkv, const bf16* out, const float* lse, int64_t B,
+                            int64_t T, int64_t NH, int64_t NKV, int64_t hs, cudaStream_t stream) {
   switch (hs) {
     case 16:
-      return Backward<16>(dqkv, rowsum, heads, dout, qkv, out, lse, B, T, NH, NKV, Scale(hs), stream);
+      return Backward<16>(dqkv, rowsum, heads, dout, qkv, out, lse, B, T, NH, NKV, Scale(hs),
+                          stream);
     case 32:
-      return Backward<32>(dqkv, rowsum, heads, dout, qkv, out, lse, B, T, NH, NKV, Scale(hs), stream);
+      return Backward<32>(dqkv, rowsum, heads, dout, qkv, out, lse, B, T, NH, NKV, Scale(hs),
+                          stream);
     case 64:
-      return Backward<64>(dqkv, rowsum, heads, dout, qkv, out, lse, B, T, NH, NKV, Scale(hs), stream);
+      return Backward<64>(dqkv, rowsum, heads, dout, qkv, out, lse, B, T, NH, NKV, Scale(hs),
+                          stream);
     case 128:
-      return Backward<128>(dqkv, rowsum, heads, dout, qkv, out, lse, B, T, NH, NKV, Scale(hs), stream);
+      return Backward<128>(dqkv, rowsum, heads, dout, qkv, out, lse, B, T, NH, NKV, Scale(hs),
+                           stream);
     default:
       break;
   }

@@ -29,9 +29,8 @@ void FlashAttentionForward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* 
 // `rowsum` [B·NH·T] fp32 is scratch for D = Σ dout ∘ out per row; `heads` [B, T, 2, NH, hs] is
 // scratch for each query head's dK and dV where NKV < NH (else unused: null).
 void FlashAttentionBackward(__nv_bfloat16* dqkv, float* rowsum, __nv_bfloat16* heads,
-                            const __nv_bfloat16* dout,
-                            const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
-                            int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs,
-                            cudaStream_t stream);
+                            const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+                            const __nv_bfloat16* out, const float* lse, int64_t B, int64_t T,
+                            int64_t NH, int64_t NKV, int64_t hs, cudaStream_t stream);
 
 }  // namespace freeride::cuda

@@ -11,14 +11,14 @@
 
 #include "core/cuda_check.h"
 #include "gtest/gtest.h"
-#include "tests/gpu/device_array.h"
-#include "tests/gpu/emulated.h"
-#include "tests/gpu/relative_error.h"
 #include "models/cpu/kernels.h"
 #include "models/cuda/kernels.h"
 #include "models/cuda/matmul.h"
 #include "models/device_reductions.h"
 #include "models/token_buckets.h"
+#include "tests/gpu/device_array.h"
+#include "tests/gpu/emulated.h"
+#include "tests/gpu/relative_error.h"
 
 namespace freeride {
 namespace {

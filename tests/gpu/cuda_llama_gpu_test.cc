@@ -151,7 +151,8 @@ std::vector<std::vector<float>> PipelineGrads(std::vector<std::unique_ptr<StageM
     EXPECT_TRUE(s->FoldHeadWteGrad().ok());
     absl::StatusOr<float*> g = s->HostGrads(0, s->num_params());
     EXPECT_TRUE(g.ok());
-    grads.emplace_back(g.ok() ? std::vector<float>(*g, *g + s->num_params()) : std::vector<float>());
+    grads.emplace_back(g.ok() ? std::vector<float>(*g, *g + s->num_params())
+                              : std::vector<float>());
   }
   return grads;
 }

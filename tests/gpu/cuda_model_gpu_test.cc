@@ -16,11 +16,11 @@
 #include "absl/strings/str_format.h"
 #include "freeride/side_task.h"
 #include "gtest/gtest.h"
+#include "models/cpu_stage_model.h"
+#include "models/cuda/cuda_stage_model.h"
 #include "tests/gpu/emulated.h"
 #include "tests/gpu/relative_error.h"
 #include "tests/gpu/train_step.h"
-#include "models/cpu_stage_model.h"
-#include "models/cuda/cuda_stage_model.h"
 #include "tests/trainer/golden_trajectory.h"
 #include "trainer/trainer.h"
 

@@ -42,8 +42,8 @@ struct Shape {
   int64_t QkvWidth() const { return (NH + 2 * KvHeads()) * hs; }  // per token
   std::string Name() const {
     return "B " + std::to_string(B) + " NH " + std::to_string(NH) +
-           (NKV == 0 ? "" : " NKV " + std::to_string(NKV)) + " hs " + std::to_string(hs) +
-           " T " + std::to_string(T);
+           (NKV == 0 ? "" : " NKV " + std::to_string(NKV)) + " hs " + std::to_string(hs) + " T " +
+           std::to_string(T);
   }
 };
 
@@ -164,10 +164,10 @@ Attention Reference(const Shape& s, const std::vector<float>& qkv, const std::ve
 // across tiles, the dK/dV loop over query tiles). Last, grouped-query attention: groups of two
 // (hs 16 over several tiles; hs 128, dK in shared memory) and one key/value head for all
 // (multi-query, hs 64): the dK/dV loop over the group's query heads.
-const std::vector<Shape> kShapes = {
-    {4, 4, 16, 32},    {2, 4, 32, 64},      {2, 2, 64, 100},    {8, 12, 64, 1024},
-    {2, 2, 128, 100},  {2, 16, 128, 1024},  {2, 4, 16, 130},    {2, 4, 32, 200},
-    {2, 4, 16, 130, 2}, {2, 4, 64, 100, 1}, {2, 4, 128, 100, 2}};
+const std::vector<Shape> kShapes = {{4, 4, 16, 32},     {2, 4, 32, 64},     {2, 2, 64, 100},
+                                    {8, 12, 64, 1024},  {2, 2, 128, 100},   {2, 16, 128, 1024},
+                                    {2, 4, 16, 130},    {2, 4, 32, 200},    {2, 4, 16, 130, 2},
+                                    {2, 4, 64, 100, 1}, {2, 4, 128, 100, 2}};
 
 // The shapes of `shapes` this build runs: the T 1024 ones are left to real GPUs under
 // emulation (tests/gpu/emulated.h); every head size still runs, over several tiles with a
@@ -202,7 +202,8 @@ TEST(FlashAttentionGpuTest, MatchesTheReferencePathForwardAndBackward) {
     EXPECT_LT(RelativeError(got.lse, want.lse), 1e-4);
     for (int part = 0; part < 3; ++part) {
       EXPECT_LT(RelativeError(Part(got.dqkv, part, s), Part(want.dqkv, part, s)), 2e-2)
-          << "d" << "qkv"[part];
+          << "d"
+          << "qkv"[part];
     }
   }
 }

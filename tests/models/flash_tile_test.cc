@@ -188,7 +188,8 @@ Result Tiled(const Shape& s, const std::vector<double>& qkv64, const std::vector
             }
           }
           if (q >= T) continue;
-          for (int64_t d = 0; d < hs; ++d) dqkv[QkvIndex(b, q, 0, h, d, T, NH, NH, hs)] = scale * dq[d];
+          for (int64_t d = 0; d < hs; ++d)
+            dqkv[QkvIndex(b, q, 0, h, d, T, NH, NH, hs)] = scale * dq[d];
         }
       }
     }
