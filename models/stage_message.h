@@ -21,8 +21,14 @@ inline const char* MessageTypeName(MessageType type) {
   return type == MessageType::kBf16 ? "bf16" : "fp32";
 }
 
-// One message's memory, allocated by the chunk that fills or reads it (pinned host memory on
-// CUDA, so that the device copies are DMA) and freed by its own deleter.
+// Where a message lives: host memory, for transports that take host memory (MPI, the in-process
+// and emulated ones), or the chunk's device memory, for one that carries device memory (NCCL:
+// Transport::CarriesDeviceMemory); a chunk without a device (the CPU) gives host memory either
+// way.
+enum class MessageMemory { kHost, kDevice };
+
+// One message's memory, allocated by the chunk that fills or reads it (on CUDA pinned host
+// memory, so that the device copies are DMA, or device memory) and freed by its own deleter.
 using MessageBuffer = std::unique_ptr<void, void (*)(void*)>;
 
 // Plain host memory for a message of `bytes` (null when it cannot be had).

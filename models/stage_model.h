@@ -1,7 +1,8 @@
 // What the pipeline runtime and the trainer need from one model chunk, whatever device holds
 // it: the CPU backend (CpuStageModel, around GPT2Stage<float>) and the CUDA backend
-// (CudaStageModel) both implement it. Everything crossing this interface is in host memory,
-// so transports and checkpoints never see device memory: fp32 for the gradients summed across
+// (CudaStageModel) both implement it. Everything crossing this interface is in host memory
+// (but the messages a CUDA chunk allocates on its device for a transport that carries device
+// memory, NCCL's), so checkpoints never see device memory: fp32 for the gradients summed across
 // ranks, parameters and optimizer state; the chunk's own activation type for the messages
 // between stages (stage_message.h: bf16 on a bf16 CUDA chunk, half the bytes). Every call
 // that can touch a device returns a Status: a CUDA error ends the step with the library's
@@ -42,18 +43,21 @@ class StageModel {
   virtual int slots() const = 0;
   // Where it runs, for logs: "cpu fp32", "cuda:0 bf16".
   virtual std::string Describe() const = 0;
-  // Device memory the chunk holds (0 on the CPU). Allocated when it is created and never inside
-  // a step, so it is also the chunk's peak.
+  // Device memory the chunk holds (0 on the CPU). Allocated when it is created, and for device
+  // messages (AllocateMessageBuffer) before the first step's receives, never inside a step
+  // after that, so it is also the chunk's peak.
   virtual int64_t DeviceBytes() const { return 0; }
 
   // Messages (activations [B·T·C] and their gradients) hold MessageElements() values of
   // message_type(): both ends of a message must agree (every stage of a run has the same
   // precision; the stage executor refuses chunks that differ). AllocateMessageBuffer gives
-  // the memory of one, MessageBytes(), for the caller to keep and reuse: pinned on CUDA.
+  // the memory of one, MessageBytes(), for the caller to keep and reuse: on CUDA pinned host
+  // memory, or device memory where `memory` asks for it (the messages' copies then stay on
+  // the device); on the CPU host memory either way.
   virtual MessageType message_type() const { return MessageType::kFp32; }
   int64_t MessageElements() const { return micro_batch() * seq_len() * config().n_embd; }
   int64_t MessageBytes() const { return MessageElements() * MessageTypeBytes(message_type()); }
-  virtual absl::StatusOr<MessageBuffer> AllocateMessageBuffer() {
+  virtual absl::StatusOr<MessageBuffer> AllocateMessageBuffer(MessageMemory /*memory*/) {
     MessageBuffer buffer = AllocateHostMessage(MessageBytes());
     if (buffer == nullptr) return absl::ResourceExhaustedError("out of memory for a message");
     return buffer;
@@ -111,9 +115,10 @@ class StageModel {
   // last contribution to a part of the weights: 0 the head's final LayerNorm, 1 + k the k-th
   // of the chunk's blocks counted from its last, num_layers() + 1 the position embedding (wte
   // is never reported: the tied sum still adds to it). A data-parallel bucket starts summing
-  // from there (pipeline/grad_buckets.h). Null: not called. Backends whose writes land later
-  // than the call returns (CUDA's stream) ignore it: their buckets start when the
-  // instruction ends.
+  // from there (pipeline/grad_buckets.h). Null: not called. CUDA's writes land on its stream
+  // after the call returns: it reports a part once its products are queued (HostGrads reads
+  // after them on the same stream), and nothing in the first weight gradients after ZeroGrads
+  // (their buckets start when the instruction ends).
   virtual void SetWeightGradProgress(std::function<void(int part)> /*progress*/) {}
 
   // Gradient elements [offset, offset + n) of the stage's buffer in host memory, for a sum

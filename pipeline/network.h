@@ -5,6 +5,8 @@
 //   tree all-reduce (a reduction up a binary tree and a broadcast down it, pipelined in chunks
 //     so that the depth costs latency only): 2·⌈log2 n⌉·α + 2 · bytes/β.
 // β is the per-rank bus bandwidth a collective sees (NCCL's "busbw"), not a link's peak.
+// Host staging (MPI on GPUs: the device's data copied to host memory before, and back after,
+// over PCIe, whole, not overlapped with the transfer) adds 2·(α_s + bytes/β_s) to either.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,10 @@ namespace freeride::pipeline {
 struct Network {
   double latency_us = 5;      // α, per message step
   double bandwidth_gbs = 25;  // β, in 10^9 bytes per second
+  // Host staging: β_s of each copy between device and host (0: none, the data is where it is
+  // sent from), and α_s, each copy's latency with its wait.
+  double staging_gbs = 0;
+  double staging_latency_us = 0;
 };
 
 enum class AllReduceAlgorithm { kRing, kTree };

@@ -63,6 +63,9 @@ absl::Status StageExecutor::AllocateMessages() {
           MessageTypeName(chunk->message_type()), chunk->MessageBytes()));
     }
   }
+  // On a transport that carries device memory (NCCL) the messages stay on the chunks' device.
+  const MessageMemory memory =
+      transport_->CarriesDeviceMemory() ? MessageMemory::kDevice : MessageMemory::kHost;
   const int m = schedule_.microbatches, cells = layout_.chunks * m;
   for (auto* v : {&recv_act_, &recv_grad_, &send_act_, &send_grad_}) {
     v->clear();
@@ -77,7 +80,7 @@ absl::Status StageExecutor::AllocateMessages() {
     if (v == nullptr) continue;
     MessageBuffer& buffer = (*v)[in.chunk * m + in.microbatch];
     if (buffer != nullptr) continue;
-    FR_ASSIGN_OR_RETURN(buffer, chunks_[in.chunk]->AllocateMessageBuffer());
+    FR_ASSIGN_OR_RETURN(buffer, chunks_[in.chunk]->AllocateMessageBuffer(memory));
   }
   messages_allocated_ = true;
   return absl::OkStatus();

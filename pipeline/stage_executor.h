@@ -227,7 +227,8 @@ class StageExecutor {
   std::optional<CostModel> compute_;
   std::vector<int> slot_of_;  // [chunk · m + microbatch] → activation slot
   // Message buffers, [chunk · m + microbatch], of the cells the instructions use (else null):
-  // the chunk's MessageType, in its AllocateMessageBuffer's memory (pinned on CUDA).
+  // the chunk's MessageType, in its AllocateMessageBuffer's memory (on CUDA pinned, or device
+  // memory when the transport carries it).
   std::vector<MessageBuffer> recv_act_, recv_grad_, send_act_, send_grad_;
   bool messages_allocated_ = false;
   std::vector<Transport::Request> recv_act_req_, recv_grad_req_;

@@ -38,8 +38,8 @@ absl::StatusOr<pipeline::CostModel> CalibrateStageCosts(
     }
     for (int64_t i = 0; i < floats; ++i) input[i] = u(rng), output_grad[i] = u(rng) * 1e-3f;
     // As messages of the chunk's type, in its own message memory.
-    FR_ASSIGN_OR_RETURN(MessageBuffer input_message, s.AllocateMessageBuffer());
-    FR_ASSIGN_OR_RETURN(MessageBuffer grad_message, s.AllocateMessageBuffer());
+    FR_ASSIGN_OR_RETURN(MessageBuffer input_message, s.AllocateMessageBuffer(MessageMemory::kHost));
+    FR_ASSIGN_OR_RETURN(MessageBuffer grad_message, s.AllocateMessageBuffer(MessageMemory::kHost));
     ToMessage(s.message_type(), input.data(), floats, input_message.get());
     ToMessage(s.message_type(), output_grad.data(), floats, grad_message.get());
     if (spec.has_embedding) FR_RETURN_IF_ERROR(s.SetTokens(0, tokens.data()));

@@ -16,6 +16,7 @@
 
 #include <array>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -55,15 +56,18 @@ class CudaStage final : public CudaStageModel {
   cudaStream_t stream() const override { return stream_; }
   int device() const override { return device_; }
   const MemoryPlan& memory_plan() const override { return plan_; }
-  int64_t DeviceBytes() const override { return plan_.TotalBytes(); }
+  // The plan's, and the device message buffers handed out (outside the plan: how many a
+  // schedule keeps is the executor's).
+  int64_t DeviceBytes() const override { return plan_.TotalBytes() + message_device_bytes_; }
 
   absl::Status SetTokens(int slot, const int32_t* tokens) override;
   absl::Status SetTargets(int slot, const int32_t* targets) override;
-  // Messages in T itself, through pinned host memory (the copies are DMA on the stream).
+  // Messages in T itself, through pinned host memory (the copies are DMA on the stream), or in
+  // device memory for a transport that carries it (the copies stay on the device).
   MessageType message_type() const override {
     return std::is_same_v<T, float> ? MessageType::kFp32 : MessageType::kBf16;
   }
-  absl::StatusOr<MessageBuffer> AllocateMessageBuffer() override;
+  absl::StatusOr<MessageBuffer> AllocateMessageBuffer(MessageMemory memory) override;
   absl::Status SetInputActivations(int slot, const void* x) override;
   absl::Status SetOutputGrad(int slot, const void* dy) override;
   absl::Status FinishMessageReads() override;
@@ -82,6 +86,9 @@ class CudaStage final : public CudaStageModel {
   absl::Status ZeroGrads() override;
   absl::Status FoldHeadWteGrad() override;
   void SetHeadGradInBackwardInput(bool in_input) override { head_grad_in_input_ = in_input; }
+  void SetWeightGradProgress(std::function<void(int part)> progress) override {
+    weight_grad_progress_ = std::move(progress);
+  }
 
   absl::StatusOr<float*> HostGrads(int64_t offset, int64_t n) override;
   absl::Status CommitHostGrads(int64_t offset, int64_t n) override;
@@ -195,6 +202,8 @@ class CudaStage final : public CudaStageModel {
   std::array<char*, kNumMemoryPhases> base_{};
   cudaStream_t stream_ = nullptr;
   cudaEvent_t messages_read_ = nullptr;  // recorded after each Upload
+  int64_t message_device_bytes_ = 0;     // AllocateMessageBuffer's device memory so far
+  std::function<void(int part)> weight_grad_progress_;  // SetWeightGradProgress
   BlasContext blas_;
   std::shared_ptr<LtAlgorithmCache> algorithms_ = MakeLtAlgorithmCache();
   float* host_grads_ = nullptr;  // pinned mirror of the gradients for sums across ranks

@@ -233,29 +233,54 @@ absl::Status CudaStage<T>::AwaitStaging(cudaEvent_t copied) {
   return absl::OkStatus();
 }
 
+// cudaMemcpyDefault: a message is pinned host memory or, for a transport that carries device
+// memory, device memory (AllocateMessageBuffer); unified addressing tells which.
 template <typename T>
 absl::Status CudaStage<T>::Upload(T* dst, const void* src, int64_t n) {
-  CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDefault, stream_));
   CUDA_CHECK(cudaEventRecord(messages_read_, stream_));
   return absl::OkStatus();
 }
 
 template <typename T>
 absl::Status CudaStage<T>::Download(void* dst, const T* src, int64_t n) {
-  CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToHost, stream_));
-  return Sync();  // the transport reads the buffer next
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDefault, stream_));
+  // The transport reads the buffer next, on a stream of its own (NCCL's) or from the host.
+  return Sync();
 }
 
 namespace {
 void FreePinned(void* p) { cudaFreeHost(p); }
+// Freed with its own device current: the executor may let go of a message on a thread whose
+// current device is another.
+void FreeDevice(void* p) {
+  cudaPointerAttributes attributes{};
+  int current = 0;
+  if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess ||
+      cudaGetDevice(&current) != cudaSuccess || attributes.device == current) {
+    cudaFree(p);
+    return;
+  }
+  cudaSetDevice(attributes.device);
+  cudaFree(p);
+  cudaSetDevice(current);
+}
 }  // namespace
 
 template <typename T>
-absl::StatusOr<MessageBuffer> CudaStage<T>::AllocateMessageBuffer() {
+absl::StatusOr<MessageBuffer> CudaStage<T>::AllocateMessageBuffer(MessageMemory memory) {
   FR_RETURN_IF_ERROR(Enter());
   char* p = nullptr;
-  FR_RETURN_IF_ERROR(PinnedAlloc(&p, MessageBytes()));
-  return MessageBuffer(p, FreePinned);
+  if (memory == MessageMemory::kHost) {
+    FR_RETURN_IF_ERROR(PinnedAlloc(&p, MessageBytes()));
+    return MessageBuffer(p, FreePinned);
+  }
+  if (absl::Status s = DeviceAlloc(&p, MessageBytes()); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("a message buffer of ", MessageBytes(), " bytes on ",
+                                               description_, ": ", s.message()));
+  }
+  message_device_bytes_ += MessageBytes();
+  return MessageBuffer(p, FreeDevice);
 }
 
 template <typename T>

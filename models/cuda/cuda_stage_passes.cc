@@ -389,14 +389,25 @@ absl::Status CudaStage<T>::BackwardWeight(int slot) {
   FR_RETURN_IF_ERROR(RequireTraining("BackwardWeight"));
   const Slot& s = ids_.slots[slot];
   const GPT2Config& cfg = layout_.config;
-  const int64_t C = cfg.n_embd;
+  const int64_t C = cfg.n_embd, L = layout_.stage.num_layers();
+  // A part is reported once its products are queued: whoever reads its gradients then
+  // (HostGrads: a data-parallel bucket's start) copies them on this stream, after them. Not
+  // in the first weight gradients after ZeroGrads, written with beta = 0 over stale values: a
+  // read there zeroes the matrices first (ZeroDeferredGrads), the ones just written among
+  // them; those buckets start when the call returns.
+  const bool report = weight_grad_progress_ != nullptr && !weight_grads_deferred_;
+  auto done = [&](int64_t part) {
+    if (report) weight_grad_progress_(static_cast<int>(part));
+  };
   if (layout_.stage.has_head) {
     if (!head_grad_in_input_) FR_RETURN_IF_ERROR(HeadWteGrad(s));
     FR_RETURN_IF_ERROR(HeadNormBackwardWeight(s));
+    done(0);
   }
-  for (int64_t l = layout_.stage.num_layers() - 1; l >= 0; --l) {
+  for (int64_t l = L - 1; l >= 0; --l) {
     FR_RETURN_IF_ERROR(llama() ? LlamaLayerBackwardWeight(s, l, LayerInput(s, l))
                                : LayerBackwardWeight(s, l, LayerInput(s, l)));
+    done(L - l);
   }
   weight_grads_deferred_ = false;  // every layer's products have written theirs
   if (layout_.stage.has_embedding) {
@@ -404,6 +415,7 @@ absl::Status CudaStage<T>::BackwardWeight(int slot) {
               llama() ? nullptr : G(ParamTensor::kWpe), Ptr<T>(s.dinput),
               Ptr<int32_t>(s.bucket_positions), Ptr<int32_t>(s.bucket_tokens),
               Ptr<int32_t>(s.bucket_starts), distinct_tokens_[slot], B_, T_, C, stream_);
+    done(L + 1);
   }
   return absl::OkStatus();
 }

@@ -13,9 +13,11 @@
 // one consumed out of order is an error. Messages to this rank itself are copies on a stream
 // of their own, matched by tag.
 //
-// Buffers may be device memory (used as they are), pinned host memory (copied in stream
-// order) or pageable host memory (through a pinned bounce buffer, copied out when the request
-// completes). Only built with the CUDA backend (in the emulation build, over emulated NCCL).
+// Buffers may be device memory (used as they are: the stage executor's messages, which the
+// chunks allocate on their device for it, CarriesDeviceMemory), pinned host memory (copied in
+// stream order: the sums of the chunks' pinned gradient mirror) or pageable host memory
+// (through a pinned bounce buffer, copied out when the request completes). Only built with
+// the CUDA backend (in the emulation build, over emulated NCCL).
 #pragma once
 
 #include <memory>

@@ -34,6 +34,10 @@ class Transport {
   // untouched until Wait returns.
   virtual absl::StatusOr<Request> Isend(const void* data, int64_t bytes, int peer, int tag) = 0;
   virtual absl::StatusOr<Request> Irecv(void* data, int64_t bytes, int peer, int tag) = 0;
+  // Whether a message's buffer may be device memory, carried as it is (NCCL's): the stage
+  // executor then has its chunks allocate their messages on their device, and no message
+  // leaves the GPU. The others take host memory only.
+  virtual bool CarriesDeviceMemory() const { return false; }
   // Blocks until the request completes; DeadlineExceeded after `timeout_s`.
   virtual absl::Status Wait(Request request, double timeout_s) = 0;
   // True when the request has completed (Wait then returns at once); never blocks.

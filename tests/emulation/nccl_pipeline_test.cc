@@ -110,6 +110,7 @@ class OverNccl : public pipeline::Transport {
   absl::StatusOr<Request> Irecv(void* d, int64_t b, int p, int t) override {
     return nccl_->Irecv(d, b, p, t);
   }
+  bool CarriesDeviceMemory() const override { return nccl_->CarriesDeviceMemory(); }
   absl::Status Wait(Request r, double s) override {
     return nccl_->Wait(r, std::max(s, min_timeout_s));
   }
@@ -207,6 +208,49 @@ TEST(NcclPipelineTest, TwoStagesOverASlowCommunicationStream) {
               in_process);
   }
   emu::SetNcclRankDelay(1, 0);
+}
+
+// Over NCCL the messages never leave the GPU: the chunks hand device buffers to the transport
+// (Transport::CarriesDeviceMemory), and no copy of a message's size goes between host and
+// device memory in the whole run; the in-process transport, on host memory, makes two a
+// message (the sender's out, the receiver's in), which shows the count sees them. With the
+// pinned messages NCCL had before, four a message (the chunk's out, the transport's staging in,
+// its landing out, the chunk's in). The losses stay those of the in-process transport.
+// Each stream-order hazard of device messages, by the wait that guards it removed in turn
+// (2026-11-27; TwoStages, TwoStagesTwoReplicasPostValidated, the slow communication stream and
+// this test run against each):
+//   - a received buffer read before its receive's event (NcclTransport::Wait returning at once
+//     for a receive): all four fail, the chunk reading the NaN the emulation fills new device
+//     memory with, or another micro-batch's message;
+//   - a send posted before the chunk's copy into its buffer ran (GetOutputActivations and
+//     GetInputGrad not waiting for the chunk's stream when the buffer is device memory): all
+//     four fail, the link's stream reading the buffer before the copy into it;
+//   - a send buffer written again before the send that read it completed (the sends' Wait at
+//     the step's end) and a receive posted into a buffer the chunk may still be copying out of
+//     (FinishMessageReads): none fails. A pipeline's every compute instruction waits for the
+//     chunk's stream (exact timeline, pp > 1), so the copy out of a received buffer is done
+//     long before the next step posts into it, and an emulated send reads its buffer when its
+//     group starts, long before the next step writes it; both waits stay (a GPU may not).
+TEST(NcclPipelineTest, MessagesStayOnTheDevice) {
+  Config config = OnCuda(ParityConfig(ParityShard(), "1f1b", 2, 1, 4));
+  config.parallel.partition = "even";
+  config.runtime.comm_timeout_s = 60;
+  const GPT2Config model = *ResolveModelConfig(config);
+  const size_t message_bytes = config.train.batch_size / config.train.microbatches *
+                               config.train.seq_len * model.n_embd * sizeof(float);
+  int64_t copies = emu::HostDeviceCopies(message_bytes);
+  const std::vector<double> in_process = ThreadedLosses(config, kSteps);
+  // 1F1B at pp 2 and m 4: four activations and four gradients a step.
+  EXPECT_EQ(emu::HostDeviceCopies(message_bytes) - copies, kSteps * 8 * 2);
+  copies = emu::HostDeviceCopies(message_bytes);
+  std::atomic<int64_t> bootstrap_calls{0};
+  EXPECT_EQ(ThreadedLosses(config, kSteps, nullptr, -1,
+                           [&](pipeline::Transport& t) {
+                             return OverNccl::Make(t, config, &bootstrap_calls);
+                           }),
+            in_process);
+  EXPECT_EQ(emu::HostDeviceCopies(message_bytes) - copies, 0)
+      << "copies of a message's size between host and device memory over NCCL";
 }
 
 // Sets a flag when it goes out of scope: a rank that returns early (a failed assertion) still

@@ -123,7 +123,7 @@ std::vector<std::vector<float>> PipelineGrads(std::vector<std::unique_ptr<StageM
   }
   StageModel& first = *stages[0];
   StageModel& last = *stages[1];
-  absl::StatusOr<MessageBuffer> message = first.AllocateMessageBuffer();
+  absl::StatusOr<MessageBuffer> message = first.AllocateMessageBuffer(MessageMemory::kHost);
   EXPECT_TRUE(message.ok());
   for (auto& s : stages) EXPECT_TRUE(s->ZeroGrads().ok());
   last.SetHeadGradInBackwardInput(true);

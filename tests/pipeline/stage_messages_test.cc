@@ -32,7 +32,7 @@ class MessageChunk final : public StageModel {
   std::set<const void*> allocated, unread;
 
   MessageType message_type() const override { return type_; }
-  absl::StatusOr<MessageBuffer> AllocateMessageBuffer() override {
+  absl::StatusOr<MessageBuffer> AllocateMessageBuffer(MessageMemory /*memory*/) override {
     ++allocations;
     MessageBuffer buffer = AllocateHostMessage(MessageBytes());
     allocated.insert(buffer.get());

@@ -471,6 +471,30 @@ TEST(CliScheduleTest, UnreadableFlagsAreUsageErrors) {
   }
 }
 
+// --transport and --fabric take the transport's link model (pipeline/link_model.h), named in
+// the header; the config's transport by default (auto on the CPU: MPI, which NVLink does not
+// carry: refused naming both flags); a figure given outright still wins.
+TEST(CliProjectTest, TakesTheLinkModelOfTheTransport) {
+  const std::vector<std::string> base = {
+      "project", "--config", "configs/tiny_cpu_pp2.toml", "--gpus", "4", "--costs", "block=2"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), base.begin(), base.end());
+    return RunCommand(more);
+  };
+  CliResult mpi = with({"--fabric", "ib"});
+  ASSERT_EQ(mpi.status, kExitOk) << mpi.err;
+  EXPECT_THAT(mpi.out, HasSubstr("stage link 9.6 µs + 50 GB/s"));
+  EXPECT_THAT(mpi.out, HasSubstr("Links: MPI over InfiniBand NDR (50 GB/s, 9.6 µs a step), "
+                                 "staged through host memory over PCIe 5.0"));
+  CliResult nccl = with({"--transport", "nccl", "--fabric", "nvlink", "--link_gbs", "300"});
+  ASSERT_EQ(nccl.status, kExitOk) << nccl.err;
+  EXPECT_THAT(nccl.out, HasSubstr("stage link 3.4 µs + 300 GB/s"));
+  EXPECT_THAT(nccl.out, HasSubstr("all-reduce 3.4 µs + 450 GB/s"));
+  CliResult refused = with({"--fabric", "nvlink"});
+  EXPECT_EQ(refused.status, kExitUsage);
+  EXPECT_THAT(refused.err, HasSubstr("--transport mpi --fabric nvlink"));
+}
+
 TEST(CliProjectTest, ProjectsEveryFittingLayoutAndRefusesBadFlags) {
   CliResult md = RunCommand({"project", "--config", "configs/tiny_cpu_pp2.toml", "--gpus", "2,4",
                              "--global_batch", "8", "--micro_batch", "1", "--costs",

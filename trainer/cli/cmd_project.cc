@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "core/status.h"
 #include "freeride/executor.h"
+#include "pipeline/link_model.h"
 #include "trainer/cli/cli.h"
 #include "trainer/config/config.h"
 #include "trainer/config/side_task_check.h"
@@ -164,6 +165,36 @@ absl::StatusOr<std::vector<ProjectedTask>> MeasureTasks(
   return tasks;
 }
 
+// The stage link and the all-reduce: the link model of the transport and fabric where either
+// flag is given (the transport by default the one the config's parallel.transport picks:
+// NCCL on CUDA, MPI on the CPU), else the flags' own defaults; a figure given outright wins.
+absl::Status SetLinks(const ParsedFlags& flags, const Config& config, ProjectionOptions* options) {
+  if (flags.Has("transport") || flags.Has("fabric")) {
+    std::string transport = config.parallel.transport;
+    if (transport == "auto") transport = config.runtime.device == "cuda" ? "nccl" : "mpi";
+    FR_ASSIGN_OR_RETURN(
+        pipeline::TransportLinks links,
+        pipeline::TransportLinksOf(flags.Get("transport", transport), flags.Get("fabric", "ib")));
+    options->link = links.link;
+    options->network = links.network;
+    options->links = links.description;
+  } else {
+    options->link.bandwidth_gbs = 50;
+    options->link.latency_us = 5;
+    options->network.bandwidth_gbs = 25;
+    options->network.latency_us = 10;
+  }
+  FR_ASSIGN_OR_RETURN(options->link.bandwidth_gbs,
+                      PositiveNumberFlag(flags, "link_gbs", options->link.bandwidth_gbs));
+  FR_ASSIGN_OR_RETURN(options->link.latency_us,
+                      PositiveNumberFlag(flags, "link_latency_us", options->link.latency_us));
+  FR_ASSIGN_OR_RETURN(options->network.bandwidth_gbs,
+                      PositiveNumberFlag(flags, "net_gbs", options->network.bandwidth_gbs));
+  FR_ASSIGN_OR_RETURN(options->network.latency_us,
+                      PositiveNumberFlag(flags, "net_latency_us", options->network.latency_us));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> RunProjection(const ParsedFlags& flags) {
   if (!flags.Has("config") || !flags.Has("gpus")) {
     return absl::InvalidArgumentError("project needs --config FILE and --gpus N[,N...]");
@@ -188,10 +219,7 @@ absl::StatusOr<std::string> RunProjection(const ParsedFlags& flags) {
       int64_t chunks,
       PositiveIntFlag(flags, "chunks", std::max<int64_t>(2, config.parallel.chunks)));
   options.chunks = static_cast<int>(chunks);
-  FR_ASSIGN_OR_RETURN(options.link.bandwidth_gbs, PositiveNumberFlag(flags, "link_gbs", 50));
-  FR_ASSIGN_OR_RETURN(options.link.latency_us, PositiveNumberFlag(flags, "link_latency_us", 5));
-  FR_ASSIGN_OR_RETURN(options.network.bandwidth_gbs, PositiveNumberFlag(flags, "net_gbs", 25));
-  FR_ASSIGN_OR_RETURN(options.network.latency_us, PositiveNumberFlag(flags, "net_latency_us", 10));
+  FR_RETURN_IF_ERROR(SetLinks(flags, config, &options));
   FR_ASSIGN_OR_RETURN(options.algorithm,
                       pipeline::ParseAllReduceAlgorithm(flags.Get("allreduce", "ring")));
   options.margin = config.freeride.margin;
@@ -247,36 +275,44 @@ absl::StatusOr<std::string> RunProjection(const ParsedFlags& flags) {
 }  // namespace
 
 std::vector<FlagSpec> ProjectFlags() {
-  return {{"config", "FILE", "the training config: model, batch, schedule, side tasks"},
-          {"set", "SECTION.KEY=VALUE", "override one config key", true},
-          {"gpus", "N[,N...]", "GPU counts to project, e.g. 1024,4096,8192"},
-          {"global_batch", "B", "sequences per step (default train.batch_size × parallel.dp)"},
-          {"micro_batch", "B", "sequences per micro-batch (default batch_size / microbatches)"},
-          {"kinds", "LIST", "schedule kinds, or all (default parallel.schedule)"},
-          {"chunks", "V", "model chunks per stage for interleaved (default 2)"},
-          {"costs", "HOW",
-           "measure (on runtime.device, default), flops (with --tflops), or "
-           "embedding=ms,block=ms,head=ms per micro-batch"},
-          {"tflops", "X", "sustained TFLOP/s per GPU for --costs flops"},
-          {"optimizer_ns", "X",
-           "AdamW update, ns per parameter (default: measured with "
-           "--costs measure, else left out)"},
-          {"task_ms", "NAME=MS,...",
-           "side tasks' step times alone, given instead of measured (e.g. a GPU task on a CPU "
-           "build)"},
-          {"link_gbs", "X", "pipeline link bandwidth, GB/s (default 50)"},
-          {"link_latency_us", "X", "pipeline link latency, µs (default 5)"},
-          {"net_gbs", "X", "data-parallel all-reduce bus bandwidth per GPU, GB/s (default 25)"},
-          {"net_latency_us", "X", "all-reduce latency per step, µs (default 10)"},
-          {"allreduce", "ALG", "ring or tree (default ring)"},
-          {"dp_bucket_mb", "X",
-           "data-parallel all-reduce in X MiB buckets, each started as the last backward makes "
-           "it (default parallel.dp_bucket_mb; 0: one all-reduce after the last backward)"},
-          {"step_sync", "SYNC",
-           "barrier or post_validate: how a step's end meets the next "
-           "(default optim.step_sync)"},
-          {"format", "FORMAT", "md, csv, json or svg (a plot against GPU count; default md)"},
-          {"out", "FILE", "write to FILE instead of standard output"}};
+  return {
+      {"config", "FILE", "the training config: model, batch, schedule, side tasks"},
+      {"set", "SECTION.KEY=VALUE", "override one config key", true},
+      {"gpus", "N[,N...]", "GPU counts to project, e.g. 1024,4096,8192"},
+      {"global_batch", "B", "sequences per step (default train.batch_size × parallel.dp)"},
+      {"micro_batch", "B", "sequences per micro-batch (default batch_size / microbatches)"},
+      {"kinds", "LIST", "schedule kinds, or all (default parallel.schedule)"},
+      {"chunks", "V", "model chunks per stage for interleaved (default 2)"},
+      {"costs", "HOW",
+       "measure (on runtime.device, default), flops (with --tflops), or "
+       "embedding=ms,block=ms,head=ms per micro-batch"},
+      {"tflops", "X", "sustained TFLOP/s per GPU for --costs flops"},
+      {"optimizer_ns", "X",
+       "AdamW update, ns per parameter (default: measured with "
+       "--costs measure, else left out)"},
+      {"task_ms", "NAME=MS,...",
+       "side tasks' step times alone, given instead of measured (e.g. a GPU task on a CPU "
+       "build)"},
+      {"transport", "T",
+       "nccl or mpi: the link model of that transport (default the config's "
+       "parallel.transport; auto: nccl on CUDA, mpi on the CPU), with --fabric"},
+      {"fabric", "F",
+       "nvlink or ib: the link model's fabric (default ib where --transport is given); "
+       "docs/scale.md gives the figures"},
+      {"link_gbs", "X", "pipeline link bandwidth, GB/s (default 50, or the link model's)"},
+      {"link_latency_us", "X", "pipeline link latency, µs (default 5, or the link model's)"},
+      {"net_gbs", "X",
+       "data-parallel all-reduce bus bandwidth per GPU, GB/s (default 25, or the link model's)"},
+      {"net_latency_us", "X", "all-reduce latency per step, µs (default 10, or the link model's)"},
+      {"allreduce", "ALG", "ring or tree (default ring)"},
+      {"dp_bucket_mb", "X",
+       "data-parallel all-reduce in X MiB buckets, each started as the last backward makes "
+       "it (default parallel.dp_bucket_mb; 0: one all-reduce after the last backward)"},
+      {"step_sync", "SYNC",
+       "barrier or post_validate: how a step's end meets the next "
+       "(default optim.step_sync)"},
+      {"format", "FORMAT", "md, csv, json or svg (a plot against GPU count; default md)"},
+      {"out", "FILE", "write to FILE instead of standard output"}};
 }
 
 int ProjectCommand(const ParsedFlags& flags) {

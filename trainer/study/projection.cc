@@ -197,7 +197,7 @@ std::string ProjectionMarkdown(const GPT2Config& model, const Projection& projec
       "(F + B + W) embedding %.4g ms, block %.4g ms, head %.4g ms; stage link %.4g µs + %.4g "
       "GB/s (with pp > 1, the tied-embedding sum over it: %.3g ms); data-parallel %s all-reduce "
       "%.4g µs + %.4g GB/s%s; optimizer %.3g ns per parameter, %s; "
-      "side tasks: %s; margin %.0f%%.\n\n"
+      "side tasks: %s; margin %.0f%%.%s\n\n"
       "Per GPU count and schedule, the fastest pp × dp:\n\n"
       "| GPUs | schedule | pp × dp | micro-batches | step ms | tokens/s | all-reduce ms | "
       "exposed sync ms | bubble | bubble GPUs | reclaimed GPUs |\n"
@@ -223,7 +223,8 @@ std::string ProjectionMarkdown(const GPT2Config& model, const Projection& projec
                                                                     t.name, t.step_ms,
                                                                     t.pausable ? ", worker" : "");
                                             }),
-      100 * options.margin);
+      100 * options.margin,
+      options.links.empty() ? std::string() : absl::StrCat(" Links: ", options.links, "."));
   for (const ProjectionRow& r : BestRows(projection)) {
     absl::StrAppendFormat(
         &md, "| %d | %s | %d × %d | %d | %.4g | %.4g | %.3g | %.3g | %.1f%% | %.1f | %.1f |\n",

@@ -50,6 +50,9 @@ struct ProjectionOptions {
   double optimizer_ms_per_param = 0; // the AdamW update, timed per parameter (0: left out)
   pipeline::StepSync step_sync = pipeline::StepSync::kBarrier;  // optim.step_sync
   double dp_bucket_mb = 0;  // the all-reduce's buckets (MiB); 0: one after the last backward
+  // The transport's link model that set `link` and `network` (pipeline/link_model.h), for the
+  // header; empty where the flags gave them.
+  std::string links;
 };
 
 struct ProjectionRow {

@@ -28,6 +28,7 @@ struct Device {
   std::set<const void*> pinned;
   size_t allocated = 0;
   std::unordered_map<const void*, size_t> max_shared;  // cudaFuncSetAttribute
+  std::map<size_t, int64_t> host_device_copies;        // bytes → copies (HostDeviceCopies)
 };
 Device& TheDevice() {
   static Device* device = new Device;  // outlives every static destructor that frees memory
@@ -73,6 +74,21 @@ bool KindMatches(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) 
   return false;
 }
 
+// cudaMemcpyDefault: the kind the pointers say, as unified addressing lets CUDA infer it.
+cudaMemcpyKind Resolved(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (kind != cudaMemcpyDefault) return kind;
+  const bool to_device = IsDeviceMemory(dst, bytes), from_device = IsDeviceMemory(src, bytes);
+  if (to_device) return from_device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
+  return from_device ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost;
+}
+
+void CountCopy(size_t bytes, cudaMemcpyKind kind) {
+  if (kind != cudaMemcpyHostToDevice && kind != cudaMemcpyDeviceToHost) return;
+  Device& d = TheDevice();
+  std::lock_guard<std::mutex> lock(d.mu);
+  ++d.host_device_copies[bytes];
+}
+
 }  // namespace
 
 bool IsDeviceMemory(const void* p, size_t bytes) {
@@ -86,6 +102,13 @@ bool IsDeviceMemory(const void* p, size_t bytes) {
 }
 
 void SetLastError(cudaError_t error) { last_error = error; }
+
+int64_t HostDeviceCopies(size_t bytes) {
+  Device& d = TheDevice();
+  std::lock_guard<std::mutex> lock(d.mu);
+  auto it = d.host_device_copies.find(bytes);
+  return it == d.host_device_copies.end() ? 0 : it->second;
+}
 
 size_t MaxDynamicSharedBytes(const void* kernel) {
   Device& d = TheDevice();
@@ -307,6 +330,7 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const vo
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   if (!freeride::emu::KindMatches(dst, src, bytes, kind)) return cudaErrorInvalidValue;
+  freeride::emu::CountCopy(bytes, freeride::emu::Resolved(dst, src, bytes, kind));
   freeride::emu::DrainBlocking();
   std::memcpy(dst, src, bytes);
   return cudaSuccess;
@@ -319,6 +343,8 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   if (!freeride::emu::KindMatches(dst, src, bytes, kind) || !freeride::emu::ValidStream(stream)) {
     return cudaErrorInvalidValue;
   }
+  kind = freeride::emu::Resolved(dst, src, bytes, kind);
+  freeride::emu::CountCopy(bytes, kind);
   if (kind == cudaMemcpyHostToDevice && !freeride::emu::IsPinned(src)) {
     auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
                                                       static_cast<const char*>(src) + bytes);
@@ -346,6 +372,7 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t 
       (src_device && !freeride::emu::IsDeviceMemory(src, src_span))) {
     return cudaErrorInvalidValue;
   }
+  freeride::emu::CountCopy(width * height, kind);
   auto copy = [=] {
     for (size_t r = 0; r < height; ++r) {
       std::memcpy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string_view>
@@ -30,6 +31,12 @@ bool ValidStream(cudaStream_t stream);
 
 // Whether [p, p + bytes) lies inside one cudaMalloc allocation.
 bool IsDeviceMemory(const void* p, size_t bytes);
+
+// Tests: how many copies between host and device memory (either way; cudaMemcpy,
+// cudaMemcpyAsync and cudaMemcpy2DAsync, cudaMemcpyDefault by the kind its pointers make it) of
+// exactly `bytes` bytes the process has made so far: e.g. that a pipeline's messages on a
+// transport that carries device memory never pass through the host.
+int64_t HostDeviceCopies(size_t bytes);
 
 }  // namespace freeride::emu
 
