@@ -84,12 +84,6 @@ absl::StatusOr<std::unique_ptr<StageModel>> MakeStageModel(const BackendOptions&
         "probabilities from each row's log-sum-exp)",
         RecomputeName(options.recompute)));
   }
-  if (config.arch != ModelArch::kGpt2) {
-    return absl::UnimplementedError(absl::StrFormat(
-        "model.arch = \"%s\" runs on the CPU backend only: the CUDA backend implements GPT-2 "
-        "(set runtime.device = \"cpu\")",
-        ModelArchName(config.arch)));
-  }
 #ifdef FREERIDE_WITH_CUDA
   CudaStageOptions cuda;
   cuda.device_index = options.device_index;

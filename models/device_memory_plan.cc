@@ -50,6 +50,12 @@ std::string MemoryPlan::Report() const {
   return absl::StrFormat("%s = %s", absl::StrJoin(parts, ", "), Bytes(TotalBytes()));
 }
 
+LayerWidths StageLayerWidths(const GPT2Config& config) {
+  const int64_t C = config.n_embd;
+  if (!config.is_llama()) return {3 * C, 4 * C, 4 * C};
+  return {C + 2 * config.kv_dim(), 2 * config.ffn_hidden, config.ffn_hidden};
+}
+
 StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage, int64_t B,
                                int64_t T, int slots, int compute_bytes, MemoryPlan* plan,
                                bool training, cuda::AttentionMode attention) {
@@ -57,13 +63,17 @@ StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage,
   const int64_t P = layout.total, BT = B * T, C = config.n_embd, NH = config.n_head;
   const int64_t L = stage.num_layers(), Vp = config.padded_vocab_size, X = compute_bytes;
   const bool head = stage.has_head, emb = stage.has_embedding;
+  const LayerWidths w = StageLayerWidths(config);
+  // LayerNorm keeps each row's mean for its backward; RMSNorm has none.
+  const int64_t M = config.is_llama() ? 0 : 1;
+  const bool tied = TiedElements(config) > 0;
   StageBufferIds ids;
   using enum MemoryPhase;
   ids.master = plan->Add(kParameters, "master (fp32)", P * 4);
   ids.compute = plan->Add(kParameters, "compute copy", X == 4 ? 0 : P * X);
   const int64_t G = training ? 1 : 0;  // multiplies what only training needs
   ids.grads = plan->Add(kGradients, "gradients (fp32)", G * P * 4);
-  ids.head_wte_grad = plan->Add(kGradients, "head wte gradient", head ? G * Vp * C * 4 : 0);
+  ids.head_wte_grad = plan->Add(kGradients, "head wte gradient", head && tied ? G * Vp * C * 4 : 0);
   ids.adam_m = plan->Add(kOptimizer, "adam m", G * P * 4);
   ids.adam_v = plan->Add(kOptimizer, "adam v", G * P * 4);
   for (int i = 0; i < slots; ++i) {
@@ -78,35 +88,35 @@ StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage,
     s.bucket_starts = act("bucket starts", emb ? (BT + 1) * 4 : 0);
     s.input = act("input", BT * C * X);
     s.ln1 = act("ln1", L * BT * C * X);
-    s.ln1_mean = act("ln1 mean", L * BT * 4);
+    s.ln1_mean = act("ln1 mean", M * L * BT * 4);
     s.ln1_rstd = act("ln1 rstd", L * BT * 4);
-    s.qkv = act("qkv", L * BT * 3 * C * X);
+    s.qkv = act("qkv", L * BT * w.qkv * X);
     s.att_lse = act("attention log-sum-exp", L * B * NH * T * 4);
     s.atty = act("attention output", L * BT * C * X);
     s.residual2 = act("residual2", L * BT * C * X);
     s.ln2 = act("ln2", L * BT * C * X);
-    s.ln2_mean = act("ln2 mean", L * BT * 4);
+    s.ln2_mean = act("ln2 mean", M * L * BT * 4);
     s.ln2_rstd = act("ln2 rstd", L * BT * 4);
-    s.fch = act("fch", L * BT * 4 * C * X);
-    s.fch_gelu = act("fch gelu", L * BT * 4 * C * X);
+    s.fch = act("fch", L * BT * w.fc * X);
+    s.fch_gelu = act("fch gelu", L * BT * w.act * X);
     s.residual3 = act("residual3", L * BT * C * X);
     s.lnf = act("lnf", head ? BT * C * X : 0);
-    s.lnf_mean = act("lnf mean", head ? BT * 4 : 0);
+    s.lnf_mean = act("lnf mean", head ? M * BT * 4 : 0);
     s.lnf_rstd = act("lnf rstd", head ? BT * 4 : 0);
     s.logits = act("logits", head ? BT * Vp * X : 0);
     s.logsumexp = act("logsumexp", head ? BT * 4 : 0);
     s.losses = act("losses", head ? BT * 4 : 0);
     s.dres3 = act("dresidual3", G * L * BT * C * X);
-    s.dfch = act("dfch", G * L * BT * 4 * C * X);
+    s.dfch = act("dfch", G * L * BT * w.fc * X);
     s.dln2 = act("dln2", G * L * BT * C * X);
     s.dres2 = act("dresidual2", G * L * BT * C * X);
-    s.dqkv = act("dqkv", G * L * BT * 3 * C * X);
+    s.dqkv = act("dqkv", G * L * BT * w.qkv * X);
     s.dln1 = act("dln1", G * L * BT * C * X);
     s.dinput = act("dinput", G * BT * C * X);
     s.dlnf = act("dlnf", head ? G * BT * C * X : 0);
     ids.slots.push_back(s);
   }
-  ids.scratch_4c = plan->Add(kWorkspace, "scratch 4C", G * BT * 4 * C * X);
+  ids.scratch_4c = plan->Add(kWorkspace, "scratch 4C", G * BT * w.act * X);
   ids.scratch_c = plan->Add(kWorkspace, "scratch C", BT * C * X);
   ids.flash_attention = cuda::UseFlashAttention(attention, X == 2, B, NH, C / NH, T);
   const int64_t R = ids.flash_attention ? 0 : 1;  // multiplies what only the reference path needs
@@ -117,6 +127,9 @@ StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage,
   ids.attn_y = plan->Add(kWorkspace, "attention y", R * BT * C * X);
   ids.attn_rowsum =
       plan->Add(kWorkspace, "attention row sums (flash)", (1 - R) * G * B * NH * T * 4);
+  const bool grouped = config.is_llama() && config.n_kv_head < NH;
+  ids.attn_dkv_heads = plan->Add(kWorkspace, "attention dk dv per query head (flash, grouped)",
+                                 grouped ? (1 - R) * G * 2 * BT * C * X : 0);
   // Enough for the reference kernels' chunks and for the vectorised kernels' (whichever
   // runtime.kernels picks).
   const int64_t partial_floats =
@@ -129,6 +142,9 @@ StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage,
                                      G * cuda::TableBytes(chunks, cuda::NumGradNormUnits(stage)));
   ids.multi_tensor_partials = plan->Add(kWorkspace, "multi-tensor partial sums", G * chunks * 8);
   ids.cublaslt_workspace = plan->Add(kWorkspace, "cuBLASLt workspace", kCublasLtWorkspaceBytes);
+  const int64_t rope = config.is_llama() ? T * (C / NH / 2) * 4 : 0;
+  ids.rope_cos = plan->Add(kWorkspace, "rotary cos table (fp32)", rope);
+  ids.rope_sin = plan->Add(kWorkspace, "rotary sin table (fp32)", rope);
   return ids;
 }
 

@@ -50,7 +50,7 @@ class MemoryPlan {
 struct StageBufferIds {
   // Parameters: fp32 master copy; the compute copy (bf16; the master itself in fp32).
   int master = -1, compute = -1;
-  int grads = -1, head_wte_grad = -1;  // fp32 always
+  int grads = -1, head_wte_grad = -1;  // fp32 always; no head_wte_grad for an untied head
   int adam_m = -1, adam_v = -1;
   struct Slot {
     int tokens, targets;  // int32 [BT]
@@ -59,6 +59,7 @@ struct StageBufferIds {
     int bucket_positions, bucket_tokens, bucket_starts;
     int input;  // [BT·C]
     // Per layer [L, ...], compute precision (statistics fp32).
+    // Llama: no means (RMSNorm), qkv holds q and k rotated (what attention read).
     int ln1, ln1_mean, ln1_rstd, qkv, att_lse, atty, residual2, ln2, ln2_mean, ln2_rstd;
     int fch, fch_gelu, residual3;
     int lnf, lnf_mean, lnf_rstd, logits, logsumexp, losses;  // head; logits become dlogits
@@ -79,13 +80,26 @@ struct StageBufferIds {
   int attn_probs = -1, attn_scores = -1;
   int attn_y = -1;                                // [B, NH, T, hs]
   int attn_rowsum = -1;                           // flash: fp32 [B·NH·T], Σ dout ∘ out per row
+  // Flash with grouped-query heads: each query head's dK and dV [B, T, 2, NH, hs], summed per
+  // group into dqkv.
+  int attn_dkv_heads = -1;
   int column_partials = -1;  // fp32, the column sums' partials (both runtime.kernels paths)
   int reduce_partials = -1;                       // fp64 partial sums
   // The multi-tensor kernels' table (cuda/multi_tensor_table.h), built at Init, and the
   // gradient norm's fp64 partial per chunk.
   int multi_tensor_table = -1, multi_tensor_partials = -1;
   int cublaslt_workspace = -1;
+  // Llama: the rotary tables cos and sin [T, hs/2], fp32, written once at Init.
+  int rope_cos = -1, rope_sin = -1;
 };
+
+// The widths per token of a layer's activations that differ between the families: qkv (GPT-2
+// 3C; Llama C + 2·kv_dim), the MLP's first product `fc` (4C; SwiGLU's gate and up, 2F) and its
+// activation `act` (4C; F). The buffers keep GPT-2's names (fch: fc, fch_gelu: act).
+struct LayerWidths {
+  int64_t qkv, fc, act;
+};
+LayerWidths StageLayerWidths(const GPT2Config& config);
 
 // The plan of a chunk of `config` for stage `stage`, micro-batch B, sequence length T, `slots`
 // micro-batches in flight; `compute_bytes` = 2 (bf16) or 4 (fp32) per element of weights and

@@ -13,12 +13,6 @@ int64_t PadVocab(int64_t vocab_size) { return (vocab_size + 127) / 128 * 128; }
 
 const char* ModelArchName(ModelArch arch) { return arch == ModelArch::kLlama ? "llama" : "gpt2"; }
 
-absl::Status RequireGpt2(const GPT2Config& config, const std::string& what) {
-  if (config.arch == ModelArch::kGpt2) return absl::OkStatus();
-  return absl::UnimplementedError(absl::StrFormat("model.arch = \"%s\": %s implements GPT-2 only",
-                                                  ModelArchName(config.arch), what));
-}
-
 absl::Status ValidateGPT2Config(const GPT2Config& c) {
   if (c.n_layer < 1 || c.n_head < 1 || c.n_embd < 1 || c.max_seq_len < 1 || c.vocab_size < 1) {
     return absl::InvalidArgumentError(absl::StrFormat(

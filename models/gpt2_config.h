@@ -49,9 +49,6 @@ int64_t PadVocab(int64_t vocab_size);
 absl::StatusOr<GPT2Config> MakeGPT2Config(int64_t n_layer, int64_t n_head, int64_t n_embd,
                                           int64_t max_seq_len, int64_t vocab_size);
 absl::Status ValidateGPT2Config(const GPT2Config& config);
-// OK for GPT-2; for another family an error naming model.arch and `what` (a part of the
-// project that implements GPT-2 only, e.g. "the KV-cache decoder").
-absl::Status RequireGpt2(const GPT2Config& config, const std::string& what);
 
 // Llama 3's rounding of the SwiGLU width: 2/3 of 4·n_embd, times `multiplier`, rounded up to a
 // multiple of `multiple_of`.

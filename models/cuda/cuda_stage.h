@@ -1,7 +1,14 @@
 // The CUDA chunk itself, templated on the element type of weights and activations (float or
-// bf16); callers use CudaStageModel. Split over four files: cuda_stage_model.cc (memory, data
-// in and out, losses), cuda_stage_passes.cc (forward and backward), cuda_stage_classifier.cc
-// (the head's loss and logits gradient) and cuda_stage_optimizer.cc (gradients, optimizer).
+// bf16); callers use CudaStageModel. Split over five files: cuda_stage_model.cc (memory, data
+// in and out, losses), cuda_stage_passes.cc (forward and backward: GPT-2's layers, and the
+// embedding, head and attention both families share), cuda_stage_llama.cc (the Llama family's
+// layers), cuda_stage_classifier.cc (the head's loss and logits gradient) and
+// cuda_stage_optimizer.cc (gradients, optimizer).
+//
+// The model family is a seam inside the passes: a stage runs its family's layer (LayerForward
+// or LlamaLayerForward, and so on), its family's final norm, and its head matrix (wte, or an
+// untied Llama head's own); everything else (memory plan, messages, slots, the zero-bubble
+// I/W split, classifier, optimizer) is the same code for both.
 #pragma once
 
 #include <cublasLt.h>
@@ -146,7 +153,25 @@ class CudaStage final : public CudaStageModel {
   absl::Status LayerBackwardInput(const Slot& s, int64_t l, const T* x, T* dx);
   absl::Status AttentionBackward(const Slot& s, int64_t l, const T* datty);
   absl::Status LayerBackwardWeight(const Slot& s, int64_t l, const T* x);
-  // head_wte_grad += the slot's logits gradient^T · lnf.
+  // The Llama family's layer (cuda_stage_llama.cc): RMSNorm, q and k rotated in place in the
+  // layer's qkv, grouped-query attention on the reference path, SwiGLU, no biases.
+  absl::Status LlamaLayerForward(const Slot& s, int64_t l, const T* x);
+  absl::Status LlamaLayerBackwardInput(const Slot& s, int64_t l, const T* x, T* dx);
+  absl::Status LlamaLayerBackwardWeight(const Slot& s, int64_t l, const T* x);
+  bool llama() const { return layout_.config.is_llama(); }
+  // Key/value heads: grouped-query attention's (Llama), one per query head (GPT-2).
+  int64_t KvHeads() const { return llama() ? layout_.config.n_kv_head : layout_.config.n_head; }
+  // The head's stage sums a wte gradient of its own (head_wte_grad) into wte's.
+  bool tied_head() const { return layout_.stage.has_head && TiedElements(layout_.config) > 0; }
+  // The head's matrix: wte (tied) or an untied Llama head's kLmHead.
+  T* HeadMatrix() const;
+  // The final norm (LayerNorm or RMSNorm) of the stage's output into lnf; its backward into
+  // `dout` (accumulating) and into the norm's weight gradients.
+  absl::Status HeadNormForward(const Slot& s);
+  absl::Status HeadNormBackwardInput(const Slot& s, T* dout);
+  absl::Status HeadNormBackwardWeight(const Slot& s);
+  // The head matrix's gradient += the slot's logits gradient^T · lnf: into head_wte_grad (tied;
+  // folded into wte's by FoldHeadWteGrad) or an untied head's kLmHead gradient.
   absl::Status HeadWteGrad(const Slot& s);
   // The head's loss per row from the slot's logits (and, inside ForwardTraining with the fused
   // kernels, their gradient in the same pass); then the logits gradient in BackwardInput where
@@ -168,6 +193,7 @@ class CudaStage final : public CudaStageModel {
   MemoryPlan plan_;
   StageBufferIds ids_;
   int device_ = 0;
+  LayerWidths widths_;           // StageLayerWidths(config)
   bool fuse_gelu_ = false;       // FuseGelu(options_.fuse_gelu, T is bf16)
   bool fused_kernels_ = false;   // UseFusedKernels(options_.kernels, B·T, C, sizeof(T))
   bool check_launches_ = false;  // FREERIDE_CUDA_CHECK_LAUNCHES

@@ -9,9 +9,11 @@
 #include "core/cuda_check.h"
 #include "core/logging.h"
 #include "core/status.h"
+#include "models/cpu/llama_kernels.h"
 #include "models/cuda/cuda_stage.h"
 #include "models/cuda/multi_tensor.h"
 #include "models/gpt2.h"
+#include "models/llama.h"
 #include "models/token_buckets.h"
 #include "models/token_ids.h"
 
@@ -23,7 +25,8 @@ CudaStage<T>::CudaStage(const GPT2Config& config, const StageSpec& stage, int64_
     : layout_(MakeParamLayout(config, stage)), B_(micro_batch), T_(seq_len), options_(options) {
   ids_ = PlanStageMemory(config, stage, B_, T_, slots, static_cast<int>(sizeof(T)), &plan_,
                          !options.inference_only, options.attention);
-  fuse_gelu_ = FuseGelu(options.fuse_gelu, !std::is_same_v<T, float>);
+  widths_ = StageLayerWidths(config);
+  fuse_gelu_ = !config.is_llama() && FuseGelu(options.fuse_gelu, !std::is_same_v<T, float>);
   fused_kernels_ = UseFusedKernels(options.kernels, B_ * T_, config.n_embd, sizeof(T));
   distinct_tokens_.assign(slots, 0);
   logits_grad_scale_.assign(slots, NAN);
@@ -111,6 +114,14 @@ absl::Status CudaStage<T>::Init() {
     CUDA_CHECK(
         cudaMemsetAsync(base_[static_cast<int>(phase)], 0, plan_.PhaseBytes(phase), stream_));
   }
+  if (layout_.config.is_llama()) {  // the rotary tables, as the CPU's (computed in double)
+    std::vector<float> cos, sin;
+    cpu::RopeTables(&cos, &sin, T_, layout_.config.head_size(), layout_.config.rope_theta);
+    CUDA_CHECK(cudaMemcpy(Ptr<float>(ids_.rope_cos), cos.data(), cos.size() * sizeof(float),
+                          cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(Ptr<float>(ids_.rope_sin), sin.data(), sin.size() * sizeof(float),
+                          cudaMemcpyHostToDevice));
+  }
   if (!options_.inference_only) {  // the multi-tensor table, once (table_ outlives the copy)
     char* table = Ptr<char>(ids_.multi_tensor_table);
     const int64_t chunks = static_cast<int64_t>(table_.chunks.size());
@@ -122,9 +133,10 @@ absl::Status CudaStage<T>::Init() {
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
   description_ = absl::StrFormat(
-      "cuda:%d %s %s%s%s%s%s%s", device_, prop.name, std::is_same_v<T, float> ? "fp32" : "bf16",
-      fuse_gelu_ ? ", GELU fused" : "", ids_.flash_attention ? ", flash attention" : "",
-      fused_kernels_ ? ", fused kernels" : "", check_launches_ ? ", every launch checked" : "",
+      "cuda:%d %s %s%s%s%s%s%s%s", device_, prop.name, std::is_same_v<T, float> ? "fp32" : "bf16",
+      layout_.config.is_llama() ? " llama" : "", fuse_gelu_ ? ", GELU fused" : "",
+      ids_.flash_attention ? ", flash attention" : "", fused_kernels_ ? ", fused kernels" : "",
+      check_launches_ ? ", every launch checked" : "",
       options_.inference_only ? " (inference)" : "");
   FR_LOG(INFO) << description_ << ": layers [" << layout_.stage.first_layer << ", "
                << layout_.stage.last_layer << "), micro-batch " << B_ << " × " << T_ << ", "
@@ -462,7 +474,11 @@ absl::Status CudaStage<T>::SetOptimizerState(const float* m, const float* v) {
 template <typename T>
 absl::Status CudaStage<T>::InitRandom(uint64_t seed) {
   std::vector<float> params(layout_.total);
-  InitGPT2Params(layout_, seed, params.data());
+  if (layout_.config.is_llama()) {
+    InitLlamaParams(layout_, seed, params.data());
+  } else {
+    InitGPT2Params(layout_, seed, params.data());
+  }
   return SetParams(params.data());
 }
 

@@ -30,7 +30,7 @@ absl::Status CudaStage<T>::ZeroGrads() {
   FR_RETURN_IF_ERROR(RequireTraining("ZeroGrads"));
   if (!fused()) {
     CUDA_CHECK(cudaMemsetAsync(Ptr<float>(ids_.grads), 0, layout_.total * 4, stream_));
-    if (layout_.stage.has_head) {
+    if (tied_head()) {
       CUDA_CHECK(cudaMemsetAsync(Ptr<float>(ids_.head_wte_grad), 0,
                                  plan_.buffer(ids_.head_wte_grad).bytes, stream_));
     }
@@ -53,7 +53,7 @@ absl::Status CudaStage<T>::ZeroGrads() {
         cudaMemsetAsync(Ptr<float>(ids_.grads) + begin, 0, (layout_.total - begin) * 4, stream_));
   }
   weight_grads_deferred_ = layout_.stage.num_layers() > 0;
-  head_grad_deferred_ = layout_.stage.has_head;
+  head_grad_deferred_ = tied_head();
   return absl::OkStatus();
 }
 
@@ -86,7 +86,7 @@ absl::Status CudaStage<T>::FoldHeadWteGrad() {
   FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("FoldHeadWteGrad"));
   FR_RETURN_IF_ERROR(ZeroDeferredGrads(/*head=*/true, 0, 0));
-  if (!layout_.stage.has_head) return absl::OkStatus();
+  if (!tied_head()) return absl::OkStatus();  // an untied head's gradient is kLmHead's already
   const int64_t n = layout_.config.padded_vocab_size * layout_.config.n_embd;
   if (layout_.stage.has_embedding) {
     FR_KERNEL(kHead, AddInPlace, G(ParamTensor::kWte), Ptr<float>(ids_.head_wte_grad), n, stream_);
@@ -143,22 +143,28 @@ absl::StatusOr<std::vector<double>> CudaStage<T>::GradSquaresByUnit() {
   if (!fused() && st.has_embedding) {
     FR_RETURN_IF_ERROR(
         add(kEmbedding, G(ParamTensor::kWte), layout_.slot(ParamTensor::kWte).elements, true));
-    FR_RETURN_IF_ERROR(
-        add(kEmbedding, G(ParamTensor::kWpe), layout_.slot(ParamTensor::kWpe).elements, false));
+    if (layout_.slot(ParamTensor::kWpe).present) {
+      FR_RETURN_IF_ERROR(
+          add(kEmbedding, G(ParamTensor::kWpe), layout_.slot(ParamTensor::kWpe).elements, false));
+    }
     ++u;
   }
   for (int64_t l = 0; !fused() && l < st.num_layers(); ++l, ++u) {
     bool first = true;
     for (int i = 0; i < kNumParamTensors; ++i) {
       const ParamTensor t = static_cast<ParamTensor>(i);
-      if (!IsPerLayer(t)) continue;
+      if (!IsPerLayer(t) || ParamElements(cfg, t) == 0) continue;  // Llama has no biases
       FR_RETURN_IF_ERROR(add(l, G(t, l), ParamElements(cfg, t), first));
       first = false;
     }
   }
   if (!fused() && st.has_head) {
     FR_RETURN_IF_ERROR(add(kHead, G(ParamTensor::kLnfW), cfg.n_embd, true));
-    FR_RETURN_IF_ERROR(add(kHead, G(ParamTensor::kLnfB), cfg.n_embd, false));
+    for (ParamTensor t : {ParamTensor::kLnfB, ParamTensor::kLmHead}) {  // where the family has it
+      if (layout_.slot(t).present) {
+        FR_RETURN_IF_ERROR(add(kHead, G(t), layout_.slot(t).elements, false));
+      }
+    }
     ++u;
   }
   std::vector<double> out(u);

@@ -1,7 +1,8 @@
 // Forward and backward of a CUDA chunk: the same sequence of layers as GPT2Stage on the CPU
-// (models/gpt2.cc), on device buffers. Attention runs the flash kernels (flash_attention.h) where
-// the plan chose them (bf16, shapes they take), else the reference path: heads split out, the
-// T × T products batched over heads, softmax kernels.
+// (models/gpt2.cc), on device buffers, and what both families share: the embedding, the head,
+// the attention's reference path (a Llama layer's is cuda_stage_llama.cc's). Attention runs the
+// flash kernels (flash_attention.h) where the plan chose them (bf16, shapes they take), else the
+// reference path: heads split out, the T × T products batched over heads, softmax kernels.
 #include <cmath>
 #include <type_traits>
 
@@ -11,6 +12,7 @@
 #include "models/cuda/elementwise.h"
 #include "models/cuda/flash_attention.h"
 #include "models/cuda/layernorm.h"
+#include "models/cuda/llama_kernels.h"
 
 namespace freeride::cuda {
 
@@ -31,12 +33,19 @@ T* CudaStage<T>::OutputGrad(const Slot& s) const {
 // q, k, v are [B·NH] matrices of T × hs; scores [B·NH] of T × T.
 // Layer l's q, k, v split into heads (attn_qkv) and their scores q·kᵀ (attn_probs): forward
 // turns the scores into probabilities, backward recomputes them, so both must make them alike.
+// Grouped-query attention (Llama) copies each query head's key/value head out to it.
 template <typename T>
 absl::Status CudaStage<T>::AttentionScores(const Slot& s, int64_t l) {
-  const int64_t C = layout_.config.n_embd, NH = layout_.config.n_head, hs = C / NH;
+  const GPT2Config& cfg = layout_.config;
+  const int64_t C = cfg.n_embd, NH = cfg.n_head, hs = C / NH;
   const int64_t BTC = B_ * T_ * C;
   T* q = Ptr<T>(ids_.attn_qkv);
-  FR_KERNEL(l, SplitHeads, q, Act(s.qkv, l, 3 * BTC), B_, T_, C, NH, stream_);
+  const T* qkv = Act(s.qkv, l, B_ * T_ * widths_.qkv);
+  if (llama()) {
+    FR_KERNEL(l, GqaSplitHeads, q, qkv, B_, T_, NH, cfg.n_kv_head, hs, stream_);
+  } else {
+    FR_KERNEL(l, SplitHeads, q, qkv, B_, T_, C, NH, stream_);
+  }
   FR_LIBRARY(l, BatchedGemm<T>, blas_, false, true, T_, T_, hs, 1.0f, q, hs, T_ * hs, q + BTC, hs,
              T_ * hs, 0.0f, Ptr<T>(ids_.attn_probs), T_, T_ * T_, B_ * NH);
   return absl::OkStatus();
@@ -49,8 +58,8 @@ absl::Status CudaStage<T>::AttentionForward(const Slot& s, int64_t l) {
   if constexpr (std::is_same_v<T, bf16>) {
     if (ids_.flash_attention) {  // straight from qkv to the layer's output, no T × T
       FR_KERNEL(l, FlashAttentionForward, Act(s.atty, l, BTC),
-                Ptr<float>(s.att_lse) + l * heads * T_, Act(s.qkv, l, 3 * BTC), B_, T_, NH, hs,
-                stream_);
+                Ptr<float>(s.att_lse) + l * heads * T_, Act(s.qkv, l, B_ * T_ * widths_.qkv), B_,
+                T_, NH, KvHeads(), hs, stream_);
       return absl::OkStatus();
     }
   }
@@ -128,18 +137,18 @@ absl::Status CudaStage<T>::LaunchForward(int slot, double* loss_sum) {
   const Slot& s = ids_.slots[slot];
   const GPT2Config& cfg = layout_.config;
   const int64_t BT = B_ * T_, C = cfg.n_embd;
-  if (layout_.stage.has_embedding) {
+  if (layout_.stage.has_embedding) {  // Llama has no position table: its positions are rotary
     FR_KERNEL(kEmbedding, EncoderForward, Ptr<T>(s.input), Ptr<int32_t>(s.tokens),
-              P(ParamTensor::kWte), P(ParamTensor::kWpe), B_, T_, C, stream_);
+              P(ParamTensor::kWte), llama() ? nullptr : P(ParamTensor::kWpe), B_, T_, C, stream_);
   }
   for (int64_t l = 0; l < layout_.stage.num_layers(); ++l) {
-    FR_RETURN_IF_ERROR(LayerForward(s, l, LayerInput(s, l)));
+    FR_RETURN_IF_ERROR(llama() ? LlamaLayerForward(s, l, LayerInput(s, l))
+                               : LayerForward(s, l, LayerInput(s, l)));
   }
   if (!layout_.stage.has_head) return absl::OkStatus();
-  FR_KERNEL(kHead, LayerNormForward, Ptr<T>(s.lnf), Ptr<float>(s.lnf_mean), Ptr<float>(s.lnf_rstd),
-            OutputActivations(s), P(ParamTensor::kLnfW), P(ParamTensor::kLnfB), BT, C, stream_);
-  FR_LIBRARY(kHead, MatmulForward<T>, blas_, Ptr<T>(s.logits), Ptr<T>(s.lnf), P(ParamTensor::kWte),
-             nullptr, BT, C, cfg.padded_vocab_size);
+  FR_RETURN_IF_ERROR(HeadNormForward(s));
+  FR_LIBRARY(kHead, MatmulForward<T>, blas_, Ptr<T>(s.logits), Ptr<T>(s.lnf), HeadMatrix(), nullptr,
+             BT, C, cfg.padded_vocab_size);
   FR_RETURN_IF_ERROR(ClassifierForward(slot));
   double* partials = Ptr<double>(ids_.reduce_partials);
   double* sum = partials + kReduceBlocks;
@@ -154,9 +163,10 @@ absl::Status CudaStage<T>::AttentionBackward(const Slot& s, int64_t l, const T* 
   const int64_t BTC = B_ * T_ * C, heads = B_ * NH;
   if constexpr (std::is_same_v<T, bf16>) {
     if (ids_.flash_attention) {
-      FR_KERNEL(l, FlashAttentionBackward, Act(s.dqkv, l, 3 * BTC), Ptr<float>(ids_.attn_rowsum),
-                datty, Act(s.qkv, l, 3 * BTC), Act(s.atty, l, BTC),
-                Ptr<float>(s.att_lse) + l * heads * T_, B_, T_, NH, hs, stream_);
+      const int64_t qkv = B_ * T_ * widths_.qkv;
+      FR_KERNEL(l, FlashAttentionBackward, Act(s.dqkv, l, qkv), Ptr<float>(ids_.attn_rowsum),
+                Ptr<T>(ids_.attn_dkv_heads), datty, Act(s.qkv, l, qkv), Act(s.atty, l, BTC),
+                Ptr<float>(s.att_lse) + l * heads * T_, B_, T_, NH, KvHeads(), hs, stream_);
       return absl::OkStatus();
     }
   }
@@ -185,7 +195,12 @@ absl::Status CudaStage<T>::AttentionBackward(const Slot& s, int64_t l, const T* 
              T_ * hs, 0.0f, dq, hs, T_ * hs, heads);
   FR_LIBRARY(l, BatchedGemm<T>, blas_, true, false, T_, hs, T_, 1.0f, dscores, T_, T_ * T_, q, hs,
              T_ * hs, 0.0f, dk, hs, T_ * hs, heads);
-  FR_KERNEL(l, MergeHeadsGrad, Act(s.dqkv, l, 3 * BTC), dq, B_, T_, C, NH, stream_);
+  T* dqkv = Act(s.dqkv, l, B_ * T_ * widths_.qkv);
+  if (llama()) {  // a key/value head's gradient sums its group's
+    FR_KERNEL(l, GqaMergeHeadsGrad, dqkv, dq, B_, T_, NH, layout_.config.n_kv_head, hs, stream_);
+  } else {
+    FR_KERNEL(l, MergeHeadsGrad, dqkv, dq, B_, T_, C, NH, stream_);
+  }
   return absl::OkStatus();
 }
 
@@ -241,8 +256,61 @@ absl::Status CudaStage<T>::LayerBackwardInput(const Slot& s, int64_t l, const T*
 }
 
 template <typename T>
+T* CudaStage<T>::HeadMatrix() const {
+  return P(TiedElements(layout_.config) > 0 ? ParamTensor::kWte : ParamTensor::kLmHead);
+}
+
+template <typename T>
+absl::Status CudaStage<T>::HeadNormForward(const Slot& s) {
+  const int64_t BT = B_ * T_, C = layout_.config.n_embd;
+  if (llama()) {
+    FR_KERNEL(kHead, RMSNormForward, Ptr<T>(s.lnf), Ptr<float>(s.lnf_rstd), OutputActivations(s),
+              P(ParamTensor::kLnfW), static_cast<float>(layout_.config.norm_eps), BT, C, stream_);
+  } else {
+    FR_KERNEL(kHead, LayerNormForward, Ptr<T>(s.lnf), Ptr<float>(s.lnf_mean),
+              Ptr<float>(s.lnf_rstd), OutputActivations(s), P(ParamTensor::kLnfW),
+              P(ParamTensor::kLnfB), BT, C, stream_);
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status CudaStage<T>::HeadNormBackwardInput(const Slot& s, T* dout) {
+  const int64_t BT = B_ * T_, C = layout_.config.n_embd;
+  if (llama()) {
+    FR_KERNEL(kHead, RMSNormBackwardInput, dout, Ptr<T>(s.dlnf), OutputActivations(s),
+              P(ParamTensor::kLnfW), Ptr<float>(s.lnf_rstd), BT, C, stream_);
+  } else {
+    FR_KERNEL(kHead, LayerNormBackwardInput, dout, Ptr<T>(s.dlnf), OutputActivations(s),
+              P(ParamTensor::kLnfW), Ptr<float>(s.lnf_mean), Ptr<float>(s.lnf_rstd), BT, C,
+              stream_);
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status CudaStage<T>::HeadNormBackwardWeight(const Slot& s) {
+  const int64_t BT = B_ * T_, C = layout_.config.n_embd;
+  float* partials = Ptr<float>(ids_.column_partials);
+  if (llama()) {
+    FR_KERNEL(kHead, RMSNormBackwardWeight, G(ParamTensor::kLnfW), Ptr<T>(s.dlnf),
+              OutputActivations(s), Ptr<float>(s.lnf_rstd), BT, C, partials, stream_);
+  } else {
+    FR_KERNEL(kHead, LayerNormBackwardWeight, G(ParamTensor::kLnfW), G(ParamTensor::kLnfB),
+              Ptr<T>(s.dlnf), OutputActivations(s), Ptr<float>(s.lnf_mean), Ptr<float>(s.lnf_rstd),
+              BT, C, partials, stream_);
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
 absl::Status CudaStage<T>::HeadWteGrad(const Slot& s) {
   const GPT2Config& cfg = layout_.config;
+  if (TiedElements(cfg) == 0) {  // untied: ZeroGrads zeroed kLmHead's gradient, so it adds
+    FR_LIBRARY(kHead, MatmulBackwardWeight, blas_, G(ParamTensor::kLmHead), Ptr<T>(s.logits),
+               Ptr<T>(s.lnf), B_ * T_, cfg.n_embd, cfg.padded_vocab_size, true);
+    return absl::OkStatus();
+  }
   FR_LIBRARY(kHead, MatmulBackwardWeight, blas_, Ptr<float>(ids_.head_wte_grad), Ptr<T>(s.logits),
              Ptr<T>(s.lnf), B_ * T_, cfg.n_embd, cfg.padded_vocab_size, !head_grad_deferred_);
   head_grad_deferred_ = false;
@@ -258,18 +326,17 @@ absl::Status CudaStage<T>::BackwardInput(int slot, float loss_scale) {
   const int64_t BT = B_ * T_, C = cfg.n_embd, BTC = BT * C, L = layout_.stage.num_layers();
   if (layout_.stage.has_head) {
     FR_RETURN_IF_ERROR(ClassifierBackward(slot, loss_scale));
-    FR_LIBRARY(kHead, MatmulBackwardInput, blas_, Ptr<T>(s.dlnf), Ptr<T>(s.logits),
-               P(ParamTensor::kWte), BT, C, cfg.padded_vocab_size);
+    FR_LIBRARY(kHead, MatmulBackwardInput, blas_, Ptr<T>(s.dlnf), Ptr<T>(s.logits), HeadMatrix(),
+               BT, C, cfg.padded_vocab_size);
     if (head_grad_in_input_) FR_RETURN_IF_ERROR(HeadWteGrad(s));
     T* dout = OutputGrad(s);
     CUDA_CHECK(cudaMemsetAsync(dout, 0, BTC * sizeof(T), stream_));
-    FR_KERNEL(kHead, LayerNormBackwardInput, dout, Ptr<T>(s.dlnf), OutputActivations(s),
-              P(ParamTensor::kLnfW), Ptr<float>(s.lnf_mean), Ptr<float>(s.lnf_rstd), BT, C,
-              stream_);
+    FR_RETURN_IF_ERROR(HeadNormBackwardInput(s, dout));
   }
   for (int64_t l = L - 1; l >= 0; --l) {
     T* dx = l == 0 ? Ptr<T>(s.dinput) : Act(s.dres3, l - 1, BTC);
-    FR_RETURN_IF_ERROR(LayerBackwardInput(s, l, LayerInput(s, l), dx));
+    FR_RETURN_IF_ERROR(llama() ? LlamaLayerBackwardInput(s, l, LayerInput(s, l), dx)
+                               : LayerBackwardInput(s, l, LayerInput(s, l), dx));
   }
   return absl::OkStatus();
 }
@@ -322,7 +389,7 @@ absl::Status CudaStage<T>::BackwardWeight(int slot) {
   FR_RETURN_IF_ERROR(RequireTraining("BackwardWeight"));
   const Slot& s = ids_.slots[slot];
   const GPT2Config& cfg = layout_.config;
-  const int64_t BT = B_ * T_, C = cfg.n_embd, L = layout_.stage.num_layers();
+  const int64_t C = cfg.n_embd, L = layout_.stage.num_layers();
   // A part is reported once its products are queued: whoever reads its gradients then
   // (HostGrads: a data-parallel bucket's start) copies them on this stream, after them. Not
   // in the first weight gradients after ZeroGrads, written with beta = 0 over stale values: a
@@ -334,19 +401,19 @@ absl::Status CudaStage<T>::BackwardWeight(int slot) {
   };
   if (layout_.stage.has_head) {
     if (!head_grad_in_input_) FR_RETURN_IF_ERROR(HeadWteGrad(s));
-    FR_KERNEL(kHead, LayerNormBackwardWeight, G(ParamTensor::kLnfW), G(ParamTensor::kLnfB),
-              Ptr<T>(s.dlnf), OutputActivations(s), Ptr<float>(s.lnf_mean), Ptr<float>(s.lnf_rstd),
-              BT, C, Ptr<float>(ids_.column_partials), stream_);
+    FR_RETURN_IF_ERROR(HeadNormBackwardWeight(s));
     done(0);
   }
   for (int64_t l = L - 1; l >= 0; --l) {
-    FR_RETURN_IF_ERROR(LayerBackwardWeight(s, l, LayerInput(s, l)));
+    FR_RETURN_IF_ERROR(llama() ? LlamaLayerBackwardWeight(s, l, LayerInput(s, l))
+                               : LayerBackwardWeight(s, l, LayerInput(s, l)));
     done(L - l);
   }
   weight_grads_deferred_ = false;  // every layer's products have written theirs
   if (layout_.stage.has_embedding) {
-    FR_KERNEL(kEmbedding, EncoderBackwardWeight, G(ParamTensor::kWte), G(ParamTensor::kWpe),
-              Ptr<T>(s.dinput), Ptr<int32_t>(s.bucket_positions), Ptr<int32_t>(s.bucket_tokens),
+    FR_KERNEL(kEmbedding, EncoderBackwardWeight, G(ParamTensor::kWte),
+              llama() ? nullptr : G(ParamTensor::kWpe), Ptr<T>(s.dinput),
+              Ptr<int32_t>(s.bucket_positions), Ptr<int32_t>(s.bucket_tokens),
               Ptr<int32_t>(s.bucket_starts), distinct_tokens_[slot], B_, T_, C, stream_);
     done(L + 1);
   }
@@ -355,19 +422,23 @@ absl::Status CudaStage<T>::BackwardWeight(int slot) {
 
 // The members defined here, for both element types (the class itself is instantiated in
 // cuda_stage_model.cc).
-#define FR_INSTANTIATE(T)                                                                 \
-  template const T* CudaStage<T>::LayerInput(const Slot&, int64_t) const;                 \
-  template T* CudaStage<T>::OutputActivations(const Slot&) const;                         \
-  template T* CudaStage<T>::OutputGrad(const Slot&) const;                                \
-  template absl::Status CudaStage<T>::AttentionScores(const Slot&, int64_t);              \
-  template absl::Status CudaStage<T>::AttentionForward(const Slot&, int64_t);             \
-  template absl::Status CudaStage<T>::LayerForward(const Slot&, int64_t, const T*);       \
-  template absl::Status CudaStage<T>::LaunchForward(int, double*);                        \
-  template absl::Status CudaStage<T>::AttentionBackward(const Slot&, int64_t, const T*);  \
+#define FR_INSTANTIATE(T)                                                                     \
+  template const T* CudaStage<T>::LayerInput(const Slot&, int64_t) const;                     \
+  template T* CudaStage<T>::OutputActivations(const Slot&) const;                             \
+  template T* CudaStage<T>::OutputGrad(const Slot&) const;                                    \
+  template absl::Status CudaStage<T>::AttentionScores(const Slot&, int64_t);                  \
+  template absl::Status CudaStage<T>::AttentionForward(const Slot&, int64_t);                 \
+  template absl::Status CudaStage<T>::LayerForward(const Slot&, int64_t, const T*);           \
+  template absl::Status CudaStage<T>::LaunchForward(int, double*);                            \
+  template absl::Status CudaStage<T>::AttentionBackward(const Slot&, int64_t, const T*);      \
   template absl::Status CudaStage<T>::LayerBackwardInput(const Slot&, int64_t, const T*, T*); \
-  template absl::Status CudaStage<T>::HeadWteGrad(const Slot&);                           \
-  template absl::Status CudaStage<T>::BackwardInput(int, float);                          \
-  template absl::Status CudaStage<T>::LayerBackwardWeight(const Slot&, int64_t, const T*); \
+  template T* CudaStage<T>::HeadMatrix() const;                                               \
+  template absl::Status CudaStage<T>::HeadNormForward(const Slot&);                           \
+  template absl::Status CudaStage<T>::HeadNormBackwardInput(const Slot&, T*);                 \
+  template absl::Status CudaStage<T>::HeadNormBackwardWeight(const Slot&);                    \
+  template absl::Status CudaStage<T>::HeadWteGrad(const Slot&);                               \
+  template absl::Status CudaStage<T>::BackwardInput(int, float);                              \
+  template absl::Status CudaStage<T>::LayerBackwardWeight(const Slot&, int64_t, const T*);    \
   template absl::Status CudaStage<T>::BackwardWeight(int);
 FR_INSTANTIATE(float)
 FR_INSTANTIATE(bf16)

@@ -44,6 +44,23 @@ struct Pitch {
       static_cast<int>(flash::FloatPitch(HS > kTileCols ? HS : kTileCols));
 };
 
+// Where query head h's q, and the k and v of its key/value head, start in sequence b of qkv (or
+// of its gradient), rows `stride` apart: grouped-query attention's rows are [q (NH·hs),
+// k (NKV·hs), v (NKV·hs)], query head h reading key/value head h / (NH / NKV); GPT-2's are the
+// case NKV = NH.
+template <typename P>
+struct HeadRows {
+  P q, k, v;
+  int64_t stride;
+};
+template <int HS, typename P>
+__device__ HeadRows<P> Heads(P qkv, int64_t b, int64_t h, int64_t T, int64_t NH, int64_t NKV) {
+  const int64_t kv = h / (NH / NKV);
+  return {qkv + flash::QkvIndex(b, 0, 0, h, 0, T, NH, NKV, HS),
+          qkv + flash::QkvIndex(b, 0, 1, kv, 0, T, NH, NKV, HS),
+          qkv + flash::QkvIndex(b, 0, 2, kv, 0, T, NH, NKV, HS), (NH + 2 * NKV) * HS};
+}
+
 // Rows [t0, t0 + kTileRows) of a head (row t at src + t·stride, hs elements) into a shared tile;
 // rows at or past T are zeros. 16-byte loads (ShapeSupported keeps every row 16-byte aligned).
 template <int HS>
@@ -187,20 +204,21 @@ struct LaneP {
 
 template <int HS>
 __global__ void __launch_bounds__(kThreads, MinBlocks(HS))
-    FlashForwardKernel(bf16* out, float* lse, const bf16* qkv, int64_t T, int64_t NH, float scale) {
+    FlashForwardKernel(bf16* out, float* lse, const bf16* qkv, int64_t T, int64_t NH, int64_t NKV,
+                       float scale) {
   FR_DYNAMIC_SHARED(char, smem);
   constexpr SmemLayout L = flash::Layout(flash::Kernel::kForward, HS);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r = lane / kLanesPerRow, half = lane % kLanesPerRow;
   const int64_t qt = gridDim.x - 1 - blockIdx.x;  // the longest rows of tiles start first
-  const int64_t b = blockIdx.y / NH, h = blockIdx.y % NH, stride = 3 * NH * HS;
+  const int64_t b = blockIdx.y / NH, h = blockIdx.y % NH;
   bf16* q_s = reinterpret_cast<bf16*>(smem + L.q);
   bf16* k_s = reinterpret_cast<bf16*>(smem + L.k);
   bf16* v_s = reinterpret_cast<bf16*>(smem + L.v);
   float* scratch = reinterpret_cast<float*>(smem + L.scratch + warp * L.scratch_stride);
   bf16* p_s = reinterpret_cast<bf16*>(smem + L.p + warp * L.p_stride);
-  const bf16* base = qkv + flash::QkvIndex(b, 0, 0, h, 0, T, NH, HS);
-  LoadTile<HS>(q_s, base, stride, qt * kTileRows, T);
+  const HeadRows<const bf16*> in = Heads<HS>(qkv, b, h, T, NH, NKV);
+  LoadTile<HS>(q_s, in.q, in.stride, qt * kTileRows, T);
 
   const int64_t q = qt * kTileRows + warp * kWarpRows + r;
   constexpr int kDims = HS / kLanesPerRow;
@@ -211,8 +229,8 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(HS))
   const int64_t end = flash::KeyTileEnd(qt, T);
   for (int64_t kt = 0; kt < end; ++kt) {
     __syncthreads();  // every warp is done with the previous K and V
-    LoadTile<HS>(k_s, base + NH * HS, stride, kt * kTileCols, T);
-    LoadTile<HS>(v_s, base + 2 * NH * HS, stride, kt * kTileCols, T);
+    LoadTile<HS>(k_s, in.k, in.stride, kt * kTileCols, T);
+    LoadTile<HS>(v_s, in.v, in.stride, kt * kTileCols, T);
     __syncthreads();
     WarpScores<HS>(scratch, q_s + warp * kWarpRows * Pitch<HS>::kTile, k_s);
     __syncwarp();
@@ -270,20 +288,24 @@ __global__ void RowDotKernel(float* rowsum, const bf16* dout, const bf16* out, i
   rowsum[flash::StatIndex(b, h, t, T, NH)] = flash::RowDot(dout + row * HS, out + row * HS, HS);
 }
 
-// dK, dV of one key tile, summed over the query tiles that see it. Here the warp's 16 rows are
-// keys and a lane's columns are queries, so the products are the transposed ones: Sᵀ = K·Qᵀ,
-// dPᵀ = V·dOᵀ, dV += Pᵀ·dO, dK += dSᵀ·Q. dK sums in registers, or in the warp's region of
-// shared memory where flash::DkInShared (hs 128: both in registers spill).
+// dK, dV of one key tile of query head h's view of its key/value head, summed over the query
+// tiles that see it, written to dk and dv (rows `dstride` apart, head h at h·hs): into dqkv
+// itself where every query head has its own key/value head (GPT-2), else into per-query-head
+// scratch that GroupSumKernel sums per group. Here the warp's 16 rows are keys and a lane's
+// columns are queries, so the products are the transposed ones: Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ,
+// dV += Pᵀ·dO, dK += dSᵀ·Q. dK sums in registers, or in the warp's region of shared memory where
+// flash::DkInShared (hs 128: both in registers spill).
 template <int HS>
 __global__ void __launch_bounds__(kThreads, MinBlocks(HS))
-    FlashBackwardKvKernel(bf16* dqkv, const bf16* qkv, const bf16* dout, const float* lse,
-                          const float* rowsum, int64_t T, int64_t NH, float scale) {
+    FlashBackwardKvKernel(bf16* dk_out, bf16* dv_out, int64_t dstride, const bf16* qkv,
+                          const bf16* dout, const float* lse, const float* rowsum, int64_t T,
+                          int64_t NH, int64_t NKV, float scale) {
   FR_DYNAMIC_SHARED(char, smem);
   constexpr SmemLayout L = flash::Layout(flash::Kernel::kBackwardKv, HS);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r = lane / kLanesPerRow, half = lane % kLanesPerRow;
   const int64_t kt = blockIdx.x;  // key tile 0 sees the most query tiles: it starts first
-  const int64_t b = blockIdx.y / NH, h = blockIdx.y % NH, stride = 3 * NH * HS;
+  const int64_t b = blockIdx.y / NH, h = blockIdx.y % NH;
   bf16* q_s = reinterpret_cast<bf16*>(smem + L.q);
   bf16* k_s = reinterpret_cast<bf16*>(smem + L.k);
   bf16* v_s = reinterpret_cast<bf16*>(smem + L.v);
@@ -293,10 +315,10 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(HS))
   bf16* ds_s = reinterpret_cast<bf16*>(smem + L.ds + warp * L.ds_stride);
   float* lse_s = reinterpret_cast<float*>(smem + L.stats);
   float* d_s = lse_s + kTileRows;
-  const bf16* base = qkv + flash::QkvIndex(b, 0, 0, h, 0, T, NH, HS);
+  const HeadRows<const bf16*> in = Heads<HS>(qkv, b, h, T, NH, NKV);
   const bf16* dout_base = dout + flash::OutIndex(b, 0, h, 0, T, NH, HS);
-  LoadTile<HS>(k_s, base + NH * HS, stride, kt * kTileCols, T);
-  LoadTile<HS>(v_s, base + 2 * NH * HS, stride, kt * kTileCols, T);
+  LoadTile<HS>(k_s, in.k, in.stride, kt * kTileCols, T);
+  LoadTile<HS>(v_s, in.v, in.stride, kt * kTileCols, T);
   const int64_t k = kt * kTileCols + warp * kWarpRows + r;
   constexpr bool kDkShared = flash::DkInShared(HS);
   constexpr int kDkPitch = static_cast<int>(flash::FloatPitch(HS));
@@ -315,7 +337,7 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(HS))
   const int64_t tiles = flash::NumTiles(T, kTileRows);
   for (int64_t qt = flash::QueryTileBegin(kt); qt < tiles; ++qt) {
     __syncthreads();
-    LoadTile<HS>(q_s, base, stride, qt * kTileRows, T);
+    LoadTile<HS>(q_s, in.q, in.stride, qt * kTileRows, T);
     LoadTile<HS>(do_s, dout_base, NH * HS, qt * kTileRows, T);
     if (threadIdx.x < kTileRows) {
       const int64_t q = qt * kTileRows + threadIdx.x;
@@ -356,35 +378,54 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(HS))
     }
   }
   const int64_t row0 = kt * kTileCols + warp * kWarpRows;
-  bf16* dbase = dqkv + flash::QkvIndex(b, 0, 0, h, 0, T, NH, HS);
+  bf16* dk_rows = dk_out + b * T * dstride + h * HS;
   if constexpr (kDkShared) {
-    StoreRows<HS>(dbase + NH * HS, stride, row0, T, dk_s, kDkPitch, scale);
+    StoreRows<HS>(dk_rows, dstride, row0, T, dk_s, kDkPitch, scale);
   } else {
-    StoreAccumulators<HS>(dbase + NH * HS, stride, row0, T, dk, scratch, scale);
+    StoreAccumulators<HS>(dk_rows, dstride, row0, T, dk, scratch, scale);
   }
-  StoreAccumulators<HS>(dbase + 2 * NH * HS, stride, row0, T, dv, scratch, 1.0f);
+  StoreAccumulators<HS>(dv_out + b * T * dstride + h * HS, dstride, row0, T, dv, scratch, 1.0f);
+}
+
+// Grouped-query attention: each key/value head's dK and dV, the sum over its group's query
+// heads (in head order, fp32) of the per-query-head ones in `heads` [B, T, 2, NH, hs], into
+// dqkv. One thread per element of dqkv's k and v parts.
+template <int HS>
+__global__ void GroupSumKernel(bf16* dqkv, const bf16* heads, int64_t B, int64_t T, int64_t NH,
+                               int64_t NKV) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= B * T * 2 * NKV * HS) return;
+  const int64_t d = i % HS, kv = (i / HS) % NKV, which = (i / (HS * NKV)) % 2;
+  const int64_t bt = i / (HS * NKV * 2), group = NH / NKV;
+  const bf16* src = heads + (bt * 2 + which) * NH * HS + d;
+  float sum = 0.0f;
+  for (int64_t h = kv * group; h < (kv + 1) * group; ++h) sum += __bfloat162float(src[h * HS]);
+  dqkv[flash::QkvIndex(bt / T, bt % T, 1 + which, kv, d, T, NH, NKV, HS)] =
+      __float2bfloat16_rn(sum);
 }
 
 // dQ of one query tile, summed over the key tiles it sees: S = Q·Kᵀ, dP = dO·Vᵀ, dQ += dS·K.
 template <int HS>
 __global__ void __launch_bounds__(kThreads, MinBlocks(HS))
     FlashBackwardQKernel(bf16* dqkv, const bf16* qkv, const bf16* dout, const float* lse,
-                         const float* rowsum, int64_t T, int64_t NH, float scale) {
+                         const float* rowsum, int64_t T, int64_t NH, int64_t NKV, float scale) {
   FR_DYNAMIC_SHARED(char, smem);
   constexpr SmemLayout L = flash::Layout(flash::Kernel::kBackwardQ, HS);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r = lane / kLanesPerRow, half = lane % kLanesPerRow;
   const int64_t qt = gridDim.x - 1 - blockIdx.x;
-  const int64_t b = blockIdx.y / NH, h = blockIdx.y % NH, stride = 3 * NH * HS;
+  const int64_t b = blockIdx.y / NH, h = blockIdx.y % NH;
   bf16* q_s = reinterpret_cast<bf16*>(smem + L.q);
   bf16* k_s = reinterpret_cast<bf16*>(smem + L.k);
   bf16* v_s = reinterpret_cast<bf16*>(smem + L.v);
   bf16* do_s = reinterpret_cast<bf16*>(smem + L.dout);
   float* scratch = reinterpret_cast<float*>(smem + L.scratch + warp * L.scratch_stride);
   bf16* ds_s = reinterpret_cast<bf16*>(smem + L.ds + warp * L.ds_stride);
-  const bf16* base = qkv + flash::QkvIndex(b, 0, 0, h, 0, T, NH, HS);
-  LoadTile<HS>(q_s, base, stride, qt * kTileRows, T);
+  const int64_t stride = (NH + 2 * NKV) * HS;
+  LoadTile<HS>(q_s, Heads<HS>(qkv, b, h, T, NH, NKV).q, stride, qt * kTileRows, T);
   LoadTile<HS>(do_s, dout + flash::OutIndex(b, 0, h, 0, T, NH, HS), NH * HS, qt * kTileRows, T);
+  // One pointer kept through the loop, v found from k (two spill at hs 64).
+  const bf16* k_base = Heads<HS>(qkv, b, h, T, NH, NKV).k;
   const int64_t q = qt * kTileRows + warp * kWarpRows + r;
   const float row_lse = q < T ? lse[flash::StatIndex(b, h, q, T, NH)] : 0.0f;
   const float row_d = q < T ? rowsum[flash::StatIndex(b, h, q, T, NH)] : 0.0f;
@@ -396,8 +437,8 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(HS))
   const int64_t end = flash::KeyTileEnd(qt, T);
   for (int64_t kt = 0; kt < end; ++kt) {
     __syncthreads();
-    LoadTile<HS>(k_s, base + NH * HS, stride, kt * kTileCols, T);
-    LoadTile<HS>(v_s, base + 2 * NH * HS, stride, kt * kTileCols, T);
+    LoadTile<HS>(k_s, k_base, stride, kt * kTileCols, T);
+    LoadTile<HS>(v_s, k_base + NKV * HS, stride, kt * kTileCols, T);
     __syncthreads();
     const bool mask = flash::TileNeedsMask(qt, kt, T);
     float* srow = scratch + r * Pitch<HS>::kScratch + half * kLaneCols;
@@ -422,8 +463,9 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(HS))
     __syncwarp();
     WarpProduct<HS>(dq, ds_s, k_s);
   }
-  StoreAccumulators<HS>(dqkv + flash::QkvIndex(b, 0, 0, h, 0, T, NH, HS), stride,
-                        qt * kTileRows + warp * kWarpRows, T, dq, scratch, scale);
+  const HeadRows<bf16*> grad = Heads<HS>(dqkv, b, h, T, NH, NKV);
+  StoreAccumulators<HS>(grad.q, grad.stride, qt * kTileRows + warp * kWarpRows, T, dq, scratch,
+                        scale);
 }
 
 // Dynamic shared memory above the default 48 KiB must be asked for, per kernel.
@@ -441,23 +483,33 @@ void LaunchTiles(Kernel kernel, flash::Kernel which, int64_t B, int64_t NH, int6
 }
 
 template <int HS>
-void Forward(bf16* out, float* lse, const bf16* qkv, int64_t B, int64_t T, int64_t NH, float scale,
-             cudaStream_t stream) {
+void Forward(bf16* out, float* lse, const bf16* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+             float scale, cudaStream_t stream) {
   LaunchTiles<HS>(FlashForwardKernel<HS>, flash::Kernel::kForward, B, NH, T, stream, out, lse, qkv,
-                  T, NH, scale);
+                  T, NH, NKV, scale);
 }
 
+// Grouped-query attention's dK and dV go through `heads` (per query head), then their group
+// sums; one key/value head per query head writes them into dqkv directly.
 template <int HS>
-void Backward(bf16* dqkv, float* rowsum, const bf16* dout, const bf16* qkv, const bf16* out,
-              const float* lse, int64_t B, int64_t T, int64_t NH, float scale,
-              cudaStream_t stream) {
+void Backward(bf16* dqkv, float* rowsum, bf16* heads, const bf16* dout, const bf16* qkv,
+              const bf16* out, const float* lse, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+              float scale, cudaStream_t stream) {
   const int64_t rows = B * T * NH;
   FR_LAUNCH(static_cast<unsigned>((rows + 255) / 256), 256, 0, stream, RowDotKernel<HS>)(
       rowsum, dout, out, rows, T, NH);
-  LaunchTiles<HS>(FlashBackwardKvKernel<HS>, flash::Kernel::kBackwardKv, B, NH, T, stream, dqkv,
-                  qkv, dout, lse, rowsum, T, NH, scale);
+  const bool grouped = NKV < NH;
+  bf16* dk = grouped ? heads : dqkv + NH * HS;
+  const int64_t dstride = grouped ? 2 * NH * HS : 3 * NH * HS;
+  LaunchTiles<HS>(FlashBackwardKvKernel<HS>, flash::Kernel::kBackwardKv, B, NH, T, stream, dk,
+                  dk + NH * HS, dstride, qkv, dout, lse, rowsum, T, NH, NKV, scale);
+  if (grouped) {
+    const int64_t n = B * T * 2 * NKV * HS;
+    const unsigned blocks = static_cast<unsigned>((n + 255) / 256);
+    FR_LAUNCH(blocks, 256, 0, stream, GroupSumKernel<HS>)(dqkv, heads, B, T, NH, NKV);
+  }
   LaunchTiles<HS>(FlashBackwardQKernel<HS>, flash::Kernel::kBackwardQ, B, NH, T, stream, dqkv, qkv,
-                  dout, lse, rowsum, T, NH, scale);
+                  dout, lse, rowsum, T, NH, NKV, scale);
 }
 
 float Scale(int64_t hs) { return 1.0f / sqrtf(static_cast<float>(hs)); }
@@ -465,33 +517,37 @@ float Scale(int64_t hs) { return 1.0f / sqrtf(static_cast<float>(hs)); }
 }  // namespace
 
 void FlashAttentionForward(bf16* out, float* lse, const bf16* qkv, int64_t B, int64_t T, int64_t NH,
-                           int64_t hs, cudaStream_t stream) {
+                           int64_t NKV, int64_t hs, cudaStream_t stream) {
   switch (hs) {
     case 16:
-      return Forward<16>(out, lse, qkv, B, T, NH, Scale(hs), stream);
+      return Forward<16>(out, lse, qkv, B, T, NH, NKV, Scale(hs), stream);
     case 32:
-      return Forward<32>(out, lse, qkv, B, T, NH, Scale(hs), stream);
+      return Forward<32>(out, lse, qkv, B, T, NH, NKV, Scale(hs), stream);
     case 64:
-      return Forward<64>(out, lse, qkv, B, T, NH, Scale(hs), stream);
+      return Forward<64>(out, lse, qkv, B, T, NH, NKV, Scale(hs), stream);
     case 128:
-      return Forward<128>(out, lse, qkv, B, T, NH, Scale(hs), stream);
+      return Forward<128>(out, lse, qkv, B, T, NH, NKV, Scale(hs), stream);
     default:
       break;  // flash::ShapeSupported: the caller runs the reference path instead
   }
 }
 
-void FlashAttentionBackward(bf16* dqkv, float* rowsum, const bf16* dout, const bf16* qkv,
-                            const bf16* out, const float* lse, int64_t B, int64_t T, int64_t NH,
-                            int64_t hs, cudaStream_t stream) {
+void FlashAttentionBackward(bf16* dqkv, float* rowsum, bf16* heads, const bf16* dout,
+                            const bf16* qkv, const bf16* out, const float* lse, int64_t B,
+                            int64_t T, int64_t NH, int64_t NKV, int64_t hs, cudaStream_t stream) {
   switch (hs) {
     case 16:
-      return Backward<16>(dqkv, rowsum, dout, qkv, out, lse, B, T, NH, Scale(hs), stream);
+      return Backward<16>(dqkv, rowsum, heads, dout, qkv, out, lse, B, T, NH, NKV, Scale(hs),
+                          stream);
     case 32:
-      return Backward<32>(dqkv, rowsum, dout, qkv, out, lse, B, T, NH, Scale(hs), stream);
+      return Backward<32>(dqkv, rowsum, heads, dout, qkv, out, lse, B, T, NH, NKV, Scale(hs),
+                          stream);
     case 64:
-      return Backward<64>(dqkv, rowsum, dout, qkv, out, lse, B, T, NH, Scale(hs), stream);
+      return Backward<64>(dqkv, rowsum, heads, dout, qkv, out, lse, B, T, NH, NKV, Scale(hs),
+                          stream);
     case 128:
-      return Backward<128>(dqkv, rowsum, dout, qkv, out, lse, B, T, NH, Scale(hs), stream);
+      return Backward<128>(dqkv, rowsum, heads, dout, qkv, out, lse, B, T, NH, NKV, Scale(hs),
+                           stream);
     default:
       break;
   }

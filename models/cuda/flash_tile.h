@@ -130,11 +130,14 @@ FR_HOST_DEVICE inline float SoftmaxGrad(float p, float dp, float D) { return p *
 
 // ---- where the elements are --------------------------------------------------------------
 
-// Element d of head h's q (which = 0), k (1) or v (2) at position t of sequence b, in the
-// fused qkv buffer [B, T, 3, NH, hs] that the qkv projection writes; rows are 3·C apart.
+// Element d of query head h's q (which = 0), or of key/value head h's k (1) or v (2), at
+// position t of sequence b, in the fused qkv buffer the qkv projection writes: rows
+// [q (NH·hs), k (NKV·hs), v (NKV·hs)], (NH + 2·NKV)·hs apart (grouped-query attention; GPT-2's
+// [B, T, 3, NH, hs] is NKV = NH).
 FR_HOST_DEVICE constexpr int64_t QkvIndex(int64_t b, int64_t t, int64_t which, int64_t h, int64_t d,
-                                          int64_t T, int64_t NH, int64_t hs) {
-  return ((b * T + t) * 3 + which) * NH * hs + h * hs + d;
+                                          int64_t T, int64_t NH, int64_t NKV, int64_t hs) {
+  const int64_t head = which == 0 ? h : NH + (which - 1) * NKV + h;
+  return (b * T + t) * (NH + 2 * NKV) * hs + head * hs + d;
 }
 // Element d of head h at (b, t) in the output [B, T, C] (and its gradient); rows C apart.
 FR_HOST_DEVICE constexpr int64_t OutIndex(int64_t b, int64_t t, int64_t h, int64_t d, int64_t T,

@@ -57,7 +57,8 @@ __global__ void EncoderForwardKernel(T* out, const int32_t* tokens, const T* wte
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= BT * C) return;
   const int64_t row = i / C, c = i % C;
-  out[i] = FromFloat<T>(ToFloat(wte[tokens[row] * C + c]) + ToFloat(wpe[(row % Tlen) * C + c]));
+  const float position = wpe == nullptr ? 0.0f : ToFloat(wpe[(row % Tlen) * C + c]);
+  out[i] = FromFloat<T>(ToFloat(wte[tokens[row] * C + c]) + position);
 }
 
 template <typename T>
@@ -377,6 +378,7 @@ void EncoderBackwardWeight(float* dwte, float* dwpe, const T* dout, const int32_
     FR_LAUNCH(grid, 128, 0, stream, EncoderWteGradKernel<T>)(dwte, dout, positions, tokens, starts,
                                                              C);
   }
+  if (dwpe == nullptr) return;
   FR_LAUNCH(Blocks(Tlen * C), kThreads, 0, stream, EncoderWpeGradKernel<T>)(dwpe, dout, B, Tlen, C);
 }
 

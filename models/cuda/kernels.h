@@ -17,13 +17,14 @@ namespace freeride::cuda {
 
 using bf16 = __nv_bfloat16;
 
-// out[b,t,:] = wte[token[b,t],:] + wpe[t,:].
+// out[b,t,:] = wte[token[b,t],:] + wpe[t,:] (+ nothing without wpe: Llama's positions are
+// rotary).
 template <typename T>
 void EncoderForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
                     int64_t Tlen, int64_t C, cudaStream_t stream);
 // dwte[v,:] += Σ dout over the positions holding token v, in `positions` order (positions
 // sorted by token: `starts[u]..starts[u+1]` hold token `tokens[u]`, `distinct` tokens);
-// dwpe[t,:] += Σ_b dout[b,t,:].
+// dwpe[t,:] += Σ_b dout[b,t,:] where dwpe is not null.
 template <typename T>
 void EncoderBackwardWeight(float* dwte, float* dwpe, const T* dout, const int32_t* positions,
                            const int32_t* tokens, const int32_t* starts, int64_t distinct,

@@ -54,6 +54,7 @@ MultiTensorTable MakeMultiTensorTable(const ParamLayout& layout) {
     begin_unit();
     whole(ParamTensor::kLnfW, unit);
     whole(ParamTensor::kLnfB, unit);
+    whole(ParamTensor::kLmHead, unit);  // an untied Llama head's (none in GPT-2)
     ++unit;
   }
   table.unit_begin.push_back(static_cast<int32_t>(chunks.size()));

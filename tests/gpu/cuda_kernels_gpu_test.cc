@@ -11,69 +11,25 @@
 
 #include "core/cuda_check.h"
 #include "gtest/gtest.h"
-#include "tests/gpu/emulated.h"
-#include "tests/gpu/relative_error.h"
 #include "models/cpu/kernels.h"
 #include "models/cuda/kernels.h"
 #include "models/cuda/matmul.h"
 #include "models/device_reductions.h"
 #include "models/token_buckets.h"
+#include "tests/gpu/device_array.h"
+#include "tests/gpu/emulated.h"
+#include "tests/gpu/relative_error.h"
 
 namespace freeride {
 namespace {
 
 using cuda::bf16;
 
-std::vector<float> Random(int64_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(rng);
-  return v;
-}
-
+using testing::AsDevice;
+using testing::DeviceArray;
+using testing::Random;
 using testing::RelativeError;
-
-// A device array of T filled from / read back to fp32 host vectors.
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(int64_t n) : n_(n) {
-    EXPECT_EQ(cudaMalloc(&ptr_, std::max<int64_t>(n, 1) * sizeof(T)), cudaSuccess);
-    EXPECT_EQ(cudaMemset(ptr_, 0, std::max<int64_t>(n, 1) * sizeof(T)), cudaSuccess);
-  }
-  explicit DeviceArray(const std::vector<float>& host) : DeviceArray(host.size()) { Set(host); }
-  ~DeviceArray() { cudaFree(ptr_); }
-  void Set(const std::vector<float>& host) {
-    std::vector<T> t(host.size());
-    for (size_t i = 0; i < host.size(); ++i) t[i] = static_cast<T>(host[i]);
-    EXPECT_EQ(cudaMemcpy(ptr_, t.data(), t.size() * sizeof(T), cudaMemcpyHostToDevice),
-              cudaSuccess);
-  }
-  std::vector<float> Get() const {
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    std::vector<T> t(n_);
-    EXPECT_EQ(cudaMemcpy(t.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return std::vector<float>(t.begin(), t.end());
-  }
-  T* get() { return ptr_; }
-
- private:
-  T* ptr_ = nullptr;
-  int64_t n_;
-};
-
-// What the CPU reference sees: the same values the device holds (bf16-rounded for bf16).
-template <typename T>
-std::vector<float> AsDevice(std::vector<float> v) {
-  for (float& x : v) x = static_cast<float>(static_cast<T>(x));
-  return v;
-}
-
-template <typename T>
-double Tolerance() {
-  return std::is_same_v<T, float> ? 1e-5 : 1e-2;
-}
+using testing::Tolerance;
 
 template <typename T>
 class CudaKernelsTest : public ::testing::Test {};

@@ -16,10 +16,11 @@
 #include "absl/strings/str_format.h"
 #include "freeride/side_task.h"
 #include "gtest/gtest.h"
-#include "tests/gpu/emulated.h"
-#include "tests/gpu/relative_error.h"
 #include "models/cpu_stage_model.h"
 #include "models/cuda/cuda_stage_model.h"
+#include "tests/gpu/emulated.h"
+#include "tests/gpu/relative_error.h"
+#include "tests/gpu/train_step.h"
 #include "tests/trainer/golden_trajectory.h"
 #include "trainer/trainer.h"
 
@@ -50,44 +51,8 @@ std::unique_ptr<CudaStageModel> MustCreate(
 
 using testing::RelativeError;
 
-struct StepResult {
-  double loss = 0;
-  std::vector<double> units;
-  std::vector<float> grads, params;
-};
-
-// One optimizer step of a whole model on `model`, with batch `seed`.
-StepResult TrainStep(StageModel& model, int64_t step, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> tokens(kB * kT), targets(kB * kT);
-  for (auto* v : {&tokens, &targets}) {
-    for (int32_t& t : *v) t = static_cast<int32_t>(rng() % model.config().vocab_size);
-  }
-  StepResult r;
-  EXPECT_TRUE(model.ZeroGrads().ok());
-  EXPECT_TRUE(model.SetTokens(0, tokens.data()).ok());
-  EXPECT_TRUE(model.SetTargets(0, targets.data()).ok());
-  absl::StatusOr<double> loss = model.Forward(0);
-  EXPECT_TRUE(loss.ok()) << loss.status();
-  r.loss = loss.ok() ? *loss : 0;
-  EXPECT_TRUE(model.BackwardInput(0, 1.0f / (kB * kT)).ok());
-  EXPECT_TRUE(model.BackwardWeight(0).ok());
-  EXPECT_TRUE(model.FoldHeadWteGrad().ok());
-  absl::StatusOr<std::vector<double>> units = model.GradSquaresByUnit();
-  EXPECT_TRUE(units.ok());
-  if (units.ok()) r.units = *units;
-  absl::StatusOr<float*> grads = model.HostGrads(0, model.num_params());
-  EXPECT_TRUE(grads.ok());
-  if (grads.ok()) r.grads.assign(*grads, *grads + model.num_params());
-  AdamWStep adam;
-  adam.lr = 1e-3;
-  adam.weight_decay = 0.1;
-  adam.step = step;
-  EXPECT_TRUE(model.ApplyAdamW(adam).ok());
-  r.params.resize(model.num_params());
-  EXPECT_TRUE(model.GetParams(r.params.data()).ok());
-  return r;
-}
+using testing::StepResult;
+using testing::TrainStep;
 
 class CudaModelTest : public ::testing::TestWithParam<CudaPrecision> {
  protected:

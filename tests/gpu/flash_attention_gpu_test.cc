@@ -1,6 +1,7 @@
 // The flash attention kernels (models/cuda/flash_attention.h) against the reference path (the
-// head split, batched GEMMs over T × T and softmax kernels of kernels.h) run in fp32 on the same
-// bf16-rounded inputs, on the attention shapes of the tiny configs and of GPT-2 124M; two runs
+// head split, batched GEMMs over T × T and softmax kernels of kernels.h; grouped-query heads by
+// llama_kernels.h's split and merge) run in fp32 on the same bf16-rounded inputs, on the
+// attention shapes of the tiny configs and of GPT-2 124M and on grouped-query ones; two runs
 // bit for bit; and whole bf16 models trained 10 steps on each path.
 //
 // Tolerances (‖a − b‖∞ / ‖b‖∞, the project's bf16 contract for kernels: 1e-2, and the model
@@ -21,6 +22,7 @@
 #include "models/cuda/flash_attention.h"
 #include "models/cuda/flash_tile.h"
 #include "models/cuda/kernels.h"
+#include "models/cuda/llama_kernels.h"
 #include "models/cuda/matmul.h"
 #include "models/device_reductions.h"
 #include "tests/gpu/emulated.h"
@@ -34,10 +36,14 @@ using testing::RelativeError;
 
 struct Shape {
   int64_t B, NH, hs, T;
+  int64_t NKV = 0;  // key/value heads of grouped-query attention; 0: one per query head
   int64_t C() const { return NH * hs; }
+  int64_t KvHeads() const { return NKV == 0 ? NH : NKV; }
+  int64_t QkvWidth() const { return (NH + 2 * KvHeads()) * hs; }  // per token
   std::string Name() const {
-    return "B " + std::to_string(B) + " NH " + std::to_string(NH) + " hs " + std::to_string(hs) +
-           " T " + std::to_string(T);
+    return "B " + std::to_string(B) + " NH " + std::to_string(NH) +
+           (NKV == 0 ? "" : " NKV " + std::to_string(NKV)) + " hs " + std::to_string(hs) + " T " +
+           std::to_string(T);
   }
 };
 
@@ -80,22 +86,24 @@ struct Attention {
 };
 
 Attention Flash(const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout) {
-  const int64_t BTC = s.B * s.T * s.C(), rows = s.B * s.NH * s.T;
+  const int64_t BTC = s.B * s.T * s.C(), rows = s.B * s.NH * s.T, W = s.B * s.T * s.QkvWidth();
   bf16 *d_qkv = Upload<bf16>(qkv), *d_dout = Upload<bf16>(dout);
-  bf16 *d_out = Zeros<bf16>(BTC), *d_dqkv = Zeros<bf16>(3 * BTC);
+  bf16 *d_out = Zeros<bf16>(BTC), *d_dqkv = Zeros<bf16>(W);
+  bf16* d_heads = s.NKV == 0 ? nullptr : Zeros<bf16>(2 * BTC);
   float *d_lse = Zeros<float>(rows), *d_rowsum = Zeros<float>(rows);
-  cuda::FlashAttentionForward(d_out, d_lse, d_qkv, s.B, s.T, s.NH, s.hs, nullptr);
+  cuda::FlashAttentionForward(d_out, d_lse, d_qkv, s.B, s.T, s.NH, s.KvHeads(), s.hs, nullptr);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-  cuda::FlashAttentionBackward(d_dqkv, d_rowsum, d_dout, d_qkv, d_out, d_lse, s.B, s.T, s.NH, s.hs,
-                               nullptr);
+  cuda::FlashAttentionBackward(d_dqkv, d_rowsum, d_heads, d_dout, d_qkv, d_out, d_lse, s.B, s.T,
+                               s.NH, s.KvHeads(), s.hs, nullptr);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-  Attention a{Download(d_out, BTC), Download(d_lse, rows), Download(d_dqkv, 3 * BTC)};
-  for (bf16* p : {d_qkv, d_dout, d_out, d_dqkv}) cudaFree(p);
+  Attention a{Download(d_out, BTC), Download(d_lse, rows), Download(d_dqkv, W)};
+  for (bf16* p : {d_qkv, d_dout, d_out, d_dqkv, d_heads}) cudaFree(p);
   for (float* p : {d_lse, d_rowsum}) cudaFree(p);
   return a;
 }
 
-// CudaStage's reference recipe (cuda_stage_passes.cc), in fp32.
+// CudaStage's reference recipe (cuda_stage_passes.cc), in fp32; grouped-query heads copied out
+// to their query heads and their gradients summed back (llama_kernels.h).
 Attention Reference(const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout) {
   const int64_t B = s.B, T = s.T, C = s.C(), NH = s.NH, hs = s.hs, BTC = B * T * C, heads = B * NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -110,10 +118,15 @@ Attention Reference(const Shape& s, const std::vector<float>& qkv, const std::ve
   float *split = Zeros<float>(3 * BTC), *att = Zeros<float>(heads * T * T);
   float *ds = Zeros<float>(heads * T * T), *y = Zeros<float>(BTC), *out = Zeros<float>(BTC);
   float *lse = Zeros<float>(heads * T), *dsplit = Zeros<float>(3 * BTC);
-  float* dqkv = Zeros<float>(3 * BTC);
+  const int64_t W = B * T * s.QkvWidth(), NKV = s.KvHeads();
+  float* dqkv = Zeros<float>(W);
   float *q = split, *k = q + BTC, *v = k + BTC, *dq = dsplit, *dk = dq + BTC, *dv = dk + BTC;
   auto ok = [](const absl::Status& st) { EXPECT_TRUE(st.ok()) << st; };
-  cuda::SplitHeads(split, d_qkv, B, T, C, NH, nullptr);
+  if (s.NKV == 0) {
+    cuda::SplitHeads(split, d_qkv, B, T, C, NH, nullptr);
+  } else {
+    cuda::GqaSplitHeads(split, d_qkv, B, T, NH, NKV, hs, nullptr);
+  }
   ok(cuda::BatchedGemm<float>(ctx, false, true, T, T, hs, 1.0f, q, hs, T * hs, k, hs, T * hs, 0.0f,
                               att, T, T * T, heads));
   cuda::CausalSoftmaxForward(att, lse, scale, heads * T, T, nullptr);
@@ -130,8 +143,12 @@ Attention Reference(const Shape& s, const std::vector<float>& qkv, const std::ve
                               dq, hs, T * hs, heads));
   ok(cuda::BatchedGemm<float>(ctx, true, false, T, hs, T, 1.0f, ds, T, T * T, q, hs, T * hs, 0.0f,
                               dk, hs, T * hs, heads));
-  cuda::MergeHeadsGrad(dqkv, dsplit, B, T, C, NH, nullptr);
-  Attention a{Download(out, BTC), Download(lse, heads * T), Download(dqkv, 3 * BTC)};
+  if (s.NKV == 0) {
+    cuda::MergeHeadsGrad(dqkv, dsplit, B, T, C, NH, nullptr);
+  } else {
+    cuda::GqaMergeHeadsGrad(dqkv, dsplit, B, T, NH, NKV, hs, nullptr);
+  }
+  Attention a{Download(out, BTC), Download(lse, heads * T), Download(dqkv, W)};
   for (float* p : {d_qkv, d_dout, split, att, ds, y, out, lse, dsplit, dqkv}) cudaFree(p);
   cudaFree(ctx.workspace);
   cublasDestroy(ctx.blas);
@@ -143,11 +160,14 @@ Attention Reference(const Shape& s, const std::vector<float>& qkv, const std::ve
 // GPT-2 124M (micro-batch 8, T 1024), hs 128 at a T no tile divides, and
 // configs/freeride_1b_pp4_m4.toml's layer (16 heads of 128, T 1024) at micro-batch 2 rather
 // than 12: the batch only repeats blocks, and the sanitizer passes stay within their budget.
-// Last, hs 16 and 32 over several tiles with a partial last one (the running softmax rescaled
-// across tiles, the dK/dV loop over query tiles).
-const std::vector<Shape> kShapes = {{4, 4, 16, 32},    {2, 4, 32, 64},   {2, 2, 64, 100},
-                                    {8, 12, 64, 1024}, {2, 2, 128, 100}, {2, 16, 128, 1024},
-                                    {2, 4, 16, 130},   {2, 4, 32, 200}};
+// Then hs 16 and 32 over several tiles with a partial last one (the running softmax rescaled
+// across tiles, the dK/dV loop over query tiles). Last, grouped-query attention: groups of two
+// (hs 16 over several tiles; hs 128, dK in shared memory) and one key/value head for all
+// (multi-query, hs 64): the dK/dV loop over the group's query heads.
+const std::vector<Shape> kShapes = {{4, 4, 16, 32},     {2, 4, 32, 64},     {2, 2, 64, 100},
+                                    {8, 12, 64, 1024},  {2, 2, 128, 100},   {2, 16, 128, 1024},
+                                    {2, 4, 16, 130},    {2, 4, 32, 200},    {2, 4, 16, 130, 2},
+                                    {2, 4, 64, 100, 1}, {2, 4, 128, 100, 2}};
 
 // The shapes of `shapes` this build runs: the T 1024 ones are left to real GPUs under
 // emulation (tests/gpu/emulated.h); every head size still runs, over several tiles with a
@@ -157,13 +177,16 @@ std::vector<Shape> ShapesToRun(const std::vector<Shape>& shapes) {
       shapes, [](const Shape& s) { return s.T <= 256; }, [](const Shape& s) { return s.Name(); });
 }
 
-// One of dq, dk, dv (`part` 0, 1, 2) out of the [B·T, 3C] gradient: each compared on its own
-// scale, so that an error in the smaller ones (the last keys' dK and dV) is not lost in dq's.
-std::vector<float> Part(const std::vector<float>& dqkv, int part, int64_t C) {
+// One of dq, dk, dv (`part` 0, 1, 2) out of the [B·T, (NH + 2·NKV)·hs] gradient: each compared
+// on its own scale, so that an error in the smaller ones (the last keys' dK and dV) is not lost
+// in dq's.
+std::vector<float> Part(const std::vector<float>& dqkv, int part, const Shape& s) {
+  const int64_t W = s.QkvWidth(), kv = s.KvHeads() * s.hs;
+  const int64_t begin = part == 0 ? 0 : s.C() + (part - 1) * kv, width = part == 0 ? s.C() : kv;
   std::vector<float> out;
-  for (size_t row = 0; row < dqkv.size() / (3 * C); ++row) {
-    const auto begin = dqkv.begin() + static_cast<int64_t>(row) * 3 * C + part * C;
-    out.insert(out.end(), begin, begin + C);
+  for (size_t row = 0; row < dqkv.size() / W; ++row) {
+    const auto at = dqkv.begin() + static_cast<int64_t>(row) * W + begin;
+    out.insert(out.end(), at, at + width);
   }
   return out;
 }
@@ -172,13 +195,15 @@ TEST(FlashAttentionGpuTest, MatchesTheReferencePathForwardAndBackward) {
   for (const Shape& s : ShapesToRun(kShapes)) {
     SCOPED_TRACE(s.Name());
     ASSERT_TRUE(cuda::flash::ShapeSupported(s.B, s.NH, s.hs, s.T));
-    const auto qkv = RandomBf16(s.B * s.T * 3 * s.C(), 1), dout = RandomBf16(s.B * s.T * s.C(), 2);
+    const auto qkv = RandomBf16(s.B * s.T * s.QkvWidth(), 1);
+    const auto dout = RandomBf16(s.B * s.T * s.C(), 2);
     const Attention want = Reference(s, qkv, dout), got = Flash(s, qkv, dout);
     EXPECT_LT(RelativeError(got.out, want.out), 1e-2);
     EXPECT_LT(RelativeError(got.lse, want.lse), 1e-4);
     for (int part = 0; part < 3; ++part) {
-      EXPECT_LT(RelativeError(Part(got.dqkv, part, s.C()), Part(want.dqkv, part, s.C())), 2e-2)
-          << "d" << "qkv"[part];
+      EXPECT_LT(RelativeError(Part(got.dqkv, part, s), Part(want.dqkv, part, s)), 2e-2)
+          << "d"
+          << "qkv"[part];
     }
   }
 }

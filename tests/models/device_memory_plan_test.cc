@@ -67,6 +67,36 @@ TEST(DeviceMemoryPlanTest, PhasesHaveTheirClosedFormSizes) {
   }
 }
 
+TEST(DeviceMemoryPlanTest, LlamaBuffersHaveTheFamilysWidths) {
+  // Llama 3.2 1B's shape: 16 layers, C 2048, 32 query heads over 8 key/value heads, F 8192.
+  for (bool tied : {true, false}) {
+    absl::StatusOr<GPT2Config> c =
+        MakeLlamaConfig(16, 32, 8, 2048, 2048, 128256, 8192, 500000.0, 1e-5, tied);
+    ASSERT_TRUE(c.ok());
+    const int64_t P = NumParameters(*c), B = 2, T = 512, BT = B * T, C = 2048, L = 16, F = 8192;
+    const int64_t qkv = C + 2 * 8 * 64, Vp = c->padded_vocab_size;
+    MemoryPlan plan;
+    const StageBufferIds ids = PlanStageMemory(*c, WholeModel(*c), B, T, 1, 2, &plan);
+    auto rounded = [](int64_t b) { return (b + 255) / 256 * 256; };
+    const StageBufferIds::Slot& s = ids.slots[0];
+    EXPECT_EQ(plan.buffer(s.qkv).bytes, L * BT * qkv * 2);
+    EXPECT_EQ(plan.buffer(s.dqkv).bytes, L * BT * qkv * 2);
+    EXPECT_EQ(plan.buffer(s.fch).bytes, L * BT * 2 * F * 2) << "SwiGLU's gate and up";
+    EXPECT_EQ(plan.buffer(s.fch_gelu).bytes, L * BT * F * 2) << "SwiGLU's output";
+    EXPECT_EQ(plan.buffer(ids.scratch_4c).bytes, BT * F * 2);
+    // RMSNorm keeps no means; the rotary tables are fp32 [T, hs/2] each.
+    for (int id : {s.ln1_mean, s.ln2_mean, s.lnf_mean}) EXPECT_EQ(plan.buffer(id).bytes, 0);
+    EXPECT_EQ(plan.buffer(ids.rope_cos).bytes, T * 32 * 4);
+    // bf16 runs the flash kernels with grouped-query heads: no T × T buffers.
+    EXPECT_TRUE(ids.flash_attention);
+    EXPECT_EQ(plan.buffer(ids.attn_probs).bytes, 0);
+    EXPECT_EQ(plan.buffer(ids.attn_dkv_heads).bytes, 2 * BT * C * 2) << "dK, dV per query head";
+    // An untied head's gradient is its own tensor's: no separate wte gradient.
+    EXPECT_EQ(plan.PhaseBytes(MemoryPhase::kGradients),
+              rounded(P * 4) + (tied ? rounded(Vp * C * 4) : 0));
+  }
+}
+
 TEST(DeviceMemoryPlanTest, ActivationsGrowWithSlotsAndNothingElseDoes) {
   const GPT2Config cfg = Gpt2Small();
   MemoryPlan one, three;

@@ -104,7 +104,7 @@ Result Tiled(const Shape& s, const std::vector<double>& qkv64, const std::vector
     for (int64_t h = 0; h < NH; ++h) {
       // Tiles past T read zeros, as the kernels' loads fill them.
       auto x = [&](int64_t t, int64_t which, int64_t d) {
-        return t < T ? qkv[QkvIndex(b, t, which, h, d, T, NH, hs)] : 0.0f;
+        return t < T ? qkv[QkvIndex(b, t, which, h, d, T, NH, NH, hs)] : 0.0f;
       };
       auto dO = [&](int64_t t, int64_t d) {
         return t < T ? dout[OutIndex(b, t, h, d, T, NH, hs)] : 0.0f;
@@ -170,8 +170,8 @@ Result Tiled(const Shape& s, const std::vector<double>& qkv64, const std::vector
           }
           if (k >= T) continue;
           for (int64_t d = 0; d < hs; ++d) {
-            dqkv[QkvIndex(b, k, 1, h, d, T, NH, hs)] = scale * dk[d];
-            dqkv[QkvIndex(b, k, 2, h, d, T, NH, hs)] = dv[d];
+            dqkv[QkvIndex(b, k, 1, h, d, T, NH, NH, hs)] = scale * dk[d];
+            dqkv[QkvIndex(b, k, 2, h, d, T, NH, NH, hs)] = dv[d];
           }
         }
       }
@@ -188,7 +188,8 @@ Result Tiled(const Shape& s, const std::vector<double>& qkv64, const std::vector
             }
           }
           if (q >= T) continue;
-          for (int64_t d = 0; d < hs; ++d) dqkv[QkvIndex(b, q, 0, h, d, T, NH, hs)] = scale * dq[d];
+          for (int64_t d = 0; d < hs; ++d)
+            dqkv[QkvIndex(b, q, 0, h, d, T, NH, NH, hs)] = scale * dq[d];
         }
       }
     }
@@ -326,11 +327,32 @@ TEST(FlashTileTest, QkvAndOutputStridesMatchTheReferenceLayout) {
       for (int64_t h = 0; h < NH; ++h) {
         for (int64_t d = 0; d < hs; ++d) {
           for (int64_t which = 0; which < 3; ++which) {
-            EXPECT_EQ(QkvToHeadMajor(QkvIndex(b, t, which, h, d, T, NH, hs), B, T, C, NH),
+            EXPECT_EQ(QkvToHeadMajor(QkvIndex(b, t, which, h, d, T, NH, NH, hs), B, T, C, NH),
                       which * B * T * C + ((b * NH + h) * T + t) * hs + d);
           }
           EXPECT_EQ(OutToHeadMajor(OutIndex(b, t, h, d, T, NH, hs), T, C, NH),
                     ((b * NH + h) * T + t) * hs + d);
+        }
+      }
+    }
+  }
+}
+
+// Grouped-query attention's rows as the CPU's Llama kernels lay them out
+// (models/cpu/llama_kernels.h): q heads, then NKV k heads, then NKV v heads.
+TEST(FlashTileTest, GroupedQueryStridesMatchTheCpuLayout) {
+  const int64_t B = 2, T = 3, NH = 4, NKV = 2, hs = 4, row = (NH + 2 * NKV) * hs;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t d = 0; d < hs; ++d) {
+        for (int64_t h = 0; h < NH; ++h) {
+          EXPECT_EQ(QkvIndex(b, t, 0, h, d, T, NH, NKV, hs), (b * T + t) * row + h * hs + d);
+        }
+        for (int64_t kv = 0; kv < NKV; ++kv) {
+          EXPECT_EQ(QkvIndex(b, t, 1, kv, d, T, NH, NKV, hs),
+                    (b * T + t) * row + NH * hs + kv * hs + d);
+          EXPECT_EQ(QkvIndex(b, t, 2, kv, d, T, NH, NKV, hs),
+                    (b * T + t) * row + (NH + NKV) * hs + kv * hs + d);
         }
       }
     }
@@ -453,7 +475,7 @@ TEST(FlashGeometryTest, VectorLoadsAndStoresAre16ByteAligned) {
           for (int64_t half = 0; half < kLanesPerRow; ++half) {
             const int64_t d = half * s.hs / kLanesPerRow;
             for (int64_t which = 0; which < 3; ++which) {
-              ASSERT_EQ(QkvIndex(b, t, which, h, d, s.T, s.NH, s.hs) * 2 % 16, 0);
+              ASSERT_EQ(QkvIndex(b, t, which, h, d, s.T, s.NH, s.NH, s.hs) * 2 % 16, 0);
             }
             ASSERT_EQ(OutIndex(b, t, h, d, s.T, s.NH, s.hs) * 2 % 16, 0);
           }

@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
-# The CUDA chunk trains the project's default config (configs/tiny_cpu.toml: 4 layers, C = 128,
-# GPT-2's vocabulary, 4 micro-batches of 2 × 64) under the CUDA emulation build: STEPS steps with
-# runtime.device = "cuda" in fp32 and in bf16 against the same steps on the CPU backend of the
-# same binary. Passes when every step's loss is within the GPU suites' tolerances of the CPU's
-# (fp32: 1e-4 relative, bf16: 2e-2, tests/gpu/cuda_model_gpu_test.cc).
-#   tests/scripts/emulated_tiny_train.sh --build DIR [--steps N]
+# The CUDA chunk trains a config under the CUDA emulation build (by default the project's default
+# config, configs/tiny_cpu.toml: 4 layers, C = 128, GPT-2's vocabulary, 4 micro-batches of
+# 2 × 64; --config configs/llama_tiny_cpu.toml the Llama family's, of the same size): STEPS steps
+# with runtime.device = "cuda" in fp32 and in bf16 against the same steps on the CPU backend of
+# the same binary. Passes when every step's loss is within the GPU suites' tolerances of the
+# CPU's (fp32: 1e-4 relative, bf16: 2e-2, tests/gpu/cuda_model_gpu_test.cc).
+#   tests/scripts/emulated_tiny_train.sh --build DIR [--steps N] [--config FILE]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 source "$root/tests/scripts/common.sh"
-build_and_steps "$root" 4 "$@"
+config=$root/configs/tiny_cpu.toml
+args=()
+while (($#)); do
+  case $1 in
+    --config) config=$2; shift 2 ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+build_and_steps "$root" 4 "${args[@]}"
 freeride=$build/freeride
 if ! "$freeride" version | grep -q "CUDA backend.*emulated"; then
   echo "$freeride is not an emulation build (-DFREERIDE_CUDA=EMULATE)" >&2
@@ -21,7 +30,7 @@ prepare_corpus "$freeride" "$root" "$work/data"
 # Trains DEVICE PRECISION into $work/DEVICE-PRECISION; prints its losses.
 train() {
   local run=$work/$1-$2
-  "$freeride" train --config "$root/configs/tiny_cpu.toml" --set run.dir="$run" \
+  "$freeride" train --config "$config" --set run.dir="$run" \
     --set data.train="$work/data/train_*.bin" --set data.val="$work/data/val_*.bin" \
     --set train.steps="$steps" --set eval.every=1000 --set runtime.device="$1" \
     --set runtime.precision="$2" >"$run.log" 2>&1 || { tail -20 "$run.log"; exit 1; }

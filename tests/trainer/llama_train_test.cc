@@ -1,6 +1,6 @@
 // The trainer with model.arch = "llama": a resume is bit-identical (the family and its keys
 // come back from model.bin's header), model.init_from takes a Llama model.bin, a checkpoint of
-// one family does not resume into the other, and what implements GPT-2 only says so.
+// one family does not resume into the other.
 #include <filesystem>
 
 #include "gtest/gtest.h"
@@ -69,15 +69,6 @@ TEST(LlamaTrainTest, ResumeIsBitIdenticalAndInitFromTakesItsModel) {
   EXPECT_NE(disagree.status().message().find("model.arch = \"gpt2\" in the config"),
             std::string::npos)
       << disagree.status().message();
-}
-
-TEST(LlamaTrainTest, GPT2OnlyPartsRefuseNamingTheFamily) {
-  const GPT2Config cfg = *MakeLlamaConfig(2, 4, 2, 16, 8, 11, 24, 1e4, 1e-5, true);
-  absl::Status s = RequireGpt2(cfg, "the CUDA backend's memory plan");
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(s.message(),
-            "model.arch = \"llama\": the CUDA backend's memory plan implements GPT-2 only");
-  EXPECT_TRUE(RequireGpt2(*MakeGPT2Config(2, 2, 8, 8, 11), "the decoder").ok());
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // `freeride config memory`: the model's summary against closed forms (Llama 3.2 1B's parameter
-// count and FLOPs per token), each stage's line is the CUDA backend's own plan for that stage,
-// and a Llama run on the CPU gets its host plan, whose activation slot is what LlamaStage
-// allocates per micro-batch.
+// count and FLOPs per token), each stage's line is the CUDA backend's own plan for that stage
+// (either family), and a Llama run on the CPU gets its host plan too, whose activation slot is
+// what LlamaStage allocates per micro-batch.
 #include "trainer/memory_report.h"
 
 #include <sstream>
@@ -54,6 +54,22 @@ TEST(MemoryReportTest, PipelineStagesHoldTheirScheduleBuffers) {
   EXPECT_NE(lines[4].find("+head"), std::string::npos);
 }
 
+TEST(MemoryReportTest, ALlamaStageLineIsTheBackendsLlamaPlan) {
+  absl::StatusOr<Config> config = LoadConfigFile(
+      "configs/llama_tiny_cpu.toml", {"runtime.device=\"cuda\"", "runtime.precision=\"bf16\""});
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<std::string> report = DeviceMemoryReport(*config);
+  ASSERT_TRUE(report.ok()) << report.status();
+  const std::vector<std::string> lines = Lines(*report);
+  ASSERT_EQ(lines.size(), 2u) << *report;
+  absl::StatusOr<GPT2Config> llama = ResolveModelConfig(*config);
+  ASSERT_TRUE(llama.ok() && llama->is_llama());
+  MemoryPlan plan;
+  PlanStageMemory(*llama, WholeModel(*llama), 2, 64, 1, 2, &plan);
+  EXPECT_EQ(lines[1], "stage 0: layers [0, 4) +embedding +head; 1 activation slot(s): " +
+                          plan.Report());
+}
+
 TEST(ModelSummaryTest, Llama32OneBHasItsParametersAndFlopsPerToken) {
   absl::StatusOr<Config> config = LoadConfigFile("configs/llama_1b_pp4.toml", {});
   ASSERT_TRUE(config.ok()) << config.status();
@@ -96,13 +112,11 @@ TEST(ModelSummaryTest, ALlamaRunOnTheCpuGetsItsHostPlanWithTheSlotItAllocates) {
   const CliResult out = RunCommand(args);
   ASSERT_EQ(out.status, 0) << out.err;
   const std::vector<std::string> lines = Lines(out.out);
-  ASSERT_EQ(lines.size(), 4u) << out.out;
+  ASSERT_EQ(lines.size(), 5u) << out.out;
   EXPECT_EQ(lines[0].rfind("model: llama, 2 layers × n_embd 128 (4 heads, 2 key/value heads)", 0),
             0u)
       << lines[0];
-  EXPECT_EQ(lines[1],
-            "device memory on the CUDA backend: not planned (model.arch = \"llama\": the CUDA "
-            "backend's memory plan implements GPT-2 only)");
+  EXPECT_EQ(lines[1].rfind("device memory per rank on the CUDA backend: fp32", 0), 0u) << lines[1];
   // One micro-batch's activations: what a LlamaStage of one more slot allocates.
   absl::StatusOr<Config> config =
       LoadConfigFile("configs/llama_tiny_cpu.toml",
@@ -111,10 +125,10 @@ TEST(ModelSummaryTest, ALlamaRunOnTheCpuGetsItsHostPlanWithTheSlotItAllocates) {
   const GPT2Config model = *ResolveModelConfig(*config);
   const LlamaStage<float> one(model, WholeModel(model), 2, 16, 1),
       two(model, WholeModel(model), 2, 16, 2);
-  EXPECT_NE(lines[3].find("1 activation slot(s) of " +
+  EXPECT_NE(lines[4].find("1 activation slot(s) of " +
                           FormatBytes(two.HostBytes() - one.HostBytes()) + " each"),
             std::string::npos)
-      << lines[3];
+      << lines[4];
 }
 
 }  // namespace

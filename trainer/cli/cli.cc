@@ -107,18 +107,11 @@ int ConfigMemory(const ParsedFlags& flags) {
   }
   std::cout << *summary;
   absl::StatusOr<std::string> report = DeviceMemoryReport(*config);
-  // A CPU run of a family the CUDA backend lacks still gets its host plan below.
-  const bool device_planned =
-      report.ok() || !absl::IsUnimplemented(report.status()) || config->runtime.device != "cpu";
-  if (!device_planned) {
-    std::cout << "device memory on the CUDA backend: not planned (" << report.status().message()
-              << ")\n";
-  } else if (!report.ok()) {
+  if (!report.ok()) {
     std::cerr << "error: " << report.status().message() << "\n";
     return kExitFailure;
-  } else {
-    std::cout << *report;
   }
+  std::cout << *report;
   if (config->runtime.device == "cpu") {
     absl::StatusOr<std::string> host = HostMemoryReport(*config);
     if (!host.ok()) {

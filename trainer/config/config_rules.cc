@@ -52,12 +52,6 @@ void Loader::CheckCrossField(bool check_files) {
                         c.model.n_embd / c.model.n_head, ")"),
            absl::StrCat(c.model.n_embd), {"model.n_head"});
     }
-    if (c.runtime.device == "cuda") {
-      fail("model.arch",
-           "\"gpt2\" on runtime.device = \"cuda\" (the CUDA backend implements "
-           "GPT-2; \"llama\" runs on the cpu device)",
-           "\"llama\"", {"runtime.device"});
-    }
   } else {
     if (c.model.n_kv_head != 0 && c.model.n_kv_head != c.model.n_head) {
       fail("model.n_kv_head",

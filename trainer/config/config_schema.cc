@@ -75,7 +75,8 @@ std::vector<KeySpec> BuildSchema() {
           .Doc("Model family: \"gpt2\" (LayerNorm, learned positions, GELU MLP, biases, head "
                "tied to the embedding; llm.c's layout) or \"llama\" (RMSNorm, rotary "
                "positions, SwiGLU MLP, grouped-query attention, no biases; the keys below). "
-               "Llama runs on the CPU backend only. docs/training.md#model-families."),
+               "Both run on the CPU and the CUDA backend (fp32, bf16). "
+               "docs/training.md#model-families."),
       FR_KEY(model, n_kv_head)
           .Min(0)
           .Max(1024)
@@ -260,8 +261,9 @@ std::vector<KeySpec> BuildSchema() {
           .Doc("The causal attention on CUDA: \"auto\" runs the flash kernels (no T x T matrices; "
                "models/cuda/flash_attention.h) in bf16 where the head size is 16, 32, 64 or 128, "
                "and "
-               "the reference path (batched GEMMs over T x T scores) in fp32 and for other shapes; "
-               "\"reference\" always runs the reference path."),
+               "the reference path (batched GEMMs over T x T scores) in fp32 and for other shapes "
+               "(both take Llama's grouped-query heads); \"reference\" always runs the reference "
+               "path."),
       FR_KEY(runtime, kernels)
           .Choices({"auto", "reference"})
           .Doc("The memory-bound kernels on CUDA: \"auto\" runs the fused ones (16-byte "
