@@ -4,7 +4,7 @@
 // first, so the difference is only the kernel's own rounding).
 #pragma once
 
-#include <cuda_runtime_api.h>
+#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
