@@ -29,10 +29,10 @@ fi
 declare -A invisible=(
   # Lanes write their P row, then a __shfl_xor_sync gathers the warp before the wmma loads:
   # here the shuffle is a barrier; on the GPU it orders no memory, so the __syncwarp stays.
-  [flash_attention.cu:241]="the shuffle above gathers the warp (only the GPU's memory model needs it)"
+  [flash_attention.cu:259]="the shuffle above gathers the warp (only the GPU's memory model needs it)"
   # The scratch it protects is next written after the loop's __syncthreads, which orders the
   # reuse on the GPU as well: redundant there too.
-  [flash_attention.cu:254]="redundant: the next iteration's __syncthreads comes first"
+  [flash_attention.cu:272]="redundant: the next iteration's __syncthreads comes first"
   # Guards warp_values for a caller's second reduction of the same type; no kernel makes one
   # (the softmax's max and sum are two instantiations, two arrays).
   [kernels.cu:44]="no kernel reduces twice with one instantiation"
