@@ -76,14 +76,6 @@ absl::StatusOr<std::unique_ptr<StageModel>> MakeStageModel(const BackendOptions&
     return absl::InvalidArgumentError(
         absl::StrFormat("device \"%s\": expected \"cpu\" or \"cuda\"", options.device));
   }
-  if (options.recompute != Recompute::kNone) {
-    return absl::UnimplementedError(absl::StrFormat(
-        "model.recompute = \"%s\" (or its parallel.recompute_stages entry) on runtime.device = "
-        "\"cuda\": activation recomputation is built for the CPU backend only so far; set it "
-        "to \"none\" for CUDA stages (the CUDA chunk already recomputes the attention "
-        "probabilities from each row's log-sum-exp)",
-        RecomputeName(options.recompute)));
-  }
 #ifdef FREERIDE_WITH_CUDA
   CudaStageOptions cuda;
   cuda.device_index = options.device_index;
@@ -105,6 +97,7 @@ absl::StatusOr<std::unique_ptr<StageModel>> MakeStageModel(const BackendOptions&
   cuda.kernels = *kernels;
   cuda.low_priority = options.low_priority;
   cuda.inference_only = options.inference_only;
+  cuda.recompute = options.recompute;
   absl::StatusOr<std::unique_ptr<CudaStageModel>> m =
       CudaStageModel::Create(config, stage, micro_batch, seq_len, slots, cuda);
   if (!m.ok()) {

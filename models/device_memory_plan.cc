@@ -58,7 +58,7 @@ LayerWidths StageLayerWidths(const GPT2Config& config) {
 
 StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage, int64_t B,
                                int64_t T, int slots, int compute_bytes, MemoryPlan* plan,
-                               bool training, cuda::AttentionMode attention) {
+                               bool training, cuda::AttentionMode attention, Recompute recompute) {
   const ParamLayout layout = MakeParamLayout(config, stage);
   const int64_t P = layout.total, BT = B * T, C = config.n_embd, NH = config.n_head;
   const int64_t L = stage.num_layers(), Vp = config.padded_vocab_size, X = compute_bytes;
@@ -76,10 +76,44 @@ StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage,
   ids.head_wte_grad = plan->Add(kGradients, "head wte gradient", head && tied ? G * Vp * C * 4 : 0);
   ids.adam_m = plan->Add(kOptimizer, "adam m", G * P * 4);
   ids.adam_v = plan->Add(kOptimizer, "adam v", G * P * 4);
+  const Recompute mode = training ? recompute : Recompute::kNone;
+  const bool full = mode == Recompute::kFull;
+  ids.recompute = mode;
+  // Full: the per-layer buffers no slot keeps, one micro-batch's worth that every slot's ids
+  // name; the backward makes them again for the slot at hand.
+  StageBufferIds::Slot shared{};
+  if (full) {
+    auto rec = [&](const char* name, int64_t bytes) {
+      return plan->Add(kActivations, absl::StrFormat("recomputed %s (full, shared)", name), bytes);
+    };
+    shared.ln1 = rec("ln1", L * BT * C * X);
+    shared.ln1_mean = rec("ln1 mean", M * L * BT * 4);
+    shared.ln1_rstd = rec("ln1 rstd", L * BT * 4);
+    shared.qkv = rec("qkv", L * BT * w.qkv * X);
+    shared.att_lse = rec("attention log-sum-exp", L * B * NH * T * 4);
+    shared.atty = rec("attention output", L * BT * C * X);
+    shared.residual2 = rec("residual2", L * BT * C * X);
+    shared.ln2 = rec("ln2", L * BT * C * X);
+    shared.ln2_mean = rec("ln2 mean", M * L * BT * 4);
+    shared.ln2_rstd = rec("ln2 rstd", L * BT * 4);
+    shared.fch = rec("fch", L * BT * w.fc * X);
+    shared.fch_gelu = rec("fch gelu", L * BT * w.act * X);
+    // The gradient at every block's output but the stage's (that one is each slot's out_grad).
+    shared.dres3 = rec("dresidual3", (L - 1) * BT * C * X);
+    shared.dfch = rec("dfch", L * BT * w.fc * X);
+    shared.dln2 = rec("dln2", L * BT * C * X);
+    shared.dres2 = rec("dresidual2", L * BT * C * X);
+    shared.dqkv = rec("dqkv", L * BT * w.qkv * X);
+    shared.dln1 = rec("dln1", L * BT * C * X);
+  }
   for (int i = 0; i < slots; ++i) {
     StageBufferIds::Slot s;
     auto act = [&](const char* name, int64_t bytes) {
       return plan->Add(kActivations, absl::StrFormat("slot %d %s", i, name), bytes);
+    };
+    // A per-layer buffer: the slot's own, or under full recomputation the shared one.
+    auto layer = [&](int shared_id, const char* name, int64_t bytes) {
+      return full ? shared_id : act(name, bytes);
     };
     s.tokens = act("tokens", emb ? BT * 4 : 0);
     s.targets = act("targets", head ? BT * 4 : 0);
@@ -87,18 +121,20 @@ StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage,
     s.bucket_tokens = act("bucket tokens", emb ? BT * 4 : 0);
     s.bucket_starts = act("bucket starts", emb ? (BT + 1) * 4 : 0);
     s.input = act("input", BT * C * X);
-    s.ln1 = act("ln1", L * BT * C * X);
-    s.ln1_mean = act("ln1 mean", M * L * BT * 4);
-    s.ln1_rstd = act("ln1 rstd", L * BT * 4);
-    s.qkv = act("qkv", L * BT * w.qkv * X);
-    s.att_lse = act("attention log-sum-exp", L * B * NH * T * 4);
-    s.atty = act("attention output", L * BT * C * X);
-    s.residual2 = act("residual2", L * BT * C * X);
-    s.ln2 = act("ln2", L * BT * C * X);
-    s.ln2_mean = act("ln2 mean", M * L * BT * 4);
-    s.ln2_rstd = act("ln2 rstd", L * BT * 4);
-    s.fch = act("fch", L * BT * w.fc * X);
-    s.fch_gelu = act("fch gelu", L * BT * w.act * X);
+    s.ln1 = layer(shared.ln1, "ln1", L * BT * C * X);
+    s.ln1_mean = layer(shared.ln1_mean, "ln1 mean", M * L * BT * 4);
+    s.ln1_rstd = layer(shared.ln1_rstd, "ln1 rstd", L * BT * 4);
+    s.qkv = layer(shared.qkv, "qkv", L * BT * w.qkv * X);
+    s.att_lse = layer(shared.att_lse, "attention log-sum-exp", L * B * NH * T * 4);
+    s.atty = layer(shared.atty, "attention output", L * BT * C * X);
+    s.residual2 = layer(shared.residual2, "residual2", L * BT * C * X);
+    s.ln2 = layer(shared.ln2, "ln2", L * BT * C * X);
+    s.ln2_mean = layer(shared.ln2_mean, "ln2 mean", M * L * BT * 4);
+    s.ln2_rstd = layer(shared.ln2_rstd, "ln2 rstd", L * BT * 4);
+    s.fch = layer(shared.fch, "fch", L * BT * w.fc * X);
+    // Selective: made in scratch_4c, one layer at a time (forward and BackwardWeight).
+    s.fch_gelu =
+        layer(shared.fch_gelu, "fch gelu", mode == Recompute::kSelective ? 0 : L * BT * w.act * X);
     s.residual3 = act("residual3", L * BT * C * X);
     s.lnf = act("lnf", head ? BT * C * X : 0);
     s.lnf_mean = act("lnf mean", head ? M * BT * 4 : 0);
@@ -106,14 +142,15 @@ StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage,
     s.logits = act("logits", head ? BT * Vp * X : 0);
     s.logsumexp = act("logsumexp", head ? BT * 4 : 0);
     s.losses = act("losses", head ? BT * 4 : 0);
-    s.dres3 = act("dresidual3", G * L * BT * C * X);
-    s.dfch = act("dfch", G * L * BT * w.fc * X);
-    s.dln2 = act("dln2", G * L * BT * C * X);
-    s.dres2 = act("dresidual2", G * L * BT * C * X);
-    s.dqkv = act("dqkv", G * L * BT * w.qkv * X);
-    s.dln1 = act("dln1", G * L * BT * C * X);
+    s.dres3 = layer(shared.dres3, "dresidual3", G * L * BT * C * X);
+    s.dfch = layer(shared.dfch, "dfch", G * L * BT * w.fc * X);
+    s.dln2 = layer(shared.dln2, "dln2", G * L * BT * C * X);
+    s.dres2 = layer(shared.dres2, "dresidual2", G * L * BT * C * X);
+    s.dqkv = layer(shared.dqkv, "dqkv", G * L * BT * w.qkv * X);
+    s.dln1 = layer(shared.dln1, "dln1", G * L * BT * C * X);
     s.dinput = act("dinput", G * BT * C * X);
     s.dlnf = act("dlnf", head ? G * BT * C * X : 0);
+    s.out_grad = act("output gradient", full ? BT * C * X : 0);
     ids.slots.push_back(s);
   }
   ids.scratch_4c = plan->Add(kWorkspace, "scratch 4C", G * BT * w.act * X);
@@ -145,6 +182,8 @@ StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage,
   const int64_t rope = config.is_llama() ? T * (C / NH / 2) * 4 : 0;
   ids.rope_cos = plan->Add(kWorkspace, "rotary cos table (fp32)", rope);
   ids.rope_sin = plan->Add(kWorkspace, "rotary sin table (fp32)", rope);
+  ids.discarded_norm_grads = plan->Add(kWorkspace, "discarded LayerNorm weight gradients (full)",
+                                       full && !config.is_llama() ? 2 * C * 4 : 0);
   return ids;
 }
 

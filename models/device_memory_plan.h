@@ -13,6 +13,7 @@
 #include "models/cuda/stage_policy.h"
 #include "models/device_reductions.h"
 #include "models/gpt2_config.h"
+#include "models/recompute.h"
 
 namespace freeride {
 
@@ -65,6 +66,9 @@ struct StageBufferIds {
     int lnf, lnf_mean, lnf_rstd, logits, logsumexp, losses;  // head; logits become dlogits
     // Output gradients BackwardInput stashes for BackwardWeight.
     int dres3, dfch, dln2, dres2, dqkv, dln1, dinput, dlnf;
+    // Full recomputation: the gradient at the stage's output [BT·C] (received from the next
+    // stage, or the head's), which dres3's last layer holds otherwise.
+    int out_grad;
   };
   std::vector<Slot> slots;
   // Attention by the flash kernels (cuda::UseFlashAttention): they read q, k, v from each
@@ -91,6 +95,17 @@ struct StageBufferIds {
   int cublaslt_workspace = -1;
   // Llama: the rotary tables cos and sin [T, hs/2], fp32, written once at Init.
   int rope_cos = -1, rope_sin = -1;
+  // What the slots' micro-batches keep for their backward (training only; none otherwise).
+  // Under kSelective no slot keeps the MLP activation's output (fch_gelu): the forward writes
+  // it into scratch_4c, and BackwardWeight makes it there again. Under kFull a slot keeps its
+  // input, each block's output (residual3) and out_grad; every other per-layer buffer id of
+  // every slot names one shared buffer of the same size (a micro-batch's worth, made again by
+  // the backward), dres3's with L − 1 layers. Every other buffer is as with kNone.
+  Recompute recompute = Recompute::kNone;
+  // Full, where the stage runs the fused LayerNorm backward (GPT-2): the LayerNorm weight
+  // gradients a W that redoes its slot's input gradients makes again, thrown away there
+  // (fp32, 2·C).
+  int discarded_norm_grads = -1;
 };
 
 // The widths per token of a layer's activations that differ between the families: qkv (GPT-2
@@ -105,10 +120,12 @@ LayerWidths StageLayerWidths(const GPT2Config& config);
 // micro-batches in flight; `compute_bytes` = 2 (bf16) or 4 (fp32) per element of weights and
 // activations. Without `training` (inference: forward only) the gradients, optimizer state,
 // the gradients backward stashes and backward's workspace get no space. `attention` picks the
-// attention path as CudaStage will (cuda::UseFlashAttention).
+// attention path as CudaStage will (cuda::UseFlashAttention). `recompute` (training only):
+// what the slots keep, and the shared buffers the recomputation writes (StageBufferIds).
 StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage, int64_t B,
                                int64_t T, int slots, int compute_bytes, MemoryPlan* plan,
                                bool training = true,
-                               cuda::AttentionMode attention = cuda::AttentionMode::kAuto);
+                               cuda::AttentionMode attention = cuda::AttentionMode::kAuto,
+                               Recompute recompute = Recompute::kNone);
 
 }  // namespace freeride

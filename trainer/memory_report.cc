@@ -66,14 +66,16 @@ absl::StatusOr<std::string> DeviceMemoryReport(const Config& config) {
       chunks, cuda::kDeviceHeadroomBytes / double(int64_t{1} << 30));
   for (int s = 0; s < pp; ++s) {
     const int slots = std::max(1, schedule->buffers_per_stage[s]);
+    const Recompute mode = StageRecompute(config, s);
     MemoryPlan plan;
     for (int c = 0; c < chunks; ++c) {
       const StageSpec& spec = specs[pipeline::VirtualStageOf(pipeline_plan->placement, pp, s, c)];
       PlanStageMemory(*model, spec, micro_batch, config.train.seq_len, slots, bytes, &plan, true,
-                      *attention);
+                      *attention, mode);
     }
-    out += absl::StrFormat("stage %d: layers %s; %d activation slot(s): %s\n", s,
-                           DescribeStageChunks(*pipeline_plan, pp, s), slots, plan.Report());
+    out += absl::StrFormat("stage %d: layers %s; recompute %s; %d activation slot(s): %s\n", s,
+                           DescribeStageChunks(*pipeline_plan, pp, s), RecomputeName(mode), slots,
+                           plan.Report());
   }
   return out;
 }

@@ -1,9 +1,9 @@
 // The CUDA chunk itself, templated on the element type of weights and activations (float or
-// bf16); callers use CudaStageModel. Split over five files: cuda_stage_model.cc (memory, data
+// bf16); callers use CudaStageModel. Split over six files: cuda_stage_model.cc (memory, data
 // in and out, losses), cuda_stage_passes.cc (forward and backward: GPT-2's layers, and the
 // embedding, head and attention both families share), cuda_stage_llama.cc (the Llama family's
-// layers), cuda_stage_classifier.cc (the head's loss and logits gradient) and
-// cuda_stage_optimizer.cc (gradients, optimizer).
+// layers), cuda_stage_recompute.cc (activation recomputation), cuda_stage_classifier.cc (the
+// head's loss and logits gradient) and cuda_stage_optimizer.cc (gradients, optimizer).
 //
 // The model family is a seam inside the passes: a stage runs its family's layer (LayerForward
 // or LlamaLayerForward, and so on), its family's final norm, and its head matrix (wte, or an
@@ -119,6 +119,12 @@ class CudaStage final : public CudaStageModel {
   const T* LayerInput(const Slot& s, int64_t l) const;
   T* OutputActivations(const Slot& s) const;
   T* OutputGrad(const Slot& s) const;
+  // The gradient at local layer l's output: the next layer's input gradient, or the stage's
+  // output gradient (OutputGrad) for the last layer.
+  T* BlockOutputGrad(const Slot& s, int64_t l) const;
+  // Where layer l's MLP activation output (GELU, SwiGLU) is: the slot's, or under selective
+  // recomputation scratch_4c (one layer at a time).
+  T* ActivationOutput(const Slot& s, int64_t l) const;
   // A message's n elements to the device (queued on the stream; messages_read_ marks its end)
   // or from it (complete on return: the host hands the buffer on at once).
   absl::Status Upload(T* dst, const void* src, int64_t n);
@@ -150,7 +156,10 @@ class CudaStage final : public CudaStageModel {
   absl::Status LayerForward(const Slot& s, int64_t l, const T* x);
   absl::Status AttentionScores(const Slot& s, int64_t l);
   absl::Status AttentionForward(const Slot& s, int64_t l);
-  absl::Status LayerBackwardInput(const Slot& s, int64_t l, const T* x, T* dx);
+  // Without `norm_grads` (a full recomputation's redo of input gradients already made), the
+  // fused LayerNorm backward's weight gradients go to discarded_norm_grads.
+  absl::Status LayerBackwardInput(const Slot& s, int64_t l, const T* x, T* dx,
+                                  bool norm_grads = true);
   absl::Status AttentionBackward(const Slot& s, int64_t l, const T* datty);
   absl::Status LayerBackwardWeight(const Slot& s, int64_t l, const T* x);
   // The Llama family's layer (cuda_stage_llama.cc): RMSNorm, q and k rotated in place in the
@@ -158,6 +167,15 @@ class CudaStage final : public CudaStageModel {
   absl::Status LlamaLayerForward(const Slot& s, int64_t l, const T* x);
   absl::Status LlamaLayerBackwardInput(const Slot& s, int64_t l, const T* x, T* dx);
   absl::Status LlamaLayerBackwardWeight(const Slot& s, int64_t l, const T* x);
+  // Recomputation (cuda_stage_recompute.cc; the modes: StageBufferIds in device_memory_plan.h).
+  // Full: the stage's blocks forward again for slot `s` into the shared buffers, and with
+  // `input_grads` their input gradients from the slot's output gradient too (what W reads);
+  // records the slot whose activations the shared buffers then hold.
+  absl::Status RecomputeBlocks(int slot, bool input_grads);
+  // Selective: layer l's MLP activation output made again in scratch_4c, the same bits as its
+  // forward made (the GELU fused into the product's epilogue: the product again).
+  absl::Status RecomputeActivation(const Slot& s, int64_t l);
+  bool recompute(Recompute mode) const { return ids_.recompute == mode; }
   bool llama() const { return layout_.config.is_llama(); }
   // Key/value heads: grouped-query attention's (Llama), one per query head (GPT-2).
   int64_t KvHeads() const { return llama() ? layout_.config.n_kv_head : layout_.config.n_head; }
@@ -224,6 +242,9 @@ class CudaStage final : public CudaStageModel {
   // ZeroGrads left the weight matrices' gradients (the four per-layer products') and the
   // head's wte gradient unzeroed: the next products write them with beta = 0.
   bool weight_grads_deferred_ = false, head_grad_deferred_ = false;
+  // Full recomputation: the slot whose block activations and input gradients the shared
+  // buffers hold (its BackwardInput ran last, and no forward since), or -1.
+  int recomputed_slot_ = -1;
 };
 
 }  // namespace freeride::cuda

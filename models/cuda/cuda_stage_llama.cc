@@ -21,7 +21,7 @@ absl::Status CudaStage<T>::LlamaLayerForward(const Slot& s, int64_t l, const T* 
   T* res2 = Act(s.residual2, l, BTC);
   T* ln2 = Act(s.ln2, l, BTC);
   T* h = Act(s.fch, l, BT * widths_.fc);
-  T* act = Act(s.fch_gelu, l, BT * widths_.act);
+  T* act = ActivationOutput(s, l);
   T* tmp = Ptr<T>(ids_.scratch_c);
   FR_KERNEL(l, RMSNormForward, ln1, Stat(s.ln1_rstd, l), x, P(PT::kLn1W, l), eps, BT, C, stream_);
   FR_LIBRARY(l, MatmulForward<T>, blas_, qkv, ln1, P(PT::kQkvW, l), nullptr, BT, C, widths_.qkv);
@@ -48,7 +48,7 @@ absl::Status CudaStage<T>::LlamaLayerBackwardInput(const Slot& s, int64_t l, con
   const int64_t BT = B_ * T_, C = cfg.n_embd, BTC = BT * C, F = cfg.ffn_hidden;
   const int64_t hs = cfg.head_size(), heads = cfg.n_head + cfg.n_kv_head;
   using PT = ParamTensor;
-  const T* dres3 = Act(s.dres3, l, BTC);
+  const T* dres3 = BlockOutputGrad(s, l);
   T* dh = Act(s.dfch, l, BT * widths_.fc);
   T* dln2 = Act(s.dln2, l, BTC);
   T* dres2 = Act(s.dres2, l, BTC);
@@ -81,8 +81,9 @@ absl::Status CudaStage<T>::LlamaLayerBackwardWeight(const Slot& s, int64_t l, co
   using PT = ParamTensor;
   float* partials = Ptr<float>(ids_.column_partials);
   const bool acc = !weight_grads_deferred_;  // beta = 0 over what ZeroGrads left
-  FR_LIBRARY(l, MatmulBackwardWeight<T>, blas_, G(PT::kFcProjW, l), Act(s.dres3, l, BTC),
-             Act(s.fch_gelu, l, BT * widths_.act), BT, F, C, acc);
+  if (recompute(Recompute::kSelective)) FR_RETURN_IF_ERROR(RecomputeActivation(s, l));
+  FR_LIBRARY(l, MatmulBackwardWeight<T>, blas_, G(PT::kFcProjW, l), BlockOutputGrad(s, l),
+             ActivationOutput(s, l), BT, F, C, acc);
   FR_LIBRARY(l, MatmulBackwardWeight<T>, blas_, G(PT::kFcW, l), Act(s.dfch, l, BT * widths_.fc),
              Act(s.ln2, l, BTC), BT, C, 2 * F, acc);
   FR_KERNEL(l, RMSNormBackwardWeight, G(PT::kLn2W, l), Act(s.dln2, l, BTC),

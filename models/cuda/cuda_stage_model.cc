@@ -24,7 +24,7 @@ CudaStage<T>::CudaStage(const GPT2Config& config, const StageSpec& stage, int64_
                         int64_t seq_len, int slots, const CudaStageOptions& options)
     : layout_(MakeParamLayout(config, stage)), B_(micro_batch), T_(seq_len), options_(options) {
   ids_ = PlanStageMemory(config, stage, B_, T_, slots, static_cast<int>(sizeof(T)), &plan_,
-                         !options.inference_only, options.attention);
+                         !options.inference_only, options.attention, options.recompute);
   widths_ = StageLayerWidths(config);
   fuse_gelu_ = !config.is_llama() && FuseGelu(options.fuse_gelu, !std::is_same_v<T, float>);
   fused_kernels_ = UseFusedKernels(options.kernels, B_ * T_, config.n_embd, sizeof(T));
@@ -133,9 +133,11 @@ absl::Status CudaStage<T>::Init() {
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
   description_ = absl::StrFormat(
-      "cuda:%d %s %s%s%s%s%s%s%s", device_, prop.name, std::is_same_v<T, float> ? "fp32" : "bf16",
+      "cuda:%d %s %s%s%s%s%s%s%s%s", device_, prop.name, std::is_same_v<T, float> ? "fp32" : "bf16",
       layout_.config.is_llama() ? " llama" : "", fuse_gelu_ ? ", GELU fused" : "",
       ids_.flash_attention ? ", flash attention" : "", fused_kernels_ ? ", fused kernels" : "",
+      recompute(Recompute::kNone) ? ""
+                                  : absl::StrCat(", recompute ", RecomputeName(ids_.recompute)),
       check_launches_ ? ", every launch checked" : "",
       options_.inference_only ? " (inference)" : "");
   FR_LOG(INFO) << description_ << ": layers [" << layout_.stage.first_layer << ", "

@@ -57,6 +57,10 @@ struct CudaStageOptions {
   // Forward only (inference): no memory for gradients, optimizer state or backward; the
   // training calls return FailedPrecondition.
   bool inference_only = false;
+  // What a micro-batch in flight keeps for its backward (model.recompute; what each mode
+  // drops on this backend: StageBufferIds in models/device_memory_plan.h). Losses and
+  // gradients are the same bits in every mode. No effect with inference_only.
+  Recompute recompute = Recompute::kNone;
 };
 
 class CudaStageModel : public StageModel {

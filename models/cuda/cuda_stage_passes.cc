@@ -27,7 +27,18 @@ T* CudaStage<T>::OutputActivations(const Slot& s) const {
 }
 template <typename T>
 T* CudaStage<T>::OutputGrad(const Slot& s) const {
+  if (recompute(Recompute::kFull)) return Ptr<T>(s.out_grad);  // dres3 is shared
   return Ptr<T>(s.dres3) + (layout_.stage.num_layers() - 1) * B_ * T_ * layout_.config.n_embd;
+}
+template <typename T>
+T* CudaStage<T>::BlockOutputGrad(const Slot& s, int64_t l) const {
+  if (l == layout_.stage.num_layers() - 1) return OutputGrad(s);
+  return Act(s.dres3, l, B_ * T_ * layout_.config.n_embd);
+}
+template <typename T>
+T* CudaStage<T>::ActivationOutput(const Slot& s, int64_t l) const {
+  if (recompute(Recompute::kSelective)) return Ptr<T>(ids_.scratch_4c);
+  return Act(s.fch_gelu, l, B_ * T_ * widths_.act);
 }
 
 // q, k, v are [B·NH] matrices of T × hs; scores [B·NH] of T × T.
@@ -84,7 +95,7 @@ absl::Status CudaStage<T>::LayerForward(const Slot& s, int64_t l, const T* x) {
   T* res2 = Act(s.residual2, l, BTC);
   T* ln2 = Act(s.ln2, l, BTC);
   T* fch = Act(s.fch, l, 4 * BTC);
-  T* fch_gelu = Act(s.fch_gelu, l, 4 * BTC);
+  T* fch_gelu = ActivationOutput(s, l);
   T* tmp = Ptr<T>(ids_.scratch_c);
   // Fused kernels: layer l > 0's ln1 was made by layer l − 1, with the residual it reads.
   if (!fused_kernels_) {
@@ -137,6 +148,8 @@ absl::Status CudaStage<T>::LaunchForward(int slot, double* loss_sum) {
   const Slot& s = ids_.slots[slot];
   const GPT2Config& cfg = layout_.config;
   const int64_t BT = B_ * T_, C = cfg.n_embd;
+  // Full: the blocks below write over the shared buffers.
+  recomputed_slot_ = -1;
   if (layout_.stage.has_embedding) {  // Llama has no position table: its positions are rotary
     FR_KERNEL(kEmbedding, EncoderForward, Ptr<T>(s.input), Ptr<int32_t>(s.tokens),
               P(ParamTensor::kWte), llama() ? nullptr : P(ParamTensor::kWpe), B_, T_, C, stream_);
@@ -205,10 +218,11 @@ absl::Status CudaStage<T>::AttentionBackward(const Slot& s, int64_t l, const T* 
 }
 
 template <typename T>
-absl::Status CudaStage<T>::LayerBackwardInput(const Slot& s, int64_t l, const T* x, T* dx) {
+absl::Status CudaStage<T>::LayerBackwardInput(const Slot& s, int64_t l, const T* x, T* dx,
+                                              bool norm_grads) {
   const int64_t BT = B_ * T_, C = layout_.config.n_embd, BTC = BT * C;
   using PT = ParamTensor;
-  const T* dres3 = Act(s.dres3, l, BTC);
+  const T* dres3 = BlockOutputGrad(s, l);
   T* dfch = Act(s.dfch, l, 4 * BTC);
   T* dln2 = Act(s.dln2, l, BTC);
   T* dres2 = Act(s.dres2, l, BTC);
@@ -231,10 +245,14 @@ absl::Status CudaStage<T>::LayerBackwardInput(const Slot& s, int64_t l, const T*
   // Fused kernels: LayerNorm's weight gradients here too (LayerBackwardWeight skips them), in
   // the same pass over the rows, and dres2 = dres3 + the gradient without a copy.
   float* partials = Ptr<float>(ids_.column_partials);
+  float* discarded = Ptr<float>(ids_.discarded_norm_grads);
+  auto norm_grad = [&](PT t) {
+    return norm_grads ? G(t, l) : discarded + (t == PT::kLn1B || t == PT::kLn2B ? C : 0);
+  };
   if (fused_kernels_) {
-    FR_KERNEL(l, FusedLayerNormBackward<T>, dres2, dres3, G(PT::kLn2W, l), G(PT::kLn2B, l), dln2,
-              Act(s.residual2, l, BTC), P(PT::kLn2W, l), Stat(s.ln2_mean, l), Stat(s.ln2_rstd, l),
-              BT, C, partials, stream_);
+    FR_KERNEL(l, FusedLayerNormBackward<T>, dres2, dres3, norm_grad(PT::kLn2W),
+              norm_grad(PT::kLn2B), dln2, Act(s.residual2, l, BTC), P(PT::kLn2W, l),
+              Stat(s.ln2_mean, l), Stat(s.ln2_rstd, l), BT, C, partials, stream_);
   } else {
     FR_KERNEL(l, Copy, dres2, dres3, BTC, stream_);
     FR_KERNEL(l, LayerNormBackwardInput, dres2, dln2, Act(s.residual2, l, BTC), P(PT::kLn2W, l),
@@ -245,8 +263,9 @@ absl::Status CudaStage<T>::LayerBackwardInput(const Slot& s, int64_t l, const T*
   FR_LIBRARY(l, MatmulBackwardInput, blas_, dln1, Act(s.dqkv, l, 3 * BTC), P(PT::kQkvW, l), BT, C,
              3 * C);
   if (fused_kernels_) {
-    FR_KERNEL(l, FusedLayerNormBackward<T>, dx, dres2, G(PT::kLn1W, l), G(PT::kLn1B, l), dln1, x,
-              P(PT::kLn1W, l), Stat(s.ln1_mean, l), Stat(s.ln1_rstd, l), BT, C, partials, stream_);
+    FR_KERNEL(l, FusedLayerNormBackward<T>, dx, dres2, norm_grad(PT::kLn1W), norm_grad(PT::kLn1B),
+              dln1, x, P(PT::kLn1W, l), Stat(s.ln1_mean, l), Stat(s.ln1_rstd, l), BT, C, partials,
+              stream_);
   } else {
     FR_KERNEL(l, Copy, dx, dres2, BTC, stream_);
     FR_KERNEL(l, LayerNormBackwardInput, dx, dln1, x, P(PT::kLn1W, l), Stat(s.ln1_mean, l),
@@ -324,6 +343,7 @@ absl::Status CudaStage<T>::BackwardInput(int slot, float loss_scale) {
   const Slot& s = ids_.slots[slot];
   const GPT2Config& cfg = layout_.config;
   const int64_t BT = B_ * T_, C = cfg.n_embd, BTC = BT * C, L = layout_.stage.num_layers();
+  if (recompute(Recompute::kFull)) FR_RETURN_IF_ERROR(RecomputeBlocks(slot, false));
   if (layout_.stage.has_head) {
     FR_RETURN_IF_ERROR(ClassifierBackward(slot, loss_scale));
     FR_LIBRARY(kHead, MatmulBackwardInput, blas_, Ptr<T>(s.dlnf), Ptr<T>(s.logits), HeadMatrix(),
@@ -338,6 +358,7 @@ absl::Status CudaStage<T>::BackwardInput(int slot, float loss_scale) {
     FR_RETURN_IF_ERROR(llama() ? LlamaLayerBackwardInput(s, l, LayerInput(s, l), dx)
                                : LayerBackwardInput(s, l, LayerInput(s, l), dx));
   }
+  if (recompute(Recompute::kFull)) recomputed_slot_ = slot;
   return absl::OkStatus();
 }
 
@@ -346,7 +367,7 @@ absl::Status CudaStage<T>::LayerBackwardWeight(const Slot& s, int64_t l, const T
   const int64_t BT = B_ * T_, C = layout_.config.n_embd, BTC = BT * C;
   using PT = ParamTensor;
   float* partials = Ptr<float>(ids_.column_partials);
-  const T* dres3 = Act(s.dres3, l, BTC);
+  const T* dres3 = BlockOutputGrad(s, l);
   const T* dres2 = Act(s.dres2, l, BTC);
   const T* dfch = Act(s.dfch, l, 4 * BTC);
   const T* dqkv = Act(s.dqkv, l, 3 * BTC);
@@ -359,8 +380,9 @@ absl::Status CudaStage<T>::LayerBackwardWeight(const Slot& s, int64_t l, const T
     }
   };
   const bool acc = !weight_grads_deferred_;  // beta = 0 over what ZeroGrads left
-  FR_LIBRARY(l, MatmulBackwardWeight, blas_, G(PT::kFcProjW, l), dres3, Act(s.fch_gelu, l, 4 * BTC),
-             BT, 4 * C, C, acc);
+  if (recompute(Recompute::kSelective)) FR_RETURN_IF_ERROR(RecomputeActivation(s, l));
+  FR_LIBRARY(l, MatmulBackwardWeight, blas_, G(PT::kFcProjW, l), dres3, ActivationOutput(s, l), BT,
+             4 * C, C, acc);
   FR_KERNEL(l, bias_backward, G(PT::kFcProjB, l), dres3, C);
   FR_LIBRARY(l, MatmulBackwardWeight, blas_, G(PT::kFcW, l), dfch, Act(s.ln2, l, BTC), BT, C,
              4 * C, acc);
@@ -390,6 +412,11 @@ absl::Status CudaStage<T>::BackwardWeight(int slot) {
   const Slot& s = ids_.slots[slot];
   const GPT2Config& cfg = layout_.config;
   const int64_t C = cfg.n_embd, L = layout_.stage.num_layers();
+  // Full: the shared buffers hold another slot's blocks (a W deferred past other work), so
+  // this one's are made again first.
+  if (recompute(Recompute::kFull) && recomputed_slot_ != slot) {
+    FR_RETURN_IF_ERROR(RecomputeBlocks(slot, true));
+  }
   // A part is reported once its products are queued: whoever reads its gradients then
   // (HostGrads: a data-parallel bucket's start) copies them on this stream, after them. Not
   // in the first weight gradients after ZeroGrads, written with beta = 0 over stale values: a
@@ -422,23 +449,26 @@ absl::Status CudaStage<T>::BackwardWeight(int slot) {
 
 // The members defined here, for both element types (the class itself is instantiated in
 // cuda_stage_model.cc).
-#define FR_INSTANTIATE(T)                                                                     \
-  template const T* CudaStage<T>::LayerInput(const Slot&, int64_t) const;                     \
-  template T* CudaStage<T>::OutputActivations(const Slot&) const;                             \
-  template T* CudaStage<T>::OutputGrad(const Slot&) const;                                    \
-  template absl::Status CudaStage<T>::AttentionScores(const Slot&, int64_t);                  \
-  template absl::Status CudaStage<T>::AttentionForward(const Slot&, int64_t);                 \
-  template absl::Status CudaStage<T>::LayerForward(const Slot&, int64_t, const T*);           \
-  template absl::Status CudaStage<T>::LaunchForward(int, double*);                            \
-  template absl::Status CudaStage<T>::AttentionBackward(const Slot&, int64_t, const T*);      \
-  template absl::Status CudaStage<T>::LayerBackwardInput(const Slot&, int64_t, const T*, T*); \
-  template T* CudaStage<T>::HeadMatrix() const;                                               \
-  template absl::Status CudaStage<T>::HeadNormForward(const Slot&);                           \
-  template absl::Status CudaStage<T>::HeadNormBackwardInput(const Slot&, T*);                 \
-  template absl::Status CudaStage<T>::HeadNormBackwardWeight(const Slot&);                    \
-  template absl::Status CudaStage<T>::HeadWteGrad(const Slot&);                               \
-  template absl::Status CudaStage<T>::BackwardInput(int, float);                              \
-  template absl::Status CudaStage<T>::LayerBackwardWeight(const Slot&, int64_t, const T*);    \
+#define FR_INSTANTIATE(T)                                                                    \
+  template const T* CudaStage<T>::LayerInput(const Slot&, int64_t) const;                    \
+  template T* CudaStage<T>::OutputActivations(const Slot&) const;                            \
+  template T* CudaStage<T>::OutputGrad(const Slot&) const;                                   \
+  template T* CudaStage<T>::BlockOutputGrad(const Slot&, int64_t) const;                     \
+  template T* CudaStage<T>::ActivationOutput(const Slot&, int64_t) const;                    \
+  template absl::Status CudaStage<T>::AttentionScores(const Slot&, int64_t);                 \
+  template absl::Status CudaStage<T>::AttentionForward(const Slot&, int64_t);                \
+  template absl::Status CudaStage<T>::LayerForward(const Slot&, int64_t, const T*);          \
+  template absl::Status CudaStage<T>::LaunchForward(int, double*);                           \
+  template absl::Status CudaStage<T>::AttentionBackward(const Slot&, int64_t, const T*);     \
+  template absl::Status CudaStage<T>::LayerBackwardInput(const Slot&, int64_t, const T*, T*, \
+                                                         bool);                              \
+  template T* CudaStage<T>::HeadMatrix() const;                                              \
+  template absl::Status CudaStage<T>::HeadNormForward(const Slot&);                          \
+  template absl::Status CudaStage<T>::HeadNormBackwardInput(const Slot&, T*);                \
+  template absl::Status CudaStage<T>::HeadNormBackwardWeight(const Slot&);                   \
+  template absl::Status CudaStage<T>::HeadWteGrad(const Slot&);                              \
+  template absl::Status CudaStage<T>::BackwardInput(int, float);                             \
+  template absl::Status CudaStage<T>::LayerBackwardWeight(const Slot&, int64_t, const T*);   \
   template absl::Status CudaStage<T>::BackwardWeight(int);
 FR_INSTANTIATE(float)
 FR_INSTANTIATE(bf16)

@@ -4,9 +4,10 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_format.h"
+#include "core/device.h"
 #include "gtest/gtest.h"
 #include "models/backend.h"
-#include "core/device.h"
 
 namespace freeride {
 namespace {
@@ -21,9 +22,11 @@ TEST(DeviceMemoryPlanTest, BuffersAreAlignedAndDisjointWithinEachPhase) {
   const GPT2Config cfg = Gpt2Small();
   auto specs = SplitIntoStages(cfg, 4, {});
   ASSERT_TRUE(specs.ok());
-  for (const StageSpec& spec : *specs) {
+  for (const auto& [spec, mode] :
+       {std::pair{(*specs)[0], Recompute::kNone}, std::pair{(*specs)[1], Recompute::kSelective},
+        std::pair{(*specs)[2], Recompute::kFull}, std::pair{(*specs)[3], Recompute::kFull}}) {
     MemoryPlan plan;
-    PlanStageMemory(cfg, spec, 4, 256, 3, 2, &plan);
+    PlanStageMemory(cfg, spec, 4, 256, 3, 2, &plan, true, cuda::AttentionMode::kAuto, mode);
     for (int p = 0; p < kNumMemoryPhases; ++p) {
       std::vector<PlannedBuffer> in_phase;
       for (const PlannedBuffer& b : plan.buffers()) {
@@ -205,6 +208,66 @@ TEST(BackendTest, CudaWithoutAUsableDeviceIsAClearError) {
   model = MakeStageModel(options, cfg, WholeModel(cfg), 1, 8, 1);
   ASSERT_FALSE(model.ok());
   EXPECT_NE(model.status().message().find("bf16"), std::string::npos);
+}
+
+// What a micro-batch in flight holds under each model.recompute, in closed form (elements per
+// token; B·T = 256, so that every buffer is a multiple of the alignment): a slot's bytes are
+// the plan's growth from 2 slots to 3, the shared buffers what is left at 1 slot.
+TEST(DeviceMemoryPlanTest, RecomputeKeepsLessPerSlotInClosedForm) {
+  const GPT2Config gpt2 = *MakeGPT2Config(4, 4, 128, 64, 1000);
+  const GPT2Config llama = *MakeLlamaConfig(4, 4, 2, 128, 64, 1000, 352, 10000.0, 1e-5, false);
+  constexpr int64_t B = 4, T = 64, BT = B * T, L = 2, NH = 4;
+  const StageSpec middle{1, 3, false, false};
+  for (const GPT2Config& cfg : {gpt2, llama}) {
+    const int64_t C = cfg.n_embd;
+    const LayerWidths w = StageLayerWidths(cfg);
+    // Per block: ln1, qkv, attention output, residual2, ln2, the MLP's input and activation,
+    // residual3; the output gradients I stashes for W: dresidual3, dfch, dln2, dresidual2,
+    // dqkv, dln1; fp32: the norms' statistics (LayerNorm's means and rstds, RMSNorm's rstds)
+    // and each head's log-sum-exp.
+    const int64_t kept = 5 * C + w.qkv + w.fc + w.act, stashed = 4 * C + w.fc + w.qkv;
+    const int64_t floats = (cfg.is_llama() ? 2 : 4) + NH;
+    for (int64_t X : {2, 4}) {
+      SCOPED_TRACE(absl::StrFormat("%s, %d bytes", cfg.is_llama() ? "llama" : "gpt2", X));
+      // Every slot also keeps its input and input gradient.
+      const int64_t none = BT * X * (2 * C + L * (kept + stashed)) + BT * 4 * L * floats;
+      const int64_t selective = none - BT * X * L * w.act;
+      // Full: the input, each block's output, the stage's output gradient.
+      const int64_t full = BT * X * (2 * C + L * C + C);
+      // ... and one micro-batch's everything else, the gradient at the last block's output
+      // (the slot's) aside.
+      const int64_t shared = BT * X * (L * (kept - C + stashed) - C) + BT * 4 * L * floats;
+      struct Expected {
+        Recompute mode;
+        int64_t slot, shared, workspace;
+      };
+      MemoryPlan base;
+      PlanStageMemory(cfg, middle, B, T, 1, X, &base);
+      for (const Expected& e :
+           {Expected{Recompute::kNone, none, 0, 0},
+            Expected{Recompute::kSelective, selective, 0, 0},
+            // GPT-2's discarded LayerNorm weight gradients, 2·C fp32, rounded up to 256.
+            Expected{Recompute::kFull, full, shared, cfg.is_llama() ? 0 : 1024}}) {
+        SCOPED_TRACE(RecomputeName(e.mode));
+        auto activations = [&](int slots, bool training = true) {
+          MemoryPlan plan;
+          PlanStageMemory(cfg, middle, B, T, slots, static_cast<int>(X), &plan, training,
+                          cuda::AttentionMode::kAuto, e.mode);
+          return plan;
+        };
+        const int64_t slot = activations(3).PhaseBytes(MemoryPhase::kActivations) -
+                             activations(2).PhaseBytes(MemoryPhase::kActivations);
+        EXPECT_EQ(slot, e.slot);
+        EXPECT_EQ(activations(1).PhaseBytes(MemoryPhase::kActivations) - slot, e.shared);
+        EXPECT_EQ(activations(1).PhaseBytes(MemoryPhase::kWorkspace),
+                  base.PhaseBytes(MemoryPhase::kWorkspace) + e.workspace);
+        // Inference keeps no backward: the mode changes nothing.
+        MemoryPlan inference;
+        PlanStageMemory(cfg, middle, B, T, 2, static_cast<int>(X), &inference, false);
+        EXPECT_EQ(activations(2, false).TotalBytes(), inference.TotalBytes());
+      }
+    }
+  }
 }
 
 }  // namespace

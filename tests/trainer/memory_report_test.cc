@@ -34,8 +34,9 @@ TEST(MemoryReportTest, EachStageLineIsTheBackendsPlan) {
   ASSERT_TRUE(gpt2.ok());
   MemoryPlan plan;
   PlanStageMemory(*gpt2, WholeModel(*gpt2), 16, 1024, 1, 2, &plan);
-  EXPECT_EQ(lines[1], "stage 0: layers [0, 12) +embedding +head; 1 activation slot(s): " +
-                          plan.Report());
+  EXPECT_EQ(lines[1],
+            "stage 0: layers [0, 12) +embedding +head; recompute none; 1 activation slot(s): " +
+                plan.Report());
 }
 
 TEST(MemoryReportTest, PipelineStagesHoldTheirScheduleBuffers) {
@@ -66,8 +67,9 @@ TEST(MemoryReportTest, ALlamaStageLineIsTheBackendsLlamaPlan) {
   ASSERT_TRUE(llama.ok() && llama->is_llama());
   MemoryPlan plan;
   PlanStageMemory(*llama, WholeModel(*llama), 2, 64, 1, 2, &plan);
-  EXPECT_EQ(lines[1], "stage 0: layers [0, 4) +embedding +head; 1 activation slot(s): " +
-                          plan.Report());
+  EXPECT_EQ(lines[1],
+            "stage 0: layers [0, 4) +embedding +head; recompute none; 1 activation slot(s): " +
+                plan.Report());
 }
 
 TEST(ModelSummaryTest, Llama32OneBHasItsParametersAndFlopsPerToken) {

@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/backend.h"
+#include "models/device_memory_plan.h"
 #include "tests/pipeline/train_parity.h"
 #include "trainer/memory_report.h"
 #include "trainer/pipeline_plan.h"
@@ -55,27 +56,22 @@ TEST(RecomputePlanTest, BadValuesNameTheKeyAndWhatFits) {
               HasSubstr("parallel.recompute_stages: expected one entry per pipeline stage "
                         "(parallel.pp = 4), or empty for model.recompute on every stage, found 2 "
                         "entries"));
-  EXPECT_THAT(ErrorOf(kPp4, {"runtime.device=\"cuda\"", "model.recompute=\"full\""}),
-              HasSubstr("model.recompute: expected \"none\" on runtime.device = \"cuda\""));
-  EXPECT_THAT(ErrorOf(kPp4, {"runtime.device=\"cuda\"",
+  // The CUDA backend recomputes for both families (tests/gpu/cuda_recompute_gpu_test.cc).
+  for (const char* arch : {"gpt2", "llama"}) {
+    EXPECT_TRUE(ParseConfig(kPp4, "test.toml",
+                            {"runtime.device=\"cuda\"", absl::StrCat("model.arch=\"", arch, "\""),
+                             "parallel.recompute_stages=[\"full\", \"selective\", \"none\", "
+                             "\"none\"]"})
+                    .ok())
+        << arch;
+  }
+  EXPECT_THAT(ErrorOf(kPp4, {"model.arch=\"llama\"",
                              "parallel.recompute_stages=[\"none\", \"selective\", \"none\", "
                              "\"none\"]"}),
-              HasSubstr("parallel.recompute_stages: expected \"none\" entries on runtime.device "
-                        "= \"cuda\""));
+              HasSubstr("parallel.recompute_stages: expected \"none\" entries on model.arch = "
+                        "\"llama\" with runtime.device = \"cpu\""));
   EXPECT_THAT(ErrorOf(kPp4, {"model.arch=\"llama\"", "model.recompute=\"selective\""}),
               HasSubstr("model.recompute: expected \"none\" on model.arch = \"llama\""));
-}
-
-// A CUDA chunk asked to recompute (a caller past the config's check) is refused by name.
-TEST(RecomputePlanTest, TheCudaBackendRefusesRecomputationNamingTheKey) {
-  const GPT2Config model = *MakeGPT2Config(2, 2, 8, 8, 64);
-  BackendOptions options;
-  options.device = "cuda";
-  options.recompute = Recompute::kFull;
-  absl::StatusOr<std::unique_ptr<StageModel>> chunk =
-      MakeStageModel(options, model, WholeModel(model), 1, 8, 1);
-  ASSERT_FALSE(chunk.ok());
-  EXPECT_THAT(chunk.status().message(), HasSubstr("model.recompute = \"full\""));
 }
 
 TEST(RecomputePlanTest, FlopsAddOneBlockForwardPerFullBlockAndTheAttentionCorePerSelective) {
@@ -97,6 +93,18 @@ TEST(RecomputePlanTest, FlopsAddOneBlockForwardPerFullBlockAndTheAttentionCorePe
   config->parallel.recompute_stages.clear();
   EXPECT_DOUBLE_EQ(TrainingFlopsPerTokenWithRecompute(*config, model, *plan),
                    TrainingFlopsPerToken(model, 32));
+}
+
+// A CPU chunk of a Llama asked to recompute (a caller past the config's check) is refused by
+// the key and its value; the CUDA backend takes it (tests/gpu/cuda_recompute_gpu_test.cc).
+TEST(RecomputePlanTest, TheCpuBackendRefusesLlamaRecomputationNamingTheKey) {
+  const GPT2Config model = *MakeLlamaConfig(2, 2, 2, 8, 8, 64, 16, 10000.0, 1e-5, true);
+  BackendOptions options;
+  options.recompute = Recompute::kFull;
+  absl::StatusOr<std::unique_ptr<StageModel>> chunk =
+      MakeStageModel(options, model, WholeModel(model), 1, 8, 1);
+  ASSERT_FALSE(chunk.ok());
+  EXPECT_THAT(chunk.status().message(), HasSubstr("model.recompute = \"full\""));
 }
 
 // Simulated time and the cost model of the schedule's bubbles: a stage's B grows by the
@@ -161,6 +169,43 @@ TEST(RecomputePlanTest, ConfigMemoryShowsEachStagesSlotsAndSharedScratch) {
   };
   EXPECT_LT(slot_of(0) * 5, slot_of(2));
   EXPECT_LT(slot_of(1), slot_of(2));
+}
+
+// On the CUDA backend `config memory` plans each stage's chunk with its stage's mode (the plan
+// the chunk allocates: tests/gpu/cuda_recompute_gpu_test.cc), either family.
+TEST(RecomputePlanTest, ConfigMemoryPlansEachCudaStageWithItsMode) {
+  for (const char* arch : {"gpt2", "llama"}) {
+    SCOPED_TRACE(arch);
+    absl::StatusOr<Config> config = LoadConfigFile(
+        "configs/gpt2_124m_pp4.toml",
+        {"parallel.schedule=\"1f1b\"", "train.microbatches=4", "runtime.device=\"cuda\"",
+         "runtime.precision=\"bf16\"", absl::StrCat("model.arch=\"", arch, "\""),
+         "parallel.recompute_stages=[\"full\", \"selective\", \"none\", \"full\"]"});
+    ASSERT_TRUE(config.ok()) << config.status();
+    absl::StatusOr<std::string> report = DeviceMemoryReport(*config);
+    ASSERT_TRUE(report.ok()) << report.status();
+    const std::vector<std::string> lines = absl::StrSplit(*report, '\n', absl::SkipEmpty());
+    ASSERT_EQ(lines.size(), 5u) << *report;
+    const GPT2Config model = *ResolveModelConfig(*config);
+    absl::StatusOr<PipelinePlan> plan = PlanPipeline(*config, model);
+    ASSERT_TRUE(plan.ok());
+    const int64_t B = config->train.batch_size / config->train.microbatches;
+    for (int s = 0; s < 4; ++s) {
+      const Recompute mode = StageRecompute(*config, s);
+      MemoryPlan want, none;
+      PlanStageMemory(model, plan->specs[s], B, config->train.seq_len, 4 - s, 2, &want, true,
+                      cuda::AttentionMode::kAuto, mode);
+      PlanStageMemory(model, plan->specs[s], B, config->train.seq_len, 4 - s, 2, &none);
+      EXPECT_THAT(lines[1 + s],
+                  HasSubstr(absl::StrFormat("recompute %s; %d activation slot(s): %s",
+                                            RecomputeName(mode), 4 - s, want.Report())));
+      // The last stage holds one micro-batch: full's shared buffers are then what the slot
+      // held, and it saves nothing.
+      if (mode != Recompute::kNone && s < 3) {
+        EXPECT_LT(want.TotalBytes(), none.TotalBytes()) << "stage " << s;
+      }
+    }
+  }
 }
 
 // The run's start record counts the recomputed forward in its FLOPs per step (MFU's numerator).

@@ -142,14 +142,12 @@ void Loader::CheckCrossField(bool check_files) {
                       "), or empty for model.recompute on every stage"),
          absl::StrCat(c.parallel.recompute_stages.size(), " entries"));
   }
-  // Recomputation is built for GPT-2 on the CPU backend only: a run asking for it elsewhere is
-  // refused here, before a model is built.
-  const std::string elsewhere = c.runtime.device == "cuda" ? "runtime.device = \"cuda\""
-                                : c.model.arch == "llama"  ? "model.arch = \"llama\""
-                                                           : "";
-  if (!elsewhere.empty()) {
-    const std::string where = absl::StrCat(
-        " on ", elsewhere, " (recomputation is built for GPT-2 on the CPU backend only so far)");
+  // Recomputation is built for both families on the CUDA backend, for GPT-2 only on the CPU
+  // backend: a CPU run of a Llama asking for it is refused here, before a model is built.
+  if (c.runtime.device != "cuda" && c.model.arch == "llama") {
+    const std::string where =
+        " on model.arch = \"llama\" with runtime.device = \"cpu\" (the CPU backend recomputes "
+        "for GPT-2 only so far; the CUDA backend for both families)";
     if (c.model.recompute != "none" && c.parallel.recompute_stages.empty()) {
       fail("model.recompute", absl::StrCat("\"none\"", where), TomlString(c.model.recompute));
     }

@@ -64,11 +64,12 @@ std::vector<KeySpec> BuildSchema() {
       FR_KEY(model, recompute)
           .Choices({"none", "selective", "full"})
           .Doc("Activation recomputation: what a micro-batch in flight keeps for its backward. "
-               "\"selective\" recomputes each block's attention probabilities (B·heads·T² "
-               "values) and its GELU output; \"full\" keeps only each block's input and runs "
-               "the blocks forward again in the backward (one more forward of the blocks: "
-               "counted in MFU). Losses and gradients are the same bits as \"none\". CPU "
-               "backend only so far. parallel.recompute_stages overrides it per stage "
+               "\"selective\" recomputes each block's GELU (SwiGLU) output and, on the CPU, its "
+               "attention probabilities (B·heads·T² values; the CUDA backend never keeps "
+               "them); \"full\" keeps only each block's input and runs the blocks forward "
+               "again in the backward (one more forward of the blocks: counted in MFU). Losses "
+               "and gradients are the same bits as \"none\". Both backends; on the CPU for "
+               "GPT-2 only so far. parallel.recompute_stages overrides it per stage "
                "(docs/training.md#memory)."),
       FR_KEY(model, arch)
           .Choices({"gpt2", "llama"})
