@@ -8,7 +8,9 @@
 //   full       only each block's input is kept (and what the head needs); the backward runs
 //              the stage's blocks forward again before differentiating them.
 // The recomputation runs the forward's kernels on the forward's inputs, so losses and
-// gradients are the same bits as with none.
+// gradients are the same bits as with none. Those are the CPU backend's (models/gpt2.h); the
+// CUDA chunk never keeps the attention probabilities, and what its modes drop is
+// StageBufferIds' (models/device_memory_plan.h).
 #pragma once
 
 #include <cstdint>
