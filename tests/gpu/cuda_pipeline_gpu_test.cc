@@ -50,7 +50,17 @@ TEST(CudaPipelineTest, StagesAsThreadsMatchOneProcess) {
       SingleProcessLosses(OnCuda(ParityConfig(shard, "1f1b", 1, 1, 4)));
   for (const std::string schedule : {"gpipe", "1f1b", "zbh1"}) {
     SCOPED_TRACE(schedule);
-    ExpectClose(ThreadedLosses(OnCuda(ParityConfig(shard, schedule, 2, 1, 4))), expected, 1e-6);
+    const Config config = OnCuda(ParityConfig(shard, schedule, 2, 1, 4));
+    const std::vector<double> got = ThreadedLosses(config);
+    ExpectClose(got, expected, 1e-6);
+    // Activation recomputation, a mode per stage, through the executor's B instructions (1F1B)
+    // and its I/W split with the head's wte gradient in I (ZB-H1): the same bits, two steps
+    // (cuda_recompute_gpu_test holds each chunk to them in every order).
+    if (schedule == "gpipe") continue;
+    Config recomputing = config;
+    recomputing.parallel.recompute_stages = {schedule == "zbh1" ? "selective" : "full",
+                                             schedule == "zbh1" ? "full" : "selective"};
+    EXPECT_EQ(ThreadedLosses(recomputing, 2), std::vector<double>(got.begin(), got.begin() + 2));
   }
   // Two replicas of batch 4 in 2 micro-batches = one process with batch 8 in 4.
   const std::vector<double> batch8 =
