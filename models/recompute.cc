@@ -37,4 +37,11 @@ double RecomputeFlopsPerTokenPerBlock(const GPT2Config& config, int64_t seq_len,
   return 0;
 }
 
+double CudaRecomputeFlopsPerTokenPerBlock(const GPT2Config& config, int64_t seq_len, Recompute mode,
+                                          bool gelu_in_product) {
+  if (mode != Recompute::kSelective) return RecomputeFlopsPerTokenPerBlock(config, seq_len, mode);
+  const double C = static_cast<double>(config.n_embd);
+  return gelu_in_product ? 8 * C * C : 0;
+}
+
 }  // namespace freeride

@@ -32,5 +32,11 @@ const char* RecomputeName(Recompute mode);
 // full adds the block's forward, 24·C² + 4·T·C; selective the attention core's, 4·T·C (the
 // GELU is elementwise: no FLOPs in this model).
 double RecomputeFlopsPerTokenPerBlock(const GPT2Config& config, int64_t seq_len, Recompute mode);
+// The same for a CUDA chunk, which recomputes the attention probabilities in every mode (so
+// none of it is the mode's): full adds the block's forward, as above; selective remakes the MLP
+// activation's output, elementwise (0), or where the GELU runs in the MLP product's epilogue
+// (`gelu_in_product`: bf16 GPT-2 by default) that product again, 8·C² (2 · C · 4·C).
+double CudaRecomputeFlopsPerTokenPerBlock(const GPT2Config& config, int64_t seq_len,
+                                          Recompute mode, bool gelu_in_product);
 
 }  // namespace freeride

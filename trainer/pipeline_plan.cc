@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/status.h"
+#include "models/cuda/stage_policy.h"
 #include "pipeline/generators.h"
 #include "pipeline/passes.h"
 #include "pipeline/schedule_file.h"
@@ -254,14 +255,26 @@ std::vector<Recompute> StageRecomputes(const Config& config) {
   return modes;
 }
 
+double StageRecomputeFlopsPerTokenPerBlock(const Config& config, const GPT2Config& model,
+                                           Recompute mode) {
+  if (config.runtime.device != "cuda") {
+    return RecomputeFlopsPerTokenPerBlock(model, config.train.seq_len, mode);
+  }
+  // As CudaStage decides (the config is checked, so the mode parses).
+  const absl::StatusOr<cuda::GeluFusionMode> fuse =
+      cuda::ParseGeluFusionMode(config.runtime.fuse_gelu);
+  const bool gelu_in_product =
+      !model.is_llama() && fuse.ok() && cuda::FuseGelu(*fuse, config.runtime.precision == "bf16");
+  return CudaRecomputeFlopsPerTokenPerBlock(model, config.train.seq_len, mode, gelu_in_product);
+}
+
 std::vector<double> RecomputedForwardShares(const Config& config, const GPT2Config& model) {
   const double forward =
       RecomputeFlopsPerTokenPerBlock(model, config.train.seq_len, Recompute::kFull);
   std::vector<double> shares;
   for (int s = 0; s < config.parallel.pp; ++s) {
-    shares.push_back(
-        RecomputeFlopsPerTokenPerBlock(model, config.train.seq_len, StageRecompute(config, s)) /
-        forward);
+    shares.push_back(StageRecomputeFlopsPerTokenPerBlock(config, model, StageRecompute(config, s)) /
+                     forward);
   }
   return shares;
 }
@@ -274,7 +287,7 @@ double TrainingFlopsPerTokenWithRecompute(const Config& config, const GPT2Config
     const Recompute mode =
         StageRecompute(config, pipeline::StageOfVirtual(plan.placement, pp, static_cast<int>(v)));
     flops += static_cast<double>(plan.specs[v].num_layers()) *
-             RecomputeFlopsPerTokenPerBlock(model, config.train.seq_len, mode);
+             StageRecomputeFlopsPerTokenPerBlock(config, model, mode);
   }
   return flops;
 }

@@ -64,9 +64,14 @@ Recompute StageRecompute(const Config& config, int stage);
 // StageRecompute of every stage, stage 0 first.
 std::vector<Recompute> StageRecomputes(const Config& config);
 
+// FLOPs per token one block's recomputation adds under `mode` on the config's backend:
+// RecomputeFlopsPerTokenPerBlock on the CPU, CudaRecomputeFlopsPerTokenPerBlock on CUDA (the
+// GELU in the product's epilogue where runtime.fuse_gelu and the precision put it there).
+double StageRecomputeFlopsPerTokenPerBlock(const Config& config, const GPT2Config& model,
+                                           Recompute mode);
 // Training FLOPs per token of the whole model (TrainingFlopsPerToken) plus what each block's
-// recomputation adds under its stage's mode (RecomputeFlopsPerTokenPerBlock): the count MFU
-// divides.
+// recomputation adds under its stage's mode (StageRecomputeFlopsPerTokenPerBlock): the count
+// MFU divides.
 double TrainingFlopsPerTokenWithRecompute(const Config& config, const GPT2Config& model,
                                           const PipelinePlan& plan);
 
@@ -81,7 +86,8 @@ pipeline::CostModel CostModelFromParts(const std::vector<StageSpec>& specs, cons
                                        const std::vector<double>& recomputed = {});
 
 // Per pipeline stage, the share of a block's forward FLOPs its recomputation repeats in the
-// backward: 1 under full, the attention core's 4·T·C of 24·C² + 4·T·C under selective, 0
+// backward (StageRecomputeFlopsPerTokenPerBlock over 24·C² + 4·T·C): 1 under full; under
+// selective the attention core's 4·T·C on the CPU, on CUDA 0 or the MLP product's 8·C²; 0
 // under none.
 std::vector<double> RecomputedForwardShares(const Config& config, const GPT2Config& model);
 

@@ -186,5 +186,20 @@ TEST(RecomputeTest, ExtraFlopsAreOneForwardOfTheBlockOrItsAttentionCore) {
   EXPECT_DOUBLE_EQ(12 * RecomputeFlopsPerTokenPerBlock(cfg, 1024, Recompute::kFull), blocks / 3);
 }
 
+// The CUDA chunk recomputes the attention probabilities in every mode: its selective remakes
+// the MLP activation's output, elementwise, or with the GELU in the MLP product's epilogue the
+// product (2 · C · 4C per token); its full is the CPU's.
+TEST(RecomputeTest, OnCudaSelectiveCountsOnlyTheMlpProductItRunsAgain) {
+  const GPT2Config cfg = *MakeGPT2Config(12, 12, 768, 1024, 50257);
+  const double C = 768;
+  for (bool fused : {false, true}) {
+    EXPECT_EQ(CudaRecomputeFlopsPerTokenPerBlock(cfg, 1024, Recompute::kNone, fused), 0);
+    EXPECT_EQ(CudaRecomputeFlopsPerTokenPerBlock(cfg, 1024, Recompute::kFull, fused),
+              RecomputeFlopsPerTokenPerBlock(cfg, 1024, Recompute::kFull));
+  }
+  EXPECT_EQ(CudaRecomputeFlopsPerTokenPerBlock(cfg, 1024, Recompute::kSelective, false), 0);
+  EXPECT_EQ(CudaRecomputeFlopsPerTokenPerBlock(cfg, 1024, Recompute::kSelective, true), 8 * C * C);
+}
+
 }  // namespace
 }  // namespace freeride

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/files.h"
 #include "gmock/gmock.h"
@@ -105,6 +106,43 @@ TEST(RecomputePlanTest, TheCpuBackendRefusesLlamaRecomputationNamingTheKey) {
       MakeStageModel(options, model, WholeModel(model), 1, 8, 1);
   ASSERT_FALSE(chunk.ok());
   EXPECT_THAT(chunk.status().message(), HasSubstr("model.recompute = \"full\""));
+}
+
+// On CUDA stages the FLOPs are what the chunk recomputes: full's block forward as on the CPU;
+// selective's MLP product where the GELU runs in its epilogue (bf16 GPT-2 by default), else
+// nothing (the attention probabilities are recomputed in every mode).
+TEST(RecomputePlanTest, CudaStagesCountWhatTheChunkRecomputes) {
+  const std::vector<std::string> base = {"model.n_layer=4",
+                                         "model.n_embd=64",
+                                         "model.n_head=4",
+                                         "train.seq_len=32",
+                                         "parallel.partition=\"even\"",
+                                         "parallel.recompute_stages=[\"full\", \"selective\"]",
+                                         "runtime.device=\"cuda\""};
+  const double C = 64, T = 32, forward = 24 * C * C + 4 * T * C;
+  struct Case {
+    std::vector<std::string> overrides;
+    double selective;  // per token per block
+  };
+  for (const Case& c : {Case{{"runtime.precision=\"bf16\""}, 8 * C * C},
+                        Case{{"runtime.precision=\"bf16\"", "runtime.fuse_gelu=\"off\""}, 0},
+                        Case{{"runtime.precision=\"fp32\""}, 0},
+                        Case{{"runtime.precision=\"bf16\"", "model.arch=\"llama\""}, 0}}) {
+    std::vector<std::string> overrides = base;
+    overrides.insert(overrides.end(), c.overrides.begin(), c.overrides.end());
+    SCOPED_TRACE(absl::StrJoin(c.overrides, " "));
+    absl::StatusOr<Config> config =
+        ParseConfig("[data]\ntrain = \"x\"\n[parallel]\npp = 2\n", "test.toml", overrides);
+    ASSERT_TRUE(config.ok()) << config.status();
+    const GPT2Config model = *ResolveModelConfig(*config);
+    absl::StatusOr<PipelinePlan> plan = PlanPipeline(*config, model);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(RecomputedForwardShares(*config, model),
+              (std::vector<double>{1, c.selective / forward}));
+    // 2 blocks per stage.
+    EXPECT_DOUBLE_EQ(TrainingFlopsPerTokenWithRecompute(*config, model, *plan),
+                     TrainingFlopsPerToken(model, 32) + 2 * forward + 2 * c.selective);
+  }
 }
 
 // Simulated time and the cost model of the schedule's bubbles: a stage's B grows by the
