@@ -36,7 +36,7 @@ double RecomputeFlopsPerTokenPerBlock(const GPT2Config& config, int64_t seq_len,
 // none of it is the mode's): full adds the block's forward, as above; selective remakes the MLP
 // activation's output, elementwise (0), or where the GELU runs in the MLP product's epilogue
 // (`gelu_in_product`: bf16 GPT-2 by default) that product again, 8·C² (2 · C · 4·C).
-double CudaRecomputeFlopsPerTokenPerBlock(const GPT2Config& config, int64_t seq_len,
-                                          Recompute mode, bool gelu_in_product);
+double CudaRecomputeFlopsPerTokenPerBlock(const GPT2Config& config, int64_t seq_len, Recompute mode,
+                                          bool gelu_in_product);
 
 }  // namespace freeride
