@@ -242,8 +242,9 @@ std::vector<KeySpec> BuildSchema() {
                "update is left in flight, and each model chunk waits for its own where the "
                "next step first reads it (its first forward; the wait counts as bubble time), "
                "so the gather overlaps the next batch's loading and the earlier stages' "
-               "forwards. false: the step waits for the whole gather at its end. The same bits "
-               "either way."),
+               "forwards. false: the step waits for the whole gather at its end, which measured "
+               "faster where MPI ranks share CPU cores (bench/RESULTS.md). The same bits either "
+               "way."),
       FR_KEY(parallel, transport)
           .Choices({"auto", "nccl", "mpi"})
           .Doc("What carries the activations and gradients between stages and the sums between "
