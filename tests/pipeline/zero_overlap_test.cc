@@ -107,10 +107,11 @@ struct RankRun {
   std::vector<double> bubble_s;            // per step, this stage's (replica 0's)
   std::vector<int64_t> buckets;            // per chunk: its gathers, one a bucket
   std::vector<uint64_t> losses;
+  std::vector<uint64_t> val_losses;  // `evaluate`: after every step
   std::vector<uint32_t> params;
 };
 
-std::vector<RankRun> Train(const Config& config, int steps) {
+std::vector<RankRun> Train(const Config& config, int steps, bool evaluate = false) {
   const int world = static_cast<int>(config.parallel.pp * config.parallel.dp);
   auto inner = pipeline::MakeInProcessWorld(world);
   std::vector<std::unique_ptr<SimulatedClock>> clocks;
@@ -143,6 +144,14 @@ std::vector<RankRun> Train(const Config& config, int steps) {
           return;
         }
         run.losses.push_back(std::bit_cast<uint64_t>(s->loss));
+        if (evaluate) {
+          absl::StatusOr<double> val = (*trainer)->Evaluate();
+          if (!val.ok()) {
+            failures[r] = std::string(val.status().message());
+            return;
+          }
+          run.val_losses.push_back(std::bit_cast<uint64_t>(*val));
+        }
         run.bubble_s.push_back(s->bubble_s[(*trainer)->layout().stage]);
         std::vector<Waited> waited;
         for (const pipeline::InstrTiming& t : (*trainer)->last_timeline()) {
@@ -262,6 +271,29 @@ TEST_F(ZeroOverlapTest, EachChunkWaitsForItsGatherAtItsFirstForward) {
         EXPECT_EQ(g.waits_before, 0);
         EXPECT_EQ(g.waits_after, g.starts);
       }
+    }
+  }
+}
+
+// Evaluation between steps, with the last update's gathers still in flight, sees the whole
+// parameters (Evaluate finishes them), as with the gather waited for at the update's end; and
+// the steps after it, whose forwards find nothing left to wait for, train the same bits.
+TEST_F(ZeroOverlapTest, EvaluationBetweenStepsSeesTheWholeParameters) {
+  constexpr int kSteps = 3;
+  for (const std::string schedule : {"1f1b", "interleaved"}) {
+    SCOPED_TRACE(schedule);
+    Config overlapped = OverlapConfig(schedule, true, kSteps);
+    overlapped.data.val = overlapped.data.train;
+    overlapped.eval.batches = 1;
+    Config blocking = overlapped;
+    blocking.parallel.zero_overlap = false;
+    const std::vector<RankRun> a = Train(overlapped, kSteps, true);
+    const std::vector<RankRun> b = Train(blocking, kSteps, true);
+    for (size_t r = 0; r < a.size(); ++r) {
+      EXPECT_EQ(a[r].val_losses.size(), static_cast<size_t>(kSteps));
+      EXPECT_EQ(a[r].val_losses, b[r].val_losses) << "rank " << r;
+      EXPECT_EQ(a[r].losses, b[r].losses) << "rank " << r;
+      EXPECT_TRUE(a[r].params == b[r].params) << "rank " << r;
     }
   }
 }
