@@ -298,5 +298,28 @@ TEST_F(ZeroOverlapTest, EvaluationBetweenStepsSeesTheWholeParameters) {
   }
 }
 
+// A post-validated step rolled back (clipped) where the next step did not run ahead (an
+// evaluation comes first): its speculative gathers, still in flight, land before the rollback
+// restores the backup, not after; then the redone step's gathers start. The bits of the
+// barrier with the gather waited for at the update's end.
+TEST_F(ZeroOverlapTest, ARollbackWithoutRunningAheadFinishesTheSpeculativeGather) {
+  constexpr int kSteps = 4;
+  Config blocking = OverlapConfig("zbh2", false, kSteps);
+  blocking.data.val = blocking.data.train;
+  blocking.eval.batches = 1;
+  blocking.eval.every = 1;  // no step runs ahead: each is followed by an evaluation
+  blocking.optim.grad_clip = 0.36;
+  Config overlapped = blocking;
+  overlapped.parallel.zero_overlap = true;
+  overlapped.optim.step_sync = "post_validate";
+  const std::vector<RankRun> a = Train(overlapped, kSteps, true);
+  const std::vector<RankRun> b = Train(blocking, kSteps, true);
+  for (size_t r = 0; r < a.size(); ++r) {
+    EXPECT_EQ(a[r].losses, b[r].losses) << "rank " << r;
+    EXPECT_EQ(a[r].val_losses, b[r].val_losses) << "rank " << r;
+    EXPECT_TRUE(a[r].params == b[r].params) << "rank " << r;
+  }
+}
+
 }  // namespace
 }  // namespace freeride
