@@ -137,6 +137,12 @@ void GradBuckets::Reset() {
 
 absl::Status GradBuckets::StartReady(int index, int part) {
   Chunk& c = chunks_[index];
+  if (gathering(index)) {
+    return absl::InternalError(absl::StrFormat(
+        "chunk %d's gradient sums would start while its parameters' all-gather is in flight "
+        "(its first forward waits for it)",
+        index));
+  }
   if (verify_) c.sent.resize(c.staging.size());
   for (; c.next < c.buckets.size() && c.buckets[c.next].ready_part <= part; ++c.next) {
     const GradBucket& b = c.buckets[c.next];
@@ -175,6 +181,8 @@ absl::Status GradBuckets::EndLastBackward(int chunk) {
 void GradBuckets::Poll() {
   for (Chunk& c : chunks_) {
     for (size_t b = 0; b < c.next; ++b) transport_->Test(c.requests[b]);
+    if (c.gathered) continue;
+    for (Transport::Request r : c.gathers) transport_->Test(r);
   }
 }
 
@@ -235,21 +243,52 @@ absl::Status GradBuckets::CopyPart(Chunk& c, size_t k, int64_t from, int64_t n, 
   return absl::OkStatus();
 }
 
-absl::Status GradBuckets::GatherParams(double timeout_s) {
+absl::Status GradBuckets::StartGather() {
   if (!zero_) return absl::FailedPreconditionError("parameters are gathered only under ZeRO-1");
-  for (Chunk& c : chunks_) {
-    for (size_t k = 0; k < c.buckets.size(); ++k) {
-      FR_RETURN_IF_ERROR(CopyPart(c, k, c.mine_at[k], c.mine_n[k], true, true));
-      FR_ASSIGN_OR_RETURN(c.requests[k], transport_->StartAllGather(c.staging.data() + c.start[k],
-                                                                    c.counts[k], group_));
+  for (size_t index = 0; index < chunks_.size(); ++index) {
+    if (gathering(static_cast<int>(index))) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "chunk %d's parameters are still being gathered from the last update", index));
     }
   }
   for (Chunk& c : chunks_) {
+    c.gathers.assign(c.buckets.size(), -1);
     for (size_t k = 0; k < c.buckets.size(); ++k) {
-      FR_RETURN_IF_ERROR(transport_->Wait(c.requests[k], timeout_s));
-      c.requests[k] = -1;
-      FR_RETURN_IF_ERROR(CopyPart(c, k, 0, c.buckets[k].floats, true, false));
+      FR_RETURN_IF_ERROR(CopyPart(c, k, c.mine_at[k], c.mine_n[k], true, true));
+      FR_ASSIGN_OR_RETURN(c.gathers[k], transport_->StartAllGather(c.staging.data() + c.start[k],
+                                                                   c.counts[k], group_));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GradBuckets::WaitGather(int chunk, double timeout_s) {
+  Chunk& c = chunks_[chunk];
+  if (c.gathered) return absl::OkStatus();
+  for (Transport::Request r : c.gathers) FR_RETURN_IF_ERROR(transport_->Wait(r, timeout_s));
+  c.gathered = !c.gathers.empty();
+  return absl::OkStatus();
+}
+
+absl::Status GradBuckets::PlaceGathered(int chunk) {
+  Chunk& c = chunks_[chunk];
+  if (!c.gathered) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("chunk %d: no all-gather waited for to place", chunk));
+  }
+  for (size_t k = 0; k < c.buckets.size(); ++k) {
+    FR_RETURN_IF_ERROR(CopyPart(c, k, 0, c.buckets[k].floats, true, false));
+  }
+  c.gathers.clear();
+  c.gathered = false;
+  return absl::OkStatus();
+}
+
+absl::Status GradBuckets::FinishGather(double timeout_s) {
+  for (int c = 0; c < static_cast<int>(chunks_.size()); ++c) {
+    if (!gathering(c)) continue;
+    FR_RETURN_IF_ERROR(WaitGather(c, timeout_s));
+    FR_RETURN_IF_ERROR(PlaceGathered(c));
   }
   return absl::OkStatus();
 }

@@ -71,8 +71,18 @@ class GradBuckets {
   // ZeRO-1: this rank's share of chunk `chunk`'s parameters (layout offsets, stream order).
   const std::vector<ParamRange>& owned(int chunk) const { return chunks_[chunk].owned; }
   // ZeRO-1: after each member has stepped its share, every member's parameters whole again:
-  // one all-gather per bucket over the group.
-  absl::Status GatherParams(double timeout_s);
+  // one all-gather per bucket over the group, every chunk's started here (none may be in
+  // flight). A chunk's parameters are whole once WaitGather and PlaceGathered have run for it;
+  // until then nothing may read or write them, nor start the chunk's gradient sums (they share
+  // the buckets' staging).
+  absl::Status StartGather();
+  bool gathering(int chunk) const { return !chunks_[chunk].gathers.empty(); }
+  // Waits for chunk `chunk`'s all-gathers (none in flight: at once)...
+  absl::Status WaitGather(int chunk, double timeout_s);
+  // ...and then puts what they brought into its parameters.
+  absl::Status PlaceGathered(int chunk);
+  // Both, for every chunk.
+  absl::Status FinishGather(double timeout_s);
 
   // A check for tests: every bucket's gradients are compared, when its sum is waited for,
   // with what they were when it started (an error if any changed: the bucket started before
@@ -106,6 +116,10 @@ class GradBuckets {
     std::vector<std::vector<int64_t>> counts;
     std::vector<int64_t> mine_at, mine_n;  // per bucket, within it
     std::vector<ParamRange> owned;
+    // ZeRO-1: the parameters' all-gathers in flight, one per bucket (empty: none); `gathered`:
+    // all of them waited for, not yet placed.
+    std::vector<Transport::Request> gathers;
+    bool gathered = false;
   };
   // Copies the pieces of chunk `c`'s bucket `k` that lie in [from, from + n) of the bucket
   // between the chunk's buffer (`get`: its gradients or parameters) and `packed` (the

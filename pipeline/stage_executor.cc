@@ -171,6 +171,16 @@ void StageExecutor::set_dp_bucket_mb(double mib, bool zero) {
       std::make_unique<GradBuckets>(chunks_, floats, transport_, layout_.DataParallelGroup(), zero);
 }
 
+absl::Status StageExecutor::StartZeroGather() {
+  if (!zero()) return absl::FailedPreconditionError("no ZeRO-1 shares to gather");
+  FR_RETURN_IF_ERROR(buckets_->StartGather());
+  return zero_overlap_ ? absl::OkStatus() : buckets_->FinishGather(timeout_s_);
+}
+
+absl::Status StageExecutor::FinishZeroGather() {
+  return zero() ? buckets_->FinishGather(timeout_s_) : absl::OkStatus();
+}
+
 absl::Status StageExecutor::ReduceDataParallel(double* waited) {
   if (buckets_) {
     // Most buckets are on their way since the last backward; wte's start now, after the tied
@@ -229,6 +239,15 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
       return grad ? chunk->SetOutputGrad(slot, src) : chunk->SetInputActivations(slot, src);
     }
     case Op::kForward: {
+      // ZeRO-1: the chunk's parameters, gathered since the last update, are first read here.
+      // Only the gather's transfer counts as waiting, not putting its values in place.
+      if (buckets_ && buckets_->gathering(in.chunk)) {
+        const double start = clock().Now();
+        absl::Status s = buckets_->WaitGather(in.chunk, timeout_s_);
+        CountWait(clock().Now() - start, waited);
+        FR_RETURN_IF_ERROR(s);
+        FR_RETURN_IF_ERROR(buckets_->PlaceGathered(in.chunk));
+      }
       // The head's loss stays with the chunk until the step needs it (TakeHeadLoss). Every
       // forward of a schedule with backwards has its BackwardInput, at this loss scale.
       const std::optional<float> backward_scale =

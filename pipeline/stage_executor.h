@@ -127,13 +127,18 @@ class StageExecutor {
   // (kZeroBucketMb then). Between steps only; no effect without a data-parallel group or a
   // backward.
   void set_dp_bucket_mb(double mib, bool zero = false);
-  // ZeRO-1: whether it is on, and after this rank has stepped its share, every rank of the
-  // data-parallel group's parameters whole again (GradBuckets::GatherParams).
+  // ZeRO-1: whether it is on. After this rank has stepped its share, StartZeroGather starts
+  // the all-gathers that make every rank's parameters whole again (GradBuckets::StartGather),
+  // and each chunk's is waited for where the next step first reads its parameters, the chunk's
+  // first FORWARD (counted as waiting, in bubble_s): the gather overlaps what comes before it
+  // there (the next batch's loading, the earlier stages' forwards, the earlier chunks'). What
+  // reads or writes the parameters outside a step (evaluation, checkpoints, a rollback, the
+  // run's end) calls FinishZeroGather first. With `overlap` off, StartZeroGather finishes
+  // them itself (the step then ends with whole parameters).
   bool zero() const { return buckets_ && buckets_->zero(); }
-  absl::Status GatherZeroShares() {
-    return buckets_ ? buckets_->GatherParams(timeout_s_)
-                    : absl::FailedPreconditionError("no ZeRO-1 shares to gather");
-  }
+  void set_zero_overlap(bool overlap) { zero_overlap_ = overlap; }
+  absl::Status StartZeroGather();
+  absl::Status FinishZeroGather();
   // Tests: the buckets check their gradients did not change after their sums began.
   void set_verify_buckets(bool verify) {
     if (buckets_) buckets_->set_verify(verify);
@@ -247,6 +252,7 @@ class StageExecutor {
   bool has_backward_ = false;  // a forward-only (validation) schedule leaves gradients alone
   Progress step_;
   std::unique_ptr<GradBuckets> buckets_;          // parallel.dp_bucket_mb > 0
+  bool zero_overlap_ = true;                      // parallel.zero_overlap
   std::vector<int> weight_instrs_, weight_left_;  // per chunk: its Bs and Ws, those still to run
   bool receives_posted_ = false;  // the step's receives (RunAhead's, or posted again after it)
   bool running_ahead_ = false;

@@ -179,6 +179,10 @@ absl::StatusOr<StepStats> Trainer::Step() {
       !s.ok()) {
     return s;
   }
+  // ZeRO-1: the run ends after this step (its last, or a stop): its parameters whole now.
+  if (step_ >= config_.train.steps || stats.stop_requested) {
+    if (absl::Status s = CompleteParams(); !s.ok()) return s;
+  }
   return stats;
 }
 
@@ -204,9 +208,11 @@ absl::Status Trainer::ApplyUpdate(int64_t step, double grad_scale) {
   for (const auto& chunk : chunks_) {
     if (absl::Status s = chunk->ApplyAdamW(adam); !s.ok()) return s;
   }
-  // ZeRO-1: each rank stepped its share; every rank of the data-parallel group takes part
-  // here alike (the decision to step is global), and leaves with the whole parameters.
-  return executor_->zero() ? executor_->GatherZeroShares() : absl::OkStatus();
+  // ZeRO-1: each rank stepped its share; every rank of the data-parallel group starts the
+  // all-gather of the parameters here alike (the decision to step is global). The next step's
+  // first forward of each chunk waits for the chunk's (CompleteParams before anything else
+  // reads them).
+  return executor_->zero() ? executor_->StartZeroGather() : absl::OkStatus();
 }
 
 bool Trainer::WillSpeculate(const std::vector<double>& own, bool loss_finite) const {
@@ -219,6 +225,7 @@ bool Trainer::WillSpeculate(const std::vector<double>& own, bool loss_finite) co
 }
 
 absl::Status Trainer::KeepBackup() {
+  if (absl::Status s = CompleteParams(); !s.ok()) return s;
   backup_.resize(chunks_.size());
   for (size_t c = 0; c < chunks_.size(); ++c) {
     const int64_t n = chunks_[c]->num_params();
@@ -249,6 +256,9 @@ absl::StatusOr<bool> Trainer::Validate(const pipeline::StepState& state) {
   speculated_ = false;
   if (last_applied_ && scale == 1.0 && state.all_speculated) return true;
   if (speculated) {
+    // The speculative step's gather may still be on its way to chunks that have not run a
+    // forward since: it lands before the backup does, not after.
+    if (absl::Status s = CompleteParams(); !s.ok()) return s;
     for (size_t c = 0; c < chunks_.size(); ++c) {
       const Backup& b = backup_[c];
       if (absl::Status s = chunks_[c]->SetParams(b.params.data()); !s.ok()) return s;

@@ -332,6 +332,7 @@ absl::Status Trainer::OptimizerStep(const std::vector<double>& units, bool loss_
 
 absl::StatusOr<double> Trainer::Evaluate() {
   if (!val_) return NAN;
+  if (absl::Status s = CompleteParams(); !s.ok()) return s;
   val_->Reset();
   double loss = 0;
   for (int64_t b = 0; b < config_.eval.batches; ++b) {

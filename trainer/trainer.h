@@ -90,6 +90,11 @@ class Trainer {
   void RecordEnd(const absl::Status& status);
   // One optimizer step over train.microbatches micro-batches per replica.
   absl::StatusOr<StepStats> Step();
+  // ZeRO-1 (parallel.zero = 1): Step leaves the last update's all-gather of the parameters in
+  // flight, for the next step's forwards to wait for, unless the run ends or stops after it.
+  // This finishes it: every chunk's parameters whole (Evaluate and SaveCheckpoint call it).
+  // Nothing in flight, or no ZeRO-1: returns at once.
+  absl::Status CompleteParams() { return executor_->FinishZeroGather(); }
   // Mean loss over eval.batches validation batches (from the start of the validation data).
   absl::StatusOr<double> Evaluate();
   // Writes a checkpoint of this step (collective); `background`: from a snapshot, by a thread,

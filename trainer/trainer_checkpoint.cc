@@ -248,6 +248,7 @@ absl::Status Trainer::Resume(const std::string& path) {
 }
 
 absl::StatusOr<std::string> Trainer::SaveCheckpoint(bool background) {
+  if (absl::Status s = CompleteParams(); !s.ok()) return s;
   const bool leader = transport_->rank() == 0;
   // Disk time is real time, whatever clock the steps run on.
   const auto start = std::chrono::steady_clock::now();

@@ -177,6 +177,7 @@ Executors ExecutorPhase(const Config& config, const PipelineSetup& pipeline,
                                                 config.runtime.comm_timeout_s, std::move(hooks));
   out.train->set_clock(clock, pipeline.compute);
   out.train->set_dp_bucket_mb(config.parallel.dp_bucket_mb, config.parallel.zero == 1);
+  out.train->set_zero_overlap(config.parallel.zero_overlap);
   if (!config.data.val.empty()) {
     out.eval = std::make_unique<pipeline::StageExecutor>(
         ForwardOnlySchedule(pipeline.schedule), layout, chunks, transport,

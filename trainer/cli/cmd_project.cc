@@ -19,6 +19,7 @@
 #include "trainer/config/side_task_check.h"
 #include "trainer/emulation.h"
 #include "trainer/study/projection.h"
+#include "trainer/study/projection_memory.h"
 #include "trainer/trainer.h"
 
 namespace freeride {
@@ -260,11 +261,19 @@ absl::StatusOr<std::string> RunProjection(const ParsedFlags& flags) {
     FR_ASSIGN_OR_RETURN(double ns, PositiveNumberFlag(flags, "optimizer_ns", 0));
     options.optimizer_ms_per_param = ns * 1e-6;
   }
+  // The memory table: the CUDA chunk's plan in the config's precision, on a GPU of this size.
+  options.compute_bytes =
+      config.runtime.device == "cuda" && config.runtime.precision == "bf16" ? 2 : 4;
+  FR_ASSIGN_OR_RETURN(options.device_gib,
+                      PositiveNumberFlag(flags, "gpu_memory_gib", options.device_gib));
   FR_ASSIGN_OR_RETURN(const auto given, GivenTaskTimes(flags, config));
   FR_ASSIGN_OR_RETURN(options.tasks, MeasureTasks(config, given));
   FR_ASSIGN_OR_RETURN(Projection projection, Project(model, options));
   const std::string format = flags.Get("format", "md");
-  if (format == "md") return ProjectionMarkdown(model, projection, options);
+  if (format == "md") {
+    return ProjectionMarkdown(model, projection, options) +
+           ProjectionMemoryMarkdown(model, projection, options);
+  }
   if (format == "csv") return ProjectionCsv(projection);
   if (format == "json") return ProjectionJson(projection);
   if (format == "svg") return ProjectionSvg(projection);
@@ -311,7 +320,12 @@ std::vector<FlagSpec> ProjectFlags() {
       {"step_sync", "SYNC",
        "barrier or post_validate: how a step's end meets the next "
        "(default optim.step_sync)"},
-      {"format", "FORMAT", "md, csv, json or svg (a plot against GPU count; default md)"},
+      {"gpu_memory_gib", "X",
+       "each GPU's memory for the memory table, GiB (default 80: an H100 80 GB's nominal "
+       "size; give what your GPUs list)"},
+      {"format", "FORMAT",
+       "md (with the memory per stage), csv, json or svg (a plot against GPU count; default "
+       "md)"},
       {"out", "FILE", "write to FILE instead of standard output"}};
 }
 

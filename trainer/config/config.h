@@ -101,6 +101,7 @@ struct ParallelConfig {
   std::vector<std::string> recompute_stages;  // per pipeline stage; empty: model.recompute
   double dp_bucket_mb = 0;  // 0: one data-parallel sum per chunk at REDUCE_GRADS
   int64_t zero = 0;         // 1: ZeRO-1, AdamW moments sharded over the data-parallel ranks
+  bool zero_overlap = true;        // ZeRO-1's all-gather waited for at each chunk's next forward
   std::string transport = "auto";  // "auto" | "nccl" | "mpi" (trainer/transport_choice.h)
 };
 

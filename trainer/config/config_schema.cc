@@ -238,6 +238,14 @@ std::vector<KeySpec> BuildSchema() {
                "(docs/training.md#zero-1-optimizer-sharding); checkpoints save each rank's "
                "share and resume under any dp, pp or zero. CPU only: refused with "
                "runtime.device = \"cuda\". No effect at dp = 1."),
+      FR_KEY(parallel, zero_overlap)
+          .Doc("With parallel.zero = 1: the all-gather of the parameters after each step's "
+               "update is left in flight, and each model chunk waits for its own where the "
+               "next step first reads it (its first forward; the wait counts as bubble time), "
+               "so the gather overlaps the next batch's loading and the earlier stages' "
+               "forwards. false: the step waits for the whole gather at its end, which measured "
+               "faster where MPI ranks share CPU cores (bench/RESULTS.md). The same bits either "
+               "way."),
       FR_KEY(parallel, transport)
           .Choices({"auto", "nccl", "mpi"})
           .Doc("What carries the activations and gradients between stages and the sums between "

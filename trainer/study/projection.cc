@@ -23,6 +23,7 @@ using pipeline::ScheduleKind;
 struct StagePlan {
   pipeline::CostModel cost;
   int64_t max_rank_params = 0;
+  std::vector<std::vector<StageSpec>> stage_chunks;  // per stage, its chunks in chunk order
 };
 
 absl::StatusOr<StagePlan> PlanStages(const GPT2Config& model, const PartCosts& parts, int pp,
@@ -41,6 +42,12 @@ absl::StatusOr<StagePlan> PlanStages(const GPT2Config& model, const PartCosts& p
   for (int k = 0; k < virtual_stages; ++k)
     params[owners[k]] += MakeParamLayout(model, specs[k]).total;
   plan.max_rank_params = *std::max_element(params.begin(), params.end());
+  plan.stage_chunks.resize(pp);
+  for (int stage = 0; stage < pp; ++stage) {
+    for (int c = 0; c < chunks; ++c) {
+      plan.stage_chunks[stage].push_back(specs[pipeline::VirtualStageOf(placement, pp, stage, c)]);
+    }
+  }
   return plan;
 }
 
@@ -156,6 +163,10 @@ absl::StatusOr<Projection> Project(const GPT2Config& model, const ProjectionOpti
         row.harvested_fraction = packed / gpu_ms;
         row.tokens_per_s =
             static_cast<double>(options.global_batch * options.seq_len) / (sim.step_time * 1e-3);
+        row.stage_chunks = plan.stage_chunks;
+        for (int stage = 0; stage < pp; ++stage) {
+          row.stage_slots.push_back(std::max(1, built->buffers_per_stage[stage]));
+        }
         out.rows.push_back(row);
         ++fitted;
       }

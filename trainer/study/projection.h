@@ -53,6 +53,10 @@ struct ProjectionOptions {
   // The transport's link model that set `link` and `network` (pipeline/link_model.h), for the
   // header; empty where the flags gave them.
   std::string links;
+  // The memory table (projection_memory.h): bytes per weight and activation on the device
+  // (2: bf16, 4: fp32), and each GPU's memory, GiB.
+  int compute_bytes = 4;
+  double device_gib = 80;
 };
 
 struct ProjectionRow {
@@ -66,6 +70,10 @@ struct ProjectionRow {
   std::array<double, pipeline::kNumBubbleKinds> bubble_by_kind{};  // fractions of GPU time
   double harvested_fraction = 0;  // side work packed into bubbles, of all GPU time
   double tokens_per_s = 0;
+  // Per stage: its chunks' layers (chunk order), and the micro-batches it holds in flight (the
+  // schedule's activation slots): what the memory table plans.
+  std::vector<std::vector<StageSpec>> stage_chunks;
+  std::vector<int> stage_slots;
   double bubble_gpus() const { return bubble_fraction * static_cast<double>(gpus); }
   double reclaimed_gpus() const { return harvested_fraction * static_cast<double>(gpus); }
 };
