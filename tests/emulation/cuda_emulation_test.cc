@@ -1,7 +1,9 @@
 // The emulation layer itself (models/cuda/emulation): thread indices, barriers, shuffles and
 // votes in every thread order, dynamic shared memory and its limit, streams and events, device
 // memory, bf16 rounding and wmma, each against a closed form. The kernels here are written as
-// the project's are (FR_LAUNCH, FR_DYNAMIC_SHARED), in this host file.
+// the project's are (FR_LAUNCH, FR_DYNAMIC_SHARED), in this host file, which includes what nvcc
+// would put in front of a .cu (cuda_runtime.h).
+#include <cuda_runtime.h>
 #include <mma.h>
 
 #include <cmath>
