@@ -1,5 +1,6 @@
 #include "core/logging.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -118,6 +119,14 @@ TEST_F(LoggingTest, LinesGoToTheLogFileBesideTheSink) {
   EXPECT_NE(captured_.str().find("] to both\n"), std::string::npos);
   EXPECT_EQ(captured_.str().find("only in the file"), std::string::npos);
   EXPECT_FALSE(SetLogFile("/proc/no/such/dir/log.txt").ok());
+}
+
+// support/test_main.cc clears FREERIDE_LOG_LEVEL; ctest runs this test with it set to `error`
+// (log_level_isolation), under which CheckpointKeepTest and JobsCliTest missed the log lines
+// of the processes they start.
+TEST(TestMainTest, TheCallersLogLevelReachesNeitherTheSuiteNorItsChildren) {
+  EXPECT_EQ(std::getenv("FREERIDE_LOG_LEVEL"), nullptr);
+  EXPECT_EQ(GetLogLevel(), LogLevel::kInfo);
 }
 
 TEST_F(LoggingTest, ParsesLevelNames) {
