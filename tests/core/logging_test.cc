@@ -6,6 +6,7 @@
 #include <iterator>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -84,6 +85,32 @@ TEST_F(LoggingTest, LevelThresholdFiltersAndSkipsEvaluation) {
   EXPECT_EQ(out.find("hidden"), std::string::npos);
   EXPECT_NE(out.find(" r1 E logging_test.cc:"), std::string::npos) << out;
   EXPECT_NE(out.find("] shown 1\n"), std::string::npos) << out;
+}
+
+// FR_LOG is one expression of type void: an `if` without braces takes it and an `else` after
+// it without drawing -Wdangling-else (which -Werror turns into a failed build).
+static_assert(std::is_void_v<decltype(FR_LOG(INFO) << "unevaluated")>);
+TEST_F(LoggingTest, OneStatementUnderAnIfWithoutBraces) {
+  SetLogLevel(LogLevel::kInfo);
+  int elses = 0;
+  for (bool log : {true, false}) {
+    if (log)
+      FR_LOG(INFO) << "taken";
+    else
+      ++elses;
+  }
+  EXPECT_EQ(elses, 1);
+  SetLogLevel(LogLevel::kError);
+  for (bool log : {true, false}) {
+    if (log)
+      FR_LOG(INFO) << "filtered";
+    else
+      ++elses;
+  }
+  EXPECT_EQ(elses, 2);
+  const std::string out = captured_.str();
+  EXPECT_NE(out.find("] taken\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("filtered"), std::string::npos) << out;
 }
 
 TEST_F(LoggingTest, ProgressIsKeptAtEveryThresholdButError) {
