@@ -4,7 +4,7 @@
 // bootstrap used for nothing after creation; a late peer failing the wait by its deadline.
 #include "pipeline/comm/nccl_transport.h"
 
-#include <cuda_runtime.h>  // the typed cudaMalloc
+#include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include <algorithm>
