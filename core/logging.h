@@ -63,8 +63,19 @@ class LogMessage {
 #define FR_LOG_LEVEL_PROGRESS ::freeride::LogLevel::kProgress
 #define FR_LOG_LEVEL_ERROR ::freeride::LogLevel::kError
 
-// The stream expression is only evaluated when the level is enabled.
-#define FR_LOG(level)                                                   \
-  if (FR_LOG_LEVEL_##level < ::freeride::GetLogLevel()) {               \
-  } else                                                                \
-    ::freeride::LogMessage(FR_LOG_LEVEL_##level, __FILE__, __LINE__).stream()
+namespace freeride {
+// Turns FR_LOG's stream into void: `&` binds looser than `<<` and tighter than `?:`, so
+// FR_LOG(INFO) << a << b is one expression of type void (abseil's LOG does the same).
+struct LogVoidify {
+  void operator&(std::ostream&) {}
+};
+}  // namespace freeride
+
+// One expression, not an `if`: under an `if` without braces followed by an `else` it can
+// neither take the `else` nor draw -Wdangling-else. The stream expression is only evaluated
+// when the level is enabled.
+#define FR_LOG(level)                                \
+  (FR_LOG_LEVEL_##level < ::freeride::GetLogLevel()) \
+      ? (void)0                                      \
+      : ::freeride::LogVoidify() &                   \
+            ::freeride::LogMessage(FR_LOG_LEVEL_##level, __FILE__, __LINE__).stream()

@@ -4,13 +4,25 @@
 # a bounded time (build-fuzz/), and the same GPU suites run on the CPU in the CUDA emulation
 # build (build-emulate/). Exit status is the suites'.
 # Extra arguments go to ctest, e.g. `launch/test.sh -L gpu` or `launch/test.sh -R Config`.
+# The Summary at the end gives each phase's wall-clock seconds, so that a CI log says where its
+# time went.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# "name N s" for each phase that ran, in order; `phase_done NAME` closes the phase that began
+# at the previous call (or at the start).
+phases=()
+phase_start=$SECONDS
+phase_done() {
+  phases+=("$1 $((SECONDS - phase_start)) s")
+  phase_start=$SECONDS
+}
 "$root/launch/install_deps.sh"
-"$root/launch/build.sh"
 "$root/launch/fetch_tokenizer.sh"
+phase_done install
+"$root/launch/build.sh"
+phase_done build
 # ", failed: A B" from ctest's list of the last run's failures in build dir $1 (empty if none).
 failed_tests() {
   local f=$1/Testing/Temporary/LastTestsFailed.log
@@ -24,12 +36,14 @@ rc=0
 (cd "$build" && ctest --output-on-failure -j "$(nproc)" --timeout 300 "$@") || rc=$?
 summary+=("main suite: exit $rc$(failed_tests "$build")")
 ((rc == 0)) || status=$rc
+phase_done "main suite"
 # The readers of every external format under libFuzzer, AddressSanitizer and UBSan
 # (tests/fuzz/README.md): FREERIDE_FUZZ_SECONDS each (default 10; 0 leaves them out).
 fuzz_seconds=${FREERIDE_FUZZ_SECONDS:-10}
 if [[ $fuzz_seconds != 0 ]]; then
   rc=0
   "$root/tests/fuzz/run.sh" "$fuzz_seconds" || rc=$?
+  phase_done "fuzz (build and run)"
   # `|| true`: no finding is grep's exit 1, which set -e would take for the script's end.
   found=$(grep -h FOUND "${FUZZ_BUILD_DIR:-$root/build-fuzz}"/*.verdict 2> /dev/null |
     sed 's/^fuzz: /; /' | tr -d '\n' || true)
@@ -46,9 +60,11 @@ if [[ ${FREERIDE_EMULATED_TESTS:-1} != 0 ]]; then
   rc=0
   { cmake -S "$root" -B "$emulate" "${generator[@]}" -DFREERIDE_CUDA=EMULATE >/dev/null &&
     cmake --build "$emulate" -j "$(nproc)" --target freeride_emulated_tests; } || rc=$?
+  phase_done "emulation build"
   if ((rc == 0)); then
     (cd "$emulate" && ctest --output-on-failure -j "$(nproc)" --timeout 300 -L emulated "$@") ||
       rc=$?
+    phase_done "emulated suite"
   fi
   summary+=("emulated suite: exit $rc$(failed_tests "$emulate")")
   ((rc == 0)) || status=$rc
@@ -62,4 +78,5 @@ fi
 # Last, so that the tail of a long log (all a CI page may show) says what failed where.
 echo "Summary:"
 printf '  %s\n' "${summary[@]}"
+echo "  seconds: $(IFS=,; echo "${phases[*]}" | sed 's/,/, /g'), total $SECONDS s"
 exit $status

@@ -256,7 +256,9 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(HS))
     }
     tile_sum += __shfl_xor_sync(kFullMask, tile_sum, 1);
     st = {rs.m, flash::RescaleSum(st.l, rs.alpha, tile_sum)};
-    __syncwarp();
+    // Every lane wrote its P row; in the emulation the shuffle above already gathered the warp,
+    // but on the GPU a shuffle orders no memory, so the barrier stays.
+    __syncwarp();  // mutant-invisible: the shuffle above gathers the warp in the emulation
     FragC pv[HS / 16];
 #pragma unroll
     for (int n = 0; n < HS / 16; ++n) wmma::fill_fragment(pv[n], 0.0f);
@@ -269,7 +271,9 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(HS))
     const float* orow = scratch + r * Pitch<HS>::kScratch + half * kDims;
 #pragma unroll
     for (int d = 0; d < kDims; ++d) o[d] = flash::RescaleAccumulator(o[d], rs.alpha, orow[d]);
-    __syncwarp();
+    // The scratch is next written after the next iteration's __syncthreads, which orders its
+    // reuse on the GPU too: this barrier is redundant there as well.
+    __syncwarp();  // mutant-invisible: redundant, the next iteration's __syncthreads comes first
   }
   if (q < T) {
     StoreRow<kDims>(out + flash::OutIndex(b, q, h, half * kDims, T, NH, HS), o,

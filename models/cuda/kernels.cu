@@ -41,7 +41,9 @@ __device__ A BlockReduce(A v) {
   __syncthreads();
   A r = lane < kThreads / 32 ? warp_values[lane] : (kMax ? A(-INFINITY) : A(0));
   if constexpr (kMax) r = WarpMax(r); else r = WarpSum(r);
-  __syncthreads();  // warp_values may be reused by the caller's next reduction
+  // warp_values may be reused by the caller's next reduction of the same type; no kernel makes
+  // one yet (the softmax's max and sum are two instantiations, two arrays).
+  __syncthreads();  // mutant-invisible: no kernel reduces twice with one instantiation
   return r;
 }
 

@@ -1,10 +1,12 @@
 #include "core/logging.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -85,6 +87,32 @@ TEST_F(LoggingTest, LevelThresholdFiltersAndSkipsEvaluation) {
   EXPECT_NE(out.find("] shown 1\n"), std::string::npos) << out;
 }
 
+// FR_LOG is one expression of type void: an `if` without braces takes it and an `else` after
+// it without drawing -Wdangling-else (which -Werror turns into a failed build).
+static_assert(std::is_void_v<decltype(FR_LOG(INFO) << "unevaluated")>);
+TEST_F(LoggingTest, OneStatementUnderAnIfWithoutBraces) {
+  SetLogLevel(LogLevel::kInfo);
+  int elses = 0;
+  for (bool log : {true, false}) {
+    if (log)
+      FR_LOG(INFO) << "taken";
+    else
+      ++elses;
+  }
+  EXPECT_EQ(elses, 1);
+  SetLogLevel(LogLevel::kError);
+  for (bool log : {true, false}) {
+    if (log)
+      FR_LOG(INFO) << "filtered";
+    else
+      ++elses;
+  }
+  EXPECT_EQ(elses, 2);
+  const std::string out = captured_.str();
+  EXPECT_NE(out.find("] taken\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("filtered"), std::string::npos) << out;
+}
+
 TEST_F(LoggingTest, ProgressIsKeptAtEveryThresholdButError) {
   for (LogLevel threshold : {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn}) {
     SetLogLevel(threshold);
@@ -118,6 +146,14 @@ TEST_F(LoggingTest, LinesGoToTheLogFileBesideTheSink) {
   EXPECT_NE(captured_.str().find("] to both\n"), std::string::npos);
   EXPECT_EQ(captured_.str().find("only in the file"), std::string::npos);
   EXPECT_FALSE(SetLogFile("/proc/no/such/dir/log.txt").ok());
+}
+
+// support/test_main.cc clears FREERIDE_LOG_LEVEL; ctest runs this test with it set to `error`
+// (log_level_isolation), under which CheckpointKeepTest and JobsCliTest missed the log lines
+// of the processes they start.
+TEST(TestMainTest, TheCallersLogLevelReachesNeitherTheSuiteNorItsChildren) {
+  EXPECT_EQ(std::getenv("FREERIDE_LOG_LEVEL"), nullptr);
+  EXPECT_EQ(GetLogLevel(), LogLevel::kInfo);
 }
 
 TEST_F(LoggingTest, ParsesLevelNames) {

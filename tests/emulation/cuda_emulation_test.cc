@@ -1,7 +1,9 @@
 // The emulation layer itself (models/cuda/emulation): thread indices, barriers, shuffles and
 // votes in every thread order, dynamic shared memory and its limit, streams and events, device
 // memory, bf16 rounding and wmma, each against a closed form. The kernels here are written as
-// the project's are (FR_LAUNCH, FR_DYNAMIC_SHARED), in this host file.
+// the project's are (FR_LAUNCH, FR_DYNAMIC_SHARED), in this host file, which includes what nvcc
+// would put in front of a .cu (cuda_runtime.h).
+#include <cuda_runtime.h>
 #include <mma.h>
 
 #include <cmath>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "models/cuda/emulation/barrier_mutant.h"
 #include "models/cuda/emulation/runtime.h"
 #include "models/cuda/launch.h"
 
@@ -66,6 +69,81 @@ __global__ void NeighbourKernel(float* out) {
   slots[t] = static_cast<float>(t + blockIdx.x);
   if (kBarrier) __syncthreads();
   out[blockIdx.x * n + t] = slots[(t + 1) % n];
+}
+
+// NeighbourKernel<true> with its barrier a __syncwarp where `kWarp` (one warp a block then);
+// also writes the barrier's line to `line`, the site a mutant names.
+template <bool kWarp>
+__global__ void MutantNeighbourKernel(float* out, unsigned* line) {
+  FR_DYNAMIC_SHARED(float, slots);
+  const int t = threadIdx.x, n = blockDim.x;
+  slots[t] = static_cast<float>(t + blockIdx.x);
+  constexpr unsigned kBarrierLine = __LINE__ + 1;
+  kWarp ? __syncwarp() : __syncthreads();  // one line: one site for either barrier
+  out[blockIdx.x * n + t] = slots[(t + 1) % n];
+  *line = kBarrierLine;
+}
+
+// Runs MutantNeighbourKernel on 4 blocks of 128 threads (of 32 with kWarp); returns how many
+// threads read a wrong neighbour and sets `line` to the barrier's.
+template <bool kWarp>
+int WrongNeighbours(unsigned* line) {
+  const int n = kWarp ? 32 : 128;
+  float* out = DeviceCopy(std::vector<float>(4 * n, 0.0f));
+  unsigned* device_line = DeviceCopy(std::vector<unsigned>(1, 0));
+  FR_LAUNCH(4, n, n * sizeof(float), nullptr, MutantNeighbourKernel<kWarp>)(out, device_line);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  const std::vector<float> got = HostCopy(out, 4 * n);
+  *line = HostCopy(device_line, 1)[0];
+  cudaFree(out);
+  cudaFree(device_line);
+  int wrong = 0;
+  for (int b = 0; b < 4; ++b) {
+    for (int t = 0; t < n; ++t) wrong += !(got[b * n + t] == static_cast<float>((t + 1) % n + b));
+  }
+  return wrong;
+}
+
+// FREERIDE_EMULATE_SKIP_BARRIER deletes one barrier call site at run time, as deleting it from
+// the source would (tests/scripts/emulation_mutants.sh): that barrier only, every call counted.
+template <bool kWarp>
+void ExpectDeletedAtItsSiteOnly() {
+  unsigned line = 0;
+  ASSERT_EQ(WrongNeighbours<kWarp>(&line), 0);
+  ASSERT_GT(line, 0u);
+  // Another line of this file, and this line of another file, leave it in place.
+  for (const BarrierSite& other :
+       {BarrierSite{"cuda_emulation_test.cc", line + 1}, BarrierSite{"kernels.cu", line}}) {
+    SetSkippedBarrier(other);
+    EXPECT_EQ(WrongNeighbours<kWarp>(&line), 0) << other.file << ":" << other.line;
+    EXPECT_EQ(SkippedBarrierCalls(), 0);
+  }
+  SetSkippedBarrier(BarrierSite{"cuda_emulation_test.cc", line});
+  EXPECT_GT(WrongNeighbours<kWarp>(&line), 0);
+  EXPECT_EQ(SkippedBarrierCalls(), 4 * (kWarp ? 32 : 128));  // every thread of every block
+  SetSkippedBarrier(std::nullopt);
+  EXPECT_EQ(WrongNeighbours<kWarp>(&line), 0);
+  EXPECT_EQ(SkippedBarrierCalls(), 0);
+}
+
+TEST(BarrierMutantTest, ASkippedSyncThreadsIsDeletedAtItsLineOnly) {
+  ExpectDeletedAtItsSiteOnly<false>();
+}
+
+TEST(BarrierMutantTest, ASkippedSyncWarpIsDeletedAtItsLineOnly) {
+  ExpectDeletedAtItsSiteOnly<true>();
+}
+
+TEST(BarrierMutantTest, SitesAreABaseNameAndALine) {
+  const std::optional<BarrierSite> site = ParseBarrierSite("flash_attention.cu:259");
+  ASSERT_TRUE(site.has_value());
+  EXPECT_EQ(site->file, "flash_attention.cu");
+  EXPECT_EQ(site->line, 259u);
+  for (const char* bad : {"", "flash_attention.cu", "flash_attention.cu:", ":259",
+                          "models/cuda/kernels.cu:44", "kernels.cu:0", "kernels.cu:4x",
+                          "kernels.cu:-4", "kernels.cu:12345678901"}) {
+    EXPECT_FALSE(ParseBarrierSite(bad).has_value()) << bad;
+  }
 }
 
 TEST_P(OrderTest, SyncThreadsOrdersSharedMemory) {

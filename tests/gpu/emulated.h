@@ -74,4 +74,19 @@ std::vector<Shape> EmulatedInstead(const std::vector<Shape>& on_gpu,
   return emulated;
 }
 
+// How many optimizer steps a trajectory test takes: `on_gpu` on a GPU, `emulated` under
+// emulation, where one step of even the tiny models takes seconds. Every step after the second
+// runs the kernels the first two did (the first with AdamW's moments at zero, the next with
+// them set), so the shorter trajectory keeps every kernel path and each step's comparison;
+// real GPUs keep the longer one. Prints which ran.
+inline int StepsToRun(int on_gpu, int emulated) {
+  if (!kEmulated) {
+    std::cout << "ran " << on_gpu << " steps" << std::endl;
+    return on_gpu;
+  }
+  std::cout << "emulated build: ran " << emulated << " of the " << on_gpu
+            << " steps, the rest left to real GPUs" << std::endl;
+  return emulated;
+}
+
 }  // namespace freeride::testing

@@ -1,7 +1,8 @@
 // The vectorised memory-bound kernels (layernorm.h, column_sums.h, elementwise.h) against the
 // reference kernels of kernels.h on the same inputs (bf16-rounded in bf16), on the tiny
 // configs' shapes and GPT-2 124M's (B·T 8192, C 768, and the 3C, 4C bias widths); two runs bit
-// for bit; and whole models trained 10 steps with runtime.kernels "auto" against "reference".
+// for bit; and whole models trained 10 steps (4 under emulation) with runtime.kernels "auto"
+// against "reference".
 //
 // Tolerances (‖a − b‖∞ / ‖b‖∞): what is computed element by element the same way (the
 // residual sum, GELU) agrees to the bit or to 1e-6; LayerNorm's output and input gradient
@@ -291,6 +292,7 @@ TEST_P(FusedModelTest, TenStepsOfLossesFollowTheReferenceAndRepeatBitwise) {
   const std::vector<Model> models = testing::ShapesToRun(
       std::vector<Model>{{2, 4, 64, 32, 4, 200}, {2, 12, 768, 256, 2, 1000}},
       [](const Model& m) { return m.C <= 64; }, [](const Model& m) { return m.Name(); });
+  const int steps = testing::StepsToRun(10, 4);
   for (const Model& m : models) {
     SCOPED_TRACE(m.Name());
     std::vector<float> params[3];
@@ -301,13 +303,13 @@ TEST_P(FusedModelTest, TenStepsOfLossesFollowTheReferenceAndRepeatBitwise) {
       ASSERT_NE(model, nullptr);
       EXPECT_EQ(model->Describe().find("fused kernels") != std::string::npos, run < 2);
       ASSERT_TRUE(model->InitRandom(31).ok());
-      losses[run] = Train(*model, m, 10, &params[run]);
+      losses[run] = Train(*model, m, steps, &params[run]);
     }
     // In bf16, within 2% of the step's loss or 0.5% of the first step's, whichever is larger:
     // once the fixed batch is memorised (GPT-2's width: loss 6.9 → 0.95 → 0.21 at steps 1, 9,
     // 10 on an H100) the two kernels' bf16 roundings, compounded over the steps, part the
     // trajectories by 3-4% of such small losses (0.028 and 0.009 there; 2% held for steps 1-8).
-    for (int step = 0; step < 10; ++step) {
+    for (int step = 0; step < steps; ++step) {
       const double tolerance = bf16 ? std::max(2e-2 * losses[2][step], 5e-3 * losses[2][0])
                                     : 1e-4 * losses[2][step];
       EXPECT_NEAR(losses[0][step], losses[2][step], tolerance) << "step " << step + 1;

@@ -1,6 +1,6 @@
 // NCCL on one GPU: a single-rank communicator sending to itself and summing, on device
 // buffers, bootstrapped over the one-rank transport.
-#include <cuda_runtime_api.h>
+#include <cuda_runtime.h>  // the typed cudaMalloc
 
 #include <vector>
 

@@ -1,48 +1,43 @@
 #!/usr/bin/env bash
 # Barrier mutants of the CUDA kernels under the emulation build: deletes each __syncthreads()
-# and __syncwarp() of models/cuda/*.cu in turn, rebuilds the suite that holds that kernel to
-# its reference, and runs it in each thread order (FREERIDE_EMULATE_ORDER) until one fails.
-# A deletion no order catches is a barrier the suite cannot see: it must be listed in
-# `invisible` below with the reason, or the script fails. Prints one table row per barrier.
+# and __syncwarp() of models/cuda/*.cu in turn and runs the suite that holds that kernel to its
+# reference in each thread order (FREERIDE_EMULATE_ORDER) until one fails. A deletion no order
+# catches is a barrier the suite cannot see: its line must carry a marker comment saying why,
+#   __syncwarp();  // mutant-invisible: REASON
+# or the script fails; so does a marker on a barrier some order catches (the reason is stale),
+# a marker on a line with no barrier, and a barrier the suite never reaches. Prints one table
+# row per barrier.
 #
-#   tests/scripts/emulation_mutants.sh [--work DIR] [--only FILE]
+#   tests/scripts/emulation_mutants.sh --build DIR [--only FILE]
 #
-# Works on a copy of the sources in DIR (default: a temporary folder, removed at the end), so
-# the checkout and its builds are never touched. About 3 minutes on 2 cores (ctest runs it,
-# label `emulated`).
+# The deletion is made at run time (FREERIDE_EMULATE_SKIP_BARRIER=FILE:LINE, which the
+# emulation's barriers read: models/cuda/emulation/barrier_mutant.cc), so the binaries of the
+# emulation build DIR (-DFREERIDE_CUDA=EMULATE) serve every mutant and nothing is rebuilt or
+# changed. About a minute on 2 cores (ctest runs it, label `emulated`).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-work="" only=""
+build="" only=""
+usage() { echo "usage: $0 --build DIR [--only FILE]" >&2; exit 2; }
 while (($#)); do
   case $1 in
-    --work) work=$2; shift 2 ;;
-    --only) only=$2; shift 2 ;;
-    *) echo "usage: $0 [--work DIR] [--only FILE]" >&2; exit 2 ;;
+    --build) (($# >= 2)) || usage; build=$2; shift 2 ;;
+    --only) (($# >= 2)) || usage; only=$2; shift 2 ;;
+    *) usage ;;
   esac
 done
-if [[ -z $work ]]; then
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
+[[ -n $build ]] || usage
+if [[ ! -x $build/freeride ]] || ! "$build/freeride" version | grep -q "CUDA backend.*emulated"; then
+  echo "emulation_mutants: $build is not a built emulation build (-DFREERIDE_CUDA=EMULATE)" >&2
+  exit 2
 fi
-
-# file:line of a barrier no suite can see, and why. Line numbers are the unmutated file's.
-declare -A invisible=(
-  # Lanes write their P row, then a __shfl_xor_sync gathers the warp before the wmma loads:
-  # here the shuffle is a barrier; on the GPU it orders no memory, so the __syncwarp stays.
-  [flash_attention.cu:259]="the shuffle above gathers the warp (only the GPU's memory model needs it)"
-  # The scratch it protects is next written after the loop's __syncthreads, which orders the
-  # reuse on the GPU as well: redundant there too.
-  [flash_attention.cu:272]="redundant: the next iteration's __syncthreads comes first"
-  # Guards warp_values for a caller's second reduction of the same type; no kernel makes one
-  # (the softmax's max and sum are two instantiations, two arrays).
-  [kernels.cu:44]="no kernel reduces twice with one instantiation"
-)
 
 # The suite (and its quickest tests that reach the file's kernels) for each kernel file.
 suite_of() {
   case $1 in
     kernels.cu) echo "cuda_kernels_gpu_test *" ;;
-    layernorm.cu | column_sums.cu | elementwise.cu) echo "fused_kernels_gpu_test FusedKernelsTest*" ;;
+    layernorm.cu) echo "fused_kernels_gpu_test FusedKernelsTest*LayerNorm*" ;;
+    column_sums.cu) echo "fused_kernels_gpu_test FusedKernelsTest*ColumnSums*" ;;
+    elementwise.cu) echo "fused_kernels_gpu_test FusedKernelsTest*Elementwise*" ;;
     classifier.cu) echo "head_kernels_gpu_test FusedClassifierTest*" ;;
     multi_tensor.cu) echo "head_kernels_gpu_test MultiTensorTest*" ;;
     flash_attention.cu) echo "flash_attention_gpu_test *MatchesTheReferencePath*" ;;
@@ -50,62 +45,94 @@ suite_of() {
   esac
 }
 
-mkdir -p "$work/src"
-tar -C "$root" --exclude='./build*' --exclude=./.git --exclude=./data --exclude=./runs \
-  --exclude=./.gpu-kit -cf - . | tar -C "$work/src" -xf -
-generator=()
-if command -v ninja >/dev/null; then generator=(-G Ninja); fi
-cmake -S "$work/src" -B "$work/build" "${generator[@]}" -DFREERIDE_CUDA=EMULATE \
-  -DCMAKE_BUILD_TYPE=Release >/dev/null
-targets=(cuda_kernels_gpu_test fused_kernels_gpu_test head_kernels_gpu_test flash_attention_gpu_test)
-build() { cmake --build "$work/build" -j "$(nproc)" --target "${targets[@]}" >"$work/build.log" 2>&1; }
-build || { tail -30 "$work/build.log"; echo "emulation_mutants: the unmutated build fails" >&2; exit 1; }
-
-# Runs the suite in each order; prints the first order that fails, or nothing.
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+# Runs the suite with the barrier at $1 (FILE:LINE) deleted, in each order; prints the first
+# order that fails, or "none", or "not reached" when every order passed without ever calling it.
 catching_order() {
-  local binary=$1 filter=$2 order
+  local site=$1 binary=$2 filter=$3 order
   for order in lane reversed warp warp-reversed; do
-    if ! FREERIDE_EMULATE_ORDER=$order FREERIDE_CUDA_CHECK_LAUNCHES=1 timeout 300 \
-        "$work/build/tests/$binary" --gtest_filter="$filter" --gtest_brief=1 >"$work/run.log" 2>&1; then
+    if ! FREERIDE_EMULATE_SKIP_BARRIER=$site FREERIDE_EMULATE_ORDER=$order \
+        FREERIDE_CUDA_CHECK_LAUNCHES=1 timeout 300 "$build/tests/$binary" \
+        --gtest_filter="$filter" --gtest_brief=1 --gtest_fail_fast >"$log" 2>&1; then
       echo "$order"
       return
     fi
+    # The emulation reports the skipped calls at exit; 0 means the filter missed the barrier.
+    if grep -q "skipped the barrier at $site 0 times" "$log"; then
+      echo "not reached"
+      return
+    fi
+    if ! grep -q "skipped the barrier at $site [0-9]* times" "$log"; then
+      echo "no report"
+      return
+    fi
   done
+  echo none
+}
+# A mutant counts as caught only where the suite passes with every barrier in place.
+declare -A intact=()
+check_intact() {
+  local binary=$1 filter=$2
+  [[ -n ${intact[$binary $filter]:-} ]] && return
+  [[ -x $build/tests/$binary ]] || { echo "emulation_mutants: $build/tests/$binary is not built" >&2; exit 2; }
+  if ! FREERIDE_CUDA_CHECK_LAUNCHES=1 timeout 300 "$build/tests/$binary" --gtest_filter="$filter" \
+      --gtest_brief=1 >"$log" 2>&1; then
+    tail -30 "$log"
+    echo "emulation_mutants: $binary --gtest_filter='$filter' fails with no barrier deleted" >&2
+    exit 1
+  fi
+  intact[$binary $filter]=1
 }
 
 printf '%-32s %-22s %s\n' "barrier" "caught by (order)" "suite"
-total=0 caught=0 surviving=0
-for path in "$work"/src/models/cuda/*.cu; do
+total=0 caught=0 failures=0
+marker='//[[:space:]]*mutant-invisible:'
+for path in "$root"/models/cuda/*.cu; do
   file=$(basename "$path")
   [[ -n $only && $file != "$only" ]] && continue
+  # A marker must sit on a barrier's line: elsewhere it explains nothing.
+  while IFS=: read -r line _; do
+    echo "emulation_mutants: $file:$line has a mutant-invisible marker but no barrier" >&2
+    failures=$((failures + 1))
+  done < <(grep -n "$marker" "$path" | grep -v '__syncthreads()\|__syncwarp()' || true)
   read -r binary filter <<<"$(suite_of "$file")"
   [[ -z $binary ]] && continue
+  check_intact "$binary" "$filter"
   # Lines that call a barrier, comments left out.
-  while IFS=: read -r line _; do
+  while IFS=: read -r line text; do
     total=$((total + 1))
-    cp "$path" "$work/original.cu"
-    sed -i "${line}s/__syncthreads()\|__syncwarp()/(void)0/" "$path"
-    if ! build; then
-      result="build failed"
-    else
-      order=$(catching_order "$binary" "$filter")
-      result=${order:-none}
-    fi
-    cp "$work/original.cu" "$path"
-    key="$file:$line"
-    if [[ $result == none ]]; then
-      if [[ -n ${invisible[$key]:-} ]]; then
-        result="none: ${invisible[$key]}"
-      else
-        surviving=$((surviving + 1))
-        result="NONE (not listed as invisible)"
-      fi
-    else
-      caught=$((caught + 1))
-    fi
-    printf '%-32s %-22s %s\n' "$key" "$result" "$binary"
+    site="$file:$line"
+    reason=""
+    if [[ $text =~ $marker[[:space:]]*(.*)$ ]]; then reason=${BASH_REMATCH[1]}; fi
+    result=$(catching_order "$site" "$binary" "$filter")
+    case $result in
+      none)
+        if [[ -n $reason ]]; then
+          result="none: $reason"
+        else
+          failures=$((failures + 1))
+          result="NONE (no mutant-invisible marker says why)"
+        fi
+        ;;
+      "not reached")
+        failures=$((failures + 1))
+        result="NOT REACHED by $filter"
+        ;;
+      "no report")
+        failures=$((failures + 1))
+        result="NO REPORT of the deleted barrier (not an emulation build's binary?)"
+        ;;
+      *)
+        caught=$((caught + 1))
+        if [[ -n $reason ]]; then
+          failures=$((failures + 1))
+          result="$result (but marked invisible: remove the marker)"
+        fi
+        ;;
+    esac
+    printf '%-32s %-22s %s\n' "$site" "$result" "$binary"
   done < <(grep -n '__syncthreads()\|__syncwarp()' "$path" | grep -v '^[0-9]*:[[:space:]]*//')
 done
-build  # leave the copy as it was
-echo "emulation_mutants: $caught of $total deletions caught, $surviving unexplained"
-((surviving == 0))
+echo "emulation_mutants: $caught of $total deletions caught, $failures unexplained"
+((failures == 0))

@@ -126,12 +126,14 @@ TEST(RunDirTest, ACommandWithoutCheckpointsIsNotStoppedByTheRunsCheckpoints) {
 TEST(RunDirTest, AResumeKeepsTheEarlierStartsInRunJson) {
   Config config = RunIn("starts");
   {
-    absl::StatusOr<DirectoryLock> lock = PrepareRunDir(config, {}, {.config_file = "first.toml"});
+    absl::StatusOr<DirectoryLock> lock =
+        PrepareRunDir(config, {}, {.config_file = "first.toml", .overrides = {}});
     ASSERT_TRUE(lock.ok()) << lock.status();
   }
   config.checkpoint.resume = "latest";
   for (const char* file : {"second.toml", "third.toml"}) {
-    absl::StatusOr<DirectoryLock> lock = PrepareRunDir(config, {}, {.config_file = file});
+    absl::StatusOr<DirectoryLock> lock =
+        PrepareRunDir(config, {}, {.config_file = file, .overrides = {}});
     ASSERT_TRUE(lock.ok()) << lock.status();
   }
   absl::StatusOr<std::string> text = ReadFile(config.run.dir + "/run.json");

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <source_location>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -30,11 +31,15 @@ struct ThreadIndices {
 // The running CUDA thread's indices; the scheduler points it at each fiber before resuming it.
 extern thread_local const ThreadIndices* current_thread;
 
-// __syncthreads(): waits for every thread of the block that has not exited.
-void SyncThreads();
+// __syncthreads(): waits for every thread of the block that has not exited. `where` is the
+// caller's line, for the barrier mutants (SkipsBarrier).
+void SyncThreads(const std::source_location& where);
 // __syncwarp(mask): waits for the lanes of `mask` (which must hold the caller and no lane that
 // has exited).
-void SyncWarp(unsigned mask);
+void SyncWarp(unsigned mask, const std::source_location& where);
+// Whether the barrier called at `where` is the one FREERIDE_EMULATE_SKIP_BARRIER deletes
+// (barrier_mutant.cc); counts the call if so.
+bool SkipsBarrier(const std::source_location& where);
 // A warp collective: deposits `bits` for the lanes of `mask`, waits for them all and returns
 // the 32 deposited slots (valid until the caller's next collective). `what` names it in faults.
 const uint64_t* WarpExchange(unsigned mask, uint64_t bits, const char* what);
@@ -114,8 +119,14 @@ T Shuffled(unsigned mask, T value, int src, const char* what) {
 #define gridDim (::freeride::emu::current_thread->grid_dim)
 constexpr int warpSize = 32;
 
-inline void __syncthreads() { ::freeride::emu::SyncThreads(); }
-inline void __syncwarp(unsigned mask = 0xffffffffu) { ::freeride::emu::SyncWarp(mask); }
+// The caller's line comes along, so that one call site can be deleted at run time.
+inline void __syncthreads(std::source_location where = std::source_location::current()) {
+  ::freeride::emu::SyncThreads(where);
+}
+inline void __syncwarp(unsigned mask = 0xffffffffu,
+                       std::source_location where = std::source_location::current()) {
+  ::freeride::emu::SyncWarp(mask, where);
+}
 
 template <typename T>
 T __shfl_sync(unsigned mask, T value, int src_lane, int width = 32) {

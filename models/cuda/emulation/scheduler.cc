@@ -334,7 +334,8 @@ std::optional<Order> ParseOrder(std::string_view name) {
 }
 void SetThreadOrder(Order order) { thread_order.store(order); }
 
-void SyncThreads() {
+void SyncThreads(const std::source_location& where) {
+  if (SkipsBarrier(where)) return;
   Block& b = *block;
   if (++b.arrived == b.live) {
     ReleaseBlockBarrier(b);
@@ -343,7 +344,10 @@ void SyncThreads() {
   Yield(*b.running, &b.generation, "__syncthreads");
 }
 
-void SyncWarp(unsigned mask) { WarpBarrier(mask, "__syncwarp"); }
+void SyncWarp(unsigned mask, const std::source_location& where) {
+  if (SkipsBarrier(where)) return;
+  WarpBarrier(mask, "__syncwarp");
+}
 
 const uint64_t* WarpExchange(unsigned mask, uint64_t bits, const char* what) {
   Block& b = *block;

@@ -139,20 +139,8 @@ cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
-// cuda_runtime.h's typed conveniences.
-template <typename T>
-cudaError_t cudaMalloc(T** ptr, size_t bytes) {
-  return cudaMalloc(reinterpret_cast<void**>(ptr), bytes);
-}
-template <typename T>
-cudaError_t cudaMallocHost(T** ptr, size_t bytes) {
-  return cudaMallocHost(reinterpret_cast<void**>(ptr), bytes);
-}
-
 // The kernel is named by its host address (a __global__ function is a host function here).
+// The typed templates of cudaMalloc, cudaMallocHost and this are cuda_runtime.h's, as in the
+// toolkit: a file that includes only this header and calls them fails here as with nvcc.
 cudaError_t cudaFuncSetAttribute(const void* kernel, cudaFuncAttribute attr, int value);
-template <typename Kernel>
-cudaError_t cudaFuncSetAttribute(Kernel* kernel, cudaFuncAttribute attr, int value) {
-  return cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), attr, value);
-}
 }

@@ -8,7 +8,9 @@
 #include <climits>
 #include <cstddef>
 
-#include "models/cuda/emulation/include/cuda_runtime_api.h"
+// cuda_runtime.h, not only the API: NCCL's own nccl.h includes it, so its includers get the
+// typed cudaMalloc with NCCL on either build.
+#include "models/cuda/emulation/include/cuda_runtime.h"
 
 #define NCCL_MAJOR 2
 #define NCCL_MINOR 28
