@@ -180,8 +180,9 @@ TEST(FillJobsTest, AJobRefusedForMemoryWithoutRecomputationIsPlacedWithIt) {
   ASSERT_TRUE(refused.ok()) << refused.status();
   absl::StatusOr<int64_t> placed = SubmitJob(full.run.dir, job, 0);
   ASSERT_TRUE(placed.ok()) << placed.status();
-  Losses(**kept, 4);
-  Losses(**recomputed, 4);
+  // Offered after step 2, placed (or refused) then, run and ended in the steps after.
+  Losses(**kept, 6);
+  Losses(**recomputed, 6);
   const Job without = Find(none, *refused);
   EXPECT_EQ(without.state, JobState::kRefused);
   EXPECT_EQ(without.reason,
