@@ -219,10 +219,12 @@ absl::Status Trainer::PlanMemory(const PipelinePlan& plan, const pipeline::Sched
   }
   const RankMemoryPlan& own = memory_plans_[layout_.stage];
   FR_LOG(INFO) << absl::StrFormat(
-      "memory plan of stage %d: training's peak %s on the %s (%s before the model, %s "
-      "allocated); side work %s (%s, %s)",
+      "memory plan of stage %d: training's peak %s on the %s (%s %s, %s allocated); side "
+      "work %s (%s, %s)",
       layout_.stage, FormatBytes(own.peak_bytes), cuda ? "GPU" : "host",
-      FormatBytes(own.baseline_bytes), FormatBytes(own.peak_bytes - own.baseline_bytes),
+      FormatBytes(own.baseline_bytes),
+      cuda ? "kept for kernels and libraries" : "the process before its model",
+      FormatBytes(own.peak_bytes - own.baseline_bytes),
       own.device_bytes > 0 ? FormatBytes(own.side_bytes) : "unknown", DescribeSideRoom(own),
       facts.device_source);
   // The baseline is resident already: only what is still to be allocated must fit.
