@@ -5,11 +5,11 @@
 # only, ZeRO-1 needing replicas). ROUNDS rounds of one run per arm, the arms' order rotated
 # each round; a run's figures are each stage's peak resident set at its last step
 # (metrics.jsonl's host_peak_bytes: replica 0's rank of the stage) and its mean step time after
-# the first WARMUP steps. Printed: per arm and stage the mean peak over rounds, beside what
-# `freeride config memory` plans for that stage (the CPU backend's model, moments, a ZeRO-1
-# rank's share of them, and slots; the process's code, libraries, message buffers, the
-# buckets' staging and batch are not in it), and the mean step time with a 95% t-interval and
-# its ratio to recompute none, zero 0.
+# the first WARMUP steps. Printed: per arm and stage the mean peak over rounds, beside the peak
+# `freeride config memory` plans for that stage's rank (trainer/rank_memory.h: the process
+# before its model, the chunk's model, slots and scratch, the moments or a ZeRO-1 rank's share,
+# the message buffers, the batch, the buckets' copy and MPI's temporary) and the plan's error,
+# and the mean step time with a 95% t-interval and its ratio to recompute none, zero 0.
 # The model: 8 blocks of n_embd 256, 4 heads, a vocabulary of 4096, 8 micro-batches of one
 # sequence of 512 random tokens per replica, one thread per rank (TINY=1: 2 blocks of n_embd 32
 # and 16 tokens, the script's own check).
@@ -63,13 +63,16 @@ settings=(--set "data.train=\"$work/train_*.bin\"" --set "data.val=\"\""
   --set train.seq_len="$seq" --set train.steps="$steps" --set eval.every=0
   --set checkpoint.every=0 --set run.log_every=1000 --set runtime.threads=1)
 
-# The plan per stage: the last field of each "stage N: ..." line of the CPU backend's report.
-# An arm is "RECOMPUTE/ZERO".
+# The plan per stage in bytes: the peak that ends each "stage N: ..." line of the CPU
+# backend's report ("peak 264.4 MiB"). An arm is "RECOMPUTE/ZERO".
 plan() {
   "$build/freeride" config memory configs/tiny_cpu.toml "${settings[@]}" \
     --set "model.recompute=\"${1%/*}\"" --set parallel.zero="${1#*/}" |
     awk '/^host memory per rank on the CPU backend/ {cpu = 1; next}
-         cpu && /^stage / {n = split($0, f, "; "); printf "%s ", f[n]}'
+         /^memory for side work/ {cpu = 0}
+         cpu && /^stage / {n = split($0, f, " "); v = f[n - 1];
+           s = f[n] == "GiB" ? 1073741824 : f[n] == "MiB" ? 1048576 : f[n] == "KiB" ? 1024 : 1;
+           printf "%.0f ", v * s}'
 }
 
 run() {
@@ -98,14 +101,14 @@ for zero in "${zeros[@]}"; do
 done
 declare -A plans
 for arm in "${arms[@]}"; do plans[$arm]=$(plan "$arm"); done
-for arm in "${arms[@]}"; do echo "plan $arm: ${plans[$arm]}"; done
+for arm in "${arms[@]}"; do echo "plan $arm ${plans[$arm]}" | tee -a "$work/plans"; done
 for ((r = 0; r < rounds; r++)); do
   for ((k = 0; k < ${#arms[@]}; k++)); do
     arm=${arms[$(((r + k) % ${#arms[@]}))]}
     echo "run $arm $r $(run "$arm")" | tee -a "$work/results"
   done
 done
-python3 - "$work/results" <<'PY'
+python3 - "$work/results" "$work/plans" <<'PY'
 import math, sys
 from collections import defaultdict
 T95 = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
@@ -124,14 +127,23 @@ arms = sorted({a for v in runs.values() for a in v},
               key=lambda a: (a.split("/")[1], ("none", "selective", "full").index(a.split("/")[0])))
 rs = [v for v in runs.values() if len(v) == len(arms)]
 MiB = 1 << 20
-print("| recompute | zero | peak RSS stage 0, MiB | peak RSS stage 1, MiB | step ms | step / none, 0 |")
-print("|---|---|---|---|---|---|")
+plans = {}
+for line in open(sys.argv[2]):
+    _, arm, *bytes_ = line.split()
+    plans[arm] = [int(b) for b in bytes_]
+print("| recompute | zero | stage 0 peak RSS / plan, MiB | plan error | stage 1 peak RSS / plan, "
+      "MiB | plan error | step ms | step / none, 0 |")
+print("|---|---|---|---|---|---|---|---|")
 for arm in arms:
-    peaks = [sum(v[arm][1][s] for v in rs) / len(rs) / MiB for s in range(2)]
+    peaks = [sum(v[arm][1][s] for v in rs) / len(rs) for s in range(2)]
+    cells = []
+    for s in range(2):
+        plan = plans[arm][s]
+        cells.append(f"{peaks[s] / MiB:.1f} / {plan / MiB:.1f} | {(plan / peaks[s] - 1) * 100:+.1f}%")
     step = interval([v[arm][0] for v in rs])
     ratio = interval([v[arm][0] / v["none/0"][0] for v in rs])
     mode, zero = arm.split("/")
-    print(f"| {mode} | {zero} | {peaks[0]:.1f} | {peaks[1]:.1f} | {step[0]:.1f} ± {step[1]:.1f} "
+    print(f"| {mode} | {zero} | {cells[0]} | {cells[1]} | {step[0]:.1f} ± {step[1]:.1f} "
           f"| {ratio[0]:.3f} ± {ratio[1]:.3f} |")
 PY
 echo "== done $(date -u); load $(cut -d' ' -f1-3 /proc/loadavg); log $log"

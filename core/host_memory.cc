@@ -19,14 +19,15 @@ namespace {
 
 constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max();
 
-int64_t MemAvailable() {
+// A /proc/meminfo line's value ("MemAvailable:"), in bytes.
+int64_t MemInfo(absl::string_view name) {
   std::ifstream in("/proc/meminfo");
   std::string key;
   int64_t kib = 0;
   std::string unit;
   while (in >> key >> kib) {
     std::getline(in, unit);
-    if (key == "MemAvailable:") return kib * 1024;
+    if (key == name) return kib * 1024;
   }
   return kUnlimited;
 }
@@ -50,6 +51,18 @@ int64_t CgroupRoom() {
     const int64_t current = ReadNumberFile(dir + "/memory.current");
     if (max <= 0 || max == kUnlimited || current < 0) return kUnlimited;
     return std::max<int64_t>(0, max - current);
+  }
+  return kUnlimited;
+}
+
+// The memory.max of this process's cgroup (v2), if it has one.
+int64_t CgroupMax() {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!absl::StartsWith(line, "0::")) continue;
+    const int64_t max = ReadNumberFile("/sys/fs/cgroup" + line.substr(3) + "/memory.max");
+    return max <= 0 ? kUnlimited : max;
   }
   return kUnlimited;
 }
@@ -82,7 +95,7 @@ std::string FormatBytes(int64_t bytes) {
 }
 
 HostMemoryBudget AvailableHostMemory() {
-  HostMemoryBudget budget{MemAvailable(), "MemAvailable in /proc/meminfo"};
+  HostMemoryBudget budget{MemInfo("MemAvailable:"), "MemAvailable in /proc/meminfo"};
   for (const auto& [room, source] :
        {std::pair{CgroupRoom(), "the cgroup's memory.max"},
         std::pair{RlimitRoom(RLIMIT_AS), "RLIMIT_AS (ulimit -v)"},
@@ -90,6 +103,19 @@ HostMemoryBudget AvailableHostMemory() {
     if (room < budget.bytes) budget = {room, source};
   }
   return budget;
+}
+
+HostMemoryBudget TotalHostMemory() {
+  HostMemoryBudget total{MemInfo("MemTotal:"), "MemTotal in /proc/meminfo"};
+  if (const int64_t max = CgroupMax(); max < total.bytes) total = {max, "the cgroup's memory.max"};
+  return total;
+}
+
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
 }
 
 absl::Status CheckHostMemoryPlan(const std::vector<HostBuffer>& plan,

@@ -25,6 +25,14 @@ struct HostMemoryBudget {
 };
 HostMemoryBudget AvailableHostMemory();
 
+// All the memory the host gives this process, used or not: the kernel's MemTotal, or the
+// cgroup's memory.max where that is less; `source` says which. What side work's room is
+// planned against on the CPU (runtime.memory_fraction).
+HostMemoryBudget TotalHostMemory();
+
+// This process's resident set now (VmRSS: /proc/self/statm's resident pages).
+int64_t ResidentBytes();
+
 // OK when the plan fits in `budget` shared by `processes` ranks of one node; otherwise an
 // error with the plan's total, its largest buffers and the budget.
 absl::Status CheckHostMemoryPlan(const std::vector<HostBuffer>& plan,

@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/host_memory.h"
 #include "core/status.h"
 #include "models/backend.h"
@@ -13,6 +14,7 @@
 #include "pipeline/generators.h"
 #include "pipeline/grad_buckets.h"
 #include "trainer/pipeline_plan.h"
+#include "trainer/rank_memory.h"
 #include "trainer/trainer.h"
 
 namespace freeride {
@@ -98,10 +100,14 @@ absl::StatusOr<std::string> HostMemoryReport(const Config& config) {
   const int pp = schedule->stages, chunks = schedule->chunks;
   const int64_t micro_batch = config.train.batch_size / config.train.microbatches;
   const int64_t T = config.train.seq_len;
+  const MemoryFacts facts = PlanningFacts(config);
+  FR_ASSIGN_OR_RETURN(const std::vector<RankMemoryPlan> peaks, PlanStagesMemory(config, facts));
   std::string out = absl::StrFormat(
-      "host memory per rank on the CPU backend: fp32, micro-batch %d × %d, %s schedule (AdamW "
-      "moments included; message buffers and the batch not)\n",
-      micro_batch, T, config.parallel.schedule);
+      "host memory per rank on the CPU backend: fp32, micro-batch %d × %d, %s schedule; the "
+      "peak adds the process before its model (%s: %s), the message buffers, the batch and "
+      "MPI's temporaries\n",
+      micro_batch, T, config.parallel.schedule, facts.baseline_source,
+      FormatBytes(facts.baseline_bytes));
   const int dp = static_cast<int>(config.parallel.dp);
   const bool zero = config.parallel.zero == 1 && dp > 1;
   for (int s = 0; s < pp; ++s) {
@@ -144,14 +150,49 @@ absl::StatusOr<std::string> HostMemoryReport(const Config& config) {
         zero ? absl::StrFormat(" (ZeRO-1: the largest of %d shares; all of them: %s)", dp,
                                FormatBytes(2 * whole * static_cast<int64_t>(sizeof(float))))
              : "";
+    // The rest of the rank's peak: what the run allocates beside its chunks.
+    std::vector<std::string> beside = {
+        absl::StrFormat("the process %s", FormatBytes(peaks[s].baseline_bytes))};
+    for (const HostBuffer& b : peaks[s].buffers) {
+      for (const char* name : {"message buffers", "the global batch's tokens",
+                               "post-validation's copy", "MPI's temporary"}) {
+        if (absl::StartsWith(b.name, name)) {
+          beside.push_back(absl::StrFormat("%s %s", b.name, FormatBytes(b.bytes)));
+        }
+      }
+    }
     out += absl::StrFormat(
         "stage %d: layers %s; recompute %s; %d activation slot(s) of %s each, %s recomputed "
-        "(shared by the slots); AdamW moments %s per rank%s;%s %s\n",
+        "(shared by the slots); AdamW moments %s per rank%s;%s %s; with %s: peak %s\n",
         s, DescribeStageChunks(*pipeline_plan, pp, s), RecomputeName(mode), slots,
         FormatBytes(per_slot), FormatBytes(recomputed), FormatBytes(moments), sharded,
         buckets ? absl::StrFormat(" the data-parallel buckets' copy %s;", FormatBytes(staging))
                 : "",
-        FormatBytes(total));
+        FormatBytes(total), absl::StrJoin(beside, ", "), FormatBytes(peaks[s].peak_bytes));
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> SideWorkReport(const Config& config) {
+  const MemoryFacts facts = PlanningFacts(config);
+  FR_ASSIGN_OR_RETURN(const std::vector<RankMemoryPlan> plans, PlanStagesMemory(config, facts));
+  const bool cuda = config.runtime.device == "cuda";
+  std::string device = facts.device_bytes > 0
+                           ? absl::StrFormat("%s %s (%s)", cuda ? "the GPU's" : "the host's",
+                                             FormatBytes(facts.device_bytes), facts.device_source)
+                           : absl::StrFormat("the GPU's, unknown (%s)", facts.device_source);
+  if (facts.sharing > 1) {
+    device += absl::StrFormat(", shared by the run's %d ranks on one machine", facts.sharing);
+  }
+  std::string out = absl::StrFormat(
+      "memory for side work per rank: runtime.memory_fraction = %.2f of %s, less training's "
+      "planned peak\n",
+      config.runtime.memory_fraction, device);
+  for (const RankMemoryPlan& plan : plans) {
+    out += absl::StrFormat("stage %d: training's peak %s; side work %s (%s)\n", plan.stage,
+                           FormatBytes(plan.peak_bytes),
+                           plan.device_bytes > 0 ? FormatBytes(plan.side_bytes) : "unknown",
+                           DescribeSideRoom(plan));
   }
   return out;
 }

@@ -32,6 +32,13 @@ int64_t ZeroShareElements(const GPT2Config& model, const StageSpec& spec, int dp
 // recomputation (model.recompute, parallel.recompute_stages), what each activation slot holds,
 // the recomputation's scratch that the slots share, the AdamW moments a rank holds (with
 // parallel.zero = 1 and dp > 1 the largest rank's share) and the stage's total.
+// Each stage's line ends with the rank's peak (trainer/rank_memory.h): that total with the
+// process's baseline, the message buffers, the batch and MPI's temporaries.
 absl::StatusOr<std::string> HostMemoryReport(const Config& config);
+
+// What each stage leaves to side work (trainer/rank_memory.h): one header line naming the
+// device's memory and runtime.memory_fraction, then per stage training's planned peak and the
+// room left.
+absl::StatusOr<std::string> SideWorkReport(const Config& config);
 
 }  // namespace freeride

@@ -69,7 +69,9 @@ std::optional<Estimate> AlternatingOverhead(const std::vector<std::pair<bool, do
 
 absl::Status Trainer::CreateSideTasks() {
   if (!config_.freeride.enabled) return absl::OkStatus();
-  if (absl::Status s = CheckSideTaskPlacement(config_); !s.ok()) return s;
+  if (absl::Status s = CheckSideTaskPlacement(config_, SideRooms(memory_plans_)); !s.ok()) {
+    return s;
+  }
   std::vector<SideTaskSpec> specs;
   for (const SideTaskConfig& task : config_.side_tasks) {
     const bool here = task.stages.empty() ||
@@ -113,6 +115,9 @@ absl::Status Trainer::CreateJobRunner() {
   options.layout = layout_;
   options.leader = leader();
   options.executor = side_.get();
+  const RankMemoryPlan& memory = memory_plans_[layout_.stage];
+  options.device_bytes = memory.device_bytes;
+  options.planned_peak_bytes = memory.peak_bytes;
   absl::StatusOr<std::unique_ptr<JobRunner>> jobs = JobRunner::Create(options);
   if (!jobs.ok()) return jobs.status();
   jobs_ = *std::move(jobs);

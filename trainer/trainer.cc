@@ -116,12 +116,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
     omp_set_num_threads(static_cast<int>(config.runtime.threads));
     openblas_set_num_threads(static_cast<int>(config.runtime.threads));
   }
+  // The process before its model: the first trainer of a process measures it.
+  ProcessBaselineBytes();
   std::unique_ptr<Trainer> t(new Trainer(config));
   t->clock_ = clock;
   const bool simulated = ClockOr(clock).simulated();
   const bool emulate = config.runtime.emulate_peers;
   const TrainConfig& tc = config.train;
-  const int64_t micro_batch = tc.batch_size / tc.microbatches;
   const BackendOptions backend{
       config.runtime.device,    config.runtime.precision, GpuOf(config),
       config.runtime.fuse_gelu, config.runtime.attention, config.runtime.kernels};
@@ -144,7 +145,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   const pipeline::Schedule& schedule = pipeline.schedule;
   const int slots = std::max(1, schedule.buffers_per_stage[L.stage]);
   const std::vector<StageSpec> own_specs = OwnChunkSpecs(pipeline, L);
-  FR_RETURN_IF_ERROR(t->CheckHostMemory(own_specs, micro_batch, slots, schedule.microbatches));
+  // A transport given to a CPU run is MPI's (`freeride train` under mpirun).
+  FR_RETURN_IF_ERROR(t->PlanMemory(pipeline.plan, schedule, t->own_transport_ == nullptr));
   t->checkpoint_dir_ = CheckpointDirOf(config);
   // Only found at the first checkpoint otherwise, after the training it was meant to keep.
   if (!emulate && L.replica == 0) {
@@ -200,47 +202,33 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   return t;
 }
 
-absl::Status Trainer::CheckHostMemory(const std::vector<StageSpec>& chunks, int64_t micro_batch,
-                                      int slots, int microbatches) const {
-  const TrainConfig& tc = config_.train;
-  std::vector<HostBuffer> plan;
-  // ZeRO-1: the moments of this rank's share only.
-  const bool zero = config_.parallel.zero == 1 && layout_.dp > 1;
-  int64_t moments = 0;  // the parameters whose moments this rank holds
-  if (config_.runtime.device == "cpu") {
-    for (const StageSpec& spec : chunks) {
-      const int64_t share =
-          zero ? ZeroShareElements(model_config_, spec, layout_.dp, layout_.replica) : -1;
-      moments += zero ? share : MakeParamLayout(model_config_, spec).total;
-      for (HostBuffer& b : PlanCpuStageMemory(model_config_, spec, micro_batch, tc.seq_len, slots,
-                                              StageRecompute(config_, layout_.stage), share)) {
-        if (chunks.size() > 1) {
-          b.name = absl::StrFormat("chunk layers %d..%d: %s", spec.first_layer, spec.last_layer,
-                                   b.name);
-        }
-        plan.push_back(b);
-      }
-    }
+absl::Status Trainer::PlanMemory(const PipelinePlan& plan, const pipeline::Schedule& schedule,
+                                 bool mpi) {
+  MemoryFacts facts;
+  facts.baseline_bytes = ProcessBaselineBytes();
+  facts.baseline_source = "this process's resident set before its model";
+  FindDeviceMemory(config_, &facts);
+  const bool cuda = config_.runtime.device == "cuda";
+  facts.sharing = cuda || config_.runtime.emulate_peers ? 1 : NodeLocalSize();
+  facts.mpi = mpi;
+  memory_plans_.clear();
+  for (int s = 0; s < layout_.pp; ++s) {
+    FR_ASSIGN_OR_RETURN(RankMemoryPlan stage, PlanRankMemory(config_, model_config_, plan, schedule,
+                                                             s, layout_.replica, facts));
+    memory_plans_.push_back(std::move(stage));
   }
-  const int64_t activation = micro_batch * tc.seq_len * model_config_.n_embd;
-  const MessageType messages =
-      MessageTypeOf(BackendOptions{config_.runtime.device, config_.runtime.precision});
-  plan.push_back({"message buffers", 4 * microbatches * static_cast<int64_t>(chunks.size()) *
-                                         activation * MessageTypeBytes(messages)});
-  plan.push_back({"the global batch's tokens", 2 * tc.batch_size * layout_.dp * tc.seq_len *
-                                                   static_cast<int64_t>(sizeof(int32_t))});
-  int64_t params = 0;
-  for (const StageSpec& spec : chunks) params += MakeParamLayout(model_config_, spec).total;
-  if (config_.runtime.device != "cpu") moments = params;  // CUDA: no ZeRO-1
-  if (layout_.dp > 1 && (zero || config_.parallel.dp_bucket_mb > 0)) {
-    plan.push_back({"the data-parallel buckets' copy of the gradients",
-                    params * static_cast<int64_t>(sizeof(float))});
-  }
-  if (config_.optim.step_sync == "post_validate") {
-    plan.push_back({"post-validation's copy of parameters and AdamW moments",
-                    (params + 2 * moments) * static_cast<int64_t>(sizeof(float))});
-  }
-  absl::Status s = CheckHostMemoryPlan(plan, AvailableHostMemory(),
+  const RankMemoryPlan& own = memory_plans_[layout_.stage];
+  FR_LOG(INFO) << absl::StrFormat(
+      "memory plan of stage %d: training's peak %s on the %s (%s %s, %s allocated); side "
+      "work %s (%s, %s)",
+      layout_.stage, FormatBytes(own.peak_bytes), cuda ? "GPU" : "host",
+      FormatBytes(own.baseline_bytes),
+      cuda ? "kept for kernels and libraries" : "the process before its model",
+      FormatBytes(own.peak_bytes - own.baseline_bytes),
+      own.device_bytes > 0 ? FormatBytes(own.side_bytes) : "unknown", DescribeSideRoom(own),
+      facts.device_source);
+  // The baseline is resident already: only what is still to be allocated must fit.
+  absl::Status s = CheckHostMemoryPlan(own.host_buffers, AvailableHostMemory(),
                                        config_.runtime.emulate_peers ? 1 : NodeLocalSize());
   if (s.ok()) return s;
   return absl::ResourceExhaustedError(absl::StrFormat(

@@ -24,6 +24,7 @@
 #include "trainer/data/token_shards.h"
 #include "trainer/optimizer.h"
 #include "trainer/overhead_guard.h"
+#include "trainer/rank_memory.h"
 #include "trainer/run_metrics.h"
 #include "trainer/study_stats.h"
 #include "trainer/tensorboard.h"
@@ -126,6 +127,9 @@ class Trainer {
   const pipeline::CostModel& emulation_cost() const { return emulation_cost_; }
   // This rank's side-task executor (null without freeride.enabled or tasks for this stage).
   SideTaskExecutor* side_tasks() { return side_.get(); }
+  // What every stage's rank of this replica holds at its peak and leaves to side work
+  // (runtime.memory_fraction), stage 0 first; fill jobs and side tasks are placed by it.
+  const std::vector<RankMemoryPlan>& memory_plans() const { return memory_plans_; }
   const std::string& checkpoint_dir() const { return checkpoint_dir_; }
 
  private:
@@ -151,9 +155,10 @@ class Trainer {
   absl::Status Speculate();
   absl::StatusOr<bool> Validate(const pipeline::StepState& state);
   bool RunsAhead() const;
-  // Refuses a run whose host buffers would not fit in the memory this process may use.
-  absl::Status CheckHostMemory(const std::vector<StageSpec>& chunks, int64_t micro_batch,
-                               int slots, int microbatches) const;
+  // Every stage's memory plan (trainer/rank_memory.h) with this process's baseline, logged for
+  // this rank's stage; refuses a run whose host buffers would not fit in the memory this
+  // process may use. `mpi`: the data-parallel sums run on MPI.
+  absl::Status PlanMemory(const PipelinePlan& plan, const pipeline::Schedule& schedule, bool mpi);
   // On resume: drops metrics rows of steps after the checkpoint (a killed run wrote them), and
   // takes the elapsed time the kept rows reached.
   absl::Status TrimMetricsAfterResume();
@@ -199,6 +204,7 @@ class Trainer {
   // Training FLOPs per token, recomputation included (MFU's numerator).
   double flops_per_token_ = 0;
   pipeline::RankLayout layout_;
+  std::vector<RankMemoryPlan> memory_plans_;
   std::unique_ptr<pipeline::Transport> own_transport_;
   Clock* clock_ = nullptr;
   pipeline::Transport* transport_ = nullptr;

@@ -55,7 +55,8 @@ TEST(HarvestTrainTest, ConfigErrorsStopBeforeTraining) {
   config.side_tasks = {task};
   t = Trainer::Create(config);
   ASSERT_FALSE(t.ok());
-  EXPECT_NE(t.status().message().find("is more than this stage has free"), std::string::npos);
+  EXPECT_NE(t.status().message().find("is more than stage 0 leaves to side work: "),
+            std::string::npos);
   task.memory_limit_bytes = 0;
   task.type = "no_such_task";
   config.side_tasks = {task};

@@ -1,12 +1,14 @@
 // Fill jobs in a training on simulated time (stage 0 real, its peer emulated): jobs submitted
 // between steps are placed at the next step boundaries, run, end as they should (one that fits
 // finishes, one that fits no bubble is refused with its numbers, one that fails is FAILED, one
-// cancelled is CANCELLED), the training's losses stay those of a run without jobs, and what the
-// training had not finished when it ended is queued again for the next run in its directory.
+// cancelled is CANCELLED), the training's losses stay those of a run without jobs, what the
+// training had not finished when it ended is queued again for the next run in its directory,
+// and a job's memory is held to what the stage's memory plan leaves to side work.
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "core/clock.h"
+#include "core/host_memory.h"
 #include "gmock/gmock.h"
 #include "tests/pipeline/train_parity.h"
 #include "trainer/jobs/job_store.h"
@@ -146,6 +148,51 @@ TEST(FillJobsTest, WhatTheTrainingDidNotFinishIsQueuedAgainForTheNextRun) {
   ASSERT_TRUE(after_kill.ok()) << after_kill.status();
   EXPECT_EQ(Find(config, endless).state, JobState::kPending);
   EXPECT_THAT(Find(config, endless).reason, HasSubstr("stopped before it ended"));
+}
+
+// Memory for side work is the plan's room (runtime.memory_fraction of the device's memory,
+// stated here rather than read from the machine, less training's planned peak): a job that
+// does not fit the room a run keeping every activation leaves is refused, naming the figures,
+// and placed in the same run with full recomputation, whose plan leaves more.
+TEST(FillJobsTest, AJobRefusedForMemoryWithoutRecomputationIsPlacedWithIt) {
+  Config none = JobsConfig("fill_jobs_memory_none");
+  none.runtime.device_memory_mb = 1024;
+  Config full = JobsConfig("fill_jobs_memory_full");
+  full.runtime.device_memory_mb = 1024;
+  full.model.recompute = "full";
+  SimulatedClock none_clock, full_clock;
+  auto kept = Trainer::Create(none, nullptr, &none_clock);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  auto recomputed = Trainer::Create(full, nullptr, &full_clock);
+  ASSERT_TRUE(recomputed.ok()) << recomputed.status();
+  const RankMemoryPlan& plan_none = (*kept)->memory_plans()[0];
+  const RankMemoryPlan& plan_full = (*recomputed)->memory_plans()[0];
+  EXPECT_EQ(plan_none.device_bytes, int64_t{1} << 30);
+  ASSERT_GT(plan_full.side_bytes, plan_none.side_bytes);
+  const int64_t need = (plan_none.side_bytes + plan_full.side_bytes) / 2;
+
+  JobSubmission job;
+  job.toml = absl::StrCat("[[side_tasks]]\ntype = \"spin\"\nstages = [0]\nmemory_limit = ", need,
+                          "\n[side_tasks.args]\nstep_ms = 0.01\nsteps = 5\n");
+  job.name = "sized";
+  job.type = "spin";
+  absl::StatusOr<int64_t> refused = SubmitJob(none.run.dir, job, 0);
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  absl::StatusOr<int64_t> placed = SubmitJob(full.run.dir, job, 0);
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  // Offered after step 2, placed (or refused) then, run and ended in the steps after.
+  Losses(**kept, 6);
+  Losses(**recomputed, 6);
+  const Job without = Find(none, *refused);
+  EXPECT_EQ(without.state, JobState::kRefused);
+  EXPECT_EQ(without.reason,
+            absl::StrFormat("needs %s; stage 0 has %s for side work (runtime.memory_fraction 0.90 "
+                            "× 1.00 GiB − training's planned peak %s)",
+                            FormatBytes(need), FormatBytes(plan_none.side_bytes),
+                            FormatBytes(plan_none.peak_bytes)));
+  const Job with = Find(full, *placed);
+  EXPECT_EQ(with.state, JobState::kFinished) << with.reason;
+  EXPECT_EQ(with.stages, (std::vector<int>{0}));
 }
 
 }  // namespace

@@ -2,10 +2,12 @@
 # bench/memory_bench.sh on its tiny model (TINY=1: 2 blocks, 16 tokens, one round of 3 steps
 # per recompute mode and zero 0 / 1 on 4 MPI ranks, pp 2 × dp 2), so that the script cannot rot
 # between the runs that measure: it runs every arm, reads each run's peaks and step times, and
-# prints the table with the plan's per-stage figures, stage 0's smaller under full than under
-# none (it holds 2 micro-batches in 1F1B) with zero 0 and 1 (at dp 2 zero 1's plan is about
-# zero 0's: half the moments less, the buckets' copy of the gradients more). Figures are not
-# checked: this is the script's logic, not a measurement.
+# prints the table with the plan's per-stage peaks (in bytes, from `config memory`) beside the
+# measured ones. Figures are not checked: this is the script's logic, not a measurement (on
+# the tiny model the process before its model is nearly all of a rank's peak, so the arms'
+# plans differ by less than its resident set does from one process to the next; how
+# recomputation and ZeRO-1 change the plan is tested exactly in MemoryHeadroomTest and
+# RecomputePlanTest).
 # Usage: memory_bench_tiny.sh --build BUILD_DIR
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -19,7 +21,7 @@ out=$(BUILD_DIR="$build" TINY=1 "$root/bench/memory_bench.sh" 1 3 1 2>&1) || {
 echo "$out"
 for zero in 0 1; do
   for mode in none selective full; do
-    grep -Eq "^\| $mode \| $zero \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ ± nan \| [0-9.]+ ± nan \|$" <<<"$out" || {
+    grep -Eq "^\| $mode \| $zero \| ([0-9.]+ / [0-9.]+ \| [-+][0-9.]+% \| ){2}[0-9.]+ ± nan \| [0-9.]+ ± nan \|$" <<<"$out" || {
       echo "FAIL: no table row for recompute $mode, zero $zero"
       exit 1
     }
@@ -27,13 +29,8 @@ for zero in 0 1; do
 done
 python3 - "$out" <<'PY'
 import re, sys
-units = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
-plans = {}
-for arm, text in re.findall(r"^plan (\w+/\d): (.*)$", sys.argv[1], re.M):
-    plans[arm] = [float(v) * units[u] for v, u in re.findall(r"([0-9.]+) (B|KiB|MiB|GiB)", text)]
+plans = {arm: [int(a), int(b)] for arm, a, b in re.findall(r"^plan (\w+/\d) (\d+) (\d+) *$", sys.argv[1], re.M)}
 assert len(plans) == 6, plans
-assert all(len(p) == 2 for p in plans.values()), plans
-for zero in "01":
-    assert plans[f"full/{zero}"][0] < plans[f"selective/{zero}"][0] < plans[f"none/{zero}"][0], plans
+assert all(p > 0 for peaks in plans.values() for p in peaks), plans
 print("ok: stage 0 plans", {m: p[0] for m, p in plans.items()})
 PY

@@ -240,7 +240,7 @@ TEST(CliTest, ConfigCheckValidatesSideTasks) {
   EXPECT_EQ(result.status, kExitFailure);
   EXPECT_EQ(result.out, "");
   EXPECT_THAT(result.err, HasSubstr("error: " + path + ":16:16: side_tasks[3].memory_limit = "));
-  EXPECT_THAT(result.err, HasSubstr("is more than this stage has free"));
+  EXPECT_THAT(result.err, HasSubstr("is more than stage 0 leaves to side work: "));
   // Limits first; with them right, each task is built.
   path = WriteTemp("tasks.toml", base +
       "[[side_tasks]]\ntype = \"no_such_type\"\n"

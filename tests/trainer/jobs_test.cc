@@ -205,6 +205,31 @@ TEST(JobPlacementTest, AMisfitSaysWhatTheJobNeedsAndWhatTheStageHas) {
   EXPECT_EQ(StepMisfit(Room(2, gib, 0, 1e-3), 0.1), "stage 2 has no bubble to run in");
 }
 
+// With a memory plan (trainer/rank_memory.h) the room is runtime.memory_fraction of the
+// device's memory less training's planned peak and the side work held already: a misfit names
+// each figure, and says so when the memory free now is what falls short.
+TEST(JobPlacementTest, AMemoryMisfitNamesThePlansFigures) {
+  const int64_t mib = int64_t{1} << 20;
+  StageRoom room = Room(1, 0, 4e-3, 1e-3);
+  room.device_bytes = 1024 * mib;
+  room.fraction = 0.5;
+  room.planned_peak_bytes = 400 * mib;
+  room.held_bytes = 16 * mib;
+  EXPECT_EQ(PlannedSideBytes(room), 96 * mib);
+  room.free_bytes = PlannedSideBytes(room);
+  EXPECT_EQ(MemoryMisfit(96 * mib, room), "");
+  EXPECT_EQ(MemoryMisfit(100 * mib, room),
+            "needs 100.0 MiB; stage 1 has 96.0 MiB for side work (runtime.memory_fraction 0.50 × "
+            "1.00 GiB − training's planned peak 400.0 MiB − 16.0 MiB its side work holds)");
+  room.free_bytes = 64 * mib;  // the host has less free now than the plan leaves
+  EXPECT_EQ(MemoryMisfit(80 * mib, room),
+            "needs 80.0 MiB; stage 1 has 64.0 MiB free now (its plan leaves 96.0 MiB for side "
+            "work: runtime.memory_fraction 0.50 × 1.00 GiB − training's planned peak 400.0 MiB − "
+            "16.0 MiB its side work holds)");
+  room.planned_peak_bytes = 600 * mib;  // training alone takes more than the fraction
+  EXPECT_EQ(PlannedSideBytes(room), 0);
+}
+
 TEST(JobPlacementTest, ARefusalNamesEveryStageItMayRunOn) {
   std::vector<StageRoom> rooms = {Room(0, 1 << 20, 5e-3, 8e-3), Room(1, 1 << 30, 1e-3, 8e-3),
                                   Room(2, 1 << 30, 9e-3, 8e-3)};

@@ -114,7 +114,13 @@ TEST(ModelSummaryTest, ALlamaRunOnTheCpuGetsItsHostPlanWithTheSlotItAllocates) {
   const CliResult out = RunCommand(args);
   ASSERT_EQ(out.status, 0) << out.err;
   const std::vector<std::string> lines = Lines(out.out);
-  ASSERT_EQ(lines.size(), 5u) << out.out;
+  // The model, the CUDA plan's header and stage, the CPU plan's, what side work is left.
+  ASSERT_EQ(lines.size(), 7u) << out.out;
+  EXPECT_EQ(lines[5].rfind("memory for side work per rank: runtime.memory_fraction = 0.90 of "
+                           "the host's ",
+                           0),
+            0u)
+      << lines[5];
   EXPECT_EQ(lines[0].rfind("model: llama, 2 layers × n_embd 128 (4 heads, 2 key/value heads)", 0),
             0u)
       << lines[0];

@@ -24,9 +24,10 @@
 #include "trainer/config/config_schema.h"
 #include "trainer/config/default_config.h"
 #include "trainer/config/flags.h"
-#include "trainer/memory_report.h"
 #include "trainer/config/side_task_check.h"
+#include "trainer/memory_report.h"
 #include "trainer/pipeline_plan.h"
+#include "trainer/rank_memory.h"
 #include "trainer/trainer.h"
 
 namespace freeride {
@@ -85,7 +86,7 @@ int ConfigCheck(const ParsedFlags& flags) {
   if (!config.ok()) return ReportConfigErrors(config.status());
   // Side tasks are built as `train` builds them: their arguments, plugins and limits.
   std::vector<std::string> warnings;
-  absl::Status tasks = ValidateSideTasks(*config, &warnings);
+  absl::Status tasks = ValidateSideTasks(*config, &warnings, nullptr, PlannedSideRooms(*config));
   // How the model will be split, where that is not what the config seems to say.
   if (absl::StatusOr<GPT2Config> model = ResolveModelConfig(*config); model.ok()) {
     absl::StatusOr<PipelinePlan> plan = PlanPipeline(*config, *model);
@@ -120,6 +121,12 @@ int ConfigMemory(const ParsedFlags& flags) {
     }
     std::cout << *host;
   }
+  absl::StatusOr<std::string> side = SideWorkReport(*config);
+  if (!side.ok()) {
+    std::cerr << "error: " << side.status().message() << "\n";
+    return kExitFailure;
+  }
+  std::cout << *side;
   return kExitOk;
 }
 

@@ -15,6 +15,7 @@
 #include "trainer/config/config.h"
 #include "trainer/config/side_task_check.h"
 #include "trainer/jobs/job_store.h"
+#include "trainer/rank_memory.h"
 
 namespace freeride {
 namespace {
@@ -147,7 +148,7 @@ int SubmitCommand(const ParsedFlags& flags) {
   Config check = *run;
   check.side_tasks = {*task};
   std::vector<std::string> warnings, classes;
-  absl::Status built = ValidateSideTasks(check, &warnings, &classes);
+  absl::Status built = ValidateSideTasks(check, &warnings, &classes, PlannedSideRooms(check));
   for (const std::string& w : warnings) std::cerr << "warning: " << w << "\n";
   if (!built.ok()) return Fail(built);
   if (!run->freeride.enabled || !run->freeride.jobs) {

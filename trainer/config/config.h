@@ -118,6 +118,8 @@ struct RuntimeConfig {
   double link_bandwidth_gbs = 25.0;
   int64_t threads = 0;
   double peak_tflops = 0;
+  double memory_fraction = 0.9;  // of the device's memory, for training and side work together
+  double device_memory_mb = 0;   // the device's memory (MiB) to plan against; 0: the machine's
 };
 
 struct FreerideConfig {

@@ -302,6 +302,20 @@ std::vector<KeySpec> BuildSchema() {
           .Doc("With runtime.emulate_peers: bandwidth (GB/s) of the link between stages, for the "
                "emulated transfer time of an activation or gradient."),
       FR_KEY(runtime, threads).Min(0).Doc("CPU threads per rank; 0: the cores available."),
+      FR_KEY(runtime, memory_fraction)
+          .Min(0, true)
+          .Max(1)
+          .Doc("The share of the device's memory (the host's on the CPU, the GPU's on CUDA) that "
+               "training and side work may use together: what a stage leaves to side tasks and "
+               "fill jobs is this share less training's planned peak there (`freeride config "
+               "memory` prints it per stage, the trainer logs it at start; "
+               "docs/training.md#memory)."),
+      FR_KEY(runtime, device_memory_mb)
+          .Min(0)
+          .Doc("The device's memory in MiB for that plan; 0: the machine's (the host's MemTotal, "
+               "or its cgroup's memory.max, shared by the ranks on it, on the CPU; the GPU's "
+               "total on CUDA). Set it to plan for another machine or to keep part of a shared "
+               "one."),
       FR_KEY(runtime, peak_tflops)
           .Min(0)
           .Doc("Peak TFLOP/s of one rank's device, the denominator of metrics.jsonl's mfu. 0: "

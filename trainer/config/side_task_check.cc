@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <variant>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/host_memory.h"
 #include "freeride/tasks/serve_http.h"
 
 namespace freeride {
@@ -107,7 +109,7 @@ SideTaskSpec SpecOf(const SideTaskConfig& task) {
   return spec;
 }
 
-absl::Status CheckSideTaskPlacement(const Config& config) {
+absl::Status CheckSideTaskPlacement(const Config& config, const std::vector<SideRoom>& rooms) {
   std::vector<std::string> problems;
   const int64_t available = FreeHostBytes();
   for (size_t i = 0; i < config.side_tasks.size(); ++i) {
@@ -120,12 +122,25 @@ absl::Status CheckSideTaskPlacement(const Config& config) {
         break;
       }
     }
-    if (task.memory_limit_bytes > available) {
-      auto it = task.origins.find("memory_limit");
-      const std::string where = it != task.origins.end() ? it->second + ": " : "";
+    auto it = task.origins.find("memory_limit");
+    const std::string where = it != task.origins.end() ? it->second + ": " : "";
+    if (rooms.empty() && task.memory_limit_bytes > available) {
       problems.push_back(absl::StrFormat(
           "%sside_tasks[%d].memory_limit = %s is more than this stage has free (%s)", where, i,
           FormatByteSize(task.memory_limit_bytes), FormatByteSize(available)));
+    }
+    // By the plan: the stage it runs on with the least room.
+    int64_t tightest = -1;
+    for (int64_t stage = 0; stage < static_cast<int64_t>(rooms.size()); ++stage) {
+      const bool here = task.stages.empty() || std::find(task.stages.begin(), task.stages.end(),
+                                                         stage) != task.stages.end();
+      if (here && (tightest < 0 || rooms[stage].bytes < rooms[tightest].bytes)) tightest = stage;
+    }
+    if (tightest >= 0 && task.memory_limit_bytes > rooms[tightest].bytes) {
+      problems.push_back(absl::StrFormat(
+          "%sside_tasks[%d].memory_limit = %s is more than stage %d leaves to side work: %s (%s)",
+          where, i, FormatByteSize(task.memory_limit_bytes), tightest,
+          FormatBytes(rooms[tightest].bytes), rooms[tightest].how));
     }
   }
   CheckServePorts(config, &problems);
@@ -134,8 +149,9 @@ absl::Status CheckSideTaskPlacement(const Config& config) {
 }
 
 absl::Status ValidateSideTasks(const Config& config, std::vector<std::string>* warnings,
-                               std::vector<std::string>* classes) {
-  if (absl::Status s = CheckSideTaskPlacement(config); !s.ok()) return s;
+                               std::vector<std::string>* classes,
+                               const std::vector<SideRoom>& rooms) {
+  if (absl::Status s = CheckSideTaskPlacement(config, rooms); !s.ok()) return s;
   std::string scratch = (std::filesystem::temp_directory_path() / "freeride-check-XXXXXX").string();
   if (mkdtemp(scratch.data()) == nullptr) {
     return absl::InternalError("config check: cannot make a scratch directory for side tasks");

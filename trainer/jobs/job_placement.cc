@@ -1,5 +1,7 @@
 #include "trainer/jobs/job_placement.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/host_memory.h"
@@ -7,10 +9,33 @@
 
 namespace freeride {
 
+int64_t PlannedSideBytes(const StageRoom& room) {
+  const double room_bytes = room.fraction * static_cast<double>(room.device_bytes);
+  return std::max<int64_t>(
+      0, static_cast<int64_t>(room_bytes) - room.planned_peak_bytes - room.held_bytes);
+}
+
 std::string MemoryMisfit(int64_t memory_bytes, const StageRoom& room) {
   if (memory_bytes <= room.free_bytes) return "";
-  return absl::StrFormat("needs %s; stage %d has %s free", FormatBytes(memory_bytes), room.stage,
-                         FormatBytes(room.free_bytes));
+  if (room.device_bytes <= 0) {
+    return absl::StrFormat("needs %s; stage %d has %s free", FormatBytes(memory_bytes), room.stage,
+                           FormatBytes(room.free_bytes));
+  }
+  const int64_t planned = PlannedSideBytes(room);
+  const std::string plan = absl::StrFormat(
+      "runtime.memory_fraction %.2f × %s − training's planned peak %s%s", room.fraction,
+      FormatBytes(room.device_bytes), FormatBytes(room.planned_peak_bytes),
+      room.held_bytes > 0
+          ? absl::StrFormat(" − %s its side work holds", FormatBytes(room.held_bytes))
+          : "");
+  if (room.free_bytes < planned) {
+    return absl::StrFormat(
+        "needs %s; stage %d has %s free now (its plan leaves %s for side work: %s)",
+        FormatBytes(memory_bytes), room.stage, FormatBytes(room.free_bytes), FormatBytes(planned),
+        plan);
+  }
+  return absl::StrFormat("needs %s; stage %d has %s for side work (%s)", FormatBytes(memory_bytes),
+                         room.stage, FormatBytes(room.free_bytes), plan);
 }
 
 std::string StepMisfit(const StageRoom& room, double margin) {

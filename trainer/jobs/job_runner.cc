@@ -23,8 +23,9 @@ using nlohmann::ordered_json;
 
 // Per stage in the placement's sum: took part, allowed, free bytes, longest bubble, calibrated,
 // step, fills bubbles (from the stage's rank of replica 0); hosting and failed instances (from
-// every rank of the stage).
-constexpr size_t kRoomFields = 9;
+// every rank of the stage); the memory plan's device share, fraction, training's peak and the
+// side work held (replica 0's rank).
+constexpr size_t kRoomFields = 13;
 // How long the rate behind a job's estimated time to finish looks back.
 constexpr double kRateWindowS = 60;
 // A placed job's work is appended to its progress.jsonl at most this often.
@@ -46,6 +47,34 @@ int64_t FreeMemory(const Config& config) {
 std::string StagesText(const std::vector<int>& stages) { return absl::StrJoin(stages, ", "); }
 
 }  // namespace
+
+StageRoom JobRunner::MemoryRoom() const {
+  const Config& config = *options_.config;
+  StageRoom room;
+  room.free_bytes = FreeMemory(config);
+  if (options_.device_bytes <= 0) return room;
+  room.device_bytes = options_.device_bytes;
+  room.fraction = config.runtime.memory_fraction;
+  room.planned_peak_bytes = options_.planned_peak_bytes;
+  // What the side work here may take already: the configured tasks of this stage and the jobs
+  // this rank hosts that have not ended.
+  for (const SideTaskConfig& task : config.side_tasks) {
+    if (task.stages.empty() || std::find(task.stages.begin(), task.stages.end(),
+                                         options_.layout.stage) != task.stages.end()) {
+      room.held_bytes += task.memory_limit_bytes;
+    }
+  }
+  for (const Active& a : active_) {
+    if (a.task < 0) continue;
+    const TaskState state = options_.executor->task_state(a.task);
+    if (state != TaskState::kFinished && state != TaskState::kFailed &&
+        state != TaskState::kStopped) {
+      room.held_bytes += a.memory_bytes;
+    }
+  }
+  room.free_bytes = std::min(room.free_bytes, PlannedSideBytes(room));
+  return room;
+}
 
 absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const Options& options) {
   std::unique_ptr<JobRunner> runner(new JobRunner(options));
@@ -345,7 +374,12 @@ absl::Status JobRunner::Place(int64_t step, int64_t bytes) {
   int hosted = -1;
   bool failed = false;
   if (room.allowed) {
-    room.free_bytes = FreeMemory(config);
+    const StageRoom memory = MemoryRoom();
+    room.free_bytes = memory.free_bytes;
+    room.device_bytes = memory.device_bytes;
+    room.fraction = memory.fraction;
+    room.planned_peak_bytes = memory.planned_peak_bytes;
+    room.held_bytes = memory.held_bytes;
     room.longest_bubble_s = options_.executor->LongestPredictedBubble();
     if (MemoryMisfit(spec.memory_limit_bytes, room).empty()) {
       absl::StatusOr<int> added = options_.executor->AddTask(spec, JobDir(run_dir(), id));
@@ -380,6 +414,10 @@ absl::Status JobRunner::Place(int64_t step, int64_t bytes) {
     mine[4] = room.calibrated;
     mine[5] = room.step_s;
     mine[6] = room.fills_bubble;
+    mine[9] = static_cast<double>(room.device_bytes);
+    mine[10] = room.fraction;
+    mine[11] = static_cast<double>(room.planned_peak_bytes);
+    mine[12] = static_cast<double>(room.held_bytes);
   }
   mine[7] = hosted >= 0 ? 1 : 0;
   mine[8] = failed ? 1 : 0;
@@ -398,8 +436,19 @@ absl::Status JobRunner::Place(int64_t step, int64_t bytes) {
   std::vector<int> placed, failed_on;
   for (int st = 0; st < pp; ++st) {
     const double* r = &rooms[kRoomFields * st];
-    stages[st] = StageRoom{st,   r[0] > 0, r[1] > 0, static_cast<int64_t>(r[2]),
-                           r[3], r[4] > 0, r[5],     r[6] > 0};
+    StageRoom& room_of = stages[st];
+    room_of.stage = st;
+    room_of.took_part = r[0] > 0;
+    room_of.allowed = r[1] > 0;
+    room_of.free_bytes = static_cast<int64_t>(r[2]);
+    room_of.longest_bubble_s = r[3];
+    room_of.calibrated = r[4] > 0;
+    room_of.step_s = r[5];
+    room_of.fills_bubble = r[6] > 0;
+    room_of.device_bytes = static_cast<int64_t>(r[9]);
+    room_of.fraction = r[10];
+    room_of.planned_peak_bytes = static_cast<int64_t>(r[11]);
+    room_of.held_bytes = static_cast<int64_t>(r[12]);
     instances += static_cast<int>(r[7]);
     failures += static_cast<int>(r[8]);
     if (r[7] > 0) placed.push_back(st);
@@ -423,6 +472,7 @@ absl::Status JobRunner::Place(int64_t step, int64_t bytes) {
   a.id = id;
   a.task = hosted;
   a.instances = instances;
+  a.memory_bytes = spec.memory_limit_bytes;
   if (job != nullptr) {
     std::vector<std::string> fits;
     for (int st : placed) {

@@ -22,6 +22,7 @@
 #include "pipeline/comm/transport.h"
 #include "pipeline/stage_executor.h"
 #include "trainer/config/config.h"
+#include "trainer/jobs/job_placement.h"
 #include "trainer/jobs/job_policy.h"
 #include "trainer/jobs/job_store.h"
 
@@ -35,6 +36,12 @@ class JobRunner {
     pipeline::RankLayout layout;
     bool leader = false;                   // reads the queue and writes the records
     SideTaskExecutor* executor = nullptr;  // this rank's (not owned)
+    // This rank's memory plan (trainer/rank_memory.h): its share of the device's memory and
+    // training's planned peak there; a job's memory must fit runtime.memory_fraction of the
+    // one less the other (and the limits of the side work hosted already), and the memory free
+    // now. device_bytes 0: the memory free now only.
+    int64_t device_bytes = 0;
+    int64_t planned_peak_bytes = 0;
   };
   // Pending jobs are first offered after this step: by then every stage has measured the
   // bubbles it predicts (step 1 places them from measured costs, step 2 measures them).
@@ -64,7 +71,8 @@ class JobRunner {
     int64_t id = 0;
     int task = -1;  // its executor id on this rank; -1: not hosted here
     int instances = 0;
-    bool reported = false;  // this rank wrote its instance's end
+    int64_t memory_bytes = 0;  // its memory_limit
+    bool reported = false;     // this rank wrote its instance's end
     // On the leader:
     Job job;
     std::vector<ProgressPoint> rate;  // its work at recent steps, oldest first
@@ -79,6 +87,8 @@ class JobRunner {
   void WriteInstance(int64_t id, const TaskReport& report, const std::string& state,
                      const std::string& reason);
   absl::Status Place(int64_t step, int64_t bytes);
+  // What this rank is to offer a job: the plan's room for side work, bounded by free memory.
+  StageRoom MemoryRoom() const;
   absl::Status Barrier();
   // The leader's view of a placed job's work after `step`, appended to its progress series at
   // most once a second, and once as it ends.

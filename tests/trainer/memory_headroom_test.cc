@@ -1,0 +1,179 @@
+// What training leaves to side work (trainer/rank_memory.h): runtime.memory_fraction and
+// runtime.device_memory_mb are validated; each stage's plan is its terms added up (the chunk,
+// the schedule's message buffers, the batch, MPI's temporary, the process's baseline) with the
+// facts injected, not read from this machine; the room left is the fraction of the device's
+// share less that peak; recomputation and ZeRO-1 grow the room by what they save; `config
+// memory` prints it per stage and the side-task check refuses a limit above it.
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/backend.h"
+#include "trainer/config/side_task_check.h"
+#include "trainer/memory_report.h"
+#include "trainer/rank_memory.h"
+#include "trainer/trainer.h"
+
+namespace freeride {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+absl::StatusOr<Config> Parse(const std::string& runtime) {
+  return ParseConfig(absl::StrCat("[data]\ntrain = \"x.bin\"\n[runtime]\n", runtime), "run.toml");
+}
+
+TEST(MemoryHeadroomTest, TheFractionIsAboveZeroAndAtMostOne) {
+  EXPECT_EQ(Config{}.runtime.memory_fraction, 0.9);
+  for (const char* bad : {"0", "0.0", "-0.5", "1.01", "2"}) {
+    absl::StatusOr<Config> config = Parse(absl::StrCat("memory_fraction = ", bad));
+    ASSERT_FALSE(config.ok()) << bad;
+    EXPECT_THAT(config.status().message(), HasSubstr("runtime.memory_fraction")) << bad;
+    EXPECT_THAT(config.status().message(), HasSubstr(bad)) << config.status().message();
+  }
+  for (const char* good : {"1", "1.0", "0.5", "0.05"}) {
+    EXPECT_TRUE(Parse(absl::StrCat("memory_fraction = ", good)).ok()) << good;
+  }
+  absl::StatusOr<Config> words = Parse("memory_fraction = \"most\"");
+  ASSERT_FALSE(words.ok());
+  EXPECT_THAT(words.status().message(), HasSubstr("runtime.memory_fraction"));
+  absl::StatusOr<Config> negative = Parse("device_memory_mb = -1");
+  ASSERT_FALSE(negative.ok());
+  EXPECT_THAT(negative.status().message(), HasSubstr("runtime.device_memory_mb"));
+  absl::StatusOr<Config> stated = Parse("device_memory_mb = 2048");
+  ASSERT_TRUE(stated.ok()) << stated.status();
+  MemoryFacts facts;
+  FindDeviceMemory(*stated, &facts);
+  EXPECT_EQ(facts.device_bytes, 2048 * kMiB);
+  EXPECT_EQ(facts.device_source, "runtime.device_memory_mb");
+}
+
+// A 2-stage, 2-replica CPU pipeline of 1F1B over 4 micro-batches, as in bench/memory_bench.sh
+// but small.
+Config PipelineConfig() {
+  absl::StatusOr<Config> config = ParseConfig(
+      "[data]\ntrain = \"x.bin\"\n[model]\nn_layer = 4\nn_head = 2\nn_embd = 64\n"
+      "max_seq_len = 64\nvocab_size = 512\n[train]\nbatch_size = 4\nmicrobatches = 4\n"
+      "seq_len = 64\n[parallel]\npp = 2\ndp = 2\npartition = \"even\"\n",
+      "pipeline.toml");
+  EXPECT_TRUE(config.ok()) << config.status();
+  return *config;
+}
+
+MemoryFacts Facts() {
+  MemoryFacts facts;
+  facts.baseline_bytes = 30 * kMiB;
+  facts.device_bytes = 8192 * kMiB;
+  facts.device_source = "injected";
+  facts.sharing = 4;
+  facts.mpi = true;
+  return facts;
+}
+
+TEST(MemoryHeadroomTest, EachStagesPeakIsItsTermsAndTheRoomIsTheFractionLessThePeak) {
+  const Config config = PipelineConfig();
+  absl::StatusOr<std::vector<RankMemoryPlan>> plans = PlanStagesMemory(config, Facts());
+  ASSERT_TRUE(plans.ok()) << plans.status();
+  ASSERT_EQ(plans->size(), 2u);
+  const GPT2Config model = *ResolveModelConfig(config);
+  const PipelinePlan split = *PlanPipeline(config, model);
+  const int64_t B = 1, T = 64, C = 64, m = 4, dp = 2;
+  for (int s = 0; s < 2; ++s) {
+    SCOPED_TRACE(s);
+    const RankMemoryPlan& plan = (*plans)[s];
+    const int slots = 2 - s;  // 1F1B: stage s holds pp − s micro-batches
+    const int64_t chunk = TotalBytes(PlanCpuStageMemory(model, split.specs[s], B, T, slots));
+    // Stage 0 sends m activations and receives m gradients; stage 1 the other way round.
+    const int64_t messages = 2 * m * B * T * C * 4;
+    const int64_t batch = 2 * 4 * dp * T * 4;
+    const int64_t mpi = MakeParamLayout(model, split.specs[s]).total * 4;
+    EXPECT_EQ(plan.peak_bytes, 30 * kMiB + chunk + messages + batch + mpi);
+    EXPECT_EQ(plan.baseline_bytes, 30 * kMiB);
+    EXPECT_EQ(plan.device_bytes, 2048 * kMiB);  // the host shared by 4 ranks
+    EXPECT_EQ(plan.side_bytes, static_cast<int64_t>(0.9 * 2048 * kMiB) - plan.peak_bytes);
+    EXPECT_EQ(DescribeSideRoom(plan),
+              absl::StrCat("runtime.memory_fraction 0.90 × 2.00 GiB − training's planned peak ",
+                           FormatBytes(plan.peak_bytes)));
+  }
+  // Without MPI (an emulated or single-process run) no temporary is counted.
+  MemoryFacts local = Facts();
+  local.mpi = false;
+  absl::StatusOr<std::vector<RankMemoryPlan>> alone = PlanStagesMemory(config, local);
+  ASSERT_TRUE(alone.ok());
+  EXPECT_EQ((*plans)[0].peak_bytes - (*alone)[0].peak_bytes,
+            MakeParamLayout(model, split.specs[0]).total * 4);
+  // An unknown device leaves no figure rather than a wrong one.
+  local.device_bytes = 0;
+  alone = PlanStagesMemory(config, local);
+  ASSERT_TRUE(alone.ok());
+  EXPECT_EQ((*alone)[0].side_bytes, 0);
+  EXPECT_TRUE(SideRooms(*alone).empty());
+}
+
+TEST(MemoryHeadroomTest, RecomputationAndZeroOneLeaveSideWorkWhatTheySave) {
+  Config config = PipelineConfig();
+  const std::vector<RankMemoryPlan> none = *PlanStagesMemory(config, Facts());
+  config.model.recompute = "full";
+  const std::vector<RankMemoryPlan> full = *PlanStagesMemory(config, Facts());
+  // Stage 0 holds two micro-batches: full recomputation keeps less of each.
+  EXPECT_LT(full[0].peak_bytes, none[0].peak_bytes);
+  EXPECT_EQ(full[0].side_bytes - none[0].side_bytes, none[0].peak_bytes - full[0].peak_bytes);
+
+  // ZeRO-1 at dp 4 against zero 0 with the same buckets: a quarter of the moments.
+  config.model.recompute = "none";
+  config.parallel.dp = 4;
+  config.parallel.dp_bucket_mb = 4;
+  const std::vector<RankMemoryPlan> whole = *PlanStagesMemory(config, Facts());
+  config.parallel.zero = 1;
+  const std::vector<RankMemoryPlan> sharded = *PlanStagesMemory(config, Facts());
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_LT(sharded[s].peak_bytes, whole[s].peak_bytes);
+    EXPECT_EQ(sharded[s].side_bytes - whole[s].side_bytes,
+              whole[s].peak_bytes - sharded[s].peak_bytes);
+  }
+}
+
+TEST(MemoryHeadroomTest, ConfigMemoryPrintsEachStagesRoomForSideWork) {
+  Config config = PipelineConfig();
+  config.runtime.device_memory_mb = 8192;
+  config.runtime.memory_fraction = 0.5;
+  absl::StatusOr<std::string> report = SideWorkReport(config);
+  ASSERT_TRUE(report.ok()) << report.status();
+  const std::vector<std::string> lines = absl::StrSplit(*report, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 3u) << *report;
+  EXPECT_THAT(lines[0], HasSubstr("runtime.memory_fraction = 0.50 of the host's 8.00 GiB "
+                                  "(runtime.device_memory_mb), shared by the run's 4 ranks"));
+  // The same plan as PlanStagesMemory's with this process's facts.
+  const std::vector<RankMemoryPlan> plans = *PlanStagesMemory(config, PlanningFacts(config));
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(plans[s].side_bytes, static_cast<int64_t>(0.5 * 2048 * kMiB) - plans[s].peak_bytes);
+    EXPECT_THAT(
+        lines[1 + s],
+        HasSubstr(absl::StrCat("stage ", s, ": training's peak ", FormatBytes(plans[s].peak_bytes),
+                               "; side work ", FormatBytes(plans[s].side_bytes))));
+  }
+}
+
+TEST(MemoryHeadroomTest, ASideTaskAboveItsStagesRoomIsRefusedNamingTheRoom) {
+  Config config = PipelineConfig();
+  config.freeride.enabled = true;
+  SideTaskConfig task;
+  task.type = "spin";
+  task.stages = {1};
+  task.memory_limit_bytes = 100 * kMiB;
+  config.side_tasks = {task};
+  const std::vector<SideRoom> rooms = {{200 * kMiB, "stage 0's plan"}, {50 * kMiB, "stage 1's"}};
+  absl::Status s = CheckSideTaskPlacement(config, rooms);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("side_tasks[0].memory_limit = 100MiB is more than stage 1 "
+                                     "leaves to side work: 50.0 MiB (stage 1's)"));
+  config.side_tasks[0].stages = {0};
+  EXPECT_TRUE(CheckSideTaskPlacement(config, rooms).ok());
+}
+
+}  // namespace
+}  // namespace freeride
