@@ -11,6 +11,7 @@
 #include "models/device_memory_plan.h"
 #include "pipeline/generators.h"
 #include "trainer/memory_report.h"
+#include "trainer/pipeline_plan.h"
 #include "trainer/trainer.h"
 #include "trainer/transport_choice.h"
 
@@ -164,13 +165,15 @@ absl::StatusOr<RankMemoryPlan> PlanRankMemory(const Config& config, const GPT2Co
     beside.push_back({"MPI's temporary for the data-parallel sum", params * kFloat});
   }
   if (cuda) {
-    // The GPU's own plan, as the CUDA chunk allocates it (no ZeRO-1 there).
+    // The GPU's own plan, as the CUDA chunk allocates it under the stage's recompute mode (no
+    // ZeRO-1 there).
     FR_ASSIGN_OR_RETURN(const cuda::AttentionMode attention,
                         cuda::ParseAttentionMode(config.runtime.attention));
     MemoryPlan plan;
     for (const StageSpec& spec : specs) {
       PlanStageMemory(model, spec, micro_batch, tc.seq_len, slots,
-                      config.runtime.precision == "bf16" ? 2 : 4, &plan, true, attention);
+                      config.runtime.precision == "bf16" ? 2 : 4, &plan, true, attention,
+                      StageRecompute(config, stage));
     }
     for (int p = 0; p < kNumMemoryPhases; ++p) {
       const MemoryPhase phase = static_cast<MemoryPhase>(p);

@@ -123,6 +123,17 @@ TEST(MemoryHeadroomTest, RecomputationAndZeroOneLeaveSideWorkWhatTheySave) {
   EXPECT_LT(full[0].peak_bytes, none[0].peak_bytes);
   EXPECT_EQ(full[0].side_bytes - none[0].side_bytes, none[0].peak_bytes - full[0].peak_bytes);
 
+  // On the CUDA backend the stage's peak is the chunk's own plan under the stage's mode
+  // (PlanStageMemory with its recompute), so full recomputation frees device memory there too.
+  Config gpu = PipelineConfig();
+  gpu.runtime.device = "cuda";
+  const std::vector<RankMemoryPlan> gpu_none = *PlanStagesMemory(gpu, Facts());
+  gpu.model.recompute = "full";
+  const std::vector<RankMemoryPlan> gpu_full = *PlanStagesMemory(gpu, Facts());
+  EXPECT_LT(gpu_full[0].peak_bytes, gpu_none[0].peak_bytes);
+  EXPECT_EQ(gpu_full[0].side_bytes - gpu_none[0].side_bytes,
+            gpu_none[0].peak_bytes - gpu_full[0].peak_bytes);
+
   // ZeRO-1 at dp 4 against zero 0 with the same buckets: a quarter of the moments.
   config.model.recompute = "none";
   config.parallel.dp = 4;
