@@ -1,9 +1,7 @@
 #include "trainer/study/projection_memory.h"
 
 #include <algorithm>
-#include <set>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "models/cuda/stage_policy.h"
@@ -12,25 +10,6 @@
 
 namespace freeride {
 namespace {
-
-// A block's forward buffers in the CUDA plan's slots ("slot 0 NAME"), each [L, ...]: what full
-// recomputation makes again from the block's input (residual3 is the next block's input).
-const std::set<std::string>& LayerForwardBuffers() {
-  static const std::set<std::string> names = {"ln1",
-                                              "ln1 mean",
-                                              "ln1 rstd",
-                                              "qkv",
-                                              "attention log-sum-exp",
-                                              "attention output",
-                                              "residual2",
-                                              "ln2",
-                                              "ln2 mean",
-                                              "ln2 rstd",
-                                              "fch",
-                                              "fch gelu",
-                                              "residual3"};
-  return names;
-}
 
 double Gib(int64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(1 << 30); }
 
@@ -71,52 +50,22 @@ StageDeviceMemory PlanProjectedStage(const GPT2Config& model, const std::vector<
                                      int compute_bytes, int64_t dp, const MemoryOption& option) {
   StageDeviceMemory out;
   out.reserve = cuda::kDeviceHeadroomBytes;
-  int64_t params = 0, master = 0, compute = 0, scratch = 0;
+  // The chunks' plans in one, as `config memory` adds them: each chunk allocates its own
+  // buffers, the recomputation's shared ones included.
+  MemoryPlan plan;
+  int64_t params = 0, master = 0, compute = 0;
   for (const StageSpec& spec : chunks) {
     params += MakeParamLayout(model, spec).total;
-    MemoryPlan plan;
-    PlanStageMemory(model, spec, micro_batch, seq_len, slots, compute_bytes, &plan);
-    // One slot's buffers: all of them, the activation output, what full recomputation remakes.
-    int64_t slot = 0, activation_output = 0, recomputable = 0;
-    for (const PlannedBuffer& b : plan.buffers()) {
-      switch (b.phase) {
-        case MemoryPhase::kParameters:
-          (b.name == "master (fp32)" ? master : compute) += b.bytes;
-          break;
-        case MemoryPhase::kGradients:
-          out.gradients += b.bytes;
-          break;
-        case MemoryPhase::kOptimizer:
-          out.optimizer += b.bytes;
-          break;
-        case MemoryPhase::kWorkspace:
-          out.workspace += b.bytes;
-          break;
-        case MemoryPhase::kActivations: {
-          if (!absl::StartsWith(b.name, "slot 0 ")) break;
-          const std::string name = b.name.substr(7);
-          slot += b.bytes;
-          if (name == "fch gelu") activation_output += b.bytes;
-          if (LayerForwardBuffers().count(name) && name != "residual3") recomputable += b.bytes;
-          break;
-        }
-      }
-    }
-    // What a slot keeps, and one layer's recomputed buffers: the scratch every slot (and every
-    // chunk of the stage: one computes at a time) shares.
-    const int64_t layers = std::max<int64_t>(1, spec.num_layers());
-    int64_t kept = slot, one_layer = 0;
-    if (option.recompute == Recompute::kSelective) {
-      kept -= activation_output;
-      one_layer = activation_output / layers;
-    } else if (option.recompute == Recompute::kFull) {
-      kept -= recomputable;
-      one_layer = recomputable / layers;
-    }
-    out.activations += slots * kept;
-    scratch = std::max(scratch, one_layer);
+    const StageBufferIds ids =
+        PlanStageMemory(model, spec, micro_batch, seq_len, slots, compute_bytes, &plan,
+                        /*training=*/true, cuda::AttentionMode::kAuto, option.recompute);
+    master += plan.buffer(ids.master).bytes;
+    compute += plan.buffer(ids.compute).bytes;
   }
-  out.activations += scratch;
+  out.gradients = plan.PhaseBytes(MemoryPhase::kGradients);
+  out.optimizer = plan.PhaseBytes(MemoryPhase::kOptimizer);
+  out.activations = plan.PhaseBytes(MemoryPhase::kActivations);
+  out.workspace = plan.PhaseBytes(MemoryPhase::kWorkspace);
   const int64_t share = option.zero ? LargestZeroShare(model, chunks, dp) : params;
   // In fp32 the master copy is the weights the forward reads: whole on every rank.
   const bool master_sharded = option.zero && compute_bytes < 4;
@@ -160,9 +109,9 @@ std::string ProjectionMemoryMarkdown(const GPT2Config& model, const Projection& 
   absl::StrAppendFormat(
       &md,
       "\nEach cell: the stage's parameters (the fp32 master%s), fp32 gradients, AdamW moments, "
-      "activations (slots × what a micro-batch keeps, and the recomputation's scratch), the "
-      "plan's workspace and the rank's reserve (%.2f GiB); the rest of the GPU is what side "
-      "tasks and fill jobs can be placed in.\n",
+      "activations (slots × what a micro-batch keeps, and the buffers full recomputation's "
+      "slots share), the plan's workspace and the rank's reserve (%.2f GiB); the rest of the "
+      "GPU is what side tasks and fill jobs can be placed in.\n",
       bf16 ? " and the bf16 compute copy" : "", Gib(cuda::kDeviceHeadroomBytes));
   return md;
 }

@@ -3,12 +3,11 @@
 // none / selective / full, parallel.zero 0 / 1), and what that leaves free for side work on a
 // GPU of a given size. From the CUDA chunk's own plan (models/device_memory_plan.h: the
 // buffers it allocates for the stage's layers, micro-batch, sequence length and activation
-// slots), with the options applied to it by name:
-//   recompute  selective keeps no activation output (GELU's, SwiGLU's; "fch gelu") per slot,
-//              recomputing one layer's into scratch the slots share; full keeps of a block
-//              only its input (the block before's "residual3", the stage's "input"), recomputing
-//              one layer's forward buffers into shared scratch. What the head, the embedding and
-//              the backward's stashes for the weight gradients keep is kept either way.
+// slots), planned under the option's recompute mode, so that the table and the chunk's
+// start-up check count the same buffers:
+//   recompute  the plan's (StageBufferIds::recompute): what each slot keeps (selective remakes
+//              the activation output in the workspace's MLP scratch) and, under full, the one
+//              micro-batch's recomputed buffers the slots share.
 //   ZeRO-1     AdamW's m and v, and in bf16 the fp32 master copy, for the largest share of the
 //              stage's parameters any of its dp ranks holds (pipeline::SplitForZero's shares,
 //              cut at the gradient norm's 65,536-element chunks: about 1/dp); the compute copy
@@ -38,7 +37,7 @@ struct StageDeviceMemory {
   int64_t parameters = 0;   // fp32 master (ZeRO-1 in bf16: the share's) + bf16 compute copy
   int64_t gradients = 0;    // fp32, whole
   int64_t optimizer = 0;    // AdamW m and v, fp32 (ZeRO-1: the largest share's)
-  int64_t activations = 0;  // every slot's, and the recomputation's shared scratch
+  int64_t activations = 0;  // the plan's: every slot's, and full recomputation's shared buffers
   int64_t workspace = 0;    // the plan's, shared by the slots
   int64_t reserve = 0;      // what a rank keeps free beyond its plan (cuda::kDeviceHeadroomBytes)
   int64_t total() const {
