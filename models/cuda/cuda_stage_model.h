@@ -57,6 +57,10 @@ struct CudaStageOptions {
   // Forward only (inference): no memory for gradients, optimizer state or backward; the
   // training calls return FailedPrecondition.
   bool inference_only = false;
+  // Messages the chunk will hand out in device memory (AllocateMessageBuffer for a transport
+  // that carries it, NCCL's: the stage executor's, StageExecutor::MessageBuffersOf), counted
+  // in the start-up memory check with the plan.
+  int64_t device_messages = 0;
 };
 
 class CudaStageModel : public StageModel {

@@ -1,6 +1,7 @@
 // The gradients and the optimizer of a CUDA chunk: zeroing (beta = 0 products write the weight
 // matrices' gradients where runtime.kernels = auto, so only the rest is cleared), the head's wte
-// gradient folded in, the pinned mirror the sums across ranks use, the gradient norm's squares
+// gradient folded in, where the sums across ranks read them (the pinned mirror for host
+// transports, the device buffer itself for NCCL), the gradient norm's squares
 // per unit and AdamW, each over every tensor in one launch (multi_tensor.h) or one launch per
 // tensor (the reference, kernels.h).
 #include <cmath>
@@ -118,6 +119,23 @@ absl::Status CudaStage<T>::CommitHostGrads(int64_t offset, int64_t n) {
 }
 
 template <typename T>
+absl::StatusOr<float*> CudaStage<T>::DeviceGrads(int64_t offset, int64_t n) {
+  FR_RETURN_IF_ERROR(Enter());
+  FR_RETURN_IF_ERROR(RequireTraining("DeviceGrads"));
+  // What ZeroGrads left to products not yet run is zeroed first, on this stream: GradsWritten
+  // comes after it.
+  FR_RETURN_IF_ERROR(ZeroDeferredGrads(/*head=*/false, offset, n));
+  return Ptr<float>(ids_.grads) + offset;
+}
+
+template <typename T>
+absl::StatusOr<void*> CudaStage<T>::GradsWritten() {
+  FR_RETURN_IF_ERROR(Enter());
+  CUDA_CHECK(cudaEventRecord(grads_written_, stream_));
+  return static_cast<void*>(grads_written_);
+}
+
+template <typename T>
 absl::StatusOr<std::vector<double>> CudaStage<T>::GradSquaresByUnit() {
   FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("GradSquaresByUnit"));
@@ -215,6 +233,8 @@ absl::Status CudaStage<T>::ApplyAdamW(const AdamWStep& step) {
   template absl::Status CudaStage<T>::FoldHeadWteGrad();                          \
   template absl::StatusOr<float*> CudaStage<T>::HostGrads(int64_t, int64_t);      \
   template absl::Status CudaStage<T>::CommitHostGrads(int64_t, int64_t);          \
+  template absl::StatusOr<float*> CudaStage<T>::DeviceGrads(int64_t, int64_t);    \
+  template absl::StatusOr<void*> CudaStage<T>::GradsWritten();                    \
   template absl::StatusOr<std::vector<double>> CudaStage<T>::GradSquaresByUnit(); \
   template absl::Status CudaStage<T>::ApplyAdamW(const AdamWStep&);
 FR_INSTANTIATE(float)
