@@ -217,7 +217,7 @@ class CudaStage final : public CudaStageModel {
   std::function<void(int part)> weight_grad_progress_;  // SetWeightGradProgress
   BlasContext blas_;
   std::shared_ptr<LtAlgorithmCache> algorithms_ = MakeLtAlgorithmCache();
-  float* host_grads_ = nullptr;  // pinned mirror of the gradients for sums across ranks
+  float* host_grads_ = nullptr;  // pinned mirror of the gradients for host sums (HostGrads)
   std::vector<int64_t> distinct_tokens_;  // per slot, for the embedding backward
   CudaLedger ledger_;
   // Pinned: the loss sums ForwardKeepingLoss keeps (kKeptLosses), Forward's, then SlotStaging.

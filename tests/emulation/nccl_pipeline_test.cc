@@ -186,14 +186,22 @@ void ExpectNcclEqualsInProcess(int pp, int dp, const std::function<void(Config*)
   }
 }
 
+// Fails when a send does not wait for the chunk's copy into its buffer (the event wait in
+// NcclTransport::IsendAfter) or the executor does not wait for a receive before the chunk
+// copies out of its buffer (found by removing each, 2026-11-27).
 TEST(NcclPipelineTest, TwoStages) { ExpectNcclEqualsInProcess(2, 1); }
 
-// The data-parallel sums in buckets, started as their gradients are final.
+// The data-parallel sums in buckets, started as their gradients are final: in place on the
+// chunks' device gradients, each after the event of the products queued before it. Fails when
+// the bucket's sum does not wait for that event (NcclTransport::StartDeviceSum), reading
+// gradients the chunk's stream has not written yet.
 TEST(NcclPipelineTest, TwoStagesTwoReplicasInBuckets) {
   ExpectNcclEqualsInProcess(2, 2, [](Config* c) { c->parallel.dp_bucket_mb = 1.0 / 256; });
 }
 
-// Post-validated steps: the tied sum started mid-step, the global state's sum.
+// Post-validated steps: the tied sum started mid-step, the global state's sum. Fails when the
+// tied sum does not wait for the event after the head's fold (NcclTransport::StartDeviceSum),
+// or a send for the copy into its buffer.
 TEST(NcclPipelineTest, TwoStagesTwoReplicasPostValidated) {
   ExpectNcclEqualsInProcess(2, 2, [](Config* c) { c->optim.step_sync = "post_validate"; });
 }
@@ -236,8 +244,8 @@ TEST(NcclPipelineTest, TwoStagesOverASlowCommunicationStream) {
 // The gradient sums (the data-parallel buckets, the tied embedding) run in place on the chunks'
 // gradient buffers (pipeline/device_grad_sum.h): every copy from device to host memory over
 // NCCL is listed below, and none is a gradient's. The losses stay those of the in-process
-// transport. The hazards of device messages and sums, each caught by removing its wait, are
-// listed in docs/training.md#over-nccl.
+// transport. Fails too when a send or a device sum does not wait for its event, or the
+// executor for a receive; every hazard and the test that catches it: docs/training.md#over-nccl.
 TEST(NcclPipelineTest, MessagesAndGradientsStayOnTheDevice) {
   constexpr int kPp = 2, kDp = 2, kMicrobatches = 4;
   Config config = OnCuda(ParityConfig(ParityShard(), "1f1b", kPp, kDp, kMicrobatches));
