@@ -145,6 +145,12 @@ class StageModel {
   virtual absl::StatusOr<void*> GradsWritten() {
     return absl::UnimplementedError(Describe() + " keeps no gradients on a device");
   }
+  // A V placement's tied sum, its embedding chunk (this one) and head chunk both on this rank:
+  // wte's gradient here += `head`'s, then `head`'s becomes the sum (the bits of the two-rank
+  // sum, embedding first), on the device where both chunks keep their gradients on the same
+  // one (ordered between their streams by events, no copy through the host). False where this
+  // chunk cannot: the caller adds their host copies.
+  virtual absl::StatusOr<bool> SumTiedOnDevice(StageModel& /*head*/) { return false; }
 
   // Σ g² per model unit, in model order: the embedding (wte, wpe), each layer, the final
   // LayerNorm; a head-only stage leaves wte out (the first stage counts the tied matrix once).

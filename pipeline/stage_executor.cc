@@ -148,6 +148,11 @@ absl::Status StageExecutor::ReduceTied(double* waited) {
     // separate chunks add here (emb + head, the same sum a two-rank all-reduce makes) and
     // give the head's copy the same gradient.
     if (layout_.stage == 0 && layout_.chunks > 1) {
+      // Over NCCL on the device, as the two-rank tied sum is.
+      if (SumsOnDevice(*transport_, *chunks_[0])) {
+        FR_ASSIGN_OR_RETURN(const bool summed, chunks_[0]->SumTiedOnDevice(*head));
+        if (summed) return absl::OkStatus();
+      }
       const int64_t offset = chunks_[0]->layout().slot(ParamTensor::kWte).offset;
       const int64_t head_offset = head->layout().slot(ParamTensor::kWte).offset;
       absl::StatusOr<float*> emb = chunks_[0]->HostGrads(offset, n);

@@ -98,6 +98,7 @@ class CudaStage final : public CudaStageModel {
   bool GradsOnDevice() const override { return true; }
   absl::StatusOr<float*> DeviceGrads(int64_t offset, int64_t n) override;
   absl::StatusOr<void*> GradsWritten() override;
+  absl::StatusOr<bool> SumTiedOnDevice(StageModel& head) override;
   absl::StatusOr<std::vector<double>> GradSquaresByUnit() override;
   absl::Status ApplyAdamW(const AdamWStep& step) override;
 

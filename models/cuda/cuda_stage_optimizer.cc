@@ -136,6 +136,25 @@ absl::StatusOr<void*> CudaStage<T>::GradsWritten() {
 }
 
 template <typename T>
+absl::StatusOr<bool> CudaStage<T>::SumTiedOnDevice(StageModel& head) {
+  auto* other = dynamic_cast<CudaStage<T>*>(&head);
+  const int64_t n = TiedElements(layout_.config);
+  if (other == nullptr || other->device_ != device_ || n == 0) return false;
+  FR_ASSIGN_OR_RETURN(float* theirs,
+                      other->DeviceGrads(other->layout_.slot(ParamTensor::kWte).offset, n));
+  FR_ASSIGN_OR_RETURN(void* head_written, other->GradsWritten());
+  FR_ASSIGN_OR_RETURN(float* mine, DeviceGrads(layout_.slot(ParamTensor::kWte).offset, n));
+  // The add after the head's share is made (its stream's event), the copy back after the add.
+  CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(head_written), 0));
+  FR_KERNEL(kEmbedding, AddInPlace, mine, theirs, n, stream_);
+  FR_ASSIGN_OR_RETURN(void* summed, GradsWritten());
+  CUDA_CHECK(cudaStreamWaitEvent(other->stream_, static_cast<cudaEvent_t>(summed), 0));
+  Copy(theirs, static_cast<const float*>(mine), n, other->stream_);
+  FR_RETURN_IF_ERROR(other->Launched("Copy", kHead));
+  return true;
+}
+
+template <typename T>
 absl::StatusOr<std::vector<double>> CudaStage<T>::GradSquaresByUnit() {
   FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("GradSquaresByUnit"));
@@ -235,6 +254,7 @@ absl::Status CudaStage<T>::ApplyAdamW(const AdamWStep& step) {
   template absl::Status CudaStage<T>::CommitHostGrads(int64_t, int64_t);          \
   template absl::StatusOr<float*> CudaStage<T>::DeviceGrads(int64_t, int64_t);    \
   template absl::StatusOr<void*> CudaStage<T>::GradsWritten();                    \
+  template absl::StatusOr<bool> CudaStage<T>::SumTiedOnDevice(StageModel&);       \
   template absl::StatusOr<std::vector<double>> CudaStage<T>::GradSquaresByUnit(); \
   template absl::Status CudaStage<T>::ApplyAdamW(const AdamWStep&);
 FR_INSTANTIATE(float)

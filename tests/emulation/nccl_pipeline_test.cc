@@ -165,8 +165,10 @@ constexpr const char* kKinds[] = {"gpipe", "1f1b", "interleaved", "zbh1",
                                   "zbh2",  "zbv",  "dualpipev"};
 
 // Every schedule kind at pp × dp, m = 2 pp micro-batches (what interleaved and DualPipeV
-// need) of batch 8 per replica: over NCCL the losses equal the in-process transport's, and
-// nothing goes through the bootstrap during the steps. `tweak` changes the config.
+// need) of batch 8 per replica: over NCCL the losses equal the in-process transport's,
+// nothing goes through the bootstrap during the steps, and the tied embedding's gradient is
+// never copied to the host (its sum on the device, between two ranks or, in a V placement,
+// between two chunks of one). `tweak` changes the config.
 void ExpectNcclEqualsInProcess(int pp, int dp, const std::function<void(Config*)>& tweak = {}) {
   const std::string shard = ParityShard();
   for (const std::string kind : kKinds) {
@@ -176,6 +178,9 @@ void ExpectNcclEqualsInProcess(int pp, int dp, const std::function<void(Config*)
     config.runtime.comm_timeout_s = 60;  // a failure fails in a minute, not five
     if (tweak) tweak(&config);
     const std::vector<double> in_process = ThreadedLosses(config, kSteps);
+    const GPT2Config model = *ResolveModelConfig(config);
+    const size_t tied_bytes = model.padded_vocab_size * model.n_embd * sizeof(float);
+    const int64_t tied_copies = emu::DeviceToHostCopies()[tied_bytes];
     std::atomic<int64_t> bootstrap_calls{0};
     const std::vector<double> nccl = ThreadedLosses(
         config, kSteps, nullptr, -1,
@@ -183,6 +188,8 @@ void ExpectNcclEqualsInProcess(int pp, int dp, const std::function<void(Config*)
     ASSERT_EQ(nccl.size(), static_cast<size_t>(kSteps));
     EXPECT_EQ(nccl, in_process);
     EXPECT_EQ(bootstrap_calls, 0) << "calls to the bootstrap transport during the steps";
+    EXPECT_EQ(emu::DeviceToHostCopies()[tied_bytes], tied_copies)
+        << "copies of the tied embedding's gradient to the host over NCCL";
   }
 }
 
