@@ -51,7 +51,9 @@ TEST(ProjectionMemoryTest, StateFollowsTheClosedForms) {
     // The largest of dp shares cut at the norm's chunks: at least P / dp, at most a chunk more.
     EXPECT_GE(share, (P + dp - 1) / dp);
     EXPECT_LE(share, P / dp + kNormChunk);
-    if (dp == 1) EXPECT_EQ(share, P);
+    if (dp == 1) {
+      EXPECT_EQ(share, P);
+    }
     const StageDeviceMemory fp32 = PlanProjectedStage(model, {stage}, 2, 1, 64, 4, dp, plain);
     EXPECT_EQ(fp32.parameters, 4 * P);
     EXPECT_EQ(fp32.gradients, 4 * P);
@@ -120,8 +122,12 @@ TEST(ProjectionMemoryTest, ActivationsFollowTheRecomputeModes) {
       EXPECT_EQ(full,
                 slots * (3 * values + L * values) + L * (forward - values + stashes) - values);
       // One slot: the shared buffers are what the slot held.
-      if (slots == 1) EXPECT_EQ(full, none);
-      if (slots > 1) EXPECT_LT(full, selective);
+      if (slots == 1) {
+        EXPECT_EQ(full, none);
+      }
+      if (slots > 1) {
+        EXPECT_LT(full, selective);
+      }
     }
   }
 }
