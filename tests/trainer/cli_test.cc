@@ -4,8 +4,10 @@
 #include <filesystem>
 #include <iostream>
 #include <sstream>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/device.h"
@@ -464,11 +466,52 @@ TEST(CliScheduleTest, UnreadableFlagsAreUsageErrors) {
            {{"simulate", "--cost", "f=abc"}, "--cost 'f=abc': expected key=milliseconds"},
            {{"simulate", "--cost", "f=1", "--cost-file", "c.toml"}, "not both"},
            {{"simulate", "--config", "configs/tiny_cpu.toml", "--stages", "2"},
-            "--stages comes from the training config"}}) {
+            "--stages comes from the training config"},
+           {{"simulate", "--transport", "gloo"}, "--transport: expected nccl or mpi, found 'gloo'"},
+           {{"simulate", "--fabric", "pcie"}, "--fabric: expected nvlink or ib, found 'pcie'"},
+           {{"simulate", "--transport", "mpi", "--fabric", "nvlink"}, "--transport mpi --fabric"},
+           {{"simulate", "--transport", "nccl"}, "--transport needs --message-bytes N"},
+           {{"simulate", "--fabric", "ib", "--message-bytes", "0"}, "--message-bytes: expected"},
+           {{"simulate", "--message-bytes", "8"}, "--message-bytes sizes the link of --transport"},
+           {{"simulate", "--transport", "nccl", "--message-bytes", "8", "--cost", "f=1, comm=0"},
+            "--cost comm= and --transport both give the message time"}}) {
     CliResult result = RunCommand(args);
     EXPECT_EQ(result.status, kExitUsage) << absl::StrJoin(args, " ") << "\n" << result.err;
     EXPECT_THAT(result.err, HasSubstr(words));
   }
+}
+
+// The simulator's comm is one message over the transport's link model: α + bytes/β, and for MPI
+// the two staged PCIe copies, 2·(α_s + bytes/β_s); the same step as that comm given outright.
+TEST(CliScheduleTest, CommComesFromTheTransportsLinkModel) {
+  const double mib = 1 << 20;
+  for (const auto& [transport, fabric, comm] :
+       std::vector<std::tuple<const char*, const char*, double>>{
+           {"nccl", "nvlink", 3.4e-3 + mib * 1e3 / 450e9},
+           {"mpi", "ib", 9.6e-3 + mib * 1e3 / 50e9 + 2 * (10e-3 + mib * 1e3 / 63e9)}}) {
+    const std::vector<std::string> base = {"simulate",       "--kind", "gpipe",    "--stages", "2",
+                                           "--microbatches", "2",      "--format", "json"};
+    std::vector<std::string> linked = base;
+    linked.insert(linked.end(), {"--transport", transport, "--fabric", fabric, "--message-bytes",
+                                 "1048576", "--cost", "f=0.01,b=0.01,w=0"});
+    CliResult link = RunCommand(linked);
+    ASSERT_EQ(link.status, kExitOk) << link.err;
+    EXPECT_THAT(link.err, HasSubstr(absl::StrFormat("comm %.6g ms", comm)));
+    std::vector<std::string> given = base;
+    given.insert(given.end(), {"--cost", absl::StrFormat("f=0.01,b=0.01,w=0,comm=%.17g", comm)});
+    EXPECT_EQ(link.out, RunCommand(given).out) << transport;
+  }
+  // With --config, a message is one micro-batch's activations: 2 × 64 × 128 fp32 values.
+  CliResult config =
+      RunCommand({"simulate", "--config", "configs/tiny_cpu_pp2.toml", "--fabric", "nvlink"});
+  ASSERT_EQ(config.status, kExitOk) << config.err;
+  EXPECT_THAT(config.out, HasSubstr("link: NCCL over NVLink 4"));
+  EXPECT_THAT(config.out, HasSubstr(absl::StrFormat("65536-byte messages: comm %.6g ms",
+                                                    3.4e-3 + 65536 * 1e3 / 450e9)));
+  const std::string costs = WriteTemp("comm_costs.toml", "comm = 0.5\n");
+  CliResult file = RunCommand({"simulate", "--stages", "2", "--cost-file", costs, "--transport",
+                               "nccl", "--message-bytes", "8"});
+  EXPECT_THAT(file.err, HasSubstr("comm_costs.toml:1: comm: comm is given by --transport"));
 }
 
 // --transport and --fabric take the transport's link model (pipeline/link_model.h), named in

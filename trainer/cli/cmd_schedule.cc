@@ -8,9 +8,16 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "core/files.h"
 #include "core/status.h"
+#include "models/backend.h"
+#include "models/stage_message.h"
 #include "pipeline/generators.h"
+#include "pipeline/link_model.h"
+#include "pipeline/network.h"
 #include "pipeline/passes.h"
 #include "pipeline/render.h"
 #include "pipeline/schedule_file.h"
@@ -35,6 +42,12 @@ std::vector<FlagSpec> CommonFlags() {
        "model chunks per stage (default 1; interleaved needs >= 2; zbv, dualpipev: 2)"},
       {"cost", "SPEC", "per-op milliseconds, e.g. f=1,b=2,w=1,comm=0.1 (also reduce=, opt=)"},
       {"cost-file", "FILE", "TOML cost model: f, b, w (a number or one per stage), comm, ..."},
+      {"transport", "T",
+       "nccl or mpi: comm from that transport's link model, as `project` takes it "
+       "(default nccl where --fabric is given)"},
+      {"fabric", "F", "nvlink or ib: the fabric under --transport (default ib)"},
+      {"message-bytes", "N",
+       "bytes of one activation message, for --transport (with --config: from its micro-batch)"},
       {"dp", "", "data-parallel: add REDUCE_GRADS before the optimizer"},
       {"step-sync", "SYNC",
        "barrier or post_validate: how a step's end meets the next "
@@ -55,7 +68,8 @@ absl::StatusOr<double> CostValue(const toml::node& node, const std::string& wher
 
 // The cost file: f, b, w as a number or a per-stage array; comm, reduce, opt numbers;
 // memory_total, memory_static, memory_per_buffer integers (bytes).
-absl::StatusOr<CostModel> LoadCostFile(const std::string& path, int stages) {
+// `link_comm`: comm comes from --transport, so a comm key here is refused.
+absl::StatusOr<CostModel> LoadCostFile(const std::string& path, int stages, bool link_comm) {
   toml::table root;
   try {
     root = toml::parse_file(path);
@@ -88,6 +102,9 @@ absl::StatusOr<CostModel> LoadCostFile(const std::string& path, int stages) {
         (key == "f" ? model.stages[s].f : key == "b" ? model.stages[s].b : model.stages[s].w) =
             values[s];
       }
+    } else if (key == "comm" && link_comm) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": comm is given by --transport; drop one of them"));
     } else if (key == "comm" || key == "reduce" || key == "opt") {
       FR_ASSIGN_OR_RETURN(double v, CostValue(node, where));
       (key == "comm" ? model.comm : key == "reduce" ? model.reduce : model.optimizer) = v;
@@ -112,7 +129,54 @@ absl::StatusOr<CostModel> LoadCostFile(const std::string& path, int stages) {
 struct Request {
   pipeline::ScheduleOptions options;  // a generated schedule's kind and sizes, --dp, --step-sync
   std::optional<CostModel> cost;      // --cost (a --cost-file is read once the stages are known)
+  // --transport / --fabric: the stage link, and --message-bytes (0: from --config).
+  std::optional<pipeline::TransportLinks> links;
+  int64_t message_bytes = 0;
 };
+
+// Whether a --cost spec names comm (its value alone cannot say: comm=0 is a choice too).
+bool SpecGivesComm(absl::string_view spec) {
+  for (absl::string_view item : absl::StrSplit(spec, ',', absl::SkipWhitespace())) {
+    if (absl::StripAsciiWhitespace(item.substr(0, item.find('='))) == "comm") return true;
+  }
+  return false;
+}
+
+// The link model of --transport over --fabric, as `freeride project` takes it. Two sources for
+// one number would leave a reader guessing which counted, so an explicit comm= is refused with it.
+absl::Status ParseLink(const ParsedFlags& flags, Request* request) {
+  if (!flags.Has("transport") && !flags.Has("fabric")) {
+    if (flags.Has("message-bytes")) {
+      return absl::InvalidArgumentError(
+          "--message-bytes sizes the link of --transport or --fabric, given neither");
+    }
+    return absl::OkStatus();
+  }
+  FR_ASSIGN_OR_RETURN(request->links, pipeline::TransportLinksOf(flags.Get("transport", "nccl"),
+                                                                 flags.Get("fabric", "ib")));
+  if (flags.Has("cost") && SpecGivesComm(flags.Get("cost"))) {
+    return absl::InvalidArgumentError(
+        "--cost comm= and --transport both give the message time; drop one of them");
+  }
+  if (flags.Has("message-bytes") || !flags.Has("config")) {
+    if (!flags.Has("message-bytes")) {
+      return absl::InvalidArgumentError(
+          "--transport needs --message-bytes N, the bytes of one activation message");
+    }
+    FR_ASSIGN_OR_RETURN(request->message_bytes, PositiveIntFlag(flags, "message-bytes", 1));
+  }
+  return absl::OkStatus();
+}
+
+// One message's milliseconds over the link, with a line saying what was assumed; nothing
+// without --transport.
+std::string ApplyLink(const Request& request, int64_t message_bytes, CostModel* cost) {
+  if (!request.links) return "";
+  const double bytes = static_cast<double>(message_bytes);
+  cost->comm = pipeline::PointToPointMs(request.links->link, bytes);
+  return absl::StrCat("link: ", request.links->description, "; ", message_bytes,
+                      "-byte messages: comm ", absl::StrFormat("%.6g", cost->comm), " ms");
+}
 
 absl::StatusOr<Request> ParseRequest(const ParsedFlags& flags) {
   if (flags.Has("cost") && flags.Has("cost-file")) {
@@ -141,6 +205,7 @@ absl::StatusOr<Request> ParseRequest(const ParsedFlags& flags) {
     if (!cost.ok()) return absl::InvalidArgumentError(absl::StrCat("--", cost.status().message()));
     request.cost = *cost;
   }
+  FR_RETURN_IF_ERROR(ParseLink(flags, &request));
   pipeline::ScheduleOptions& options = request.options;
   FR_ASSIGN_OR_RETURN(options.kind, pipeline::ParseScheduleKind(flags.Get("kind", "1f1b")));
   FR_ASSIGN_OR_RETURN(const int64_t stages, PositiveIntFlag(flags, "stages", 4));
@@ -158,7 +223,9 @@ absl::StatusOr<Request> ParseRequest(const ParsedFlags& flags) {
 // --cost, or --cost-file sized for `stages`; without either the uniform model.
 absl::StatusOr<CostModel> CostOf(const ParsedFlags& flags, const Request& request, int stages) {
   if (request.cost) return *request.cost;
-  if (flags.Has("cost-file")) return LoadCostFile(flags.Get("cost-file"), stages);
+  if (flags.Has("cost-file")) {
+    return LoadCostFile(flags.Get("cost-file"), stages, request.links.has_value());
+  }
   return CostModel::Uniform();
 }
 
@@ -166,6 +233,7 @@ struct Built {
   Schedule schedule;
   CostModel cost;
   std::string split;  // --config: how the model was split over the stages
+  std::string link;   // --transport: the link model and the comm it gives
 };
 
 // A training config's schedule, with each chunk's cost from the FLOP model of its blocks,
@@ -183,6 +251,14 @@ absl::StatusOr<Built> BuildFromConfig(const ParsedFlags& flags, const Request& r
   if (request.cost || flags.Has("cost-file")) {
     FR_ASSIGN_OR_RETURN(built.cost, CostOf(flags, request, pp));
   }
+  // Without --message-bytes, the message a stage sends: one micro-batch's activations.
+  const int64_t message_bytes = request.message_bytes > 0
+                                    ? request.message_bytes
+                                    : config.train.batch_size / config.train.microbatches *
+                                          config.train.seq_len * model.n_embd *
+                                          MessageTypeBytes(MessageTypeOf(BackendOptions{
+                                              config.runtime.device, config.runtime.precision}));
+  built.link = ApplyLink(request, message_bytes, &built.cost);
   FR_ASSIGN_OR_RETURN(built.schedule, TrainingSchedule(config, plan, built.cost));
   FR_RETURN_IF_ERROR(pipeline::Validate(built.schedule));
   built.split = absl::StrCat("split ", plan.partition, ": ", DescribePartition(plan, pp));
@@ -197,6 +273,7 @@ absl::StatusOr<Built> Build(const ParsedFlags& flags, const Request& request) {
   if (!flags.Has("input")) {
     pipeline::ScheduleOptions options = request.options;
     FR_ASSIGN_OR_RETURN(built.cost, CostOf(flags, request, options.stages));
+    built.link = ApplyLink(request, request.message_bytes, &built.cost);
     options.cost = built.cost;
     FR_ASSIGN_OR_RETURN(built.schedule, pipeline::BuildSchedule(options));  // bubbles placed
     FR_RETURN_IF_ERROR(pipeline::Validate(built.schedule));
@@ -207,10 +284,20 @@ absl::StatusOr<Built> Build(const ParsedFlags& flags, const Request& request) {
                                                                  CostModel::Uniform(),
                                                                  flags.Has("dp")));
   FR_ASSIGN_OR_RETURN(built.cost, CostOf(flags, request, built.schedule.stages));
+  built.link = ApplyLink(request, request.message_bytes, &built.cost);
   if (flags.Has("step-sync")) built.schedule.step_sync = request.options.step_sync;
   // A loaded schedule's bubbles (if any) came from another cost model: place them anew.
   FR_RETURN_IF_ERROR(pipeline::InsertBubbles(&built.schedule, built.cost));
   return built;
+}
+
+// The split and the link, a line each where there is one, each line after `prefix`.
+std::string Header(const Built& built, absl::string_view prefix) {
+  std::string out;
+  for (const std::string* line : {&built.split, &built.link}) {
+    if (!line->empty()) absl::StrAppend(&out, prefix, *line, "\n");
+  }
+  return out;
 }
 
 int Fail(const absl::Status& status, int exit_status = kExitFailure) {
@@ -266,10 +353,9 @@ int ScheduleCommand(const ParsedFlags& flags) {
   int status = kExitOk;
   std::optional<Built> built = BuildOrReport(flags, &status);
   if (!built) return status;
-  if (!built->split.empty() && format != "text") std::cerr << built->split << "\n";
+  if (format != "text") std::cerr << Header(*built, "");
   if (format == "text") {
-    const std::string split = built->split.empty() ? "" : absl::StrCat("# ", built->split, "\n");
-    return EmitOutput(flags, split + pipeline::ScheduleToText(built->schedule));
+    return EmitOutput(flags, Header(*built, "# ") + pipeline::ScheduleToText(built->schedule));
   }
   if (format == "csv") return EmitOutput(flags, pipeline::ScheduleToCsv(built->schedule));
   if (format == "torch") return EmitOutput(flags, pipeline::ScheduleToTorchCsv(built->schedule));
@@ -293,11 +379,10 @@ int SimulateCommand(const ParsedFlags& flags) {
   absl::StatusOr<pipeline::SimResult> sim = pipeline::Simulate(built->schedule, built->cost);
   if (!sim.ok()) return Fail(sim.status());
   if (format == "json") {
-    if (!built->split.empty()) std::cerr << built->split << "\n";
+    std::cerr << Header(*built, "");
     return EmitOutput(flags, pipeline::SummaryJson(built->schedule, *sim));
   }
-  const std::string split = built->split.empty() ? "" : built->split + "\n";
-  return EmitOutput(flags, split + pipeline::SummaryText(built->schedule, *sim));
+  return EmitOutput(flags, Header(*built, "") + pipeline::SummaryText(built->schedule, *sim));
 }
 
 }  // namespace freeride
