@@ -27,7 +27,8 @@ std::vector<HostBuffer> PlanCpuStageMemory(const GPT2Config& config, const Stage
                                            Recompute recompute, int64_t moment_elements) {
   std::vector<HostBuffer> plan =
       config.is_llama()
-          ? PlanLlamaStageMemory(config, stage, micro_batch, seq_len, slots, sizeof(float))
+          ? PlanLlamaStageMemory(config, stage, micro_batch, seq_len, slots, sizeof(float),
+                                 recompute)
           : PlanGPT2StageMemory(config, stage, micro_batch, seq_len, slots, sizeof(float),
                                 recompute);
   const bool share = moment_elements >= 0;
@@ -50,14 +51,8 @@ absl::StatusOr<std::unique_ptr<StageModel>> MakeStageModel(const BackendOptions&
     }
     try {
       if (config.is_llama()) {
-        if (options.recompute != Recompute::kNone) {
-          return absl::UnimplementedError(absl::StrFormat(
-              "model.recompute = \"%s\" (or its parallel.recompute_stages entry) with "
-              "model.arch = \"llama\": activation recomputation is built for GPT-2 only so far",
-              RecomputeName(options.recompute)));
-        }
-        return std::unique_ptr<StageModel>(
-            std::make_unique<CpuLlamaStageModel>(config, stage, micro_batch, seq_len, slots));
+        return std::unique_ptr<StageModel>(std::make_unique<CpuLlamaStageModel>(
+            config, stage, micro_batch, seq_len, slots, options.recompute));
       }
       return std::unique_ptr<StageModel>(
           std::make_unique<CpuStageModel>(config, stage, micro_batch, seq_len, slots,

@@ -26,7 +26,7 @@ struct BackendOptions {
   // backend ignores it).
   bool inference_only = false;
   // What the chunk's micro-batches in flight keep for backward (model.recompute and
-  // parallel.recompute_stages; models/recompute.h). Both backends; the CPU's for GPT-2 only.
+  // parallel.recompute_stages; models/recompute.h). Both backends, both families.
   Recompute recompute = Recompute::kNone;
 };
 

@@ -15,7 +15,7 @@ namespace freeride {
 template <typename Stage>
 class BasicCpuStageModel final : public StageModel {
  public:
-  // `stage_args`: what the family's stage takes beyond its shape (GPT-2: its Recompute).
+  // `stage_args`: what the family's stage takes beyond its shape (its Recompute).
   template <typename... StageArgs>
   BasicCpuStageModel(const GPT2Config& config, const StageSpec& stage, int64_t micro_batch,
                      int64_t seq_len, int slots, StageArgs... stage_args)

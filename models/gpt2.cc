@@ -57,27 +57,28 @@ int64_t LayerTensorElements(int t, const GPT2Config& cfg, int64_t B, int64_t T) 
   }
 }
 
-// Whether a slot keeps layer tensor `t` from its forward to its backward under `mode`.
-bool KeptPerSlot(Recompute mode, int t) {
-  switch (mode) {
-    case Recompute::kNone:
-      return true;
-    case Recompute::kSelective:
-      return t != kAtt && t != kFchGelu;
-    case Recompute::kFull:
-      return t == kRes3;
+// What layer tensor `t` is to recomputation (recompute.h decides where each mode puts it).
+LayerTensorRole Role(int t) {
+  switch (t) {
+    case kAtt:
+      return LayerTensorRole::kProbabilities;
+    case kFchGelu:
+      return LayerTensorRole::kMlpActivation;
+    case kRes3:
+      return LayerTensorRole::kBlockOutput;
+    case kDres3:
+      return LayerTensorRole::kBlockOutputGrad;
+    default:
+      return LayerTensorRole::kActivation;
   }
-  return true;
 }
 
-// Elements of the shared scratch for layer tensor `t` (a tensor slots do not keep) of a stage
-// of `L` layers: selective recomputes one block's probabilities at a time (its GELU output
-// goes to the 4·C scratch); full holds every layer's, and the stashed gradient at each block's
-// output but the last (that one, the stage's output gradient, is the slot's).
+bool KeptPerSlot(Recompute mode, int t) { return freeride::KeptPerSlot(mode, Role(t)); }
+
+// The shared scratch for layer tensor `t` (the GELU output, under selective, goes to the 4·C
+// scratch).
 int64_t ScratchElements(Recompute mode, int t, int64_t per_layer, int64_t L) {
-  if (KeptPerSlot(mode, t)) return 0;
-  if (mode == Recompute::kSelective) return t == kAtt ? per_layer : 0;
-  return (t == kDres3 ? L - 1 : L) * per_layer;
+  return RecomputeScratchElements(mode, Role(t), per_layer, L);
 }
 
 template <typename V>

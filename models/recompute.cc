@@ -24,6 +24,27 @@ const char* RecomputeName(Recompute mode) {
   return "?";
 }
 
+bool KeptPerSlot(Recompute mode, LayerTensorRole role) {
+  switch (mode) {
+    case Recompute::kNone:
+      return true;
+    case Recompute::kSelective:
+      return role != LayerTensorRole::kProbabilities && role != LayerTensorRole::kMlpActivation;
+    case Recompute::kFull:
+      return role == LayerTensorRole::kBlockOutput;
+  }
+  return true;
+}
+
+int64_t RecomputeScratchElements(Recompute mode, LayerTensorRole role, int64_t per_layer,
+                                 int64_t layers) {
+  if (KeptPerSlot(mode, role)) return 0;
+  if (mode == Recompute::kSelective) {
+    return role == LayerTensorRole::kProbabilities ? per_layer : 0;
+  }
+  return (role == LayerTensorRole::kBlockOutputGrad ? layers - 1 : layers) * per_layer;
+}
+
 double RecomputeFlopsPerTokenPerBlock(const GPT2Config& config, int64_t seq_len, Recompute mode) {
   const double C = static_cast<double>(config.n_embd), T = static_cast<double>(seq_len);
   switch (mode) {
@@ -32,7 +53,8 @@ double RecomputeFlopsPerTokenPerBlock(const GPT2Config& config, int64_t seq_len,
     case Recompute::kSelective:
       return 4 * T * C;
     case Recompute::kFull:
-      return 24 * C * C + 4 * T * C;
+      // A block's F + B + W is three of its forwards (FlopPartCosts' split), either family.
+      return FlopPartCosts(config, seq_len).block / 3;
   }
   return 0;
 }

@@ -1,7 +1,7 @@
-// Activation recomputation (models/recompute.h) in GPT2Stage: every mode gives the same bits
-// as keeping everything, in any order of Forward, BackwardInput and BackwardWeight the
-// schedules use (W deferred past other slots' work included), and a slot holds what its mode
-// keeps, in closed form.
+// Activation recomputation (models/recompute.h) in GPT2Stage and LlamaStage: every mode gives
+// the same bits as keeping everything, in any order of Forward, BackwardInput and
+// BackwardWeight the schedules use (W deferred past other slots' work included), and a slot
+// holds what its mode keeps, in closed form.
 #include <cstring>
 #include <random>
 #include <vector>
@@ -9,11 +9,17 @@
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "models/gpt2.h"
+#include "models/llama.h"
 
 namespace freeride {
 namespace {
 
 GPT2Config Tiny() { return *MakeGPT2Config(/*layers=*/3, /*n_head=*/2, /*n_embd=*/8, 6, 11); }
+// 4 query heads sharing 2 key/value heads of 4 (kv = 8), SwiGLU width 24.
+GPT2Config TinyLlama(bool tied) {
+  return *MakeLlamaConfig(/*n_layer=*/3, /*n_head=*/4, /*n_kv_head=*/2, /*n_embd=*/16,
+                          /*max_seq_len=*/6, /*vocab_size=*/11, /*ffn_hidden=*/24, 1e4, 1e-5, tied);
+}
 
 // One call of a slot's life: 'F', 'I' or 'W'.
 struct Call {
@@ -29,11 +35,13 @@ struct Outcome {
   std::vector<std::vector<float>> outputs, input_grads;
 };
 
+// GPT2Stage<float> or LlamaStage<float>: the same contract.
+template <typename Stage>
 Outcome RunCalls(const GPT2Config& cfg, const StageSpec& spec, Recompute mode,
                  const std::vector<Call>& calls) {
   constexpr int kSlots = 3;
   constexpr int64_t B = 2, T = 5;
-  GPT2Stage<float> m(cfg, spec, B, T, kSlots, mode);
+  Stage m(cfg, spec, B, T, kSlots, mode);
   m.InitRandom(11);
   m.ZeroGrads();
   const int64_t BT = B * T, BTC = BT * cfg.n_embd;
@@ -81,8 +89,10 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-TEST(RecomputeTest, EveryModeGivesTheSameBitsInEveryScheduleOrder) {
-  const GPT2Config cfg = Tiny();
+// Every gradient, loss, output and input gradient of `Stage` under selective and full is the
+// bits of none's, for each kind of stage in each order of calls the schedules use.
+template <typename Stage>
+void ExpectEveryModeGivesTheSameBits(const GPT2Config& cfg) {
   const std::vector<std::pair<const char*, StageSpec>> stages = {
       {"whole model", WholeModel(cfg)},
       {"first stage", {0, 2, true, false}},
@@ -102,11 +112,11 @@ TEST(RecomputeTest, EveryModeGivesTheSameBitsInEveryScheduleOrder) {
   };
   for (const auto& [stage_name, spec] : stages) {
     for (const auto& [order_name, calls] : orders) {
-      const Outcome none = RunCalls(cfg, spec, Recompute::kNone, calls);
+      const Outcome none = RunCalls<Stage>(cfg, spec, Recompute::kNone, calls);
       for (Recompute mode : {Recompute::kSelective, Recompute::kFull}) {
         SCOPED_TRACE(
             absl::StrFormat("%s, %s, recompute %s", stage_name, order_name, RecomputeName(mode)));
-        const Outcome got = RunCalls(cfg, spec, mode, calls);
+        const Outcome got = RunCalls<Stage>(cfg, spec, mode, calls);
         EXPECT_TRUE(SameBits(got.grads, none.grads));
         EXPECT_EQ(got.losses, none.losses);
         for (int s = 0; s < 3; ++s) {
@@ -118,14 +128,30 @@ TEST(RecomputeTest, EveryModeGivesTheSameBitsInEveryScheduleOrder) {
   }
 }
 
+TEST(RecomputeTest, EveryModeGivesTheSameBitsInEveryScheduleOrder) {
+  ExpectEveryModeGivesTheSameBits<GPT2Stage<float>>(Tiny());
+}
+
+// RMSNorm, rotary q and k, grouped-query attention, SwiGLU; the head tied to the embedding
+// (its gradient folded into wte's) and untied (kLmHead's own).
+TEST(RecomputeTest, EveryLlamaModeGivesTheSameBitsInEveryScheduleOrder) {
+  for (bool tied : {true, false}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    ExpectEveryModeGivesTheSameBits<LlamaStage<float>>(TinyLlama(tied));
+  }
+}
+
 // The gradients are not all zero, so the comparison above compares something.
 TEST(RecomputeTest, TheComparedGradientsCarrySignal) {
-  const GPT2Config cfg = Tiny();
-  const Outcome o =
-      RunCalls(cfg, {1, 2, false, false}, Recompute::kFull, {{'F', 0}, {'I', 0}, {'W', 0}});
-  int nonzero = 0;
-  for (float g : o.grads) nonzero += g != 0;
-  EXPECT_GT(nonzero, static_cast<int>(o.grads.size()) / 2);
+  const std::vector<Call> calls = {{'F', 0}, {'I', 0}, {'W', 0}};
+  for (const Outcome& o :
+       {RunCalls<GPT2Stage<float>>(Tiny(), {1, 2, false, false}, Recompute::kFull, calls),
+        RunCalls<LlamaStage<float>>(TinyLlama(false), {1, 2, false, false}, Recompute::kFull,
+                                    calls)}) {
+    int nonzero = 0;
+    for (float g : o.grads) nonzero += g != 0;
+    EXPECT_GT(nonzero, static_cast<int>(o.grads.size()) / 2);
+  }
 }
 
 TEST(RecomputeTest, SlotBytesDropAsTheModeKeepsLessInClosedForm) {
@@ -160,6 +186,50 @@ TEST(RecomputeTest, SlotBytesDropAsTheModeKeepsLessInClosedForm) {
     GPT2Stage<float> h(cfg, last, B, T, 2, e.mode);
     EXPECT_EQ(h.SlotBytes(1), (e.slot + 2 * BT * Vp + 2 * BTC + 4 * BT) * f + BT * 4);
     EXPECT_EQ(h.HostBytes(), TotalBytes(PlanGPT2StageMemory(cfg, last, B, T, 2, f, e.mode)));
+  }
+  EXPECT_LT(full, selective);
+  EXPECT_LT(selective, none);
+}
+
+TEST(RecomputeTest, LlamaSlotBytesDropAsTheModeKeepsLessInClosedForm) {
+  const GPT2Config cfg = TinyLlama(/*tied=*/false);  // C = 16, kv = 8, F = 24, Vp = 128
+  constexpr int64_t B = 2, T = 5, C = 16, NH = 4, kv = 8, F = 24, L = 2, Vp = 128;
+  constexpr int64_t f = sizeof(float);
+  const int64_t BT = B * T, BTC = BT * C, att = B * NH * T * T, qkv = BT * (C + 2 * kv);
+  // Per block: activations ln1, atty, residual2, ln2, residual3 (5 × B·T·C), q k v, SwiGLU's
+  // input (2F) and output (F), 2 RMSNorm statistics (× B·T), the probabilities; the output
+  // gradients BackwardInput stashes: dresidual3, dln2, dresidual2, dln1 (4 × B·T·C), dqkv,
+  // dh (2F). And per slot the input and its gradient.
+  const int64_t block = 9 * BTC + 2 * qkv + BT * (2 * F + F + 2 * F) + 2 * BT + att;
+  const int64_t none = 2 * BTC + L * block;
+  const int64_t selective = none - L * (att + BT * F);
+  const int64_t full = 2 * BTC + L * BTC + BTC;  // + each block's output, the output gradient
+  // Full's scratch: one micro-batch's everything but the block outputs and the gradients at
+  // them, and the gradients at every block's output but the stage's.
+  const int64_t full_scratch = L * (block - 2 * BTC) + (L - 1) * BTC;
+  const StageSpec middle{0, L, false, false};
+  struct Expected {
+    Recompute mode;
+    int64_t slot, scratch;
+  };
+  for (const Expected& e :
+       {Expected{Recompute::kNone, none, 0}, Expected{Recompute::kSelective, selective, att},
+        Expected{Recompute::kFull, full, full_scratch}}) {
+    SCOPED_TRACE(RecomputeName(e.mode));
+    LlamaStage<float> m(cfg, middle, B, T, /*slots=*/3, e.mode);
+    for (int s = 0; s < 3; ++s) EXPECT_EQ(m.SlotBytes(s), e.slot * f);
+    EXPECT_EQ(m.RecomputeScratchBytes(), e.scratch * f);
+    EXPECT_EQ(m.HostBytes(), TotalBytes(PlanLlamaStageMemory(cfg, middle, B, T, 3, f, e.mode)));
+    // The head's slot adds its targets, logits and their gradient, the final RMSNorm's output
+    // and gradient, its statistics, log-sum-exp and losses.
+    const StageSpec last{0, L, false, true};
+    LlamaStage<float> h(cfg, last, B, T, 2, e.mode);
+    EXPECT_EQ(h.SlotBytes(1), (e.slot + 2 * BT * Vp + 2 * BTC + 3 * BT) * f + BT * 4);
+    EXPECT_EQ(h.HostBytes(), TotalBytes(PlanLlamaStageMemory(cfg, last, B, T, 2, f, e.mode)));
+    // With 3 slots the plan saves what each slot no longer keeps, less the shared scratch.
+    EXPECT_EQ(TotalBytes(PlanLlamaStageMemory(cfg, middle, B, T, 3, f, Recompute::kNone)) -
+                  TotalBytes(PlanLlamaStageMemory(cfg, middle, B, T, 3, f, e.mode)),
+              (3 * (none - e.slot) - e.scratch) * f);
   }
   EXPECT_LT(full, selective);
   EXPECT_LT(selective, none);

@@ -1,9 +1,9 @@
 // ZeRO-1 (parallel.zero = 1) trains the bits of the unsharded run, ranks as threads: every
-// schedule kind at pp 2 × dp 2 under each recomputation mode, with a clip that some steps
-// reach (the global norm from the shards' chunk sums), buckets that cut tensors, post-validated
-// steps (confirmed, clipped and redone, non-finite and skipped), more replicas, and the Llama
-// family. Losses, gradient norms and every rank's parameters compare bit for bit, and each
-// rank's moments share with the unsharded moments at its places.
+// schedule kind at pp 2 × dp 2 under each recomputation mode, either family, with a clip that
+// some steps reach (the global norm from the shards' chunk sums), buckets that cut tensors,
+// post-validated steps (confirmed, clipped and redone, non-finite and skipped), more replicas,
+// and the Llama family. Losses, gradient norms and every rank's parameters compare bit for
+// bit, and each rank's moments share with the unsharded moments at its places.
 #include <cblas.h>
 #include <omp.h>
 
@@ -11,6 +11,7 @@
 #include <map>
 #include <thread>
 
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "tests/pipeline/train_parity.h"
 
@@ -129,9 +130,13 @@ class ZeroTrainTest : public ::testing::Test {
     omp_set_num_threads(1);
   }
   // pp 2 × dp 2, 4 micro-batches of 1 sequence per replica (every kind runs that, DualPipeV's
-  // m ≥ 2p included), a clip that some steps reach, the same split in every run.
-  static Config PlainConfig(const std::string& shard, const std::string& schedule) {
-    Config config = ParityConfig(shard, schedule, 2, 2, 4, 4);
+  // m ≥ 2p included), a clip that some steps reach, the same split in every run. `family`:
+  // "gpt2", "llama" (the head tied) or "llama untied".
+  static Config PlainConfig(const std::string& shard, const std::string& schedule,
+                            const std::string& family = "gpt2") {
+    Config config = family == "gpt2" ? ParityConfig(shard, schedule, 2, 2, 4, 4)
+                                     : testing::LlamaParityConfig(shard, schedule, 2, 2, 4,
+                                                                  family == "llama", 4);
     config.parallel.partition = "even";
     config.optim.grad_clip = 0.36;
     return config;
@@ -141,24 +146,31 @@ class ZeroTrainTest : public ::testing::Test {
 // The grid: recompute none / selective / full × zero 0 / 1 × every schedule kind at
 // pp 2 × dp 2, each against the plain run (1F1B, no recomputation, zero 0): the same losses
 // and norms bit for bit; the zero = 1 runs' parameters and moment shares against the zero = 0
-// run of the same schedule and recomputation.
+// run of the same schedule and recomputation. GPT-2 and the Llama family, its head tied and
+// untied; the Llama's also with a mode per stage (parallel.recompute_stages).
 TEST_F(ZeroTrainTest, EveryRecomputeZeroAndScheduleTrainsThePlainBits) {
   const std::string shard = ParityShard();
-  const ZeroRun plain = Train(PlainConfig(shard, "1f1b"));
-  int clipped = 0;
-  for (double norm : plain.norm_values) clipped += norm > 0.36;
-  EXPECT_GT(clipped, 0);  // the norm's bits reach the update
-  for (const std::string schedule :
-       {"gpipe", "1f1b", "interleaved", "zbh1", "zbh2", "zbv", "dualpipev"}) {
-    for (const std::string recompute : {"none", "selective", "full"}) {
-      Config config = PlainConfig(shard, schedule);
-      config.model.recompute = recompute;
-      SCOPED_TRACE(absl::StrFormat("%s pp=2 dp=2 recompute %s", schedule, recompute));
-      const ZeroRun whole = Train(config);
-      EXPECT_EQ(whole.losses, plain.losses);
-      EXPECT_EQ(whole.norms, plain.norms);
-      config.parallel.zero = 1;
-      ExpectSameBits(Train(config), whole, 2);
+  for (const std::string family : {"gpt2", "llama", "llama untied"}) {
+    const ZeroRun plain = Train(PlainConfig(shard, "1f1b", family));
+    int clipped = 0;
+    for (double norm : plain.norm_values) clipped += norm > 0.36;
+    EXPECT_GT(clipped, 0) << family;  // the norm's bits reach the update
+    std::vector<std::vector<std::string>> modes = {{"none"}, {"selective"}, {"full"}};
+    if (family != "gpt2") modes.push_back({"none", "full", "selective"});
+    for (const std::string schedule :
+         {"gpipe", "1f1b", "interleaved", "zbh1", "zbh2", "zbv", "dualpipev"}) {
+      for (const std::vector<std::string>& mode : modes) {
+        Config config = PlainConfig(shard, schedule, family);
+        config.model.recompute = mode[0];
+        config.parallel.recompute_stages.assign(mode.begin() + 1, mode.end());
+        SCOPED_TRACE(absl::StrFormat("%s %s pp=2 dp=2 recompute %s", family, schedule,
+                                     absl::StrJoin(mode, " ")));
+        const ZeroRun whole = Train(config);
+        EXPECT_EQ(whole.losses, plain.losses);
+        EXPECT_EQ(whole.norms, plain.norms);
+        config.parallel.zero = 1;
+        ExpectSameBits(Train(config), whole, 2);
+      }
     }
   }
 }

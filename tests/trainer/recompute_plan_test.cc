@@ -57,22 +57,19 @@ TEST(RecomputePlanTest, BadValuesNameTheKeyAndWhatFits) {
               HasSubstr("parallel.recompute_stages: expected one entry per pipeline stage "
                         "(parallel.pp = 4), or empty for model.recompute on every stage, found 2 "
                         "entries"));
-  // The CUDA backend recomputes for both families (tests/gpu/cuda_recompute_gpu_test.cc).
-  for (const char* arch : {"gpt2", "llama"}) {
-    EXPECT_TRUE(ParseConfig(kPp4, "test.toml",
-                            {"runtime.device=\"cuda\"", absl::StrCat("model.arch=\"", arch, "\""),
-                             "parallel.recompute_stages=[\"full\", \"selective\", \"none\", "
-                             "\"none\"]"})
-                    .ok())
-        << arch;
+  // Both backends recompute for both families (tests/models/recompute_test.cc,
+  // tests/gpu/cuda_recompute_gpu_test.cc).
+  for (const char* device : {"cpu", "cuda"}) {
+    for (const char* arch : {"gpt2", "llama"}) {
+      EXPECT_TRUE(ParseConfig(kPp4, "test.toml",
+                              {absl::StrCat("runtime.device=\"", device, "\""),
+                               absl::StrCat("model.arch=\"", arch, "\""),
+                               "parallel.recompute_stages=[\"full\", \"selective\", \"none\", "
+                               "\"none\"]"})
+                      .ok())
+          << device << " " << arch;
+    }
   }
-  EXPECT_THAT(ErrorOf(kPp4, {"model.arch=\"llama\"",
-                             "parallel.recompute_stages=[\"none\", \"selective\", \"none\", "
-                             "\"none\"]"}),
-              HasSubstr("parallel.recompute_stages: expected \"none\" entries on model.arch = "
-                        "\"llama\" with runtime.device = \"cpu\""));
-  EXPECT_THAT(ErrorOf(kPp4, {"model.arch=\"llama\"", "model.recompute=\"selective\""}),
-              HasSubstr("model.recompute: expected \"none\" on model.arch = \"llama\""));
 }
 
 TEST(RecomputePlanTest, FlopsAddOneBlockForwardPerFullBlockAndTheAttentionCorePerSelective) {
@@ -96,16 +93,52 @@ TEST(RecomputePlanTest, FlopsAddOneBlockForwardPerFullBlockAndTheAttentionCorePe
                    TrainingFlopsPerToken(model, 32));
 }
 
-// A CPU chunk of a Llama asked to recompute (a caller past the config's check) is refused by
-// the key and its value; the CUDA backend takes it (tests/gpu/cuda_recompute_gpu_test.cc).
-TEST(RecomputePlanTest, TheCpuBackendRefusesLlamaRecomputationNamingTheKey) {
-  const GPT2Config model = *MakeLlamaConfig(2, 2, 2, 8, 8, 64, 16, 10000.0, 1e-5, true);
-  BackendOptions options;
-  options.recompute = Recompute::kFull;
-  absl::StatusOr<std::unique_ptr<StageModel>> chunk =
-      MakeStageModel(options, model, WholeModel(model), 1, 8, 1);
-  ASSERT_FALSE(chunk.ok());
-  EXPECT_THAT(chunk.status().message(), HasSubstr("model.recompute = \"full\""));
+// On a Llama the block's forward is its own: 2 FLOPs per matrix parameter (q, k, v of
+// C + 2·kv rows, the attention projection, SwiGLU's gate, up and down: 3·C·F) and attention's
+// 4·T·C; the attention core is 4·T·C over the query heads, grouped or not.
+TEST(RecomputePlanTest, LlamaFlopsAddItsOwnBlockForward) {
+  absl::StatusOr<Config> config =
+      ParseConfig(kPp4, "test.toml",
+                  {"model.arch=\"llama\"", "model.n_layer=8", "model.n_embd=64", "model.n_head=4",
+                   "model.n_kv_head=2", "model.ffn_hidden=96", "train.seq_len=32",
+                   "parallel.partition=\"even\"",
+                   "parallel.recompute_stages=[\"full\", \"selective\", \"none\", \"full\"]"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  const GPT2Config model = *ResolveModelConfig(*config);
+  absl::StatusOr<PipelinePlan> plan = PlanPipeline(*config, model);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const double C = 64, T = 32, kv = 32, F = 96;
+  const double forward = 2 * (C * (C + 2 * kv) + C * C + 3 * C * F) + 4 * T * C;
+  EXPECT_DOUBLE_EQ(RecomputeFlopsPerTokenPerBlock(model, 32, Recompute::kFull), forward);
+  // A third of what TrainingFlopsPerToken counts for the blocks (forward and backward).
+  EXPECT_DOUBLE_EQ(8 * forward,
+                   (TrainingFlopsPerToken(model, 32) - 6 * model.padded_vocab_size * C) / 3);
+  // 2 blocks per stage: stages 0 and 3 add 2 block forwards each, stage 1 two attention cores.
+  EXPECT_DOUBLE_EQ(TrainingFlopsPerTokenWithRecompute(*config, model, *plan),
+                   TrainingFlopsPerToken(model, 32) + 4 * forward + 2 * (4 * T * C));
+  EXPECT_EQ(RecomputedForwardShares(*config, model),
+            (std::vector<double>{1, 4 * T * C / forward, 0, 1}));
+}
+
+// The CPU backend builds a Llama chunk in every mode (the config's check passed), and its plan
+// keeps less per slot as the mode keeps less.
+TEST(RecomputePlanTest, TheCpuBackendBuildsALlamaChunkInEveryMode) {
+  const GPT2Config model = *MakeLlamaConfig(2, 2, 1, 8, 8, 64, 16, 10000.0, 1e-5, true);
+  int64_t last_slot = -1;
+  for (Recompute mode : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    SCOPED_TRACE(RecomputeName(mode));
+    BackendOptions options;
+    options.recompute = mode;
+    absl::StatusOr<std::unique_ptr<StageModel>> chunk =
+        MakeStageModel(options, model, WholeModel(model), 1, 8, 2);
+    ASSERT_TRUE(chunk.ok()) << chunk.status();
+    const int64_t slot = TotalBytes(PlanCpuStageMemory(model, WholeModel(model), 1, 8, 2, mode)) -
+                         TotalBytes(PlanCpuStageMemory(model, WholeModel(model), 1, 8, 1, mode));
+    if (last_slot >= 0) {
+      EXPECT_LT(slot, last_slot);
+    }
+    last_slot = slot;
+  }
 }
 
 // On CUDA stages the FLOPs are what the chunk recomputes: full's block forward as on the CPU;
@@ -119,7 +152,7 @@ TEST(RecomputePlanTest, CudaStagesCountWhatTheChunkRecomputes) {
                                          "parallel.partition=\"even\"",
                                          "parallel.recompute_stages=[\"full\", \"selective\"]",
                                          "runtime.device=\"cuda\""};
-  const double C = 64, T = 32, forward = 24 * C * C + 4 * T * C;
+  const double C = 64, T = 32;
   struct Case {
     std::vector<std::string> overrides;
     double selective;  // per token per block
@@ -137,6 +170,12 @@ TEST(RecomputePlanTest, CudaStagesCountWhatTheChunkRecomputes) {
     const GPT2Config model = *ResolveModelConfig(*config);
     absl::StatusOr<PipelinePlan> plan = PlanPipeline(*config, model);
     ASSERT_TRUE(plan.ok()) << plan.status();
+    // A block's forward: GPT-2's 24·C² + 4·T·C; the Llama's own (q, k, v of C + 2·kv rows,
+    // the projection, SwiGLU's 3·C·F; its default width F is not GPT-2's 4·C).
+    const double kv = static_cast<double>(model.kv_dim()),
+                 F = static_cast<double>(model.ffn_hidden);
+    const double forward = model.is_llama() ? 2 * (C * (C + 2 * kv) + C * C + 3 * C * F) + 4 * T * C
+                                            : 24 * C * C + 4 * T * C;
     EXPECT_EQ(RecomputedForwardShares(*config, model),
               (std::vector<double>{1, c.selective / forward}));
     // 2 blocks per stage.
@@ -171,42 +210,48 @@ TEST(RecomputePlanTest, CostsAddTheRecomputedForwardToEachStagesB) {
   }
 }
 
+// Either family on the CPU backend: each stage's line is its chunk's plan under its mode.
 TEST(RecomputePlanTest, ConfigMemoryShowsEachStagesSlotsAndSharedScratch) {
-  absl::StatusOr<Config> config =
-      LoadConfigFile("configs/gpt2_124m_pp4.toml",
-                     {"parallel.schedule=\"1f1b\"", "train.microbatches=4",
-                      "parallel.recompute_stages=[\"full\", \"selective\", \"none\", \"none\"]"});
-  ASSERT_TRUE(config.ok()) << config.status();
-  absl::StatusOr<std::string> report = HostMemoryReport(*config);
-  ASSERT_TRUE(report.ok()) << report.status();
-  const std::vector<std::string> lines = absl::StrSplit(*report, '\n', absl::SkipEmpty());
-  ASSERT_EQ(lines.size(), 5u) << *report;
-  const GPT2Config model = *ResolveModelConfig(*config);
-  const int64_t B = config->train.batch_size / config->train.microbatches;
-  const int64_t T = config->train.seq_len;
-  absl::StatusOr<PipelinePlan> plan = PlanPipeline(*config, model);
-  ASSERT_TRUE(plan.ok());
-  // 1F1B: stage s holds pp - s micro-batches.
-  for (int s = 0; s < 4; ++s) {
-    SCOPED_TRACE(lines[1 + s]);
-    const Recompute mode = StageRecompute(*config, s);
-    const StageSpec& spec = plan->specs[s];
-    const int slots = 4 - s;
-    const int64_t total = TotalBytes(PlanCpuStageMemory(model, spec, B, T, slots, mode));
-    const int64_t slot = total - TotalBytes(PlanCpuStageMemory(model, spec, B, T, slots - 1, mode));
-    EXPECT_THAT(lines[1 + s],
-                HasSubstr(absl::StrFormat("recompute %s; %d activation slot(s) of %s each",
-                                          RecomputeName(mode), slots, FormatBytes(slot))));
-    EXPECT_THAT(lines[1 + s], HasSubstr(FormatBytes(total)));
+  for (const char* arch : {"gpt2", "llama"}) {
+    SCOPED_TRACE(arch);
+    absl::StatusOr<Config> config =
+        LoadConfigFile("configs/gpt2_124m_pp4.toml",
+                       {"parallel.schedule=\"1f1b\"", "train.microbatches=4",
+                        absl::StrCat("model.arch=\"", arch, "\""),
+                        "parallel.recompute_stages=[\"full\", \"selective\", \"none\", \"none\"]"});
+    ASSERT_TRUE(config.ok()) << config.status();
+    absl::StatusOr<std::string> report = HostMemoryReport(*config);
+    ASSERT_TRUE(report.ok()) << report.status();
+    const std::vector<std::string> lines = absl::StrSplit(*report, '\n', absl::SkipEmpty());
+    ASSERT_EQ(lines.size(), 5u) << *report;
+    const GPT2Config model = *ResolveModelConfig(*config);
+    const int64_t B = config->train.batch_size / config->train.microbatches;
+    const int64_t T = config->train.seq_len;
+    absl::StatusOr<PipelinePlan> plan = PlanPipeline(*config, model);
+    ASSERT_TRUE(plan.ok());
+    // 1F1B: stage s holds pp - s micro-batches.
+    for (int s = 0; s < 4; ++s) {
+      SCOPED_TRACE(lines[1 + s]);
+      const Recompute mode = StageRecompute(*config, s);
+      const StageSpec& spec = plan->specs[s];
+      const int slots = 4 - s;
+      const int64_t total = TotalBytes(PlanCpuStageMemory(model, spec, B, T, slots, mode));
+      const int64_t slot =
+          total - TotalBytes(PlanCpuStageMemory(model, spec, B, T, slots - 1, mode));
+      EXPECT_THAT(lines[1 + s],
+                  HasSubstr(absl::StrFormat("recompute %s; %d activation slot(s) of %s each",
+                                            RecomputeName(mode), slots, FormatBytes(slot))));
+      EXPECT_THAT(lines[1 + s], HasSubstr(FormatBytes(total)));
+    }
+    // Full keeps a block's input of its 16+ tensors: stage 0's slot is the smallest.
+    auto slot_of = [&](int s) {
+      const Recompute mode = StageRecompute(*config, s);
+      return TotalBytes(PlanCpuStageMemory(model, plan->specs[s], B, T, 1, mode)) -
+             TotalBytes(PlanCpuStageMemory(model, plan->specs[s], B, T, 0, mode));
+    };
+    EXPECT_LT(slot_of(0) * 5, slot_of(2));
+    EXPECT_LT(slot_of(1), slot_of(2));
   }
-  // Full keeps a block's input of its 16+ tensors: stage 0's slot is the smallest.
-  auto slot_of = [&](int s) {
-    const Recompute mode = StageRecompute(*config, s);
-    return TotalBytes(PlanCpuStageMemory(model, plan->specs[s], B, T, 1, mode)) -
-           TotalBytes(PlanCpuStageMemory(model, plan->specs[s], B, T, 0, mode));
-  };
-  EXPECT_LT(slot_of(0) * 5, slot_of(2));
-  EXPECT_LT(slot_of(1), slot_of(2));
 }
 
 // On the CUDA backend `config memory` plans each stage's chunk with its stage's mode (the plan
@@ -246,25 +291,34 @@ TEST(RecomputePlanTest, ConfigMemoryPlansEachCudaStageWithItsMode) {
   }
 }
 
-// The run's start record counts the recomputed forward in its FLOPs per step (MFU's numerator).
+// The run's start record counts the recomputed forward in its FLOPs per step (MFU's numerator),
+// either family's.
 TEST(RecomputePlanTest, TheRunsFlopsPerStepCountTheRecomputation) {
-  Config config = testing::ParityConfig(testing::ParityShard(), "1f1b", 1, 1, 2);
-  config.model.recompute = "full";
-  config.train.steps = 1;
-  config.run.dir = (std::filesystem::path(::testing::TempDir()) / "recompute_flops").string();
-  std::filesystem::remove_all(config.run.dir);
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(config);
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
-  ASSERT_TRUE((*trainer)->Run().ok());
-  absl::StatusOr<std::string> text = ReadFile(config.run.dir + "/metrics.jsonl");
-  ASSERT_TRUE(text.ok()) << text.status();
-  const nlohmann::json start =
-      nlohmann::json::parse(std::string(*absl::StrSplit(*text, '\n', absl::SkipEmpty()).begin()));
-  ASSERT_EQ(start["kind"], "start") << start.dump();
-  const GPT2Config model = *ResolveModelConfig(config);
-  const double C = 16, T = 8, tokens = 8 * 8;  // batch 8 × seq_len 8
-  EXPECT_DOUBLE_EQ(start["flops_per_step"].get<double>(),
-                   (TrainingFlopsPerToken(model, 8) + 8 * (24 * C * C + 4 * T * C)) * tokens);
+  for (bool llama : {false, true}) {
+    SCOPED_TRACE(llama ? "llama" : "gpt2");
+    const std::string shard = testing::ParityShard();
+    Config config = llama ? testing::LlamaParityConfig(shard, "1f1b", 1, 1, 2, /*tied=*/true)
+                          : testing::ParityConfig(shard, "1f1b", 1, 1, 2);
+    config.model.recompute = "full";
+    config.train.steps = 1;
+    config.run.dir = (std::filesystem::path(::testing::TempDir()) / "recompute_flops").string();
+    std::filesystem::remove_all(config.run.dir);
+    absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(config);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    ASSERT_TRUE((*trainer)->Run().ok());
+    absl::StatusOr<std::string> text = ReadFile(config.run.dir + "/metrics.jsonl");
+    ASSERT_TRUE(text.ok()) << text.status();
+    const nlohmann::json start =
+        nlohmann::json::parse(std::string(*absl::StrSplit(*text, '\n', absl::SkipEmpty()).begin()));
+    ASSERT_EQ(start["kind"], "start") << start.dump();
+    const GPT2Config model = *ResolveModelConfig(config);
+    // C = 16, T = 8; the Llama's 2 query heads share one key/value head of 8 (kv = 8), F = 24.
+    const double C = 16, T = 8, tokens = 8 * 8;  // batch 8 × seq_len 8
+    const double forward =
+        llama ? 2 * (C * (C + 2 * 8) + C * C + 3 * C * 24) + 4 * T * C : 24 * C * C + 4 * T * C;
+    EXPECT_DOUBLE_EQ(start["flops_per_step"].get<double>(),
+                     (TrainingFlopsPerToken(model, 8) + 8 * forward) * tokens);
+  }
 }
 
 }  // namespace

@@ -142,22 +142,6 @@ void Loader::CheckCrossField(bool check_files) {
                       "), or empty for model.recompute on every stage"),
          absl::StrCat(c.parallel.recompute_stages.size(), " entries"));
   }
-  // Recomputation is built for both families on the CUDA backend, for GPT-2 only on the CPU
-  // backend: a CPU run of a Llama asking for it is refused here, before a model is built.
-  if (c.runtime.device != "cuda" && c.model.arch == "llama") {
-    const std::string where =
-        " on model.arch = \"llama\" with runtime.device = \"cpu\" (the CPU backend recomputes "
-        "for GPT-2 only so far; the CUDA backend for both families)";
-    if (c.model.recompute != "none" && c.parallel.recompute_stages.empty()) {
-      fail("model.recompute", absl::StrCat("\"none\"", where), TomlString(c.model.recompute));
-    }
-    for (const std::string& mode : c.parallel.recompute_stages) {
-      if (mode == "none") continue;
-      fail("parallel.recompute_stages", absl::StrCat("\"none\" entries", where),
-           TomlString(mode));
-      break;
-    }
-  }
   if (c.parallel.zero == 1 && c.runtime.device == "cuda") {
     fail("parallel.zero",
          "0 on runtime.device = \"cuda\" (ZeRO-1 is built for the CPU backend only so far)", "1",

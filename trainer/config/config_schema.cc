@@ -68,8 +68,8 @@ std::vector<KeySpec> BuildSchema() {
                "attention probabilities (B·heads·T² values; the CUDA backend never keeps "
                "them); \"full\" keeps only each block's input and runs the blocks forward "
                "again in the backward (one more forward of the blocks: counted in MFU). Losses "
-               "and gradients are the same bits as \"none\". Both backends; on the CPU for "
-               "GPT-2 only so far. parallel.recompute_stages overrides it per stage "
+               "and gradients are the same bits as \"none\". Both backends, both families. "
+               "parallel.recompute_stages overrides it per stage "
                "(docs/training.md#memory)."),
       FR_KEY(model, arch)
           .Choices({"gpt2", "llama"})
