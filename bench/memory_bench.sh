@@ -12,9 +12,10 @@
 # and the mean step time with a 95% t-interval and its ratio to recompute none, zero 0.
 # The model: 8 blocks of n_embd 256, 4 heads, a vocabulary of 4096, 8 micro-batches of one
 # sequence of 512 random tokens per replica, one thread per rank (TINY=1: 2 blocks of n_embd 32
-# and 16 tokens, the script's own check).
-# Log: bench/results/DATE-memory.log (TINY=1: not kept).
-# Usage: [DP=2] [KIND=1f1b] [TINY=0] bench/memory_bench.sh [ROUNDS=4] [STEPS=8] [WARMUP=2]
+# and 16 tokens, the script's own check). ARCH=llama: the same shape as a Llama-family model
+# (RMSNorm, rotary positions, SwiGLU of its default width, key/value heads half the heads).
+# Log: bench/results/DATE-memory.log, DATE-memory-llama.log for ARCH=llama (TINY=1: not kept).
+# Usage: [DP=2] [KIND=1f1b] [TINY=0] [ARCH=gpt2] bench/memory_bench.sh [ROUNDS=4] [STEPS=8] [WARMUP=2]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -25,6 +26,7 @@ warmup=${3:-2}
 dp=${DP:-2}
 kind=${KIND:-1f1b}
 tiny=${TINY:-0}
+arch=${ARCH:-gpt2}
 if ((warmup >= steps)); then
   echo "error: WARMUP ($warmup) must be below STEPS ($steps)" >&2
   exit 2
@@ -45,14 +47,14 @@ PY
 log=/dev/null
 if ((!tiny)); then
   mkdir -p bench/results
-  log="bench/results/$(date +%F)-memory.log"
+  log="bench/results/$(date +%F)-memory$([[ $arch == gpt2 ]] || echo "-$arch").log"
 fi
 exec > >(tee "$log") 2>&1
 echo "== $(date -u) $(git rev-parse --short HEAD 2>/dev/null || echo unknown); $(nproc) CPUs;" \
   "load $(cut -d' ' -f1-3 /proc/loadavg); rounds $rounds, steps $steps, warm-up $warmup"
 zeros=(0 1)
 ((dp > 1)) || zeros=(0)
-echo "== $((2 * dp)) MPI ranks, pp 2 × dp $dp, $kind; $layers blocks of n_embd $embd," \
+echo "== $((2 * dp)) MPI ranks, pp 2 × dp $dp, $kind; $arch, $layers blocks of n_embd $embd," \
   "8 micro-batches of 1 × $seq tokens; recompute none, selective, full; zero ${zeros[*]}"
 
 settings=(--set "data.train=\"$work/train_*.bin\"" --set "data.val=\"\""
@@ -61,7 +63,9 @@ settings=(--set "data.train=\"$work/train_*.bin\"" --set "data.val=\"\""
   --set parallel.dp="$dp" --set "parallel.schedule=\"$kind\""
   --set "parallel.partition=\"even\"" --set train.batch_size=8 --set train.microbatches=8
   --set train.seq_len="$seq" --set train.steps="$steps" --set eval.every=0
-  --set checkpoint.every=0 --set run.log_every=1000 --set runtime.threads=1)
+  --set checkpoint.every=0 --set run.log_every=1000 --set runtime.threads=1
+  --set "model.arch=\"$arch\"")
+if [[ $arch == llama ]]; then settings+=(--set model.n_kv_head=$((heads / 2))); fi
 
 # The plan per stage in bytes: the peak that ends each "stage N: ..." line of the CPU
 # backend's report ("peak 264.4 MiB"). An arm is "RECOMPUTE/ZERO".
