@@ -86,7 +86,7 @@ class GradBuckets {
 
   // A check for tests: every bucket's gradients are compared, when its sum is waited for,
   // with what they were when it started (an error if any changed: the bucket started before
-  // its gradients were final).
+  // its gradients were final). Host sums only: a device sum writes its result in place.
   void set_verify(bool verify) { verify_ = verify; }
   const std::vector<GradBucket>& buckets(int chunk) const { return chunks_[chunk].buckets; }
 
@@ -109,7 +109,9 @@ class GradBuckets {
     StageModel* model = nullptr;
     std::vector<GradBucket> buckets;
     std::vector<int64_t> start;        // each bucket's place in `staging`
-    std::vector<float> staging, sent;  // packed buckets; `sent`: their contributions (verify)
+    bool on_device = false;            // summed in place on the device (device_grad_sum.h)
+    // Host sums: the packed buckets; `sent`: their contributions (verify).
+    std::vector<float> staging, sent;
     std::vector<Transport::Request> requests;
     size_t next = 0;  // the first bucket not started
     // ZeRO-1: each bucket's parts by member, and this rank's part and share.

@@ -153,7 +153,20 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
     FR_RETURN_IF_ERROR(CheckWritableDirectory(
         t->checkpoint_dir_, config.checkpoint.dir.empty() ? "run.dir" : "checkpoint.dir"));
   }
-  FR_ASSIGN_OR_RETURN(t->chunks_, StageModelsPhase(config, model, backend, L, own_specs, slots));
+  // Over NCCL the executors' messages live on the chunks' device: counted in its memory check.
+  std::vector<int64_t> device_messages(own_specs.size(), 0);
+  if (transport != nullptr && transport->CarriesDeviceMemory()) {
+    const pipeline::Schedule eval = ForwardOnlySchedule(schedule);
+    for (int c = 0; c < static_cast<int>(own_specs.size()); ++c) {
+      device_messages[c] =
+          pipeline::StageExecutor::MessageBuffersOf(schedule.per_stage[L.stage], c) +
+          (config.data.val.empty()
+               ? 0
+               : pipeline::StageExecutor::MessageBuffersOf(eval.per_stage[L.stage], c));
+    }
+  }
+  FR_ASSIGN_OR_RETURN(
+      t->chunks_, StageModelsPhase(config, model, backend, L, own_specs, slots, device_messages));
   std::vector<StageModel*> raw;
   for (const std::unique_ptr<StageModel>& chunk : t->chunks_) raw.push_back(chunk.get());
   Trainer* self = t.get();

@@ -73,6 +73,9 @@ class CudaStage final : public CudaStageModel {
   absl::Status FinishMessageReads() override;
   absl::Status GetOutputActivations(int slot, void* y) override;
   absl::Status GetInputGrad(int slot, void* dx) override;
+  void* MessageWritten() const override {
+    return message_written_on_device_ ? static_cast<void*>(message_written_) : nullptr;
+  }
   absl::Status GetLosses(int slot, float* losses) override;
   absl::Status GetLogitsAt(int slot, int64_t position, float* logits) override;
 
@@ -92,6 +95,10 @@ class CudaStage final : public CudaStageModel {
 
   absl::StatusOr<float*> HostGrads(int64_t offset, int64_t n) override;
   absl::Status CommitHostGrads(int64_t offset, int64_t n) override;
+  bool GradsOnDevice() const override { return true; }
+  absl::StatusOr<float*> DeviceGrads(int64_t offset, int64_t n) override;
+  absl::StatusOr<void*> GradsWritten() override;
+  absl::StatusOr<bool> SumTiedOnDevice(StageModel& head) override;
   absl::StatusOr<std::vector<double>> GradSquaresByUnit() override;
   absl::Status ApplyAdamW(const AdamWStep& step) override;
 
@@ -126,7 +133,8 @@ class CudaStage final : public CudaStageModel {
   // recomputation scratch_4c (one layer at a time).
   T* ActivationOutput(const Slot& s, int64_t l) const;
   // A message's n elements to the device (queued on the stream; messages_read_ marks its end)
-  // or from it (complete on return: the host hands the buffer on at once).
+  // or from it (into host memory complete on return: the host hands the buffer on at once;
+  // into device memory queued, message_written_ marking its end).
   absl::Status Upload(T* dst, const void* src, int64_t n);
   absl::Status Download(void* dst, const T* src, int64_t n);
   absl::Status Sync();
@@ -220,11 +228,15 @@ class CudaStage final : public CudaStageModel {
   std::array<char*, kNumMemoryPhases> base_{};
   cudaStream_t stream_ = nullptr;
   cudaEvent_t messages_read_ = nullptr;  // recorded after each Upload
+  cudaEvent_t grads_written_ = nullptr;  // GradsWritten's: a device sum's stream waits for it
+  // Recorded after a Download into device memory (MessageWritten): the send waits for it.
+  cudaEvent_t message_written_ = nullptr;
+  bool message_written_on_device_ = false;
   int64_t message_device_bytes_ = 0;     // AllocateMessageBuffer's device memory so far
   std::function<void(int part)> weight_grad_progress_;  // SetWeightGradProgress
   BlasContext blas_;
   std::shared_ptr<LtAlgorithmCache> algorithms_ = MakeLtAlgorithmCache();
-  float* host_grads_ = nullptr;  // pinned mirror of the gradients for sums across ranks
+  float* host_grads_ = nullptr;  // pinned mirror of the gradients for host sums (HostGrads)
   std::vector<int64_t> distinct_tokens_;  // per slot, for the embedding backward
   CudaLedger ledger_;
   // Pinned: the loss sums ForwardKeepingLoss keeps (kKeptLosses), Forward's, then SlotStaging.
