@@ -184,6 +184,13 @@ class StageModel {
                                         double* /*partials*/) {
     return absl::UnimplementedError(Describe() + " has no sharded gradient norm");
   }
+  // ZeRO-1: the stage's units (GradSquaresByUnit's) from every norm chunk's sum (`partials`,
+  // PlanGradNorm(layout()).chunks values, the data-parallel group's sum of ShardGradSquares),
+  // added in the order this backend's GradSquaresByUnit adds them, so that the norm keeps its
+  // bits: models/grad_norm.h's by default.
+  virtual absl::StatusOr<std::vector<double>> CombineGradSquares(const double* partials) {
+    return UnitsFromChunkSquares(PlanGradNorm(layout()), partials);
+  }
   // ZeRO-1's all-gather: parameter elements [offset, offset + n) in host memory;
   // CommitHostParams makes the host copy the parameters again.
   virtual absl::StatusOr<float*> HostParams(int64_t /*offset*/, int64_t /*n*/) {

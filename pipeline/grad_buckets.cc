@@ -1,6 +1,7 @@
 #include "pipeline/grad_buckets.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
@@ -8,6 +9,11 @@
 #include "pipeline/device_grad_sum.h"
 
 namespace freeride::pipeline {
+
+int64_t BucketFloats(double mib, bool zero) {
+  const double size_mb = mib > 0 || !zero ? mib : kZeroBucketMb;
+  return std::max<int64_t>(1, std::llround(size_mb * (1 << 20) / sizeof(float)));
+}
 
 std::vector<GradPiece> GradPieceOrder(const ParamLayout& layout) {
   const StageSpec& stage = layout.stage;

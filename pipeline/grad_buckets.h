@@ -35,6 +35,9 @@ struct GradBucket {
 // ZeRO-1's bucket size where parallel.dp_bucket_mb is 0, MiB.
 inline constexpr double kZeroBucketMb = 4;
 
+// A bucket's floats for parallel.dp_bucket_mb = `mib` (ZeRO-1's kZeroBucketMb where it is 0).
+int64_t BucketFloats(double mib, bool zero);
+
 // wte's part: after every part the backward reports (the tied sum adds to it at REDUCE_GRADS).
 inline int TiedPart(const StageSpec& stage) { return static_cast<int>(stage.num_layers()) + 2; }
 

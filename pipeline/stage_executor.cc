@@ -181,10 +181,8 @@ void StageExecutor::set_dp_bucket_mb(double mib, bool zero) {
   // ZeRO-1 without a bucket size: 4 MiB ones (kZeroBucketMb). One per chunk would have MPI's
   // reduce-scatter hold a temporary as large as the chunk's gradients: measured, the peak
   // then kept what the sharded moments saved.
-  const double size_mb = mib > 0 ? mib : kZeroBucketMb;
-  const int64_t floats = std::max<int64_t>(1, std::llround(size_mb * (1 << 20) / sizeof(float)));
-  buckets_ =
-      std::make_unique<GradBuckets>(chunks_, floats, transport_, layout_.DataParallelGroup(), zero);
+  buckets_ = std::make_unique<GradBuckets>(chunks_, BucketFloats(mib, zero), transport_,
+                                           layout_.DataParallelGroup(), zero);
 }
 
 absl::Status StageExecutor::StartZeroGather() {

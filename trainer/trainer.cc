@@ -269,8 +269,8 @@ absl::StatusOr<std::vector<double>> Trainer::GradientUnits() {
   // the whole model: every stage fills its own, the sum over the pipeline adds zeros
   // elsewhere (exact), and the units are added in model order, as one process would.
   // ZeRO-1: each rank makes the norm's chunk sums of its share, the data-parallel group sums
-  // them (each has one owner: exact) and every rank adds them up in the one fixed order
-  // (models/grad_norm.h): the bits of the unsharded norm.
+  // them (each has one owner: exact) and every rank adds them up in the one fixed order of its
+  // backend's unsharded norm (StageModel::CombineGradSquares): the bits of that norm.
   const int64_t L = model_config_.n_layer;
   std::vector<double> units(L + 2, 0.0);
   std::vector<std::vector<double>> stage_units(chunks_.size());
@@ -297,7 +297,10 @@ absl::StatusOr<std::vector<double>> Trainer::GradientUnits() {
       return s;
     }
     for (size_t c = 0; c < chunks_.size(); ++c) {
-      stage_units[c] = UnitsFromChunkSquares(plans[c], partials.data() + first[c]);
+      absl::StatusOr<std::vector<double>> own =
+          chunks_[c]->CombineGradSquares(partials.data() + first[c]);
+      if (!own.ok()) return own.status();
+      stage_units[c] = *std::move(own);
     }
   } else {
     for (size_t c = 0; c < chunks_.size(); ++c) {

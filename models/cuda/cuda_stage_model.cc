@@ -45,6 +45,7 @@ CudaStage<T>::~CudaStage() {
     if (base != nullptr) cudaFree(base);
   }
   if (host_grads_ != nullptr) cudaFreeHost(host_grads_);
+  if (host_params_ != nullptr) cudaFreeHost(host_params_);
   if (pinned_ != nullptr) cudaFreeHost(pinned_);
   for (auto* events : {&tokens_copied_, &targets_copied_}) {
     for (cudaEvent_t e : *events) {
@@ -478,10 +479,10 @@ template <typename T>
 absl::Status CudaStage<T>::GetOptimizerState(float* m, float* v) {
   FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("GetOptimizerState"));
-  CUDA_CHECK(cudaMemcpyAsync(m, Ptr<float>(ids_.adam_m), layout_.total * 4, cudaMemcpyDeviceToHost,
-                             stream_));
-  CUDA_CHECK(cudaMemcpyAsync(v, Ptr<float>(ids_.adam_v), layout_.total * 4, cudaMemcpyDeviceToHost,
-                             stream_));
+  CUDA_CHECK(cudaMemcpyAsync(m, Ptr<float>(ids_.adam_m), OptimizerStateElements() * 4,
+                             cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(v, Ptr<float>(ids_.adam_v), OptimizerStateElements() * 4,
+                             cudaMemcpyDeviceToHost, stream_));
   return Sync();
 }
 
@@ -489,10 +490,10 @@ template <typename T>
 absl::Status CudaStage<T>::SetOptimizerState(const float* m, const float* v) {
   FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("SetOptimizerState"));
-  CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.adam_m), m, layout_.total * 4, cudaMemcpyHostToDevice,
-                             stream_));
-  CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.adam_v), v, layout_.total * 4, cudaMemcpyHostToDevice,
-                             stream_));
+  CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.adam_m), m, OptimizerStateElements() * 4,
+                             cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.adam_v), v, OptimizerStateElements() * 4,
+                             cudaMemcpyHostToDevice, stream_));
   return Sync();
 }
 

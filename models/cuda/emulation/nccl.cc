@@ -8,9 +8,11 @@
 // sums, and last waits until each of its sends has been received. A send so returns only once
 // its receive has matched it, as NCCL's rendezvous protocol does for large messages: two ranks
 // sending to each other outside one group deadlock here too, instead of passing by luck.
-// Receives match sends in order per (sender, receiver); all-reduces match in issue order.
-// Sums add the ranks' contributions in rank order, so every rank gets the same bits (those of
-// the in-process transport's sums, pipeline/comm/in_process_transport.cc).
+// Receives match sends in order per (sender, receiver); collectives (all-reduce, reduce-scatter,
+// all-gather) match in issue order. Sums add the ranks' contributions in rank order, so every
+// rank gets the same bits (those of the in-process transport's sums,
+// pipeline/comm/in_process_transport.cc); a reduce-scatter gives each rank its slice of that
+// sum, an all-gather every rank's contribution in rank order.
 //
 // ncclCommAbort ends this rank's operations where they stand (buffers left as they are); a
 // peer's operation that needs an aborted or destroyed rank ends too, with ncclRemoteError as
@@ -66,7 +68,8 @@ struct Message {
 
 struct Collective {
   explicit Collective(int nranks) : contributions(nranks) {}
-  size_t count = 0;
+  int kind = 0;       // the Op::Kind every rank must call
+  size_t count = 0;   // elements of each rank's contribution
   ncclDataType_t type = ncclFloat;
   std::vector<std::vector<char>> contributions;
   int deposited = 0, read = 0;
@@ -118,7 +121,7 @@ struct NcclComm {
 namespace {
 
 struct Op {
-  enum Kind { kSend, kRecv, kAllReduce } kind;
+  enum Kind { kSend, kRecv, kAllReduce, kReduceScatter, kAllGather } kind;
   const void* send = nullptr;
   void* recv = nullptr;
   size_t bytes = 0, count = 0;
@@ -144,15 +147,37 @@ double DelayOf(int rank) {
   return it == Delays().end() ? 0.0 : it->second;
 }
 
+// Elements [first, first + n) of the contributions' sum, added in rank order.
 template <typename T>
-void SumInRankOrder(const Collective& c, void* out) {
+void SumInRankOrder(const Collective& c, void* out, size_t first, size_t n) {
   T* dst = static_cast<T*>(out);
-  for (size_t i = 0; i < c.count; ++i) {
+  for (size_t i = first; i < first + n; ++i) {
     T sum = reinterpret_cast<const T*>(c.contributions[0].data())[i];
     for (size_t r = 1; r < c.contributions.size(); ++r) {
       sum += reinterpret_cast<const T*>(c.contributions[r].data())[i];
     }
-    dst[i] = sum;
+    dst[i - first] = sum;
+  }
+}
+
+// A collective's result for rank `me` into `out`: the whole sum (all-reduce), its slice of it
+// (reduce-scatter: n equal slices in rank order), or every contribution in rank order
+// (all-gather).
+void Finish(const Collective& c, int me, void* out) {
+  const size_t n = c.contributions.size();
+  if (c.kind == Op::kAllGather) {
+    const size_t bytes = c.count * TypeBytes(c.type);
+    for (size_t r = 0; r < n; ++r) {
+      std::memcpy(static_cast<char*>(out) + r * bytes, c.contributions[r].data(), bytes);
+    }
+    return;
+  }
+  const size_t slice = c.kind == Op::kReduceScatter ? c.count / n : c.count;
+  const size_t first = c.kind == Op::kReduceScatter ? slice * me : 0;
+  if (c.type == ncclFloat) {
+    SumInRankOrder<float>(c, out, first, slice);
+  } else {
+    SumInRankOrder<double>(c, out, first, slice);
   }
 }
 
@@ -186,13 +211,14 @@ void RunGroup(const std::shared_ptr<CommState>& state, const std::vector<Op>& op
       m->bytes = op.bytes;
       c.channels[static_cast<size_t>(me) * n + op.peer].push_back(m);
       sent.push_back(m);
-    } else if (op.kind == Op::kAllReduce) {
+    } else if (op.kind != Op::kRecv) {  // a collective's contribution
       std::shared_ptr<Collective>& coll = c.collectives[op.collective];
       if (coll == nullptr) {
         coll = std::make_shared<Collective>(n);
+        coll->kind = op.kind;
         coll->count = op.count;
         coll->type = op.type;
-      } else if (coll->count != op.count || coll->type != op.type) {
+      } else if (coll->kind != op.kind || coll->count != op.count || coll->type != op.type) {
         s.Fail(ncclInvalidUsage);  // ranks disagree on the sum: NCCL's would be garbage or hang
       }
       const char* src = static_cast<const char*>(op.send);
@@ -220,16 +246,12 @@ void RunGroup(const std::shared_ptr<CommState>& state, const std::vector<Op>& op
     }
   }
   for (const Op& op : ops) {
-    if (op.kind != Op::kAllReduce) continue;
+    if (op.kind == Op::kSend || op.kind == Op::kRecv) continue;
     std::shared_ptr<Collective> coll = c.collectives[op.collective];
     if (!Await(
             s, lock, [&] { return coll->deposited == n; }, [&] { return c.AnyGone(); }))
       return;
-    if (coll->type == ncclFloat) {
-      SumInRankOrder<float>(*coll, op.recv);
-    } else {
-      SumInRankOrder<double>(*coll, op.recv);
-    }
+    Finish(*coll, me, op.recv);
     if (++coll->read == n) c.collectives.erase(op.collective);
   }
   for (size_t i = 0, k = 0; i < ops.size(); ++i) {
@@ -493,6 +515,56 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
   op.recv = recvbuff;
   op.bytes = bytes;
   op.count = count;
+  op.type = datatype;
+  op.collective = comm->state->next_collective++;
+  return freeride::emu::Issue(comm, stream, op);
+}
+
+ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               ncclDataType_t datatype, ncclRedOp_t op_kind, ncclComm_t comm,
+                               cudaStream_t stream) {
+  if (op_kind != ncclSum || (datatype != ncclFloat && datatype != ncclDouble)) {
+    return ncclInvalidArgument;
+  }
+  if (comm == nullptr) return ncclInvalidArgument;
+  const size_t nranks = static_cast<size_t>(comm->state->clique->nranks);
+  const size_t bytes = recvcount * freeride::emu::TypeBytes(datatype);
+  if (ncclResult_t r = freeride::emu::CheckCall(comm, stream, -1, sendbuff, bytes * nranks);
+      r != ncclSuccess) {
+    return r;
+  }
+  if (ncclResult_t r = freeride::emu::CheckCall(comm, stream, -1, recvbuff, bytes);
+      r != ncclSuccess) {
+    return r;
+  }
+  Op op{Op::kReduceScatter};
+  op.send = sendbuff;
+  op.recv = recvbuff;
+  op.bytes = bytes * nranks;
+  op.count = recvcount * nranks;
+  op.type = datatype;
+  op.collective = comm->state->next_collective++;
+  return freeride::emu::Issue(comm, stream, op);
+}
+
+ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  if (comm == nullptr || freeride::emu::TypeBytes(datatype) == 0) return ncclInvalidArgument;
+  const size_t nranks = static_cast<size_t>(comm->state->clique->nranks);
+  const size_t bytes = sendcount * freeride::emu::TypeBytes(datatype);
+  if (ncclResult_t r = freeride::emu::CheckCall(comm, stream, -1, sendbuff, bytes);
+      r != ncclSuccess) {
+    return r;
+  }
+  if (ncclResult_t r = freeride::emu::CheckCall(comm, stream, -1, recvbuff, bytes * nranks);
+      r != ncclSuccess) {
+    return r;
+  }
+  Op op{Op::kAllGather};
+  op.send = sendbuff;
+  op.recv = recvbuff;
+  op.bytes = bytes;
+  op.count = sendcount;
   op.type = datatype;
   op.collective = comm->state->next_collective++;
   return freeride::emu::Issue(comm, stream, op);
