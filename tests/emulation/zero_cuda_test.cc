@@ -8,11 +8,14 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "models/cuda/cuda_stage_model.h"
+#include "models/grad_norm.h"
 #include "tests/pipeline/train_parity.h"
 #include "tests/pipeline/zero_run.h"
 
@@ -47,6 +50,44 @@ class ZeroCudaTest : public ::testing::Test {
     return config;
   }
 };
+
+// The shares' chunk sums put back together by the fused norm's combining kernel give the units
+// GradSquaresByUnit gives over the same gradients, bit for bit. The gradients are chosen so
+// that the order shows: each layer's ln1_w starts with 1e8 (a square of 1e16, whose ulp is 2)
+// and every other tensor of the layer with 1, so that adding the ones one by one after 1e16
+// (models/grad_norm.h's order) loses them and the fused norm's tree does not.
+TEST(ZeroCudaChunkTest, TheShardedNormCombinesInTheFusedNormsOrder) {
+  absl::StatusOr<GPT2Config> config = MakeGPT2Config(2, 2, 16, 8, 64);
+  ASSERT_TRUE(config.ok());
+  auto chunk = CudaStageModel::Create(*config, WholeModel(*config), 1, 8, 1, CudaStageOptions{});
+  ASSERT_TRUE(chunk.ok()) << chunk.status();
+  StageModel& m = **chunk;
+  const ParamLayout& layout = m.layout();
+  ASSERT_TRUE(m.ZeroGrads().ok());
+  absl::StatusOr<float*> grads = m.HostGrads(0, layout.total);
+  ASSERT_TRUE(grads.ok());
+  std::fill(*grads, *grads + layout.total, 0.0f);
+  std::vector<ParamRange> whole;
+  for (const TensorSlot& slot : layout.slots) {
+    if (!slot.present || slot.elements == 0) continue;
+    whole.push_back({slot.offset, slot.elements});
+    const int64_t per = IsPerLayer(slot.tensor) ? slot.elements / config->n_layer : slot.elements;
+    for (int64_t at = 0; at < slot.elements; at += per) {
+      (*grads)[slot.offset + at] = slot.tensor == ParamTensor::kLn1W ? 1e8f : 1.0f;
+    }
+  }
+  ASSERT_TRUE(m.CommitHostGrads(0, layout.total).ok());
+  const absl::StatusOr<std::vector<double>> fused = m.GradSquaresByUnit();
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  const NormPlan plan = PlanGradNorm(layout);
+  std::vector<double> partials(plan.chunks, 0.0);
+  ASSERT_TRUE(m.ShardGradSquares(whole, partials.data()).ok());
+  const absl::StatusOr<std::vector<double>> combined = m.CombineGradSquares(partials.data());
+  ASSERT_TRUE(combined.ok()) << combined.status();
+  EXPECT_EQ(*combined, *fused);
+  // The order shows: the CPU's order gives other bits here.
+  EXPECT_NE(UnitsFromChunkSquares(plan, partials.data()), *fused);
+}
 
 // 1F1B and ZB-H1 (its W instructions make the last weight gradients), fp32 and bf16 (the
 // fp32 master stepped, the bf16 copy rounded from it, both gathered), buckets that cut tensors
@@ -90,26 +131,41 @@ TEST_F(ZeroCudaTest, PostValidatedStepsTrainTheUnshardedBits) {
   ExpectSameBits(Train(config, kSteps), whole, 2);
 }
 
-// Saved with zero = 1 at dp 2 on CUDA after step 2 (a share file per rank), resumed at dp 1 on
-// CUDA and on the CPU: the next two steps' losses (the second after an update that reads the
-// moments) are those an unsharded checkpoint of the same run resumes to.
-TEST_F(ZeroCudaTest, AShardedCheckpointResumesAtDpOneOnCudaAndOnTheCpu) {
+// Saved with zero = 1 at dp 2 on CUDA after step 2 (a share file per rank): resumed sharded at
+// dp 2 on CUDA it continues the uninterrupted run bit for bit (the shares put back where they
+// were); resumed at dp 1 on CUDA and on the CPU, the next two steps' losses (the second after
+// an update that reads the moments) are those an unsharded checkpoint of the same run resumes
+// to, and near the uninterrupted run's (dp 1 adds the replicas' gradients in another order).
+TEST_F(ZeroCudaTest, AShardedCheckpointResumesAtDpTwoAndOneOnCudaAndOnTheCpu) {
   const std::string shard = ParityShard();
+  const auto dir = [](const std::string& name) {
+    const std::string path = (std::filesystem::path(::testing::TempDir()) / name).string();
+    std::filesystem::remove_all(path);
+    return path;
+  };
   std::vector<std::string> checkpoints;
+  std::vector<double> uninterrupted;
   for (int zero : {0, 1}) {
     Config config = CudaConfig(shard, "1f1b", "fp32");
     config.parallel.zero = zero;
-    config.train.steps = 4;  // 2 before the save, 2 after the resume
+    config.train.steps = 4;  // 2 before the save, 2 after
     config.checkpoint.background = false;
-    config.run.dir =
-        (std::filesystem::path(::testing::TempDir()) / absl::StrFormat("zero_cuda_ckpt_%d", zero))
-            .string();
-    std::filesystem::remove_all(config.run.dir);
-    ThreadedLosses(config, 2, nullptr, /*resume_at=*/2);
+    config.run.dir = dir(absl::StrFormat("zero_cuda_ckpt_%d", zero));
+    uninterrupted = ThreadedLosses(config, 4, nullptr, /*resume_at=*/2);
     checkpoints.push_back(config.run.dir + "/checkpoints/step_00000002");
     ASSERT_TRUE(std::filesystem::exists(checkpoints.back())) << checkpoints.back();
   }
+  ASSERT_EQ(uninterrupted.size(), 4u);
   ASSERT_TRUE(std::filesystem::exists(checkpoints[1] + "/moments_r000_d001.bin"));
+  const std::vector<double> after(uninterrupted.begin() + 2, uninterrupted.end());
+  {
+    Config config = CudaConfig(shard, "1f1b", "fp32");
+    config.parallel.zero = 1;
+    config.train.steps = 4;
+    config.checkpoint.resume = checkpoints[1];
+    config.run.dir = dir("zero_cuda_resumed");
+    EXPECT_EQ(ThreadedLosses(config, 2), after);
+  }
   for (const std::string device : {"cuda", "cpu"}) {
     SCOPED_TRACE(device);
     std::vector<std::vector<double>> losses;
@@ -121,12 +177,12 @@ TEST_F(ZeroCudaTest, AShardedCheckpointResumesAtDpOneOnCudaAndOnTheCpu) {
       config.optim.grad_clip = 0.36;
       config.train.steps = 4;
       config.checkpoint.resume = checkpoint;
-      config.run.dir = (std::filesystem::path(::testing::TempDir()) / "zero_cuda_resumed").string();
-      std::filesystem::remove_all(config.run.dir);
+      config.run.dir = dir("zero_cuda_resumed");
       losses.push_back(ThreadedLosses(config, 2));
     }
     ASSERT_EQ(losses[0].size(), 2u);
     EXPECT_EQ(losses[1], losses[0]);
+    for (int i = 0; i < 2; ++i) EXPECT_NEAR(losses[1][i], after[i], 1e-5) << "step " << 3 + i;
   }
 }
 

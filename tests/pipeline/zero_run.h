@@ -27,7 +27,8 @@ struct ZeroRun {
   std::vector<int64_t> moment_bytes;  // per rank, what its chunks hold
 };
 
-inline ZeroRun Train(const Config& config, int steps = 5) {
+// `gpu_per_rank`: rank r on CUDA device r (runtime.gpu), as each rank of mpirun takes its own.
+inline ZeroRun Train(const Config& config, int steps = 5, bool gpu_per_rank = false) {
   const int world = static_cast<int>(config.parallel.pp * config.parallel.dp);
   auto transports = pipeline::MakeInProcessWorld(world);
   ZeroRun run;
@@ -38,7 +39,9 @@ inline ZeroRun Train(const Config& config, int steps = 5) {
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
-      auto trainer = Trainer::Create(config, transports[r].get());
+      Config mine = config;
+      if (gpu_per_rank) mine.runtime.gpu = r;
+      auto trainer = Trainer::Create(mine, transports[r].get());
       if (!trainer.ok()) {
         failures[r] = std::string(trainer.status().message());
         return;
