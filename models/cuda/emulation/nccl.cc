@@ -8,11 +8,11 @@
 // sums, and last waits until each of its sends has been received. A send so returns only once
 // its receive has matched it, as NCCL's rendezvous protocol does for large messages: two ranks
 // sending to each other outside one group deadlock here too, instead of passing by luck.
-// Receives match sends in order per (sender, receiver); collectives (all-reduce, reduce-scatter,
-// all-gather) match in issue order. Sums add the ranks' contributions in rank order, so every
-// rank gets the same bits (those of the in-process transport's sums,
-// pipeline/comm/in_process_transport.cc); a reduce-scatter gives each rank its slice of that
-// sum, an all-gather every rank's contribution in rank order.
+// Receives match sends in order per (sender, receiver); all-reduces match in issue order.
+// Sums add the ranks' contributions in rank order, so every rank gets the same bits (those of
+// the in-process transport's sums, pipeline/comm/in_process_transport.cc). Reduce-scatters and
+// all-gathers (ZeRO-1's) are collectives in the same issue order: a reduce-scatter gives each
+// rank its slice of that rank-order sum, an all-gather every rank's values in rank order.
 //
 // ncclCommAbort ends this rank's operations where they stand (buffers left as they are); a
 // peer's operation that needs an aborted or destroyed rank ends too, with ncclRemoteError as
@@ -68,11 +68,11 @@ struct Message {
 
 struct Collective {
   explicit Collective(int nranks) : contributions(nranks) {}
-  int kind = 0;       // the Op::Kind every rank must call
-  size_t count = 0;   // elements of each rank's contribution
+  size_t count = 0;
   ncclDataType_t type = ncclFloat;
   std::vector<std::vector<char>> contributions;
   int deposited = 0, read = 0;
+  int kind = -1;  // a reduce-scatter's or all-gather's Op::Kind (-1: an all-reduce's)
 };
 
 struct Clique {
@@ -147,37 +147,42 @@ double DelayOf(int rank) {
   return it == Delays().end() ? 0.0 : it->second;
 }
 
-// Elements [first, first + n) of the contributions' sum, added in rank order.
 template <typename T>
-void SumInRankOrder(const Collective& c, void* out, size_t first, size_t n) {
+void SumInRankOrder(const Collective& c, void* out) {
   T* dst = static_cast<T*>(out);
-  for (size_t i = first; i < first + n; ++i) {
+  for (size_t i = 0; i < c.count; ++i) {
     T sum = reinterpret_cast<const T*>(c.contributions[0].data())[i];
     for (size_t r = 1; r < c.contributions.size(); ++r) {
       sum += reinterpret_cast<const T*>(c.contributions[r].data())[i];
     }
-    dst[i - first] = sum;
+    dst[i] = sum;
   }
 }
 
-// A collective's result for rank `me` into `out`: the whole sum (all-reduce), its slice of it
-// (reduce-scatter: n equal slices in rank order), or every contribution in rank order
-// (all-gather).
-void Finish(const Collective& c, int me, void* out) {
-  const size_t n = c.contributions.size();
+// A reduce-scatter's or all-gather's result for rank `me` of `n`: its slice of the rank-order
+// sum (n equal slices in rank order), or every rank's contribution in rank order.
+void FinishScatterOrGather(const Collective& c, int me, int n, void* out) {
+  const size_t bytes = c.contributions[0].size();
   if (c.kind == Op::kAllGather) {
-    const size_t bytes = c.count * TypeBytes(c.type);
-    for (size_t r = 0; r < n; ++r) {
+    for (int r = 0; r < n; ++r) {
       std::memcpy(static_cast<char*>(out) + r * bytes, c.contributions[r].data(), bytes);
     }
     return;
   }
-  const size_t slice = c.kind == Op::kReduceScatter ? c.count / n : c.count;
-  const size_t first = c.kind == Op::kReduceScatter ? slice * me : 0;
-  if (c.type == ncclFloat) {
-    SumInRankOrder<float>(c, out, first, slice);
+  const size_t slice = c.count / n, type_bytes = TypeBytes(c.type);
+  auto sum_slice = [&](auto zero) {
+    using T = decltype(zero);
+    T* dst = static_cast<T*>(out);
+    for (size_t i = slice * me; i < slice * (me + 1); ++i) {
+      T sum = reinterpret_cast<const T*>(c.contributions[0].data())[i];
+      for (int r = 1; r < n; ++r) sum += reinterpret_cast<const T*>(c.contributions[r].data())[i];
+      dst[i - slice * me] = sum;
+    }
+  };
+  if (type_bytes == sizeof(float)) {
+    sum_slice(0.0f);
   } else {
-    SumInRankOrder<double>(c, out, first, slice);
+    sum_slice(0.0);
   }
 }
 
@@ -211,15 +216,27 @@ void RunGroup(const std::shared_ptr<CommState>& state, const std::vector<Op>& op
       m->bytes = op.bytes;
       c.channels[static_cast<size_t>(me) * n + op.peer].push_back(m);
       sent.push_back(m);
-    } else if (op.kind != Op::kRecv) {  // a collective's contribution
+    } else if (op.kind == Op::kAllReduce) {
       std::shared_ptr<Collective>& coll = c.collectives[op.collective];
       if (coll == nullptr) {
         coll = std::make_shared<Collective>(n);
-        coll->kind = op.kind;
         coll->count = op.count;
         coll->type = op.type;
-      } else if (coll->kind != op.kind || coll->count != op.count || coll->type != op.type) {
+      } else if (coll->count != op.count || coll->type != op.type) {
         s.Fail(ncclInvalidUsage);  // ranks disagree on the sum: NCCL's would be garbage or hang
+      }
+      const char* src = static_cast<const char*>(op.send);
+      coll->contributions[me].assign(src, src + op.bytes);
+      ++coll->deposited;
+    } else if (op.kind == Op::kReduceScatter || op.kind == Op::kAllGather) {
+      std::shared_ptr<Collective>& coll = c.collectives[op.collective];
+      if (coll == nullptr) {
+        coll = std::make_shared<Collective>(n);
+        coll->count = op.count;
+        coll->type = op.type;
+        coll->kind = op.kind;
+      } else if (coll->kind != op.kind || coll->count != op.count || coll->type != op.type) {
+        s.Fail(ncclInvalidUsage);  // ranks disagree on the collective
       }
       const char* src = static_cast<const char*>(op.send);
       coll->contributions[me].assign(src, src + op.bytes);
@@ -246,12 +263,25 @@ void RunGroup(const std::shared_ptr<CommState>& state, const std::vector<Op>& op
     }
   }
   for (const Op& op : ops) {
-    if (op.kind == Op::kSend || op.kind == Op::kRecv) continue;
+    if (op.kind != Op::kAllReduce) continue;
     std::shared_ptr<Collective> coll = c.collectives[op.collective];
     if (!Await(
             s, lock, [&] { return coll->deposited == n; }, [&] { return c.AnyGone(); }))
       return;
-    Finish(*coll, me, op.recv);
+    if (coll->type == ncclFloat) {
+      SumInRankOrder<float>(*coll, op.recv);
+    } else {
+      SumInRankOrder<double>(*coll, op.recv);
+    }
+    if (++coll->read == n) c.collectives.erase(op.collective);
+  }
+  for (const Op& op : ops) {
+    if (op.kind != Op::kReduceScatter && op.kind != Op::kAllGather) continue;
+    std::shared_ptr<Collective> coll = c.collectives[op.collective];
+    if (!Await(
+            s, lock, [&] { return coll->deposited == n; }, [&] { return c.AnyGone(); }))
+      return;
+    FinishScatterOrGather(*coll, me, n, op.recv);
     if (++coll->read == n) c.collectives.erase(op.collective);
   }
   for (size_t i = 0, k = 0; i < ops.size(); ++i) {
