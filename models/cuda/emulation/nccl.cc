@@ -559,13 +559,11 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
   if (comm == nullptr) return ncclInvalidArgument;
   const size_t nranks = static_cast<size_t>(comm->state->clique->nranks);
   const size_t bytes = recvcount * freeride::emu::TypeBytes(datatype);
-  if (ncclResult_t r = freeride::emu::CheckCall(comm, stream, -1, sendbuff, bytes * nranks);
-      r != ncclSuccess) {
-    return r;
-  }
-  if (ncclResult_t r = freeride::emu::CheckCall(comm, stream, -1, recvbuff, bytes);
-      r != ncclSuccess) {
-    return r;
+  for (const auto& [buffer, size] : {std::pair{sendbuff, bytes * nranks}, {recvbuff, bytes}}) {
+    if (ncclResult_t r = freeride::emu::CheckCall(comm, stream, -1, buffer, size);
+        r != ncclSuccess) {
+      return r;
+    }
   }
   Op op{Op::kReduceScatter};
   op.send = sendbuff;
@@ -582,13 +580,11 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
   if (comm == nullptr || freeride::emu::TypeBytes(datatype) == 0) return ncclInvalidArgument;
   const size_t nranks = static_cast<size_t>(comm->state->clique->nranks);
   const size_t bytes = sendcount * freeride::emu::TypeBytes(datatype);
-  if (ncclResult_t r = freeride::emu::CheckCall(comm, stream, -1, sendbuff, bytes);
-      r != ncclSuccess) {
-    return r;
-  }
-  if (ncclResult_t r = freeride::emu::CheckCall(comm, stream, -1, recvbuff, bytes * nranks);
-      r != ncclSuccess) {
-    return r;
+  for (const auto& [buffer, size] : {std::pair{sendbuff, bytes}, {recvbuff, bytes * nranks}}) {
+    if (ncclResult_t r = freeride::emu::CheckCall(comm, stream, -1, buffer, size);
+        r != ncclSuccess) {
+      return r;
+    }
   }
   Op op{Op::kAllGather};
   op.send = sendbuff;
