@@ -93,6 +93,7 @@ absl::StatusOr<std::unique_ptr<StageModel>> MakeStageModel(const BackendOptions&
   cuda.low_priority = options.low_priority;
   cuda.inference_only = options.inference_only;
   cuda.recompute = options.recompute;
+  cuda.device_messages = options.device_messages;
   absl::StatusOr<std::unique_ptr<CudaStageModel>> m =
       CudaStageModel::Create(config, stage, micro_batch, seq_len, slots, cuda);
   if (!m.ok()) {

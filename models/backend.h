@@ -28,6 +28,9 @@ struct BackendOptions {
   // What the chunk's micro-batches in flight keep for backward (model.recompute and
   // parallel.recompute_stages; models/recompute.h). Both backends, both families.
   Recompute recompute = Recompute::kNone;
+  // Messages the chunk will allocate on its device (a transport that carries device memory):
+  // on CUDA counted in the start-up memory check.
+  int64_t device_messages = 0;
 };
 
 // Whether this binary was built with the CUDA backend.

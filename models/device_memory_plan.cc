@@ -58,7 +58,8 @@ LayerWidths StageLayerWidths(const GPT2Config& config) {
 
 StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage, int64_t B,
                                int64_t T, int slots, int compute_bytes, MemoryPlan* plan,
-                               bool training, cuda::AttentionMode attention, Recompute recompute) {
+                               bool training, cuda::AttentionMode attention, Recompute recompute,
+                               OptimizerShare share) {
   const ParamLayout layout = MakeParamLayout(config, stage);
   const int64_t P = layout.total, BT = B * T, C = config.n_embd, NH = config.n_head;
   const int64_t L = stage.num_layers(), Vp = config.padded_vocab_size, X = compute_bytes;
@@ -74,8 +75,13 @@ StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage,
   const int64_t G = training ? 1 : 0;  // multiplies what only training needs
   ids.grads = plan->Add(kGradients, "gradients (fp32)", G * P * 4);
   ids.head_wte_grad = plan->Add(kGradients, "head wte gradient", head && tied ? G * Vp * C * 4 : 0);
-  ids.adam_m = plan->Add(kOptimizer, "adam m", G * P * 4);
-  ids.adam_v = plan->Add(kOptimizer, "adam v", G * P * 4);
+  const bool sharded = share.elements >= 0;
+  const int64_t moments = sharded ? share.elements : P;
+  ids.adam_m = plan->Add(kOptimizer, sharded ? "adam m (ZeRO-1 share)" : "adam m", G * moments * 4);
+  ids.adam_v = plan->Add(kOptimizer, sharded ? "adam v (ZeRO-1 share)" : "adam v", G * moments * 4);
+  ids.share_table = plan->Add(
+      kOptimizer, "ZeRO-1 share's AdamW table",
+      sharded ? G * share.table_chunks * static_cast<int64_t>(sizeof(cuda::TensorChunk)) : 0);
   const Recompute mode = training ? recompute : Recompute::kNone;
   const bool full = mode == Recompute::kFull;
   ids.recompute = mode;

@@ -53,6 +53,8 @@ struct StageBufferIds {
   int master = -1, compute = -1;
   int grads = -1, head_wte_grad = -1;  // fp32 always; no head_wte_grad for an untied head
   int adam_m = -1, adam_v = -1;
+  // ZeRO-1: AdamW's table over the share (cuda::MakeShareTable); no space otherwise.
+  int share_table = -1;
   struct Slot {
     int tokens, targets;  // int32 [BT]
     // Token positions sorted by token for a deterministic embedding backward: positions
@@ -116,16 +118,24 @@ struct LayerWidths {
 };
 LayerWidths StageLayerWidths(const GPT2Config& config);
 
+// ZeRO-1 (parallel.zero = 1): the chunk's share of the AdamW moments, elements, and the chunks
+// of its AdamW table (cuda::ShareTableChunks); `elements` < 0: the whole moments, no table.
+struct OptimizerShare {
+  int64_t elements = -1;
+  int64_t table_chunks = 0;
+};
+
 // The plan of a chunk of `config` for stage `stage`, micro-batch B, sequence length T, `slots`
 // micro-batches in flight; `compute_bytes` = 2 (bf16) or 4 (fp32) per element of weights and
 // activations. Without `training` (inference: forward only) the gradients, optimizer state,
 // the gradients backward stashes and backward's workspace get no space. `attention` picks the
 // attention path as CudaStage will (cuda::UseFlashAttention). `recompute` (training only):
 // what the slots keep, and the shared buffers the recomputation writes (StageBufferIds).
+// `share`: the moments of a ZeRO-1 share only.
 StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage, int64_t B,
                                int64_t T, int slots, int compute_bytes, MemoryPlan* plan,
                                bool training = true,
                                cuda::AttentionMode attention = cuda::AttentionMode::kAuto,
-                               Recompute recompute = Recompute::kNone);
+                               Recompute recompute = Recompute::kNone, OptimizerShare share = {});
 
 }  // namespace freeride

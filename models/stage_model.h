@@ -73,11 +73,16 @@ class StageModel {
   virtual absl::Status SetInputActivations(int slot, const void* x) = 0;
   virtual absl::Status SetOutputGrad(int slot, const void* dy) = 0;
   virtual absl::Status FinishMessageReads() { return absl::OkStatus(); }
-  // A slot's outputs, as messages complete when the call returns: activations after Forward
-  // (non-head stages), the gradient of its input activations after BackwardInput
-  // (non-embedding stages).
+  // A slot's outputs, as messages: activations after Forward (non-head stages), the gradient
+  // of its input activations after BackwardInput (non-embedding stages). A message in host
+  // memory is complete when the call returns; one in device memory once the event
+  // MessageWritten returns next has completed (a CUDA chunk's copy into it is queued on its
+  // stream: the send waits for the event on the transport's stream, not the host).
   virtual absl::Status GetOutputActivations(int slot, void* y) = 0;
   virtual absl::Status GetInputGrad(int slot, void* dx) = 0;
+  // The event (a cudaEvent_t) recorded after the last GetOutputActivations or GetInputGrad
+  // into device memory; null where that message was complete on return (host memory).
+  virtual void* MessageWritten() const { return nullptr; }
 
   // The logits [B × Vp] at sequence position `position` of each of the slot's B sequences,
   // after a Forward (head stage; BackwardInput overwrites them with their gradient).
@@ -126,6 +131,26 @@ class StageModel {
   // across ranks; CommitHostGrads makes the (summed) host copy the gradient again.
   virtual absl::StatusOr<float*> HostGrads(int64_t offset, int64_t n) = 0;
   virtual absl::Status CommitHostGrads(int64_t offset, int64_t n) = 0;
+  // The same gradients where they are, for a transport that sums device memory
+  // (Transport::CarriesDeviceMemory: NCCL), in place and with no copy through the host: whether
+  // the chunk keeps them on a device (the CPU does not: HostGrads then); elements
+  // [offset, offset + n) of its buffer there; and an event (a cudaEvent_t) recorded on the
+  // chunk's stream after everything it has queued so far (the products that make them, the
+  // zeroing DeviceGrads may queue), which the sum's stream waits for. The chunk writes them
+  // again only after the caller has seen the sum complete.
+  virtual bool GradsOnDevice() const { return false; }
+  virtual absl::StatusOr<float*> DeviceGrads(int64_t /*offset*/, int64_t /*n*/) {
+    return absl::UnimplementedError(Describe() + " keeps no gradients on a device");
+  }
+  virtual absl::StatusOr<void*> GradsWritten() {
+    return absl::UnimplementedError(Describe() + " keeps no gradients on a device");
+  }
+  // A V placement's tied sum, its embedding chunk (this one) and head chunk both on this rank:
+  // wte's gradient here += `head`'s, then `head`'s becomes the sum (the bits of the two-rank
+  // sum, embedding first), on the device where both chunks keep their gradients on the same
+  // one (ordered between their streams by events, no copy through the host). False where this
+  // chunk cannot: the caller adds their host copies.
+  virtual absl::StatusOr<bool> SumTiedOnDevice(StageModel& /*head*/) { return false; }
 
   // Σ g² per model unit, in model order: the embedding (wte, wpe), each layer, the final
   // LayerNorm; a head-only stage leaves wte out (the first stage counts the tied matrix once).
@@ -158,6 +183,13 @@ class StageModel {
   virtual absl::Status ShardGradSquares(const std::vector<ParamRange>& /*ranges*/,
                                         double* /*partials*/) {
     return absl::UnimplementedError(Describe() + " has no sharded gradient norm");
+  }
+  // ZeRO-1: the stage's units (GradSquaresByUnit's) from every norm chunk's sum (`partials`,
+  // PlanGradNorm(layout()).chunks values, the data-parallel group's sum of ShardGradSquares),
+  // added in the order this backend's GradSquaresByUnit adds them, so that the norm keeps its
+  // bits: models/grad_norm.h's by default.
+  virtual absl::StatusOr<std::vector<double>> CombineGradSquares(const double* partials) {
+    return UnitsFromChunkSquares(PlanGradNorm(layout()), partials);
   }
   // ZeRO-1's all-gather: parameter elements [offset, offset + n) in host memory;
   // CommitHostParams makes the host copy the parameters again.

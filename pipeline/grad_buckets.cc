@@ -1,12 +1,19 @@
 #include "pipeline/grad_buckets.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
 #include "core/status.h"
+#include "pipeline/device_grad_sum.h"
 
 namespace freeride::pipeline {
+
+int64_t BucketFloats(double mib, bool zero) {
+  const double size_mb = mib > 0 || !zero ? mib : kZeroBucketMb;
+  return std::max<int64_t>(1, std::llround(size_mb * (1 << 20) / sizeof(float)));
+}
 
 std::vector<GradPiece> GradPieceOrder(const ParamLayout& layout) {
   const StageSpec& stage = layout.stage;
@@ -121,7 +128,10 @@ GradBuckets::GradBuckets(std::vector<StageModel*> chunks, int64_t bucket_floats,
       c.start.push_back(at);
       at += b.floats;
     }
-    c.staging.resize(at);
+    // Over NCCL a bucket sums the chunk's device gradients in place (ZeRO-1's reduce-scatter
+    // stays on the host copy): no staging.
+    c.on_device = !zero_ && SumsOnDevice(*transport_, *model);
+    if (!c.on_device) c.staging.resize(at);
     c.requests.assign(c.buckets.size(), -1);
     chunks_.push_back(std::move(c));
   }
@@ -146,6 +156,15 @@ absl::Status GradBuckets::StartReady(int index, int part) {
   if (verify_) c.sent.resize(c.staging.size());
   for (; c.next < c.buckets.size() && c.buckets[c.next].ready_part <= part; ++c.next) {
     const GradBucket& b = c.buckets[c.next];
+    if (c.on_device) {
+      // The bucket's pieces where they lie in the chunk's gradients, summed in one NCCL group
+      // once the chunk's stream has run the products queued so far.
+      std::vector<ParamRange> ranges;
+      for (const GradPiece& p : b.pieces) ranges.push_back({p.offset, p.n});
+      FR_ASSIGN_OR_RETURN(c.requests[c.next],
+                          StartDeviceGradSum(*c.model, ranges, *transport_, group_));
+      continue;
+    }
     float* packed = c.staging.data() + c.start[c.next];
     for (const GradPiece& p : b.pieces) {
       FR_ASSIGN_OR_RETURN(float* grads, c.model->HostGrads(p.offset, p.n));
@@ -200,6 +219,7 @@ absl::Status GradBuckets::Finish(double timeout_s) {
       if (k >= c.next) return absl::InternalError("a data-parallel bucket was never started");
       FR_RETURN_IF_ERROR(transport_->Wait(c.requests[k], timeout_s));
       c.requests[k] = -1;
+      if (c.on_device) continue;  // summed in place
       const float* sent = verify_ ? c.sent.data() + c.start[k] : nullptr;
       for (const GradPiece& p : c.buckets[k].pieces) {
         if (sent == nullptr) break;

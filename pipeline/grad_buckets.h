@@ -35,6 +35,9 @@ struct GradBucket {
 // ZeRO-1's bucket size where parallel.dp_bucket_mb is 0, MiB.
 inline constexpr double kZeroBucketMb = 4;
 
+// A bucket's floats for parallel.dp_bucket_mb = `mib` (ZeRO-1's kZeroBucketMb where it is 0).
+int64_t BucketFloats(double mib, bool zero);
+
 // wte's part: after every part the backward reports (the tied sum adds to it at REDUCE_GRADS).
 inline int TiedPart(const StageSpec& stage) { return static_cast<int>(stage.num_layers()) + 2; }
 
@@ -86,7 +89,7 @@ class GradBuckets {
 
   // A check for tests: every bucket's gradients are compared, when its sum is waited for,
   // with what they were when it started (an error if any changed: the bucket started before
-  // its gradients were final).
+  // its gradients were final). Host sums only: a device sum writes its result in place.
   void set_verify(bool verify) { verify_ = verify; }
   const std::vector<GradBucket>& buckets(int chunk) const { return chunks_[chunk].buckets; }
 
@@ -109,7 +112,9 @@ class GradBuckets {
     StageModel* model = nullptr;
     std::vector<GradBucket> buckets;
     std::vector<int64_t> start;        // each bucket's place in `staging`
-    std::vector<float> staging, sent;  // packed buckets; `sent`: their contributions (verify)
+    bool on_device = false;            // summed in place on the device (device_grad_sum.h)
+    // Host sums: the packed buckets; `sent`: their contributions (verify).
+    std::vector<float> staging, sent;
     std::vector<Transport::Request> requests;
     size_t next = 0;  // the first bucket not started
     // ZeRO-1: each bucket's parts by member, and this rank's part and share.

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/status.h"
+#include "pipeline/device_grad_sum.h"
 #include "pipeline/stage_executor.h"
 
 namespace freeride::pipeline {
@@ -23,11 +24,16 @@ absl::Status StageExecutor::StartTiedSum() {
   tied_offset_ = tied_owner_->layout().slot(ParamTensor::kWte).offset;
   tied_n_ = TiedElements(chunks_[0]->config());
   if (tied_n_ == 0) return absl::OkStatus();  // an untied head: ReduceTied has nothing to do
-  absl::StatusOr<float*> grads = tied_owner_->HostGrads(tied_offset_, tied_n_);
-  if (!grads.ok()) return grads.status();
-  absl::StatusOr<Transport::Request> r = transport_->StartAllReduceSum(
-      *grads, tied_n_,
-      {layout_.RankOf(0, layout_.replica), layout_.RankOf(head_stage, layout_.replica)});
+  const std::vector<int> pair = {layout_.RankOf(0, layout_.replica),
+                                 layout_.RankOf(head_stage, layout_.replica)};
+  absl::StatusOr<Transport::Request> r;
+  if (SumsOnDevice(*transport_, *tied_owner_)) {
+    r = StartDeviceGradSum(*tied_owner_, {{tied_offset_, tied_n_}}, *transport_, pair);
+  } else {
+    absl::StatusOr<float*> grads = tied_owner_->HostGrads(tied_offset_, tied_n_);
+    if (!grads.ok()) return grads.status();
+    r = transport_->StartAllReduceSum(*grads, tied_n_, pair);
+  }
   if (!r.ok()) return r.status();
   tied_request_ = *r;
   return absl::OkStatus();
@@ -38,7 +44,8 @@ absl::Status StageExecutor::FinishTiedSum(double* waited) {
   absl::Status s = transport_->Wait(tied_request_, timeout_s_);
   CountWait(clock().Now() - start, waited);
   tied_request_ = -1;
-  return s.ok() ? tied_owner_->CommitHostGrads(tied_offset_, tied_n_) : s;
+  if (!s.ok() || SumsOnDevice(*transport_, *tied_owner_)) return s;  // on the device: in place
+  return tied_owner_->CommitHostGrads(tied_offset_, tied_n_);
 }
 
 absl::Status StageExecutor::StartGlobalState(double head_loss, double* waited) {

@@ -2,10 +2,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/status.h"
+#include "pipeline/device_grad_sum.h"
 #include "pipeline/simulator.h"
 
 namespace freeride::pipeline {
@@ -86,6 +89,17 @@ absl::Status StageExecutor::AllocateMessages() {
   return absl::OkStatus();
 }
 
+int64_t StageExecutor::MessageBuffersOf(const std::vector<Instr>& instructions, int chunk) {
+  std::set<std::pair<Op, int>> cells;  // AllocateMessages's: one buffer per kind and micro-batch
+  for (const Instr& in : instructions) {
+    if (in.chunk == chunk && (in.op == Op::kRecvAct || in.op == Op::kRecvGrad ||
+                              in.op == Op::kSendAct || in.op == Op::kSendGrad)) {
+      cells.insert({in.op, in.microbatch});
+    }
+  }
+  return static_cast<int64_t>(cells.size());
+}
+
 absl::Status StageExecutor::FinishMessageReads() {
   for (StageModel* chunk : chunks_) FR_RETURN_IF_ERROR(chunk->FinishMessageReads());
   return absl::OkStatus();
@@ -134,6 +148,11 @@ absl::Status StageExecutor::ReduceTied(double* waited) {
     // separate chunks add here (emb + head, the same sum a two-rank all-reduce makes) and
     // give the head's copy the same gradient.
     if (layout_.stage == 0 && layout_.chunks > 1) {
+      // Over NCCL on the device, as the two-rank tied sum is.
+      if (SumsOnDevice(*transport_, *chunks_[0])) {
+        FR_ASSIGN_OR_RETURN(const bool summed, chunks_[0]->SumTiedOnDevice(*head));
+        if (summed) return absl::OkStatus();
+      }
       const int64_t offset = chunks_[0]->layout().slot(ParamTensor::kWte).offset;
       const int64_t head_offset = head->layout().slot(ParamTensor::kWte).offset;
       absl::StatusOr<float*> emb = chunks_[0]->HostGrads(offset, n);
@@ -152,11 +171,8 @@ absl::Status StageExecutor::ReduceTied(double* waited) {
   const std::vector<int> pair = {layout_.RankOf(0, layout_.replica),
                                  layout_.RankOf(head_stage, layout_.replica)};
   if (absl::Status s = Arrive(pair, waited); !s.ok()) return s;
-  const int64_t offset = owner->layout().slot(ParamTensor::kWte).offset;
-  absl::StatusOr<float*> grads = owner->HostGrads(offset, n);
-  if (!grads.ok()) return grads.status();
-  absl::Status s = transport_->AllReduceSum(*grads, n, pair, timeout_s_);
-  return s.ok() ? owner->CommitHostGrads(offset, n) : s;
+  return SumGrads(*owner, owner->layout().slot(ParamTensor::kWte).offset, n, *transport_, pair,
+                  timeout_s_);
 }
 
 void StageExecutor::set_dp_bucket_mb(double mib, bool zero) {
@@ -165,10 +181,8 @@ void StageExecutor::set_dp_bucket_mb(double mib, bool zero) {
   // ZeRO-1 without a bucket size: 4 MiB ones (kZeroBucketMb). One per chunk would have MPI's
   // reduce-scatter hold a temporary as large as the chunk's gradients: measured, the peak
   // then kept what the sharded moments saved.
-  const double size_mb = mib > 0 ? mib : kZeroBucketMb;
-  const int64_t floats = std::max<int64_t>(1, std::llround(size_mb * (1 << 20) / sizeof(float)));
-  buckets_ =
-      std::make_unique<GradBuckets>(chunks_, floats, transport_, layout_.DataParallelGroup(), zero);
+  buckets_ = std::make_unique<GradBuckets>(chunks_, BucketFloats(mib, zero), transport_,
+                                           layout_.DataParallelGroup(), zero);
 }
 
 absl::Status StageExecutor::StartZeroGather() {
@@ -194,12 +208,8 @@ absl::Status StageExecutor::ReduceDataParallel(double* waited) {
   }
   if (absl::Status s = Arrive(layout_.DataParallelGroup(), waited); !s.ok()) return s;
   for (StageModel* chunk : chunks_) {
-    const int64_t n = chunk->num_params();
-    absl::StatusOr<float*> grads = chunk->HostGrads(0, n);
-    if (!grads.ok()) return grads.status();
-    absl::Status s = transport_->AllReduceSum(*grads, n, layout_.DataParallelGroup(), timeout_s_);
-    if (s.ok()) s = chunk->CommitHostGrads(0, n);
-    if (!s.ok()) return s;
+    FR_RETURN_IF_ERROR(SumGrads(*chunk, 0, chunk->num_params(), *transport_,
+                                layout_.DataParallelGroup(), timeout_s_));
   }
   return absl::OkStatus();
 }
@@ -279,8 +289,11 @@ absl::Status StageExecutor::Execute(const Instr& in, const MicrobatchData& data,
       absl::Status got =
           grad ? chunk->GetInputGrad(slot, buf) : chunk->GetOutputActivations(slot, buf);
       if (!got.ok()) return got;
-      absl::StatusOr<Transport::Request> r = transport_->Isend(
-          buf, MessageBytes(), peer, Tag(grad, VirtualStage(in.chunk), in.microbatch));
+      // In device memory the chunk's copy into `buf` may still be queued: the transport's
+      // stream waits for it, the host does not.
+      absl::StatusOr<Transport::Request> r = transport_->IsendAfter(
+          buf, MessageBytes(), peer, Tag(grad, VirtualStage(in.chunk), in.microbatch),
+          chunk->MessageWritten());
       if (!r.ok()) return r.status();
       sends_.push_back(*r);
       return absl::OkStatus();

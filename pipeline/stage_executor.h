@@ -146,6 +146,11 @@ class StageExecutor {
   const GradBuckets* buckets() const { return buckets_.get(); }
   const std::vector<Instr>& instructions() const { return schedule_.per_stage[layout_.stage]; }
 
+  // The message buffers chunk `chunk` of a rank running `instructions` gives the executor (one
+  // per message it receives or sends a step, each kind and micro-batch its own): in device
+  // memory where the transport carries it, which the chunk's memory check counts.
+  static int64_t MessageBuffersOf(const std::vector<Instr>& instructions, int chunk);
+
   // The message tag of an activation (gradient = false) or gradient sent by virtual stage
   // `sender` for `microbatch`, in a pipeline of `virtual_stages` and `microbatches`.
   static int MessageTag(bool gradient, int sender, int microbatch, int virtual_stages,

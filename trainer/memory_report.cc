@@ -9,6 +9,7 @@
 #include "core/host_memory.h"
 #include "core/status.h"
 #include "models/backend.h"
+#include "models/cuda/multi_tensor_table.h"
 #include "models/cuda/stage_policy.h"
 #include "models/device_memory_plan.h"
 #include "pipeline/generators.h"
@@ -63,17 +64,32 @@ absl::StatusOr<std::string> DeviceMemoryReport(const Config& config) {
   std::string out = absl::StrFormat(
       "device memory per rank on the CUDA backend: %s, micro-batch %d × %d, %s schedule, "
       "%d stage(s) × %d chunk(s); a rank also keeps %.2f GiB free beyond its plan (lazily "
-      "loaded kernels, library state, NCCL)\n",
+      "loaded kernels, library state, NCCL)%s\n",
       config.runtime.precision, micro_batch, config.train.seq_len, config.parallel.schedule, pp,
-      chunks, cuda::kDeviceHeadroomBytes / double(int64_t{1} << 30));
+      chunks, cuda::kDeviceHeadroomBytes / double(int64_t{1} << 30),
+      config.parallel.zero == 1 && config.parallel.dp > 1
+          ? "; ZeRO-1: the AdamW moments of the rank with the stage's largest share"
+          : "");
+  const int dp = static_cast<int>(config.parallel.dp);
+  const bool zero = config.parallel.zero == 1 && dp > 1;
   for (int s = 0; s < pp; ++s) {
     const int slots = std::max(1, schedule->buffers_per_stage[s]);
     const Recompute mode = StageRecompute(config, s);
-    MemoryPlan plan;
+    std::vector<StageSpec> stage_specs;
     for (int c = 0; c < chunks; ++c) {
-      const StageSpec& spec = specs[pipeline::VirtualStageOf(pipeline_plan->placement, pp, s, c)];
+      stage_specs.push_back(specs[pipeline::VirtualStageOf(pipeline_plan->placement, pp, s, c)]);
+    }
+    // ZeRO-1: the rank with the largest share of the stage's moments (the plan is its).
+    int largest = 0;
+    std::vector<int64_t> held(dp, 0);
+    for (int r = 0; zero && r < dp; ++r) {
+      for (const StageSpec& spec : stage_specs) held[r] += ZeroShareElements(*model, spec, dp, r);
+      if (held[r] > held[largest]) largest = r;
+    }
+    MemoryPlan plan;
+    for (const StageSpec& spec : stage_specs) {
       PlanStageMemory(*model, spec, micro_batch, config.train.seq_len, slots, bytes, &plan, true,
-                      *attention, mode);
+                      *attention, mode, CudaOptimizerShare(config, *model, spec, largest));
     }
     out += absl::StrFormat("stage %d: layers %s; recompute %s; %d activation slot(s): %s\n", s,
                            DescribeStageChunks(*pipeline_plan, pp, s), RecomputeName(mode), slots,
@@ -87,6 +103,19 @@ int64_t ZeroShareElements(const GPT2Config& model, const StageSpec& spec, int dp
   // The shares do not depend on the bucket size: any will do.
   const pipeline::ZeroSplit split = pipeline::SplitForZero(layout, layout.total + 1, dp);
   return split.bounds[member + 1] - split.bounds[member];
+}
+
+OptimizerShare CudaOptimizerShare(const Config& config, const GPT2Config& model,
+                                  const StageSpec& spec, int member) {
+  const int dp = static_cast<int>(config.parallel.dp);
+  if (config.parallel.zero != 1 || dp <= 1) return {};
+  const ParamLayout layout = MakeParamLayout(model, spec);
+  // The buckets the trainer cuts (their size moves where the share's ranges split, so the
+  // AdamW table's length).
+  const pipeline::ZeroSplit split = pipeline::SplitForZero(
+      layout, pipeline::BucketFloats(config.parallel.dp_bucket_mb, true), dp);
+  const std::vector<ParamRange>& owned = split.owned[member];
+  return {split.bounds[member + 1] - split.bounds[member], cuda::ShareTableChunks(owned)};
 }
 
 absl::StatusOr<std::string> HostMemoryReport(const Config& config) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "models/device_memory_plan.h"
 #include "models/gpt2_config.h"
 #include "trainer/config/config.h"
 
@@ -26,6 +27,11 @@ absl::StatusOr<std::string> DeviceMemoryReport(const Config& config);
 // ZeRO-1 (parallel.zero = 1): the parameters data-parallel rank `member` of `dp` keeps AdamW
 // moments for in a chunk of `spec` (pipeline::SplitForZero's share).
 int64_t ZeroShareElements(const GPT2Config& model, const StageSpec& spec, int dp, int member);
+// What a CUDA chunk of `spec` plans for its optimizer on data-parallel rank `member` under
+// `config` (models/device_memory_plan.h): the share's moments and AdamW table with
+// parallel.zero = 1 and dp > 1, else the whole moments.
+OptimizerShare CudaOptimizerShare(const Config& config, const GPT2Config& model,
+                                  const StageSpec& spec, int member);
 
 // The same for the CPU backend's host memory per rank (models/backend.h's PlanCpuStageMemory,
 // what the trainer checks before allocating): one header line, then per stage its

@@ -144,7 +144,7 @@ absl::StatusOr<RankMemoryPlan> PlanRankMemory(const Config& config, const GPT2Co
   for (const StageSpec& spec : specs) {
     const int64_t whole = MakeParamLayout(model, spec).total;
     params += whole;
-    moments += zero && !cuda ? ZeroShareElements(model, spec, dp, replica) : whole;
+    moments += zero ? ZeroShareElements(model, spec, dp, replica) : whole;
   }
   // What the host holds beside the chunks, on either device.
   std::vector<HostBuffer> beside;
@@ -164,16 +164,21 @@ absl::StatusOr<RankMemoryPlan> PlanRankMemory(const Config& config, const GPT2Co
   if (facts.mpi && dp > 1 && !cuda) {
     beside.push_back({"MPI's temporary for the data-parallel sum", params * kFloat});
   }
+  if (cuda && zero) {
+    beside.push_back(
+        {"ZeRO-1's pinned copy of the parameters for the all-gather", params * kFloat});
+  }
   if (cuda) {
-    // The GPU's own plan, as the CUDA chunk allocates it under the stage's recompute mode (no
-    // ZeRO-1 there).
+    // The GPU's own plan, as the CUDA chunk allocates it under the stage's recompute mode and
+    // (ZeRO-1) with this rank's share of the moments.
     FR_ASSIGN_OR_RETURN(const cuda::AttentionMode attention,
                         cuda::ParseAttentionMode(config.runtime.attention));
     MemoryPlan plan;
     for (const StageSpec& spec : specs) {
       PlanStageMemory(model, spec, micro_batch, tc.seq_len, slots,
                       config.runtime.precision == "bf16" ? 2 : 4, &plan, true, attention,
-                      StageRecompute(config, stage));
+                      StageRecompute(config, stage),
+                      CudaOptimizerShare(config, model, spec, replica));
     }
     for (int p = 0; p < kNumMemoryPhases; ++p) {
       const MemoryPhase phase = static_cast<MemoryPhase>(p);

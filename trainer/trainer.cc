@@ -153,7 +153,20 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
     FR_RETURN_IF_ERROR(CheckWritableDirectory(
         t->checkpoint_dir_, config.checkpoint.dir.empty() ? "run.dir" : "checkpoint.dir"));
   }
-  FR_ASSIGN_OR_RETURN(t->chunks_, StageModelsPhase(config, model, backend, L, own_specs, slots));
+  // Over NCCL the executors' messages live on the chunks' device: counted in its memory check.
+  std::vector<int64_t> device_messages(own_specs.size(), 0);
+  if (transport != nullptr && transport->CarriesDeviceMemory()) {
+    const pipeline::Schedule eval = ForwardOnlySchedule(schedule);
+    for (int c = 0; c < static_cast<int>(own_specs.size()); ++c) {
+      device_messages[c] =
+          pipeline::StageExecutor::MessageBuffersOf(schedule.per_stage[L.stage], c) +
+          (config.data.val.empty()
+               ? 0
+               : pipeline::StageExecutor::MessageBuffersOf(eval.per_stage[L.stage], c));
+    }
+  }
+  FR_ASSIGN_OR_RETURN(
+      t->chunks_, StageModelsPhase(config, model, backend, L, own_specs, slots, device_messages));
   std::vector<StageModel*> raw;
   for (const std::unique_ptr<StageModel>& chunk : t->chunks_) raw.push_back(chunk.get());
   Trainer* self = t.get();
@@ -256,8 +269,8 @@ absl::StatusOr<std::vector<double>> Trainer::GradientUnits() {
   // the whole model: every stage fills its own, the sum over the pipeline adds zeros
   // elsewhere (exact), and the units are added in model order, as one process would.
   // ZeRO-1: each rank makes the norm's chunk sums of its share, the data-parallel group sums
-  // them (each has one owner: exact) and every rank adds them up in the one fixed order
-  // (models/grad_norm.h): the bits of the unsharded norm.
+  // them (each has one owner: exact) and every rank adds them up in the one fixed order of its
+  // backend's unsharded norm (StageModel::CombineGradSquares): the bits of that norm.
   const int64_t L = model_config_.n_layer;
   std::vector<double> units(L + 2, 0.0);
   std::vector<std::vector<double>> stage_units(chunks_.size());
@@ -284,7 +297,10 @@ absl::StatusOr<std::vector<double>> Trainer::GradientUnits() {
       return s;
     }
     for (size_t c = 0; c < chunks_.size(); ++c) {
-      stage_units[c] = UnitsFromChunkSquares(plans[c], partials.data() + first[c]);
+      absl::StatusOr<std::vector<double>> own =
+          chunks_[c]->CombineGradSquares(partials.data() + first[c]);
+      if (!own.ok()) return own.status();
+      stage_units[c] = *std::move(own);
     }
   } else {
     for (size_t c = 0; c < chunks_.size(); ++c) {

@@ -142,7 +142,8 @@ std::vector<StageSpec> OwnChunkSpecs(const PipelineSetup& pipeline,
 
 absl::StatusOr<std::vector<std::unique_ptr<StageModel>>> StageModelsPhase(
     const Config& config, const GPT2Config& model, const BackendOptions& backend,
-    const pipeline::RankLayout& layout, const std::vector<StageSpec>& specs, int slots) {
+    const pipeline::RankLayout& layout, const std::vector<StageSpec>& specs, int slots,
+    const std::vector<int64_t>& device_messages) {
   std::optional<LlmcModel> weights;
   if (!config.model.init_from.empty()) {
     FR_RETURN_IF_ERROR(VerifyModelFile(config.model.init_from));
@@ -152,7 +153,9 @@ absl::StatusOr<std::vector<std::unique_ptr<StageModel>>> StageModelsPhase(
   own.recompute = StageRecompute(config, layout.stage);
   const int64_t micro_batch = config.train.batch_size / config.train.microbatches;
   std::vector<std::unique_ptr<StageModel>> chunks;
-  for (const StageSpec& spec : specs) {
+  for (size_t c = 0; c < specs.size(); ++c) {
+    const StageSpec& spec = specs[c];
+    own.device_messages = c < device_messages.size() ? device_messages[c] : 0;
     FR_ASSIGN_OR_RETURN(std::unique_ptr<StageModel> chunk,
                         MakeStageModel(own, model, spec, micro_batch, config.train.seq_len, slots));
     if (weights) {

@@ -72,10 +72,12 @@ std::vector<StageSpec> OwnChunkSpecs(const PipelineSetup& pipeline,
                                      const pipeline::RankLayout& layout);
 
 // 6. This rank's chunks, each holding `slots` micro-batches: model.init_from's slice of the
-// whole model, or initialised from run.seed.
+// whole model, or initialised from run.seed. `device_messages[c]`: the messages chunk c will
+// allocate on its device (BackendOptions::device_messages; empty: none).
 absl::StatusOr<std::vector<std::unique_ptr<StageModel>>> StageModelsPhase(
     const Config& config, const GPT2Config& model, const BackendOptions& backend,
-    const pipeline::RankLayout& layout, const std::vector<StageSpec>& specs, int slots);
+    const pipeline::RankLayout& layout, const std::vector<StageSpec>& specs, int slots,
+    const std::vector<int64_t>& device_messages = {});
 
 struct Executors {
   std::unique_ptr<pipeline::StageExecutor> train;

@@ -1,9 +1,10 @@
 // The CUDA chunk itself, templated on the element type of weights and activations (float or
-// bf16); callers use CudaStageModel. Split over six files: cuda_stage_model.cc (memory, data
+// bf16); callers use CudaStageModel. Split over seven files: cuda_stage_model.cc (memory, data
 // in and out, losses), cuda_stage_passes.cc (forward and backward: GPT-2's layers, and the
 // embedding, head and attention both families share), cuda_stage_llama.cc (the Llama family's
 // layers), cuda_stage_recompute.cc (activation recomputation), cuda_stage_classifier.cc (the
-// head's loss and logits gradient) and cuda_stage_optimizer.cc (gradients, optimizer).
+// head's loss and logits gradient), cuda_stage_optimizer.cc (gradients, optimizer) and
+// cuda_stage_zero.cc (ZeRO-1's share of the optimizer).
 //
 // The model family is a seam inside the passes: a stage runs its family's layer (LayerForward
 // or LlamaLayerForward, and so on), its family's final norm, and its head matrix (wte, or an
@@ -26,6 +27,7 @@
 #include "models/cuda/kernels.h"
 #include "models/cuda/matmul.h"
 #include "models/cuda/multi_tensor_table.h"
+#include "models/grad_norm.h"
 
 // Inside CudaStage's members: a kernel launch (it returns nothing) or a library call (it returns
 // a Status) at `layer` (a local layer index, or kEmbedding, kHead, kWholeChunk), checked by
@@ -73,6 +75,9 @@ class CudaStage final : public CudaStageModel {
   absl::Status FinishMessageReads() override;
   absl::Status GetOutputActivations(int slot, void* y) override;
   absl::Status GetInputGrad(int slot, void* dx) override;
+  void* MessageWritten() const override {
+    return message_written_on_device_ ? static_cast<void*>(message_written_) : nullptr;
+  }
   absl::Status GetLosses(int slot, float* losses) override;
   absl::Status GetLogitsAt(int slot, int64_t position, float* logits) override;
 
@@ -92,6 +97,10 @@ class CudaStage final : public CudaStageModel {
 
   absl::StatusOr<float*> HostGrads(int64_t offset, int64_t n) override;
   absl::Status CommitHostGrads(int64_t offset, int64_t n) override;
+  bool GradsOnDevice() const override { return true; }
+  absl::StatusOr<float*> DeviceGrads(int64_t offset, int64_t n) override;
+  absl::StatusOr<void*> GradsWritten() override;
+  absl::StatusOr<bool> SumTiedOnDevice(StageModel& head) override;
   absl::StatusOr<std::vector<double>> GradSquaresByUnit() override;
   absl::Status ApplyAdamW(const AdamWStep& step) override;
 
@@ -101,6 +110,19 @@ class CudaStage final : public CudaStageModel {
   absl::Status SetOptimizerState(const float* m, const float* v) override;
   absl::Status InitRandom(uint64_t seed) override;
   CudaLedger ledger() const override { return ledger_; }
+
+  // ZeRO-1 (cuda_stage_zero.cc): the moments of the share only, in a smaller optimizer phase
+  // planned again (the whole one freed), stepped through the share's AdamW table; the norm's
+  // chunk sums and their combination by the multi-tensor kernels (the bits of zero = 0's
+  // fused norm); the all-gather through a pinned host copy of the fp32 master parameters.
+  absl::Status ShardOptimizerState(std::vector<ParamRange> ranges) override;
+  int64_t OptimizerStateElements() const override {
+    return sharded_ ? share_elements_ : layout_.total;
+  }
+  absl::Status ShardGradSquares(const std::vector<ParamRange>& ranges, double* partials) override;
+  absl::StatusOr<std::vector<double>> CombineGradSquares(const double* partials) override;
+  absl::StatusOr<float*> HostParams(int64_t offset, int64_t n) override;
+  absl::Status CommitHostParams(int64_t offset, int64_t n) override;
 
  private:
   using Slot = StageBufferIds::Slot;
@@ -126,7 +148,8 @@ class CudaStage final : public CudaStageModel {
   // recomputation scratch_4c (one layer at a time).
   T* ActivationOutput(const Slot& s, int64_t l) const;
   // A message's n elements to the device (queued on the stream; messages_read_ marks its end)
-  // or from it (complete on return: the host hands the buffer on at once).
+  // or from it (into host memory complete on return: the host hands the buffer on at once;
+  // into device memory queued, message_written_ marking its end).
   absl::Status Upload(T* dst, const void* src, int64_t n);
   absl::Status Download(void* dst, const T* src, int64_t n);
   absl::Status Sync();
@@ -220,11 +243,21 @@ class CudaStage final : public CudaStageModel {
   std::array<char*, kNumMemoryPhases> base_{};
   cudaStream_t stream_ = nullptr;
   cudaEvent_t messages_read_ = nullptr;  // recorded after each Upload
+  cudaEvent_t grads_written_ = nullptr;  // GradsWritten's: a device sum's stream waits for it
+  // Recorded after a Download into device memory (MessageWritten): the send waits for it.
+  cudaEvent_t message_written_ = nullptr;
+  bool message_written_on_device_ = false;
   int64_t message_device_bytes_ = 0;     // AllocateMessageBuffer's device memory so far
   std::function<void(int part)> weight_grad_progress_;  // SetWeightGradProgress
   BlasContext blas_;
   std::shared_ptr<LtAlgorithmCache> algorithms_ = MakeLtAlgorithmCache();
-  float* host_grads_ = nullptr;  // pinned mirror of the gradients for sums across ranks
+  float* host_grads_ = nullptr;  // pinned mirror of the gradients for host sums (HostGrads)
+  // ZeRO-1: the share (ShardOptimizerState), its elements and AdamW table's chunks, and the
+  // pinned mirror of the master parameters for the host-staged all-gather (HostParams).
+  bool sharded_ = false;
+  std::vector<ParamRange> share_;
+  int64_t share_elements_ = 0, share_chunks_ = 0;
+  float* host_params_ = nullptr;
   std::vector<int64_t> distinct_tokens_;  // per slot, for the embedding backward
   CudaLedger ledger_;
   // Pinned: the loss sums ForwardKeepingLoss keeps (kKeptLosses), Forward's, then SlotStaging.

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/cuda_check.h"
+#include "core/host_memory.h"
 #include "core/logging.h"
 #include "core/status.h"
 #include "models/cpu/llama_kernels.h"
@@ -44,6 +45,7 @@ CudaStage<T>::~CudaStage() {
     if (base != nullptr) cudaFree(base);
   }
   if (host_grads_ != nullptr) cudaFreeHost(host_grads_);
+  if (host_params_ != nullptr) cudaFreeHost(host_params_);
   if (pinned_ != nullptr) cudaFreeHost(pinned_);
   for (auto* events : {&tokens_copied_, &targets_copied_}) {
     for (cudaEvent_t e : *events) {
@@ -51,6 +53,8 @@ CudaStage<T>::~CudaStage() {
     }
   }
   if (messages_read_ != nullptr) cudaEventDestroy(messages_read_);
+  if (grads_written_ != nullptr) cudaEventDestroy(grads_written_);
+  if (message_written_ != nullptr) cudaEventDestroy(message_written_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -73,6 +77,8 @@ absl::Status CudaStage<T>::Init() {
   CUDA_CHECK(cudaStreamCreateWithPriority(
       &stream_, cudaStreamNonBlocking, options_.low_priority ? least_priority : greatest_priority));
   CUDA_CHECK(cudaEventCreateWithFlags(&messages_read_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&grads_written_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&message_written_, cudaEventDisableTiming));
   CUBLAS_CHECK(cublasLtCreate(&blas_.lt));
   CUBLAS_CHECK(cublasCreate(&blas_.blas));
   if (ids_.flash_attention) {
@@ -83,7 +89,16 @@ absl::Status CudaStage<T>::Init() {
   }
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  FR_RETURN_IF_ERROR(CheckDeviceMemory(plan_.TotalBytes(), free_bytes, device_, plan_.Report()));
+  // The device messages the executor allocates before the first step count too: refused here,
+  // not at the first step.
+  const int64_t message_bytes = options_.device_messages * MessageBytes();
+  std::string report = plan_.Report();
+  if (message_bytes > 0) {
+    absl::StrAppend(&report, "; ", options_.device_messages, " device messages ",
+                    FormatBytes(message_bytes));
+  }
+  FR_RETURN_IF_ERROR(
+      CheckDeviceMemory(plan_.TotalBytes() + message_bytes, free_bytes, device_, report));
   for (int p = 0; p < kNumMemoryPhases; ++p) {
     const int64_t bytes = plan_.PhaseBytes(static_cast<MemoryPhase>(p));
     if (bytes > 0) FR_RETURN_IF_ERROR(DeviceAlloc(&base_[p], bytes));
@@ -247,8 +262,17 @@ absl::Status CudaStage<T>::Upload(T* dst, const void* src, int64_t n) {
 template <typename T>
 absl::Status CudaStage<T>::Download(void* dst, const T* src, int64_t n) {
   CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDefault, stream_));
-  // The transport reads the buffer next, on a stream of its own (NCCL's) or from the host.
-  return Sync();
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, dst) != cudaSuccess) {
+    cudaGetLastError();  // host memory unknown to CUDA: not an error here
+    attributes.type = cudaMemoryTypeUnregistered;
+  }
+  message_written_on_device_ = attributes.type == cudaMemoryTypeDevice;
+  // Device memory: the transport's stream reads it after message_written_ (MessageWritten),
+  // no host wait. Host memory: the transport reads it from the host next.
+  if (!message_written_on_device_) return Sync();
+  CUDA_CHECK(cudaEventRecord(message_written_, stream_));
+  return absl::OkStatus();
 }
 
 namespace {
@@ -455,10 +479,10 @@ template <typename T>
 absl::Status CudaStage<T>::GetOptimizerState(float* m, float* v) {
   FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("GetOptimizerState"));
-  CUDA_CHECK(cudaMemcpyAsync(m, Ptr<float>(ids_.adam_m), layout_.total * 4, cudaMemcpyDeviceToHost,
-                             stream_));
-  CUDA_CHECK(cudaMemcpyAsync(v, Ptr<float>(ids_.adam_v), layout_.total * 4, cudaMemcpyDeviceToHost,
-                             stream_));
+  CUDA_CHECK(cudaMemcpyAsync(m, Ptr<float>(ids_.adam_m), OptimizerStateElements() * 4,
+                             cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(v, Ptr<float>(ids_.adam_v), OptimizerStateElements() * 4,
+                             cudaMemcpyDeviceToHost, stream_));
   return Sync();
 }
 
@@ -466,10 +490,10 @@ template <typename T>
 absl::Status CudaStage<T>::SetOptimizerState(const float* m, const float* v) {
   FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("SetOptimizerState"));
-  CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.adam_m), m, layout_.total * 4, cudaMemcpyHostToDevice,
-                             stream_));
-  CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.adam_v), v, layout_.total * 4, cudaMemcpyHostToDevice,
-                             stream_));
+  CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.adam_m), m, OptimizerStateElements() * 4,
+                             cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.adam_v), v, OptimizerStateElements() * 4,
+                             cudaMemcpyHostToDevice, stream_));
   return Sync();
 }
 

@@ -61,6 +61,10 @@ struct CudaStageOptions {
   // drops on this backend: StageBufferIds in models/device_memory_plan.h). Losses and
   // gradients are the same bits in every mode. No effect with inference_only.
   Recompute recompute = Recompute::kNone;
+  // Messages the chunk will hand out in device memory (AllocateMessageBuffer for a transport
+  // that carries it, NCCL's: the stage executor's, StageExecutor::MessageBuffersOf), counted
+  // in the start-up memory check with the plan.
+  int64_t device_messages = 0;
 };
 
 class CudaStageModel : public StageModel {

@@ -1,6 +1,7 @@
 // The gradients and the optimizer of a CUDA chunk: zeroing (beta = 0 products write the weight
 // matrices' gradients where runtime.kernels = auto, so only the rest is cleared), the head's wte
-// gradient folded in, the pinned mirror the sums across ranks use, the gradient norm's squares
+// gradient folded in, where the sums across ranks read them (the pinned mirror for host
+// transports, the device buffer itself for NCCL), the gradient norm's squares
 // per unit and AdamW, each over every tensor in one launch (multi_tensor.h) or one launch per
 // tensor (the reference, kernels.h).
 #include <cmath>
@@ -118,6 +119,42 @@ absl::Status CudaStage<T>::CommitHostGrads(int64_t offset, int64_t n) {
 }
 
 template <typename T>
+absl::StatusOr<float*> CudaStage<T>::DeviceGrads(int64_t offset, int64_t n) {
+  FR_RETURN_IF_ERROR(Enter());
+  FR_RETURN_IF_ERROR(RequireTraining("DeviceGrads"));
+  // What ZeroGrads left to products not yet run is zeroed first, on this stream: GradsWritten
+  // comes after it.
+  FR_RETURN_IF_ERROR(ZeroDeferredGrads(/*head=*/false, offset, n));
+  return Ptr<float>(ids_.grads) + offset;
+}
+
+template <typename T>
+absl::StatusOr<void*> CudaStage<T>::GradsWritten() {
+  FR_RETURN_IF_ERROR(Enter());
+  CUDA_CHECK(cudaEventRecord(grads_written_, stream_));
+  return static_cast<void*>(grads_written_);
+}
+
+template <typename T>
+absl::StatusOr<bool> CudaStage<T>::SumTiedOnDevice(StageModel& head) {
+  auto* other = dynamic_cast<CudaStage<T>*>(&head);
+  const int64_t n = TiedElements(layout_.config);
+  if (other == nullptr || other->device_ != device_ || n == 0) return false;
+  FR_ASSIGN_OR_RETURN(float* theirs,
+                      other->DeviceGrads(other->layout_.slot(ParamTensor::kWte).offset, n));
+  FR_ASSIGN_OR_RETURN(void* head_written, other->GradsWritten());
+  FR_ASSIGN_OR_RETURN(float* mine, DeviceGrads(layout_.slot(ParamTensor::kWte).offset, n));
+  // The add after the head's share is made (its stream's event), the copy back after the add.
+  CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(head_written), 0));
+  FR_KERNEL(kEmbedding, AddInPlace, mine, theirs, n, stream_);
+  FR_ASSIGN_OR_RETURN(void* summed, GradsWritten());
+  CUDA_CHECK(cudaStreamWaitEvent(other->stream_, static_cast<cudaEvent_t>(summed), 0));
+  Copy(theirs, static_cast<const float*>(mine), n, other->stream_);
+  FR_RETURN_IF_ERROR(other->Launched("Copy", kHead));
+  return true;
+}
+
+template <typename T>
 absl::StatusOr<std::vector<double>> CudaStage<T>::GradSquaresByUnit() {
   FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("GradSquaresByUnit"));
@@ -187,6 +224,15 @@ absl::Status CudaStage<T>::ApplyAdamW(const AdamWStep& step) {
   a.grad_scale = static_cast<float>(step.grad_scale);
   a.bias_correction1 = static_cast<float>(1.0 - std::pow(step.beta1, double(step.step)));
   a.bias_correction2 = static_cast<float>(1.0 - std::pow(step.beta2, double(step.step)));
+  if (sharded_) {  // ZeRO-1: the share's chunks only, their moments packed (cuda_stage_zero.cc)
+    a.weight_decay = static_cast<float>(step.weight_decay);
+    bf16* compute = nullptr;
+    if constexpr (!std::is_same_v<T, float>) compute = Ptr<bf16>(ids_.compute);
+    FR_KERNEL(kWholeChunk, MultiTensorAdamW, Ptr<float>(ids_.master), compute,
+              Ptr<float>(ids_.grads), Ptr<float>(ids_.adam_m), Ptr<float>(ids_.adam_v),
+              Ptr<TensorChunk>(ids_.share_table), share_chunks_, a, stream_);
+    return Sync();
+  }
   if (fused()) {  // every tensor in one launch, the decay per chunk from the table
     a.weight_decay = static_cast<float>(step.weight_decay);
     bf16* compute = nullptr;
@@ -215,6 +261,9 @@ absl::Status CudaStage<T>::ApplyAdamW(const AdamWStep& step) {
   template absl::Status CudaStage<T>::FoldHeadWteGrad();                          \
   template absl::StatusOr<float*> CudaStage<T>::HostGrads(int64_t, int64_t);      \
   template absl::Status CudaStage<T>::CommitHostGrads(int64_t, int64_t);          \
+  template absl::StatusOr<float*> CudaStage<T>::DeviceGrads(int64_t, int64_t);    \
+  template absl::StatusOr<void*> CudaStage<T>::GradsWritten();                    \
+  template absl::StatusOr<bool> CudaStage<T>::SumTiedOnDevice(StageModel&);       \
   template absl::StatusOr<std::vector<double>> CudaStage<T>::GradSquaresByUnit(); \
   template absl::Status CudaStage<T>::ApplyAdamW(const AdamWStep&);
 FR_INSTANTIATE(float)

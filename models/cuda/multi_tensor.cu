@@ -64,8 +64,11 @@ __global__ void __launch_bounds__(kThreads)
   const TensorChunk c = chunks[blockIdx.x];
   const float wd = c.decayed ? weight_decay : 0.0f;
   const int64_t o = c.offset;
+  // The moments at their own place (a ZeRO-1 share packs them: MakeShareTable).
+  m += c.moment_offset - o;
+  v += c.moment_offset - o;
   int vectors = 0;
-  if (o % kWidth == 0) {
+  if (o % kWidth == 0 && c.moment_offset % kWidth == 0) {
     vectors = c.elements / kWidth;
     float4* p4 = reinterpret_cast<float4*>(master + o);
     const float4* g4 = reinterpret_cast<const float4*>(grad + o);
@@ -101,16 +104,26 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
+void MultiTensorChunkSquares(double* chunk_partials, const float* grads, const TensorChunk* chunks,
+                             int64_t counted_chunks, cudaStream_t stream) {
+  if (counted_chunks == 0) return;
+  FR_LAUNCH(static_cast<unsigned>(counted_chunks), kThreads, 0, stream, ChunkSquaresKernel)(
+      chunk_partials, grads, chunks);
+}
+
+void MultiTensorCombineUnits(double* units, const double* chunk_partials, const int32_t* unit_begin,
+                             int64_t num_units, cudaStream_t stream) {
+  if (num_units == 0) return;
+  FR_LAUNCH(static_cast<unsigned>(num_units), kThreads, 0, stream, CombineUnitsKernel)(
+      units, chunk_partials, unit_begin);
+}
+
 void MultiTensorGradSquares(double* units, double* chunk_partials, const float* grads,
                             const TensorChunk* chunks, const int32_t* unit_begin,
                             int64_t counted_chunks, int64_t num_units, cudaStream_t stream) {
   if (num_units == 0) return;
-  if (counted_chunks > 0) {
-    FR_LAUNCH(static_cast<unsigned>(counted_chunks), kThreads, 0, stream, ChunkSquaresKernel)(
-        chunk_partials, grads, chunks);
-  }
-  FR_LAUNCH(static_cast<unsigned>(num_units), kThreads, 0, stream, CombineUnitsKernel)(
-      units, chunk_partials, unit_begin);
+  MultiTensorChunkSquares(chunk_partials, grads, chunks, counted_chunks, stream);
+  MultiTensorCombineUnits(units, chunk_partials, unit_begin, num_units, stream);
 }
 
 void MultiTensorAdamW(float* master, bf16* compute, const float* grad, float* m, float* v,

@@ -19,7 +19,16 @@ void MultiTensorGradSquares(double* units, double* chunk_partials, const float* 
                             const TensorChunk* chunks, const int32_t* unit_begin,
                             int64_t counted_chunks, int64_t num_units, cudaStream_t stream);
 
-// AdamW (the per-tensor kernel's arithmetic, AdamWElement) over all `num_chunks` chunks:
+// The two halves of MultiTensorGradSquares, for ZeRO-1 (each rank makes the partials of its
+// share's chunks, the data-parallel group sums them, every rank combines them, the same bits):
+// the first `counted_chunks` chunks' partials, and units from partials.
+void MultiTensorChunkSquares(double* chunk_partials, const float* grads, const TensorChunk* chunks,
+                             int64_t counted_chunks, cudaStream_t stream);
+void MultiTensorCombineUnits(double* units, const double* chunk_partials, const int32_t* unit_begin,
+                             int64_t num_units, cudaStream_t stream);
+
+// AdamW (the per-tensor kernel's arithmetic, AdamWElement) over all `num_chunks` chunks, the
+// moments of each at its moment_offset:
 // args.weight_decay for the decayed ones, 0 for the others; `compute` (bf16 or null) gets the
 // rounded copy.
 void MultiTensorAdamW(float* master, bf16* compute, const float* grad, float* m, float* v,

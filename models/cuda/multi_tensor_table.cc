@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "models/gpt2_config.h"
+#include "models/grad_norm.h"
 
 namespace freeride::cuda {
 namespace {
@@ -13,6 +14,7 @@ void AddTensor(ParamTensor t, int64_t offset, int64_t n, int32_t unit,
   for (int64_t done = 0; done < n; done += kChunkElements) {
     TensorChunk c;
     c.offset = offset + done;
+    c.moment_offset = c.offset;
     c.elements = static_cast<int32_t>(std::min(kChunkElements, n - done));
     c.unit = unit;
     c.decayed = IsDecayed(t) ? 1 : 0;
@@ -60,6 +62,34 @@ MultiTensorTable MakeMultiTensorTable(const ParamLayout& layout) {
   table.unit_begin.push_back(static_cast<int32_t>(chunks.size()));
   if (st.has_head && !st.has_embedding) whole(ParamTensor::kWte, -1);
   return table;
+}
+
+std::vector<TensorChunk> MakeShareTable(const ParamLayout& layout,
+                                        const std::vector<ParamRange>& ranges) {
+  std::vector<TensorChunk> chunks;
+  int64_t packed = 0;
+  for (const ParamRange& r : ranges) {
+    // The tensor it lies in (the caller checked it lies in one: TensorAt), for its decay.
+    ParamTensor tensor = ParamTensor::kWte;
+    for (const TensorSlot& slot : layout.slots) {
+      if (slot.present && slot.offset <= r.offset && r.offset < slot.offset + slot.elements) {
+        tensor = slot.tensor;
+      }
+    }
+    const size_t first = chunks.size();
+    AddTensor(tensor, r.offset, r.n, -1, &chunks);
+    for (size_t i = first; i < chunks.size(); ++i) {
+      chunks[i].moment_offset = packed + (chunks[i].offset - r.offset);
+    }
+    packed += r.n;
+  }
+  return chunks;
+}
+
+int64_t ShareTableChunks(const std::vector<ParamRange>& ranges) {
+  int64_t chunks = 0;
+  for (const ParamRange& r : ranges) chunks += (r.n + kChunkElements - 1) / kChunkElements;
+  return chunks;
 }
 
 int64_t NumTensorChunks(const ParamLayout& layout) {

@@ -16,6 +16,7 @@
 namespace freeride {
 // models/gpt2_config.h (C++20, which nvcc does not compile here).
 struct ParamLayout;
+struct ParamRange;  // models/grad_norm.h
 struct StageSpec;
 }  // namespace freeride
 
@@ -29,7 +30,10 @@ inline constexpr int kMultiTensorThreads = 256;
 inline constexpr int kMultiTensorWidth = 4;  // floats per 128-bit load
 
 struct TensorChunk {
-  int64_t offset = 0;    // first element, into the chunk's parameter-sized buffers
+  int64_t offset = 0;  // first element, into the chunk's parameter-sized buffers
+  // Its first element in the AdamW moments: `offset` where they are whole, its place in the
+  // packed moments of a ZeRO-1 share (MakeShareTable).
+  int64_t moment_offset = 0;
   int32_t elements = 0;  // 1 … kChunkElements
   int32_t unit = -1;     // the gradient norm's unit; -1: not counted (wte on a head-only stage)
   int32_t decayed = 0;   // AdamW's weight decay applies
@@ -50,6 +54,14 @@ struct MultiTensorTable {
 // stage with the head; a head-only stage's wte is stepped by AdamW but counted by the first
 // stage.
 MultiTensorTable MakeMultiTensorTable(const ParamLayout& layout);
+// ZeRO-1 (parallel.zero = 1): AdamW's chunks over `ranges` only, the chunk's share of the
+// parameters (each range inside one tensor), every range cut into chunks of at most
+// kChunkElements from its start, their moments packed back to back in the ranges' order (the
+// CPU's packing, StageModel::ShardOptimizerState). No unit: the norm runs over the whole table.
+std::vector<TensorChunk> MakeShareTable(const ParamLayout& layout,
+                                        const std::vector<ParamRange>& ranges);
+// Its length, for the memory plan.
+int64_t ShareTableChunks(const std::vector<ParamRange>& ranges);
 // The number of chunks MakeMultiTensorTable(layout) makes and the units it counts, for the
 // memory plan.
 int64_t NumTensorChunks(const ParamLayout& layout);

@@ -22,14 +22,23 @@ absl::Status NcclTransport::SelfCopy(Pending& send, Pending& recv, const void* s
   return Record(recv, self_stream_);
 }
 
-absl::StatusOr<Transport::Request> NcclTransport::Isend(const void* data, int64_t bytes, int peer,
-                                                        int tag) {
+absl::StatusOr<Transport::Request> NcclTransport::IsendAfter(const void* data, int64_t bytes,
+                                                             int peer, int tag, void* written) {
   std::lock_guard<std::mutex> lock(mu_);
   FR_RETURN_IF_ERROR(Usable());
   CUDA_CHECK(cudaSetDevice(device_));
   Pending p;
   p.what = absl::StrFormat("the send of %d bytes to rank %d (tag %d)", bytes, peer, tag);
+  // The stream that reads the buffer waits for the writer's event first: whatever it runs
+  // after this, the copy to this rank itself when its receive comes too, sees the message.
+  auto after_written = [&](cudaStream_t stream) -> absl::Status {
+    if (written != nullptr) {
+      CUDA_CHECK(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(written), 0));
+    }
+    return absl::OkStatus();
+  };
   if (peer == rank()) {
+    FR_RETURN_IF_ERROR(after_written(self_stream_));
     const Request r = Add(std::move(p));
     auto waiting = self_recvs_.find(tag);
     if (waiting == self_recvs_.end()) {
@@ -49,6 +58,7 @@ absl::StatusOr<Transport::Request> NcclTransport::Isend(const void* data, int64_
   }
   const Comm& c = comms_[link->second];
   p.comm = link->second;
+  FR_RETURN_IF_ERROR(after_written(c.stream));
   FR_ASSIGN_OR_RETURN(void* buffer, Buffer(p, const_cast<void*>(data), bytes, true, c.stream));
   FR_RETURN_IF_ERROR(TagBuffers(p, tag, c.stream));
   NCCL_CHECK(ncclGroupStart());
@@ -128,6 +138,51 @@ absl::StatusOr<Transport::Request> NcclTransport::StartSum(T* data, int64_t n,
                                           ncclSum, c.comm, c.stream),
                             p.what));
   FR_RETURN_IF_ERROR(Land(p, data, bytes, c.stream));
+  FR_RETURN_IF_ERROR(Record(p, c.stream));
+  return Add(std::move(p));
+}
+
+absl::StatusOr<Transport::Request> NcclTransport::StartDeviceSum(
+    const std::vector<DeviceRange>& ranges, const std::vector<int>& group, void* ready) {
+  std::lock_guard<std::mutex> lock(mu_);
+  FR_RETURN_IF_ERROR(Usable());
+  int64_t n = 0;
+  for (const DeviceRange& r : ranges) n += r.n;
+  Pending p;
+  p.what = absl::StrFormat("the sum of %d device values in %d ranges over ranks {%s}", n,
+                           ranges.size(), absl::StrJoin(group, ","));
+  if (group.size() <= 1) {
+    p.complete = true;  // a sum over this rank alone
+    return Add(std::move(p));
+  }
+  auto found = group_of_.find(group);
+  if (found == group_of_.end()) {
+    // The bootstrap (MPI) sums host memory only.
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: the group has no NCCL communicator (NcclTransportOptions::groups)", p.what));
+  }
+  for (const DeviceRange& r : ranges) {
+    if (r.n > 0 && KindOf(r.data) != Memory::kDevice) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: a range is not device memory", p.what));
+    }
+  }
+  CUDA_CHECK(cudaSetDevice(device_));
+  const Comm& c = comms_[found->second];
+  p.comm = found->second;
+  // The values are final once the writer's stream reaches `ready`: the sum's stream waits for
+  // it there, not the host.
+  if (ready != nullptr) {
+    CUDA_CHECK(cudaStreamWaitEvent(c.stream, static_cast<cudaEvent_t>(ready), 0));
+  }
+  // One NCCL group: every range in place, one launch, the ranges' values as in one buffer
+  // (a sum is elementwise).
+  NCCL_CHECK(ncclGroupStart());
+  for (const DeviceRange& r : ranges) {
+    NCCL_CHECK(ncclAllReduce(r.data, r.data, static_cast<size_t>(r.n), ncclFloat, ncclSum, c.comm,
+                             c.stream));
+  }
+  FR_RETURN_IF_ERROR(Issued(c, ncclGroupEnd(), p.what));
   FR_RETURN_IF_ERROR(Record(p, c.stream));
   return Add(std::move(p));
 }

@@ -14,9 +14,11 @@
 // of their own, matched by tag.
 //
 // Buffers may be device memory (used as they are: the stage executor's messages, which the
-// chunks allocate on their device for it, CarriesDeviceMemory), pinned host memory (copied in
-// stream order: the sums of the chunks' pinned gradient mirror) or pageable host memory
-// (through a pinned bounce buffer, copied out when the request completes). Only built with
+// chunks allocate on their device for it, CarriesDeviceMemory, and the chunks' gradients,
+// summed in place by StartDeviceSum), pinned host memory (copied in stream order) or pageable
+// host memory (through a pinned bounce buffer, copied out when the request completes: the
+// small sums of host values). A send of a buffer the device is still writing (IsendAfter) and
+// a device sum start on their stream after the writer's event: no host wait. Only built with
 // the CUDA backend (in the emulation build, over emulated NCCL).
 #pragma once
 

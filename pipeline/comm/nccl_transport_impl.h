@@ -36,7 +36,11 @@ class NcclTransport final : public Transport {
 
   int rank() const override { return bootstrap_.rank(); }
   int size() const override { return bootstrap_.size(); }
-  absl::StatusOr<Request> Isend(const void* data, int64_t bytes, int peer, int tag) override;
+  absl::StatusOr<Request> Isend(const void* data, int64_t bytes, int peer, int tag) override {
+    return IsendAfter(data, bytes, peer, tag, nullptr);
+  }
+  absl::StatusOr<Request> IsendAfter(const void* data, int64_t bytes, int peer, int tag,
+                                     void* written) override;
   absl::StatusOr<Request> Irecv(void* data, int64_t bytes, int peer, int tag) override;
   bool CarriesDeviceMemory() const override { return true; }
   absl::Status Wait(Request request, double timeout_s) override;
@@ -57,6 +61,8 @@ class NcclTransport final : public Transport {
                                             const std::vector<int>& group) override {
     return StartSum(data, n, group);
   }
+  absl::StatusOr<Request> StartDeviceSum(const std::vector<DeviceRange>& ranges,
+                                         const std::vector<int>& group, void* ready) override;
   int64_t bootstrap_sums() const { return bootstrap_sums_; }
   void AbortInFlight() override;
   void AbortLocally();  // AbortInFlight without waiting for the other ranks

@@ -34,6 +34,17 @@ class Transport {
   // untouched until Wait returns.
   virtual absl::StatusOr<Request> Isend(const void* data, int64_t bytes, int peer, int tag) = 0;
   virtual absl::StatusOr<Request> Irecv(void* data, int64_t bytes, int peer, int tag) = 0;
+  // Isend of a buffer the device may still be writing: the send starts once `written` (a
+  // cudaEvent_t recorded after the writes; null: the buffer is complete) has completed,
+  // ordered on the device, without the host waiting for it. Transports that take host memory
+  // only take complete buffers.
+  virtual absl::StatusOr<Request> IsendAfter(const void* data, int64_t bytes, int peer, int tag,
+                                             void* written) {
+    if (written != nullptr) {
+      return absl::FailedPreconditionError("this transport sends complete host buffers only");
+    }
+    return Isend(data, bytes, peer, tag);
+  }
   // Whether a message's buffer may be device memory, carried as it is (NCCL's): the stage
   // executor then has its chunks allocate their messages on their device, and no message
   // leaves the GPU. The others take host memory only.
@@ -56,6 +67,20 @@ class Transport {
                                                     const std::vector<int>& group) = 0;
   virtual absl::StatusOr<Request> StartAllReduceSum(double* data, int64_t n,
                                                     const std::vector<int>& group) = 0;
+  // Sums of device memory, for a transport that carries it (CarriesDeviceMemory): each of
+  // `ranges` (floats, device memory) summed in place over `group`, all in one request, once
+  // `ready` (a cudaEvent_t recorded on the stream that wrote them; null: none) has completed:
+  // ordered on the device, the host does not wait for it. Completes as a started sum does
+  // (Wait, Test). Others refuse.
+  struct DeviceRange {
+    float* data = nullptr;
+    int64_t n = 0;
+  };
+  virtual absl::StatusOr<Request> StartDeviceSum(const std::vector<DeviceRange>& /*ranges*/,
+                                                 const std::vector<int>& /*group*/,
+                                                 void* /*ready*/) {
+    return absl::UnimplementedError("this transport sums host memory only");
+  }
   // ZeRO-1's two halves of a sum (parallel.zero = 1): `counts[k]` values belong to group
   // member k, back to back in member order (n = Σ counts in `data` on every member). The
   // reduce-scatter sums `data` over the group elementwise, adding as AllReduceSum adds, and

@@ -180,6 +180,61 @@ TEST(NcclEmulationTest, AllReduceSumsInRankOrderWithTheSameBitsEverywhere) {
   for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
 }
 
+// ZeRO-1's two halves: a reduce-scatter gives rank r slice r of the rank-order sum, bit for bit
+// (each slice's values show the order and its place: ((s + 1)·1e8 − (s + 1)·1e8) + (s + 1) is
+// s + 1, the other association 0), in place or not; an all-gather gives every rank every
+// rank's values in rank order, in place or not.
+TEST(NcclEmulationTest, ReduceScatterSumsInRankOrderAndAllGatherConcatenatesInRankOrder) {
+  const int n = 3;
+  const std::vector<float> a = {1e8f, -1e8f, 1.0f};
+  ASSERT_NE((a[0] + a[1]) + a[2], a[0] + (a[1] + a[2]));
+  std::vector<ncclComm_t> comms = InitAll(n);
+  RunRanks(n, [&](int r) {
+    std::vector<float> contribution;
+    std::vector<double> wide;
+    for (int slice = 0; slice < n; ++slice) {
+      for (int e = 0; e < 2; ++e) {
+        contribution.push_back(a[r] * static_cast<float>(slice + 1));
+        wide.push_back(static_cast<double>(a[r]) * 1e9 * (slice + 1));
+      }
+    }
+    float* in_place = DeviceCopy(contribution);
+    double* wide_in = DeviceCopy(wide);
+    double* wide_out = DeviceCopy(std::vector<double>(2, 0.0));
+    float* mine = DeviceCopy(std::vector<float>{10.0f * r, 10.0f * r + 1});
+    float* gathered = DeviceCopy(std::vector<float>(2 * n, -1.0f));
+    std::vector<float> places(n, -1.0f);  // one value each, rank r's at r
+    places[r] = 100.0f + r;
+    float* gathered_in_place = DeviceCopy(places);
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(
+        ncclReduceScatter(in_place, in_place + 2 * r, 2, ncclFloat, ncclSum, comms[r], stream),
+        ncclSuccess);
+    ASSERT_EQ(ncclReduceScatter(wide_in, wide_out, 2, ncclDouble, ncclSum, comms[r], stream),
+              ncclSuccess);
+    ASSERT_EQ(ncclAllGather(mine, gathered, 2, ncclFloat, comms[r], stream), ncclSuccess);
+    ASSERT_EQ(
+        ncclAllGather(gathered_in_place + r, gathered_in_place, 1, ncclFloat, comms[r], stream),
+        ncclSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const std::vector<float> summed = HostCopy(in_place, 2 * n);
+    EXPECT_EQ(summed[2 * r], static_cast<float>(r + 1));
+    EXPECT_EQ(summed[2 * r + 1], static_cast<float>(r + 1));
+    const double a0 = a[0] * 1e9 * (r + 1), a1 = a[1] * 1e9 * (r + 1), a2 = a[2] * 1e9 * (r + 1);
+    for (double v : HostCopy(wide_out, 2)) EXPECT_EQ(v, (a0 + a1) + a2);
+    EXPECT_EQ(HostCopy(gathered, 2 * n), (std::vector<float>{0, 1, 10, 11, 20, 21}));
+    const std::vector<float> in_place_gathered = HostCopy(gathered_in_place, n);
+    for (int q = 0; q < n; ++q) EXPECT_EQ(in_place_gathered[q], 100.0f + q);
+    cudaStreamDestroy(stream);
+    for (void* p :
+         std::vector<void*>{in_place, wide_in, wide_out, mine, gathered, gathered_in_place}) {
+      cudaFree(p);
+    }
+  });
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
 // Stream order on a deliberately slow communication stream: the receive's event is not
 // reached before the data has landed, and a compute stream that waits on it reads the received
 // values. Without the wait, the compute stream's copy would read the buffer's old contents.

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -107,6 +108,9 @@ class OverNccl : public pipeline::Transport {
   absl::StatusOr<Request> Isend(const void* d, int64_t b, int p, int t) override {
     return nccl_->Isend(d, b, p, t);
   }
+  absl::StatusOr<Request> IsendAfter(const void* d, int64_t b, int p, int t, void* w) override {
+    return nccl_->IsendAfter(d, b, p, t, w);
+  }
   absl::StatusOr<Request> Irecv(void* d, int64_t b, int p, int t) override {
     return nccl_->Irecv(d, b, p, t);
   }
@@ -128,6 +132,10 @@ class OverNccl : public pipeline::Transport {
   absl::StatusOr<Request> StartAllReduceSum(double* d, int64_t n,
                                             const std::vector<int>& g) override {
     return nccl_->StartAllReduceSum(d, n, g);
+  }
+  absl::StatusOr<Request> StartDeviceSum(const std::vector<DeviceRange>& ranges,
+                                         const std::vector<int>& g, void* ready) override {
+    return nccl_->StartDeviceSum(ranges, g, ready);
   }
   void OnStepStart(double now_s) override { nccl_->OnStepStart(now_s); }
   // Waits take at least this long to time out: a test's short deadline for the step only.
@@ -157,8 +165,10 @@ constexpr const char* kKinds[] = {"gpipe", "1f1b", "interleaved", "zbh1",
                                   "zbh2",  "zbv",  "dualpipev"};
 
 // Every schedule kind at pp × dp, m = 2 pp micro-batches (what interleaved and DualPipeV
-// need) of batch 8 per replica: over NCCL the losses equal the in-process transport's, and
-// nothing goes through the bootstrap during the steps. `tweak` changes the config.
+// need) of batch 8 per replica: over NCCL the losses equal the in-process transport's,
+// nothing goes through the bootstrap during the steps, and the tied embedding's gradient is
+// never copied to the host (its sum on the device, between two ranks or, in a V placement,
+// between two chunks of one). `tweak` changes the config.
 void ExpectNcclEqualsInProcess(int pp, int dp, const std::function<void(Config*)>& tweak = {}) {
   const std::string shard = ParityShard();
   for (const std::string kind : kKinds) {
@@ -168,6 +178,9 @@ void ExpectNcclEqualsInProcess(int pp, int dp, const std::function<void(Config*)
     config.runtime.comm_timeout_s = 60;  // a failure fails in a minute, not five
     if (tweak) tweak(&config);
     const std::vector<double> in_process = ThreadedLosses(config, kSteps);
+    const GPT2Config model = *ResolveModelConfig(config);
+    const size_t tied_bytes = model.padded_vocab_size * model.n_embd * sizeof(float);
+    const int64_t tied_copies = emu::DeviceToHostCopies()[tied_bytes];
     std::atomic<int64_t> bootstrap_calls{0};
     const std::vector<double> nccl = ThreadedLosses(
         config, kSteps, nullptr, -1,
@@ -175,25 +188,41 @@ void ExpectNcclEqualsInProcess(int pp, int dp, const std::function<void(Config*)
     ASSERT_EQ(nccl.size(), static_cast<size_t>(kSteps));
     EXPECT_EQ(nccl, in_process);
     EXPECT_EQ(bootstrap_calls, 0) << "calls to the bootstrap transport during the steps";
+    EXPECT_EQ(emu::DeviceToHostCopies()[tied_bytes], tied_copies)
+        << "copies of the tied embedding's gradient to the host over NCCL";
   }
 }
 
+// Fails when a send does not wait for the chunk's copy into its buffer (the event wait in
+// NcclTransport::IsendAfter) or the executor does not wait for a receive before the chunk
+// copies out of its buffer (found by removing each, 2026-11-27).
 TEST(NcclPipelineTest, TwoStages) { ExpectNcclEqualsInProcess(2, 1); }
 
-// The data-parallel sums in buckets, started as their gradients are final.
+// The data-parallel sums in buckets, started as their gradients are final: in place on the
+// chunks' device gradients, each after the event of the products queued before it. Fails when
+// the bucket's sum does not wait for that event (NcclTransport::StartDeviceSum), reading
+// gradients the chunk's stream has not written yet.
 TEST(NcclPipelineTest, TwoStagesTwoReplicasInBuckets) {
   ExpectNcclEqualsInProcess(2, 2, [](Config* c) { c->parallel.dp_bucket_mb = 1.0 / 256; });
 }
 
-// Post-validated steps: the tied sum started mid-step, the global state's sum.
+// Post-validated steps: the tied sum started mid-step, the global state's sum. Fails when the
+// tied sum does not wait for the event after the head's fold (NcclTransport::StartDeviceSum),
+// or a send for the copy into its buffer.
 TEST(NcclPipelineTest, TwoStagesTwoReplicasPostValidated) {
   ExpectNcclEqualsInProcess(2, 2, [](Config* c) { c->optim.step_sync = "post_validate"; });
 }
 
-// Every NCCL group of rank 1 starts 5 ms late on its stream: the executor waits for the
-// messages where it waits (polling their events), and the losses do not change.
+// Every NCCL group of rank 1 starts 5 ms late on its stream (a slow communication stream, a
+// late peer), and every copy between device buffers (the chunks' copies into and out of their
+// messages) 2 ms late on its stream: the executor waits for the messages where it waits
+// (polling their events), each send waits on the device for the copy into its buffer, and the
+// losses do not change. The hazards it catches, each found by removing its wait (2026-11-27):
+// a send issued without waiting for the event of the chunk's copy into its buffer (the
+// cudaStreamWaitEvent in NcclTransport::IsendAfter: the link's stream sends what the buffer
+// held before), and a received buffer consumed without waiting for its receive (the
+// executor's Wait at RECV_ACT and RECV_GRAD: the chunk copies out what the buffer held before).
 TEST(NcclPipelineTest, TwoStagesOverASlowCommunicationStream) {
-  emu::SetNcclRankDelay(1, 0.005);
   const std::string shard = ParityShard();
   for (const std::string kind : {"1f1b", "zbh1"}) {
     SCOPED_TRACE(kind);
@@ -201,48 +230,48 @@ TEST(NcclPipelineTest, TwoStagesOverASlowCommunicationStream) {
     config.parallel.partition = "even";
     const std::vector<double> in_process = ThreadedLosses(config, kSteps);
     std::atomic<int64_t> bootstrap_calls{0};
+    emu::SetNcclRankDelay(1, 0.005);
+    emu::SetDeviceCopyDelay(0.002);
     EXPECT_EQ(ThreadedLosses(config, kSteps, nullptr, -1,
                              [&](pipeline::Transport& t) {
                                return OverNccl::Make(t, config, &bootstrap_calls);
                              }),
               in_process);
+    emu::SetNcclRankDelay(1, 0);
+    emu::SetDeviceCopyDelay(0);
   }
-  emu::SetNcclRankDelay(1, 0);
 }
 
-// Over NCCL the messages never leave the GPU: the chunks hand device buffers to the transport
-// (Transport::CarriesDeviceMemory), and no copy of a message's size goes between host and
-// device memory in the whole run; the in-process transport, on host memory, makes two a
-// message (the sender's out, the receiver's in), which shows the count sees them. With the
-// pinned messages NCCL had before, four a message (the chunk's out, the transport's staging in,
-// its landing out, the chunk's in). The losses stay those of the in-process transport.
-// Each stream-order hazard of device messages, by the wait that guards it removed in turn
-// (2026-11-27; TwoStages, TwoStagesTwoReplicasPostValidated, the slow communication stream and
-// this test run against each):
-//   - a received buffer read before its receive's event (NcclTransport::Wait returning at once
-//     for a receive): all four fail, the chunk reading the NaN the emulation fills new device
-//     memory with, or another micro-batch's message;
-//   - a send posted before the chunk's copy into its buffer ran (GetOutputActivations and
-//     GetInputGrad not waiting for the chunk's stream when the buffer is device memory): all
-//     four fail, the link's stream reading the buffer before the copy into it;
-//   - a send buffer written again before the send that read it completed (the sends' Wait at
-//     the step's end) and a receive posted into a buffer the chunk may still be copying out of
-//     (FinishMessageReads): none fails. A pipeline's every compute instruction waits for the
-//     chunk's stream (exact timeline, pp > 1), so the copy out of a received buffer is done
-//     long before the next step posts into it, and an emulated send reads its buffer when its
-//     group starts, long before the next step writes it; both waits stay (a GPU may not).
-TEST(NcclPipelineTest, MessagesStayOnTheDevice) {
-  Config config = OnCuda(ParityConfig(ParityShard(), "1f1b", 2, 1, 4));
+// Over NCCL the messages and the gradients never leave the GPU: the chunks hand device buffers
+// to the transport (Transport::CarriesDeviceMemory), and no copy of a message's size goes
+// between host and device memory in the whole run; the in-process transport, on host memory,
+// makes at least two a message (the sender's out, the receiver's in; and the gradients' pieces
+// of that size), which shows the count sees them. With the pinned messages NCCL had before,
+// four a message (the chunk's out, the transport's staging in, its landing out, the chunk's in).
+// The gradient sums (the data-parallel buckets, the tied embedding) run in place on the chunks'
+// gradient buffers (pipeline/device_grad_sum.h): every copy from device to host memory over
+// NCCL is listed below, and none is a gradient's. The losses stay those of the in-process
+// transport. Fails too when a send or a device sum does not wait for its event, or the
+// executor for a receive; every hazard and the test that catches it: docs/training.md#over-nccl.
+TEST(NcclPipelineTest, MessagesAndGradientsStayOnTheDevice) {
+  constexpr int kPp = 2, kDp = 2, kMicrobatches = 4;
+  Config config = OnCuda(ParityConfig(ParityShard(), "1f1b", kPp, kDp, kMicrobatches));
   config.parallel.partition = "even";
+  config.parallel.dp_bucket_mb = 1.0 / 256;
   config.runtime.comm_timeout_s = 60;
   const GPT2Config model = *ResolveModelConfig(config);
   const size_t message_bytes = config.train.batch_size / config.train.microbatches *
                                config.train.seq_len * model.n_embd * sizeof(float);
+  const size_t tied_bytes = model.padded_vocab_size * model.n_embd * sizeof(float);
   int64_t copies = emu::HostDeviceCopies(message_bytes);
+  std::map<size_t, int64_t> before = emu::DeviceToHostCopies();
   const std::vector<double> in_process = ThreadedLosses(config, kSteps);
-  // 1F1B at pp 2 and m 4: four activations and four gradients a step.
-  EXPECT_EQ(emu::HostDeviceCopies(message_bytes) - copies, kSteps * 8 * 2);
+  // 1F1B at pp 2 and m 4: four activations and four gradients a step in each replica.
+  EXPECT_GE(emu::HostDeviceCopies(message_bytes) - copies, kSteps * kDp * 8 * 2);
+  EXPECT_GT(emu::DeviceToHostCopies()[tied_bytes], before[tied_bytes])
+      << "the in-process transport's tied sum copies wte's gradient out";
   copies = emu::HostDeviceCopies(message_bytes);
+  before = emu::DeviceToHostCopies();
   std::atomic<int64_t> bootstrap_calls{0};
   EXPECT_EQ(ThreadedLosses(config, kSteps, nullptr, -1,
                            [&](pipeline::Transport& t) {
@@ -251,6 +280,37 @@ TEST(NcclPipelineTest, MessagesStayOnTheDevice) {
             in_process);
   EXPECT_EQ(emu::HostDeviceCopies(message_bytes) - copies, 0)
       << "copies of a message's size between host and device memory over NCCL";
+  std::map<size_t, int64_t> copied;
+  for (const auto& [bytes, n] : emu::DeviceToHostCopies()) {
+    if (const int64_t d = n - before[bytes]; d != 0) copied[bytes] = d;
+  }
+  // Every copy from device to host memory over NCCL, of the 4 ranks (2 of them heads):
+  // host values the host needs, and the landing of sums of host values, which NCCL carries
+  // in device memory. None is avoidable without moving the optimizer's decisions (clipping,
+  // skipping a non-finite step, stopping) and the logs onto the device.
+  constexpr int kRanks = kPp * kDp, kHeads = kDp;
+  constexpr int kChunkUnits = 8 / kPp + 1;  // each stage's layers and its embedding or head
+  constexpr int kModelUnits = 8 + 2;        // the gradient norm's units of the whole model
+  const std::map<size_t, int64_t> expected = {
+      // Each received message's tag, which travels ahead of it (NCCL matches in order only):
+      // four receives a rank a step.
+      {sizeof(int32_t), kSteps * kRanks * kMicrobatches},
+      // One value each: the head's loss of each micro-batch (ForwardKeepingLoss: the step's
+      // loss, logged), and the one-value sums of each rank's step (the arrivals before the
+      // tied and the data-parallel sums, where a bubble ends; the replicas' finite-loss
+      // flag; the step's loss over the pipeline and over the replicas).
+      {sizeof(double), kSteps * (kHeads * kMicrobatches + kRanks * 5)},
+      // The gradient norm's squares per unit of each chunk (GradSquaresByUnit: the host
+      // clips by the norm and logs it), then their sum over the pipeline with the
+      // non-finite-loss count.
+      {kChunkUnits * sizeof(double), kSteps * kRanks},
+      {(kModelUnits + 1) * sizeof(double), kSteps * kRanks},
+      // The step's figures every rank logs (Trainer::StepSums: waits, memory, the stop flag).
+      {(3 * kPp + 1) * sizeof(double), kSteps * kRanks},
+      // Once, at the start: the bubble placement's measured costs, three per virtual stage.
+      {3 * kPp * sizeof(double), kRanks},
+  };
+  EXPECT_EQ(copied, expected) << "device-to-host copies over NCCL, by their bytes";
 }
 
 // Sets a flag when it goes out of scope: a rank that returns early (a failed assertion) still

@@ -205,6 +205,26 @@ TEST(CudaModelTest, MemoryPlanIsReportedAndHeld) {
   EXPECT_NE(gpu->Describe().find("bf16"), std::string::npos);
 }
 
+// The start-up memory check counts the message buffers a transport that carries device memory
+// (NCCL) has the chunk allocate (CudaStageOptions::device_messages): a chunk whose plan fits
+// but whose messages do not is refused when it is made, naming them, not at the first step.
+TEST(CudaModelTest, MemoryCheckCountsTheDeviceMessages) {
+  testing::PrintShapes({kTinyShape});
+  auto fits = MustCreate(CudaPrecision::kFp32);
+  ASSERT_NE(fits, nullptr);
+  size_t free_bytes = 0, total_bytes = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
+  CudaStageOptions options;
+  options.device_messages = static_cast<int64_t>(free_bytes) / fits->MessageBytes() + 1;
+  auto refused = CudaStageModel::Create(Tiny(), WholeModel(Tiny()), kB, kT, 1, options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find(
+                absl::StrFormat("; %d device messages", options.device_messages)),
+            std::string::npos)
+      << refused.status();
+}
+
 // Training's chunk takes the device's highest stream priority and a side task's model the
 // lowest, so that side kernels are what yields when both have work waiting.
 TEST(CudaModelTest, TrainingStreamsOutrankSideWork) {

@@ -125,8 +125,15 @@ TEST(CudaPipelineTest, Bf16MessagesAreHalfTheBytesInPinnedOrDeviceMemory) {
       cudaPointerAttributes attributes{};
       ASSERT_EQ(cudaPointerGetAttributes(&attributes, buffer->get()), cudaSuccess);
       EXPECT_EQ(attributes.type, device ? cudaMemoryTypeDevice : cudaMemoryTypeHost);
-      // Forward's output, as the next stage would get it.
+      // Forward's output, as the next stage would get it: in pinned memory on return, in device
+      // memory once the event the chunk recorded after its copy has completed (a transport's
+      // stream waits for it before sending).
       ASSERT_TRUE((*chunk)->GetOutputActivations(0, buffer->get()).ok());
+      void* written = (*chunk)->MessageWritten();
+      EXPECT_EQ(written != nullptr, device);
+      if (written != nullptr) {
+        ASSERT_EQ(cudaEventSynchronize(static_cast<cudaEvent_t>(written)), cudaSuccess);
+      }
       std::vector<char>& got = seen.emplace_back(bytes);
       ASSERT_EQ(cudaMemcpy(got.data(), buffer->get(), bytes, cudaMemcpyDefault), cudaSuccess);
       std::vector<float> values(B * T * model.n_embd);

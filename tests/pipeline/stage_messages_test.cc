@@ -215,6 +215,9 @@ MessageRun TrainTwoStages(MessageType type) {
       }
       runs[r].sent_bytes = transport.sent_bytes;
       runs[r].allocations = chunk.allocations;
+      // What the chunk's start-up memory check counts for device messages (Trainer::Create).
+      EXPECT_EQ(chunk.allocations,
+                pipeline::StageExecutor::MessageBuffersOf(schedule.per_stage[r], 0));
       runs[r].foreign_buffers = chunk.foreign_buffers;
       runs[r].receives_into_unread = transport.receives_into_unread;
     });

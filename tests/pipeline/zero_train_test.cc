@@ -11,116 +11,20 @@
 #include <map>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "tests/pipeline/train_parity.h"
+#include "tests/pipeline/zero_run.h"
 
 namespace freeride {
 namespace {
 
+using testing::ExpectSameBits;
 using testing::ParityConfig;
 using testing::ParityShard;
-
-struct ZeroRun {
-  std::vector<uint64_t> losses, norms;  // bit patterns
-  std::vector<bool> applied;
-  std::vector<double> norm_values;
-  std::vector<std::vector<uint32_t>> params;  // per rank, every chunk's
-  // Per rank: each chunk's moments at their places in the chunk (element → m, v bits); a
-  // ZeRO-1 rank's hold its share only.
-  std::vector<std::map<std::pair<int, int64_t>, std::pair<uint32_t, uint32_t>>> moments;
-  std::vector<int64_t> moment_bytes;  // per rank, what its chunks hold
-};
-
-ZeroRun Train(const Config& config, int steps = 5) {
-  const int world = static_cast<int>(config.parallel.pp * config.parallel.dp);
-  auto transports = pipeline::MakeInProcessWorld(world);
-  ZeroRun run;
-  run.params.resize(world);
-  run.moments.resize(world);
-  run.moment_bytes.resize(world);
-  std::vector<std::string> failures(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      auto trainer = Trainer::Create(config, transports[r].get());
-      if (!trainer.ok()) {
-        failures[r] = std::string(trainer.status().message());
-        return;
-      }
-      if ((*trainer)->executor().buckets() != nullptr) {
-        (*trainer)->executor().set_verify_buckets(true);
-      }
-      for (int i = 0; i < steps; ++i) {
-        absl::StatusOr<StepStats> s = (*trainer)->Step();
-        if (!s.ok()) {
-          failures[r] = std::string(s.status().message());
-          return;
-        }
-        if (r == 0) {
-          run.losses.push_back(std::bit_cast<uint64_t>(s->loss));
-          run.norms.push_back(std::bit_cast<uint64_t>(s->grad_norm));
-          run.norm_values.push_back(s->grad_norm);
-          run.applied.push_back(s->applied);
-        }
-      }
-      const pipeline::StageExecutor& executor = (*trainer)->executor();
-      for (int c = 0; c < (*trainer)->num_chunks(); ++c) {
-        StageModel& chunk = (*trainer)->model(c);
-        std::vector<float> p(chunk.num_params());
-        EXPECT_TRUE(chunk.GetParams(p.data()).ok());
-        for (float x : p) run.params[r].push_back(std::bit_cast<uint32_t>(x));
-        const int64_t held = chunk.OptimizerStateElements();
-        std::vector<float> m(held), v(held);
-        EXPECT_TRUE(chunk.GetOptimizerState(m.data(), v.data()).ok());
-        std::vector<ParamRange> places = {{0, chunk.num_params()}};
-        if (executor.zero()) places = executor.buckets()->owned(c);
-        int64_t at = 0;
-        for (const ParamRange& range : places) {
-          for (int64_t i = 0; i < range.n; ++i, ++at) {
-            run.moments[r][{c, range.offset + i}] = {std::bit_cast<uint32_t>(m[at]),
-                                                     std::bit_cast<uint32_t>(v[at])};
-          }
-        }
-        EXPECT_EQ(at, held) << "rank " << r << " chunk " << c;
-        run.moment_bytes[r] += chunk.OptimizerStateBytes();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < world; ++r) EXPECT_EQ(failures[r], "") << "rank " << r;
-  return run;
-}
-
-// `sharded` trained the bits of `whole`, and each of its ranks holds the unsharded moments at
-// exactly its share's places, the shares of a stage's replicas covering the stage once.
-void ExpectSameBits(const ZeroRun& sharded, const ZeroRun& whole, int pp) {
-  EXPECT_EQ(sharded.losses, whole.losses);
-  EXPECT_EQ(sharded.norms, whole.norms);
-  EXPECT_EQ(sharded.applied, whole.applied);
-  ASSERT_EQ(sharded.params.size(), whole.params.size());
-  for (size_t r = 0; r < whole.params.size(); ++r) {
-    EXPECT_TRUE(sharded.params[r] == whole.params[r]) << "rank " << r << "'s parameters differ";
-    EXPECT_LT(sharded.moment_bytes[r], whole.moment_bytes[r]) << "rank " << r;
-    for (const auto& [place, bits] : sharded.moments[r]) {
-      auto it = whole.moments[r].find(place);
-      ASSERT_NE(it, whole.moments[r].end());
-      EXPECT_EQ(bits, it->second) << "rank " << r << " chunk " << place.first << " element "
-                                  << place.second;
-      if (bits != it->second) return;
-    }
-  }
-  for (int stage = 0; stage < pp; ++stage) {
-    std::map<std::pair<int, int64_t>, int> holders;
-    for (size_t r = stage; r < whole.params.size(); r += pp) {
-      for (const auto& [place, bits] : sharded.moments[r]) ++holders[place];
-    }
-    EXPECT_EQ(holders.size(), whole.moments[stage].size()) << "stage " << stage;
-    for (const auto& [place, count] : holders) {
-      ASSERT_EQ(count, 1) << "stage " << stage << " element " << place.second;
-    }
-  }
-}
+using testing::Train;
+using testing::ZeroRun;
 
 class ZeroTrainTest : public ::testing::Test {
  protected:
@@ -241,21 +145,19 @@ TEST_F(ZeroTrainTest, MoreReplicasAndLlamaTrainTheSameBits) {
   }
 }
 
-// A CUDA stage has no sharded optimizer yet: the config is refused naming the key.
-TEST(ZeroConfigTest, ACudaStageIsRefusedNamingTheKey) {
-  absl::StatusOr<Config> config = ParseConfig(R"(
-[data]
-train = "x.bin"
-[parallel]
-dp = 2
-zero = 1
-[runtime]
-device = "cuda"
-)",
-                                              "zero.toml");
+// On CUDA ZeRO-1's sums go through host memory (MPI): NCCL asked for is refused naming the
+// key; "auto" is accepted.
+TEST(ZeroConfigTest, NcclWithZeroOnCudaIsRefusedNamingTheKey) {
+  const auto toml = [](const std::string& transport) {
+    return absl::StrCat("[data]\ntrain = \"x.bin\"\n[parallel]\ndp = 2\nzero = 1\ntransport = \"",
+                        transport, "\"\n[runtime]\ndevice = \"cuda\"\n");
+  };
+  absl::StatusOr<Config> config = ParseConfig(toml("nccl"), "zero.toml");
   ASSERT_FALSE(config.ok());
   EXPECT_THAT(std::string(config.status().message()),
-              ::testing::HasSubstr("parallel.zero: expected 0 on runtime.device = \"cuda\""));
+              ::testing::HasSubstr("parallel.transport: expected \"mpi\" or \"auto\" with "
+                                   "parallel.zero = 1"));
+  EXPECT_TRUE(ParseConfig(toml("auto"), "zero.toml").ok());
   EXPECT_FALSE(ParseConfig("[parallel]\nzero = 2\n[data]\ntrain = \"x.bin\"\n", "z.toml").ok());
 }
 

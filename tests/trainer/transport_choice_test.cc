@@ -19,6 +19,13 @@ Config With(const std::string& device, const std::string& transport) {
   return config;
 }
 
+// ZeRO-1 at dp 2: its reduce-scatter and all-gather go through host memory.
+Config ZeroOne(Config config) {
+  config.parallel.dp = 2;
+  config.parallel.zero = 1;
+  return config;
+}
+
 TEST(TransportChoiceTest, AutoTakesNcclOnlyForCudaStagesOfSeveralRanksWithNccl) {
   auto nccl = ChooseTransport(With("cuda", "auto"), 4, true);
   ASSERT_TRUE(nccl.ok()) << nccl.status();
@@ -31,7 +38,8 @@ TEST(TransportChoiceTest, AutoTakesNcclOnlyForCudaStagesOfSeveralRanksWithNccl) 
            {With("cpu", "auto"), 4, true, "the stages run on the cpu"},
            {With("cuda", "auto"), 1, true, "one rank"},
            {With("cuda", "auto"), 4, false, "no NCCL that joins processes"},
-           {With("cuda", "mpi"), 4, true, "parallel.transport = \"mpi\""}}) {
+           {With("cuda", "mpi"), 4, true, "parallel.transport = \"mpi\""},
+           {ZeroOne(With("cuda", "auto")), 4, true, "parallel.zero = 1"}}) {
     auto mpi = ChooseTransport(config, world, built);
     ASSERT_TRUE(mpi.ok()) << mpi.status();
     EXPECT_FALSE(mpi->nccl) << why;

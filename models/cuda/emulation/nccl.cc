@@ -10,7 +10,9 @@
 // sending to each other outside one group deadlock here too, instead of passing by luck.
 // Receives match sends in order per (sender, receiver); all-reduces match in issue order.
 // Sums add the ranks' contributions in rank order, so every rank gets the same bits (those of
-// the in-process transport's sums, pipeline/comm/in_process_transport.cc).
+// the in-process transport's sums, pipeline/comm/in_process_transport.cc). Reduce-scatters and
+// all-gathers (ZeRO-1's) are collectives in the same issue order: a reduce-scatter gives each
+// rank its slice of that rank-order sum, an all-gather every rank's values in rank order.
 //
 // ncclCommAbort ends this rank's operations where they stand (buffers left as they are); a
 // peer's operation that needs an aborted or destroyed rank ends too, with ncclRemoteError as
@@ -70,6 +72,7 @@ struct Collective {
   ncclDataType_t type = ncclFloat;
   std::vector<std::vector<char>> contributions;
   int deposited = 0, read = 0;
+  int kind = -1;  // a reduce-scatter's or all-gather's Op::Kind (-1: an all-reduce's)
 };
 
 struct Clique {
@@ -118,7 +121,7 @@ struct NcclComm {
 namespace {
 
 struct Op {
-  enum Kind { kSend, kRecv, kAllReduce } kind;
+  enum Kind { kSend, kRecv, kAllReduce, kReduceScatter, kAllGather } kind;
   const void* send = nullptr;
   void* recv = nullptr;
   size_t bytes = 0, count = 0;
@@ -153,6 +156,33 @@ void SumInRankOrder(const Collective& c, void* out) {
       sum += reinterpret_cast<const T*>(c.contributions[r].data())[i];
     }
     dst[i] = sum;
+  }
+}
+
+// A reduce-scatter's or all-gather's result for rank `me` of `n`: its slice of the rank-order
+// sum (n equal slices in rank order), or every rank's contribution in rank order.
+void FinishScatterOrGather(const Collective& c, int me, int n, void* out) {
+  const size_t bytes = c.contributions[0].size();
+  if (c.kind == Op::kAllGather) {
+    for (int r = 0; r < n; ++r) {
+      std::memcpy(static_cast<char*>(out) + r * bytes, c.contributions[r].data(), bytes);
+    }
+    return;
+  }
+  const size_t slice = c.count / n, type_bytes = TypeBytes(c.type);
+  auto sum_slice = [&](auto zero) {
+    using T = decltype(zero);
+    T* dst = static_cast<T*>(out);
+    for (size_t i = slice * me; i < slice * (me + 1); ++i) {
+      T sum = reinterpret_cast<const T*>(c.contributions[0].data())[i];
+      for (int r = 1; r < n; ++r) sum += reinterpret_cast<const T*>(c.contributions[r].data())[i];
+      dst[i - slice * me] = sum;
+    }
+  };
+  if (type_bytes == sizeof(float)) {
+    sum_slice(0.0f);
+  } else {
+    sum_slice(0.0);
   }
 }
 
@@ -198,6 +228,19 @@ void RunGroup(const std::shared_ptr<CommState>& state, const std::vector<Op>& op
       const char* src = static_cast<const char*>(op.send);
       coll->contributions[me].assign(src, src + op.bytes);
       ++coll->deposited;
+    } else if (op.kind == Op::kReduceScatter || op.kind == Op::kAllGather) {
+      std::shared_ptr<Collective>& coll = c.collectives[op.collective];
+      if (coll == nullptr) {
+        coll = std::make_shared<Collective>(n);
+        coll->count = op.count;
+        coll->type = op.type;
+        coll->kind = op.kind;
+      } else if (coll->kind != op.kind || coll->count != op.count || coll->type != op.type) {
+        s.Fail(ncclInvalidUsage);  // ranks disagree on the collective
+      }
+      const char* src = static_cast<const char*>(op.send);
+      coll->contributions[me].assign(src, src + op.bytes);
+      ++coll->deposited;
     }
   }
   c.cv.notify_all();
@@ -230,6 +273,15 @@ void RunGroup(const std::shared_ptr<CommState>& state, const std::vector<Op>& op
     } else {
       SumInRankOrder<double>(*coll, op.recv);
     }
+    if (++coll->read == n) c.collectives.erase(op.collective);
+  }
+  for (const Op& op : ops) {
+    if (op.kind != Op::kReduceScatter && op.kind != Op::kAllGather) continue;
+    std::shared_ptr<Collective> coll = c.collectives[op.collective];
+    if (!Await(
+            s, lock, [&] { return coll->deposited == n; }, [&] { return c.AnyGone(); }))
+      return;
+    FinishScatterOrGather(*coll, me, n, op.recv);
     if (++coll->read == n) c.collectives.erase(op.collective);
   }
   for (size_t i = 0, k = 0; i < ops.size(); ++i) {
@@ -493,6 +545,52 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
   op.recv = recvbuff;
   op.bytes = bytes;
   op.count = count;
+  op.type = datatype;
+  op.collective = comm->state->next_collective++;
+  return freeride::emu::Issue(comm, stream, op);
+}
+
+ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               ncclDataType_t datatype, ncclRedOp_t op_kind, ncclComm_t comm,
+                               cudaStream_t stream) {
+  if (op_kind != ncclSum || (datatype != ncclFloat && datatype != ncclDouble)) {
+    return ncclInvalidArgument;
+  }
+  if (comm == nullptr) return ncclInvalidArgument;
+  const size_t nranks = static_cast<size_t>(comm->state->clique->nranks);
+  const size_t bytes = recvcount * freeride::emu::TypeBytes(datatype);
+  for (const auto& [buffer, size] : {std::pair{sendbuff, bytes * nranks}, {recvbuff, bytes}}) {
+    if (ncclResult_t r = freeride::emu::CheckCall(comm, stream, -1, buffer, size);
+        r != ncclSuccess) {
+      return r;
+    }
+  }
+  Op op{Op::kReduceScatter};
+  op.send = sendbuff;
+  op.recv = recvbuff;
+  op.bytes = bytes * nranks;
+  op.count = recvcount * nranks;
+  op.type = datatype;
+  op.collective = comm->state->next_collective++;
+  return freeride::emu::Issue(comm, stream, op);
+}
+
+ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  if (comm == nullptr || freeride::emu::TypeBytes(datatype) == 0) return ncclInvalidArgument;
+  const size_t nranks = static_cast<size_t>(comm->state->clique->nranks);
+  const size_t bytes = sendcount * freeride::emu::TypeBytes(datatype);
+  for (const auto& [buffer, size] : {std::pair{sendbuff, bytes}, {recvbuff, bytes * nranks}}) {
+    if (ncclResult_t r = freeride::emu::CheckCall(comm, stream, -1, buffer, size);
+        r != ncclSuccess) {
+      return r;
+    }
+  }
+  Op op{Op::kAllGather};
+  op.send = sendbuff;
+  op.recv = recvbuff;
+  op.bytes = bytes;
+  op.count = sendcount;
   op.type = datatype;
   op.collective = comm->state->next_collective++;
   return freeride::emu::Issue(comm, stream, op);

@@ -4,6 +4,8 @@
 #include "models/cuda/emulation/runtime.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -29,6 +32,7 @@ struct Device {
   size_t allocated = 0;
   std::unordered_map<const void*, size_t> max_shared;  // cudaFuncSetAttribute
   std::map<size_t, int64_t> host_device_copies;        // bytes → copies (HostDeviceCopies)
+  std::map<size_t, int64_t> device_to_host_copies;     // the same, device to host only
 };
 Device& TheDevice() {
   static Device* device = new Device;  // outlives every static destructor that frees memory
@@ -82,11 +86,14 @@ cudaMemcpyKind Resolved(void* dst, const void* src, size_t bytes, cudaMemcpyKind
   return from_device ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost;
 }
 
+std::atomic<double> device_copy_delay_s{0};  // SetDeviceCopyDelay
+
 void CountCopy(size_t bytes, cudaMemcpyKind kind) {
   if (kind != cudaMemcpyHostToDevice && kind != cudaMemcpyDeviceToHost) return;
   Device& d = TheDevice();
   std::lock_guard<std::mutex> lock(d.mu);
   ++d.host_device_copies[bytes];
+  if (kind == cudaMemcpyDeviceToHost) ++d.device_to_host_copies[bytes];
 }
 
 }  // namespace
@@ -108,6 +115,14 @@ int64_t HostDeviceCopies(size_t bytes) {
   std::lock_guard<std::mutex> lock(d.mu);
   auto it = d.host_device_copies.find(bytes);
   return it == d.host_device_copies.end() ? 0 : it->second;
+}
+
+void SetDeviceCopyDelay(double seconds) { device_copy_delay_s = seconds > 0 ? seconds : 0; }
+
+std::map<size_t, int64_t> DeviceToHostCopies() {
+  Device& d = TheDevice();
+  std::lock_guard<std::mutex> lock(d.mu);
+  return d.device_to_host_copies;
 }
 
 size_t MaxDynamicSharedBytes(const void* kernel) {
@@ -352,7 +367,12 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
                            [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
     return cudaSuccess;
   }
-  freeride::emu::Enqueue(stream, [dst, src, bytes] { std::memcpy(dst, src, bytes); });
+  const double delay =
+      kind == cudaMemcpyDeviceToDevice ? freeride::emu::device_copy_delay_s.load() : 0.0;
+  freeride::emu::Enqueue(stream, [dst, src, bytes, delay] {
+    if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+    std::memcpy(dst, src, bytes);
+  });
   if (kind == cudaMemcpyDeviceToHost && !freeride::emu::IsPinned(dst) && stream != nullptr) {
     cudaStreamSynchronize(stream);
   }

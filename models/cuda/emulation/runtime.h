@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string_view>
 
@@ -37,6 +38,9 @@ bool IsDeviceMemory(const void* p, size_t bytes);
 // exactly `bytes` bytes the process has made so far: e.g. that a pipeline's messages on a
 // transport that carries device memory never pass through the host.
 int64_t HostDeviceCopies(size_t bytes);
+// Tests: the copies from device to host memory the process has made so far, by their bytes
+// (bytes → copies): e.g. that no gradient leaves the device for a sum over NCCL.
+std::map<size_t, int64_t> DeviceToHostCopies();
 
 }  // namespace freeride::emu
 
@@ -66,5 +70,10 @@ namespace freeride::emu {
 // Tests: every NCCL group of communicators of rank `rank` (in any clique) starts `seconds` late
 // on its stream, a deliberately slow communication stream (nccl.cc); 0 removes the delay.
 void SetNcclRankDelay(int rank, double seconds);
+// Tests: every cudaMemcpyAsync between device buffers runs `seconds` late on its stream: a
+// chunk's copies into and out of device messages come late, as behind a busy compute stream,
+// so that whatever reads or rewrites a message without waiting for its event sees the wrong
+// values. 0 removes the delay.
+void SetDeviceCopyDelay(double seconds);
 
 }  // namespace freeride::emu

@@ -93,3 +93,13 @@ ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                            cudaStream_t stream);
+// Sum only, of ncclFloat or ncclDouble: rank r gets elements [r·recvcount, (r + 1)·recvcount)
+// of the sum of every rank's sendbuff (recvcount × nranks elements); recvbuff may be that
+// slice of sendbuff (in place).
+ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                               cudaStream_t stream);
+// recvbuff (sendcount × nranks) gets every rank's sendbuff in rank order; sendbuff may be
+// rank r's place in it (in place).
+ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);

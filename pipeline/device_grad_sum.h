@@ -1,0 +1,36 @@
+// Gradient sums across ranks in place on the device: where the transport carries device memory
+// (NCCL) and a chunk keeps its gradients on a device (CUDA), a sum reads and writes the chunk's
+// gradient buffer where it is, on the transport's stream after the work the chunk has queued
+// (the products that make the gradients), with no copy through the host and no host wait
+// before it starts. Otherwise (MPI, the in-process transport, the CPU backend) the sums go
+// through the chunk's host copy (StageModel::HostGrads), as they always have.
+#pragma once
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "models/grad_norm.h"
+#include "models/stage_model.h"
+#include "pipeline/comm/transport.h"
+
+namespace freeride::pipeline {
+
+// Whether `chunk`'s sums over `transport` run on the device.
+inline bool SumsOnDevice(const Transport& transport, const StageModel& chunk) {
+  return transport.CarriesDeviceMemory() && chunk.GradsOnDevice();
+}
+
+// Starts the sum over `group` of `chunk`'s gradient ranges (layout offsets), in place on its
+// device, once what the chunk has queued so far has run (SumsOnDevice must hold). The chunk's
+// gradients there are the sums once the request completes; nothing is to be committed.
+absl::StatusOr<Transport::Request> StartDeviceGradSum(StageModel& chunk,
+                                                      const std::vector<ParamRange>& ranges,
+                                                      Transport& transport,
+                                                      const std::vector<int>& group);
+
+// Gradients [offset, offset + n) of `chunk` summed over `group`, waited for: on the device where
+// SumsOnDevice holds, else through its host copy (HostGrads, CommitHostGrads).
+absl::Status SumGrads(StageModel& chunk, int64_t offset, int64_t n, Transport& transport,
+                      const std::vector<int>& group, double timeout_s);
+
+}  // namespace freeride::pipeline
