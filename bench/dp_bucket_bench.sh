@@ -9,32 +9,18 @@
 # micro-batches of one sequence of 64 random tokens, one thread per rank.
 # Log: bench/results/DATE-dp-buckets.log.
 # Usage: [BUCKET_MB=4] [KIND=1f1b] bench/dp_bucket_bench.sh [ROUNDS=8] [STEPS=16] [WARMUP=3]
-set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-build=${BUILD_DIR:-$root/build}
-rounds=${1:-8}
-steps=${2:-16}
-warmup=${3:-3}
+source "$(dirname "${BASH_SOURCE[0]}")/bench_common.sh"
+bench_args 8 16 3 "$@"
 bucket_mb=${BUCKET_MB:-4}
 kind=${KIND:-1f1b}
 mkdir -p bench/results runs
 data=$(mktemp -d)
 results=$(mktemp)
 trap 'rm -rf "$data" "$results"' EXIT
-python3 - "$data" <<'EOF'
-import random, struct, sys
-random.seed(7)
-n = 400000
-header = [20240520, 1, n] + [0] * 253
-with open(f"{sys.argv[1]}/train_000.bin", "wb") as f:
-    f.write(struct.pack("<256i", *header))
-    f.write(struct.pack(f"<{n}H", *[random.randrange(4096) for _ in range(n)]))
-EOF
+write_tokens "$data" 4096 train_000.bin:400000
 log="bench/results/$(date +%F)-dp-buckets.log"
 exec > >(tee "$log") 2>&1
-echo "== $(date -u) $(git rev-parse --short HEAD 2>/dev/null || echo unknown); $(nproc) CPUs;" \
-  "load $(cut -d' ' -f1-3 /proc/loadavg); rounds $rounds, steps $steps, warm-up $warmup"
+bench_header
 echo "== 2 MPI ranks, pp 1 × dp 2, $kind; dp_bucket_mb 0 against $bucket_mb"
 
 run() {
@@ -68,16 +54,9 @@ for ((r = 0; r < rounds; r++)); do
   done
 done
 python3 - "$results" "$bucket_mb" <<'EOF'
-import math, sys
+import sys
 from collections import defaultdict
-T95 = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-def interval(xs):
-    n = len(xs)
-    mean = sum(xs) / n
-    if n < 2:
-        return mean, float("nan")
-    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
-    return mean, T95.get(n - 1, 1.96) * sd / math.sqrt(n)
+from bench_stats import interval
 runs = defaultdict(dict)  # round -> bucket MiB -> [step ms, wait ms]
 for line in open(sys.argv[1]):
     mb, r, step, wait = line.split()

@@ -16,42 +16,24 @@
 # (RMSNorm, rotary positions, SwiGLU of its default width, key/value heads half the heads).
 # Log: bench/results/DATE-memory.log, DATE-memory-llama.log for ARCH=llama (TINY=1: not kept).
 # Usage: [DP=2] [KIND=1f1b] [TINY=0] [ARCH=gpt2] bench/memory_bench.sh [ROUNDS=4] [STEPS=8] [WARMUP=2]
-set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-build=${BUILD_DIR:-$root/build}
-rounds=${1:-4}
-steps=${2:-8}
-warmup=${3:-2}
+source "$(dirname "${BASH_SOURCE[0]}")/bench_common.sh"
+bench_args 4 8 2 "$@"
 dp=${DP:-2}
 kind=${KIND:-1f1b}
 tiny=${TINY:-0}
 arch=${ARCH:-gpt2}
-if ((warmup >= steps)); then
-  echo "error: WARMUP ($warmup) must be below STEPS ($steps)" >&2
-  exit 2
-fi
 layers=8 embd=256 heads=4 vocab=4096 seq=512
 ((tiny)) && layers=2 embd=32 heads=2 vocab=512 seq=16
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-python3 - "$work" "$vocab" <<'PY'
-import random, struct, sys
-random.seed(7)
-n = 200000
-header = [20240520, 1, n] + [0] * 253
-with open(f"{sys.argv[1]}/train_000.bin", "wb") as f:
-    f.write(struct.pack("<256i", *header))
-    f.write(struct.pack(f"<{n}H", *[random.randrange(int(sys.argv[2])) for _ in range(n)]))
-PY
+write_tokens "$work" "$vocab" train_000.bin:200000
 log=/dev/null
 if ((!tiny)); then
   mkdir -p bench/results
   log="bench/results/$(date +%F)-memory$([[ $arch == gpt2 ]] || echo "-$arch").log"
 fi
 exec > >(tee "$log") 2>&1
-echo "== $(date -u) $(git rev-parse --short HEAD 2>/dev/null || echo unknown); $(nproc) CPUs;" \
-  "load $(cut -d' ' -f1-3 /proc/loadavg); rounds $rounds, steps $steps, warm-up $warmup"
+bench_header
 zeros=(0 1)
 ((dp > 1)) || zeros=(0)
 echo "== $((2 * dp)) MPI ranks, pp 2 × dp $dp, $kind; $arch, $layers blocks of n_embd $embd," \
@@ -113,16 +95,9 @@ for ((r = 0; r < rounds; r++)); do
   done
 done
 python3 - "$work/results" "$work/plans" <<'PY'
-import math, sys
+import sys
 from collections import defaultdict
-T95 = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-def interval(xs):
-    n = len(xs)
-    mean = sum(xs) / n
-    if n < 2:
-        return mean, float("nan")
-    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
-    return mean, T95.get(n - 1, 1.96) * sd / math.sqrt(n)
+from bench_stats import interval
 runs = defaultdict(dict)  # round -> arm -> (step ms, [peak bytes per stage])
 for line in open(sys.argv[1]):
     _, arm, r, step, *peaks = line.split()
@@ -150,4 +125,4 @@ for arm in arms:
     print(f"| {mode} | {zero} | {cells[0]} | {cells[1]} | {step[0]:.1f} ± {step[1]:.1f} "
           f"| {ratio[0]:.3f} ± {ratio[1]:.3f} |")
 PY
-echo "== done $(date -u); load $(cut -d' ' -f1-3 /proc/loadavg); log $log"
+bench_footer "$log"

@@ -14,28 +14,15 @@
 # One log per pipeline: bench/results/DATE-step-sync-PIPELINE.log.
 # Usage: [PIPELINES="emulated two_ranks"] [KINDS="gpipe 1f1b ..."] \
 #   bench/step_sync_bench.sh [ROUNDS=8] [STEPS=24] [WARMUP=4]
-set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-build=${BUILD_DIR:-$root/build}
-rounds=${1:-8}
-steps=${2:-24}
-warmup=${3:-4}
+source "$(dirname "${BASH_SOURCE[0]}")/bench_common.sh"
+bench_args 8 24 4 "$@"
 pipelines=${PIPELINES:-emulated two_ranks}
 exec 3>&1  # each pipeline's log gets only its own lines
 kinds=${KINDS:-gpipe 1f1b interleaved zbh1 zbh2 zbv dualpipev}
 mkdir -p bench/results runs
 data=$(mktemp -d)
 trap 'rm -rf "$data"' EXIT
-python3 - "$data" <<'EOF'
-import random, struct, sys
-random.seed(7)
-for name, n in (("train_000.bin", 400000), ("val_000.bin", 40000)):
-    header = [20240520, 1, n] + [0] * 253
-    with open(f"{sys.argv[1]}/{name}", "wb") as f:
-        f.write(struct.pack("<256i", *header))
-        f.write(struct.pack(f"<{n}H", *[random.randrange(4096) for _ in range(n)]))
-EOF
+write_tokens "$data" 4096 train_000.bin:400000 val_000.bin:40000
 common=(--set "data.train=\"$data/train_*.bin\"" --set "data.val=\"$data/val_*.bin\""
         --set model.n_layer=8 --set model.n_embd=256 --set model.n_head=4
         --set model.vocab_size=4096 --set parallel.partition=\"even\"
@@ -71,8 +58,7 @@ EOF
 for setup in $pipelines; do
   log="bench/results/$(date +%F)-step-sync-${setup//_/-}.log"
   exec > >(tee "$log" >&3) 2>&1
-  echo "== $(date -u) $(git rev-parse --short HEAD 2>/dev/null || echo unknown); $(nproc) CPUs;" \
-    "load $(cut -d' ' -f1-3 /proc/loadavg); rounds $rounds, steps $steps, warm-up $warmup"
+  bench_header
   echo "== $setup: $([ $setup = emulated ] && echo '4 stages, stage 0 real, one process' ||
     echo '2 stages, 2 MPI ranks (launch/run.sh)')"
   results=$(mktemp)
@@ -87,16 +73,9 @@ for setup in $pipelines; do
     done
   done
   python3 - "$results" <<'EOF'
-import math, sys
+import sys
 from collections import defaultdict
-T95 = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-def interval(xs):
-    n = len(xs)
-    mean = sum(xs) / n
-    if n < 2:
-        return mean, float("nan")
-    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
-    return mean, T95.get(n - 1, 1.96) * sd / math.sqrt(n)
+from bench_stats import interval
 runs = defaultdict(dict)  # (kind, round) -> sync -> figures
 for line in open(sys.argv[1]):
     kind, sync, r, *values = line.split()
@@ -120,5 +99,5 @@ for kind in kinds:
           f"{ratio[0]:.3f} ± {ratio[1]:.3f} | " + " | ".join(cells) + " |")
 EOF
   rm -f "$results"
-  echo "== done $(date -u); load $(cut -d' ' -f1-3 /proc/loadavg); log $log"
+  bench_footer "$log"
 done

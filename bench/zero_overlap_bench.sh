@@ -10,40 +10,22 @@
 # 32 and 16 tokens, the script's own check.
 # Log: bench/results/DATE-zero-overlap.log (TINY=1: not kept).
 # Usage: [KIND=1f1b] [TINY=0] bench/zero_overlap_bench.sh [ROUNDS=4] [STEPS=8] [WARMUP=2]
-set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-build=${BUILD_DIR:-$root/build}
-rounds=${1:-4}
-steps=${2:-8}
-warmup=${3:-2}
+source "$(dirname "${BASH_SOURCE[0]}")/bench_common.sh"
+bench_args 4 8 2 "$@"
 kind=${KIND:-1f1b}
 tiny=${TINY:-0}
-if ((warmup >= steps)); then
-  echo "error: WARMUP ($warmup) must be below STEPS ($steps)" >&2
-  exit 2
-fi
 layers=8 embd=256 heads=4 vocab=4096 seq=512
 ((tiny)) && layers=2 embd=32 heads=2 vocab=512 seq=16
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-python3 - "$work" "$vocab" <<'PY'
-import random, struct, sys
-random.seed(7)
-n = 200000
-header = [20240520, 1, n] + [0] * 253
-with open(f"{sys.argv[1]}/train_000.bin", "wb") as f:
-    f.write(struct.pack("<256i", *header))
-    f.write(struct.pack(f"<{n}H", *[random.randrange(int(sys.argv[2])) for _ in range(n)]))
-PY
+write_tokens "$work" "$vocab" train_000.bin:200000
 log=/dev/null
 if ((!tiny)); then
   mkdir -p bench/results
   log="bench/results/$(date +%F)-zero-overlap.log"
 fi
 exec > >(tee "$log") 2>&1
-echo "== $(date -u) $(git rev-parse --short HEAD 2>/dev/null || echo unknown); $(nproc) CPUs;" \
-  "load $(cut -d' ' -f1-3 /proc/loadavg); rounds $rounds, steps $steps, warm-up $warmup"
+bench_header
 echo "== 4 MPI ranks, pp 2 × dp 2, $kind, zero 1; $layers blocks of n_embd $embd," \
   "8 micro-batches of 1 × $seq tokens; zero_overlap true / false"
 
@@ -83,16 +65,9 @@ for ((r = 0; r < rounds; r++)); do
   done
 done
 python3 - "$work/results" <<'PY'
-import math, sys
+import sys
 from collections import defaultdict
-T95 = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-def interval(xs):
-    n = len(xs)
-    mean = sum(xs) / n
-    if n < 2:
-        return mean, float("nan")
-    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
-    return mean, T95.get(n - 1, 1.96) * sd / math.sqrt(n)
+from bench_stats import interval
 runs = defaultdict(dict)  # round -> arm -> (step ms, stage 0 waits ms, stage 1 waits ms)
 for line in open(sys.argv[1]):
     _, arm, r, *figures = line.split()
@@ -108,4 +83,4 @@ for arm in ("overlapped", "blocking"):
     print(f"| {arm} | {step[0]:.1f} ± {step[1]:.1f} | {w0:.1f} | {w1:.1f} "
           f"| {ratio[0]:.3f} ± {ratio[1]:.3f} |")
 PY
-echo "== done $(date -u); load $(cut -d' ' -f1-3 /proc/loadavg); log $log"
+bench_footer "$log"

@@ -21,7 +21,17 @@ phase_done() {
 "$root/launch/install_deps.sh"
 "$root/launch/fetch_tokenizer.sh"
 phase_done install
-"$root/launch/build.sh"
+# CI's builds (CI=true: .ci/run) check that everything compiles, warnings and register spills as
+# errors, on a machine without a GPU: they take line tables only for debug information
+# (FREERIDE_DEBUG_INFO=lines, CMakeLists.txt; the same code, a third less compile time) and the
+# kernels for one CUDA architecture, sm_90, not both of the default. A person's run builds as
+# launch/build.sh does. Measured: launch/README.md.
+ci_build=()
+if [[ ${CI:-} == true ]]; then
+  export FREERIDE_DEBUG_INFO=lines  # the fuzz build's too (tests/fuzz/run.sh)
+  ci_build=(-DFREERIDE_DEBUG_INFO=lines -DCMAKE_CUDA_ARCHITECTURES=90)
+fi
+"$root/launch/build.sh" "${ci_build[@]}"
 phase_done build
 # ", failed: A B" from ctest's list of the last run's failures in build dir $1 (empty if none).
 failed_tests() {
@@ -58,7 +68,8 @@ if [[ ${FREERIDE_EMULATED_TESTS:-1} != 0 ]]; then
   generator=()
   if command -v ninja >/dev/null && [[ ! -f $emulate/CMakeCache.txt ]]; then generator=(-G Ninja); fi
   rc=0
-  { cmake -S "$root" -B "$emulate" "${generator[@]}" -DFREERIDE_CUDA=EMULATE >/dev/null &&
+  { cmake -S "$root" -B "$emulate" "${generator[@]}" -DFREERIDE_CUDA=EMULATE \
+      -DFREERIDE_DEBUG_INFO="${FREERIDE_DEBUG_INFO:-full}" >/dev/null &&
     cmake --build "$emulate" -j "$(nproc)" --target freeride_emulated_tests; } || rc=$?
   phase_done "emulation build"
   if ((rc == 0)); then

@@ -9,6 +9,7 @@
 #include "models/kv_decoder.h"
 #include "models/llmc_checkpoint.h"
 #include "tests/models/grad_check.h"
+#include "tests/models/stage_checks.h"
 
 namespace freeride {
 namespace {
@@ -17,15 +18,7 @@ GPT2Config Tiny(int64_t layers = 2, int64_t vocab = 11) {
   return *MakeGPT2Config(layers, /*n_head=*/2, /*n_embd=*/8, /*max_seq_len=*/6, vocab);
 }
 
-template <typename T>
-void FillBatch(GPT2Stage<T>& m, int slot, uint64_t seed) {
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  const int64_t n = m.micro_batch() * m.seq_len();
-  for (int64_t i = 0; i < n; ++i) {
-    if (m.stage().has_embedding) m.tokens(slot)[i] = rng() % m.config().vocab_size;
-    if (m.stage().has_head) m.targets(slot)[i] = rng() % m.config().vocab_size;
-  }
-}
+using testing::FillBatch;
 
 TEST(GPT2Test, WholeModelGradientsMatchFiniteDifferences) {
   const GPT2Config cfg = Tiny();
@@ -57,30 +50,7 @@ TEST(GPT2Test, RandomInitLossIsLogVocab) {
 }
 
 TEST(GPT2Test, SplitBackwardEqualsInterleavedBitForBit) {
-  const GPT2Config cfg = Tiny(3);
-  GPT2Stage<float> a(cfg, WholeModel(cfg), 2, 5, 2), b(cfg, WholeModel(cfg), 2, 5, 2);
-  a.InitRandom(7);
-  b.InitRandom(7);
-  for (GPT2Stage<float>* m : {&a, &b}) {
-    FillBatch(*m, 0, 1);
-    FillBatch(*m, 1, 2);
-    m->ZeroGrads();
-  }
-  // a: F0 B0 W0 F1 B1 W1.  b: F0 F1 B0 B1 W0 W1 (zero-bubble style, weights deferred).
-  for (int s = 0; s < 2; ++s) {
-    a.Forward(s);
-    a.BackwardInput(s, 0.05f);
-    a.BackwardWeight(s);
-  }
-  b.Forward(0);
-  b.Forward(1);
-  b.BackwardInput(0, 0.05f);
-  b.BackwardInput(1, 0.05f);
-  b.BackwardWeight(0);
-  b.BackwardWeight(1);
-  a.FoldHeadWteGrad();
-  b.FoldHeadWteGrad();
-  EXPECT_EQ(0, std::memcmp(a.grads(), b.grads(), a.num_params() * sizeof(float)));
+  testing::ExpectSplitBackwardEqualsInterleaved<GPT2Stage<float>>(Tiny(3));
 }
 
 TEST(GPT2Test, StagesReproduceTheWholeModelBitForBit) {

@@ -10,6 +10,7 @@
 #include "models/cpu_stage_model.h"
 #include "models/llmc_checkpoint.h"
 #include "tests/models/grad_check.h"
+#include "tests/models/stage_checks.h"
 
 namespace freeride {
 namespace {
@@ -21,15 +22,7 @@ GPT2Config TinyLlama(bool tied, int64_t layers = 2) {
                           /*rope_theta=*/100.0, /*norm_eps=*/1e-5, tied);
 }
 
-template <typename T>
-void FillBatch(LlamaStage<T>& m, int slot, uint64_t seed) {
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  const int64_t n = m.micro_batch() * m.seq_len();
-  for (int64_t i = 0; i < n; ++i) {
-    if (m.stage().has_embedding) m.tokens(slot)[i] = rng() % m.config().vocab_size;
-    if (m.stage().has_head) m.targets(slot)[i] = rng() % m.config().vocab_size;
-  }
-}
+using testing::FillBatch;
 
 void CheckWholeModelGradients(bool tied) {
   const GPT2Config cfg = TinyLlama(tied);
@@ -123,30 +116,7 @@ TEST(LlamaTest, RandomInitLossIsLogVocab) {
 }
 
 TEST(LlamaTest, SplitBackwardEqualsInterleavedBitForBit) {
-  const GPT2Config cfg = TinyLlama(true, 3);
-  LlamaStage<float> a(cfg, WholeModel(cfg), 2, 5, 2), b(cfg, WholeModel(cfg), 2, 5, 2);
-  a.InitRandom(7);
-  b.InitRandom(7);
-  for (LlamaStage<float>* m : {&a, &b}) {
-    FillBatch(*m, 0, 1);
-    FillBatch(*m, 1, 2);
-    m->ZeroGrads();
-  }
-  // a: F0 B0 W0 F1 B1 W1.  b: F0 F1 B0 B1 W0 W1 (zero-bubble style, weights deferred).
-  for (int s = 0; s < 2; ++s) {
-    a.Forward(s);
-    a.BackwardInput(s, 0.05f);
-    a.BackwardWeight(s);
-  }
-  b.Forward(0);
-  b.Forward(1);
-  b.BackwardInput(0, 0.05f);
-  b.BackwardInput(1, 0.05f);
-  b.BackwardWeight(0);
-  b.BackwardWeight(1);
-  a.FoldHeadWteGrad();
-  b.FoldHeadWteGrad();
-  EXPECT_EQ(0, std::memcmp(a.grads(), b.grads(), a.num_params() * sizeof(float)));
+  testing::ExpectSplitBackwardEqualsInterleaved<LlamaStage<float>>(TinyLlama(true, 3));
 }
 
 void CheckStagesReproduceTheWholeModel(bool tied) {

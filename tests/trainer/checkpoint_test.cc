@@ -17,29 +17,14 @@
 #include "core/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/trainer/run_cli.h"
 #include "tests/trainer/tiny_run.h"
-#include "trainer/cli/cli.h"
 #include "trainer/train_state.h"
 
 namespace freeride {
 namespace {
 
 using ::testing::HasSubstr;
-
-struct CliResult {
-  int status;
-  std::string out, err;
-};
-
-CliResult RunFreeride(const std::vector<std::string>& args) {
-  std::ostringstream out, err;
-  std::streambuf* old_out = std::cout.rdbuf(out.rdbuf());
-  std::streambuf* old_err = std::cerr.rdbuf(err.rdbuf());
-  const int status = RunCli(args);
-  std::cout.rdbuf(old_out);
-  std::cerr.rdbuf(old_err);
-  return {status, out.str(), err.str()};
-}
 
 // A finished tiny run with checkpoints at steps 3 and 6, in a fresh `name` directory.
 std::string TrainWithCheckpoints(const std::string& name, const std::string& shard) {
@@ -76,7 +61,7 @@ TEST(CheckpointIntegrityTest, TheManifestRecordsEveryFilesChecksumAndVerifyAgree
               static_cast<int64_t>(std::filesystem::file_size(step6 + "/" + file)));
     EXPECT_EQ(manifest["checksums"][file]["crc32c"].get<std::string>().size(), 8u);
   }
-  CliResult verify = RunFreeride({"checkpoint", "verify", dir + "/checkpoints"});
+  CliResult verify = RunCommand({"checkpoint", "verify", dir + "/checkpoints"});
   EXPECT_EQ(verify.status, kExitOk) << verify.err;
   EXPECT_THAT(verify.out, HasSubstr("step_00000003/model.bin: ok ("));
   EXPECT_THAT(verify.out, HasSubstr("step_00000006/state_r000.bin: ok ("));
@@ -89,22 +74,22 @@ TEST(CheckpointIntegrityTest, ACorruptModelFileIsRefusedByEvalSampleAndVerify) {
   const std::string checkpoints = dir + "/checkpoints";
   Scribble(checkpoints + "/step_00000006/model.bin", 2048, 4096);
   const std::string previous = "use the previous checkpoint, " + checkpoints + "/step_00000003";
-  CliResult eval = RunFreeride({"eval", "--checkpoint", checkpoints, "--data", shard,
-                                "--batch_size", "2", "--seq_len", "16"});
+  CliResult eval = RunCommand({"eval", "--checkpoint", checkpoints, "--data", shard, "--batch_size",
+                               "2", "--seq_len", "16"});
   EXPECT_EQ(eval.status, kExitFailure);
   EXPECT_THAT(eval.err, HasSubstr(checkpoints + "/step_00000006/model.bin: checksum mismatch"));
   EXPECT_THAT(eval.err, HasSubstr(previous));
-  CliResult sample = RunFreeride({"sample", "--checkpoint", checkpoints + "/step_00000006",
-                                  "--tokens", "2"});
+  CliResult sample =
+      RunCommand({"sample", "--checkpoint", checkpoints + "/step_00000006", "--tokens", "2"});
   EXPECT_EQ(sample.status, kExitFailure);
   EXPECT_THAT(sample.err, HasSubstr("model.bin: checksum mismatch"));
-  CliResult verify = RunFreeride({"checkpoint", "verify", checkpoints});
+  CliResult verify = RunCommand({"checkpoint", "verify", checkpoints});
   EXPECT_EQ(verify.status, kExitFailure);
   EXPECT_THAT(verify.out, HasSubstr("step_00000003/model.bin: ok"));
   EXPECT_THAT(verify.err, HasSubstr("step_00000006/model.bin: checksum mismatch"));
   // The previous checkpoint is whole and serves.
-  EXPECT_EQ(RunFreeride({"eval", "--checkpoint", checkpoints + "/step_00000003", "--data", shard,
-                         "--batch_size", "2", "--seq_len", "16"})
+  EXPECT_EQ(RunCommand({"eval", "--checkpoint", checkpoints + "/step_00000003", "--data", shard,
+                        "--batch_size", "2", "--seq_len", "16"})
                 .status,
             kExitOk);
 }
@@ -139,10 +124,10 @@ TEST(CheckpointIntegrityTest, LatestCannotPointOutOfTheCheckpointDirectory) {
   ASSERT_FALSE(resumed.ok());
   EXPECT_THAT(resumed.status().message(), HasSubstr("latest holds '../outside/step'"));
   EXPECT_THAT(resumed.status().message(), HasSubstr("cannot point outside"));
-  CliResult eval = RunFreeride({"eval", "--checkpoint", dir + "/checkpoints", "--data", shard});
+  CliResult eval = RunCommand({"eval", "--checkpoint", dir + "/checkpoints", "--data", shard});
   EXPECT_EQ(eval.status, kExitFailure);
   EXPECT_THAT(eval.err, HasSubstr("latest holds '../outside/step'"));
-  EXPECT_EQ(RunFreeride({"checkpoint", "verify", dir + "/checkpoints"}).status, kExitFailure);
+  EXPECT_EQ(RunCommand({"checkpoint", "verify", dir + "/checkpoints"}).status, kExitFailure);
 }
 
 TEST(CheckpointIntegrityTest, AFailedCheckpointLeavesNoPartialDirectory) {
@@ -183,8 +168,8 @@ TEST(CheckpointKeepTest, KeepsTheNewestAndLogsEachWriteWithItsSizeAndRate) {
   const std::string run = Temp("keep_last"), config = Temp("keep_last.toml");
   std::filesystem::remove_all(run);
   ASSERT_TRUE(WriteFileAtomically(config, TinyToml(shard, run)).ok());
-  CliResult train = RunFreeride({"train", "--config", config, "--set", "checkpoint.every=1",
-                                 "--set", "checkpoint.keep_last=2"});
+  CliResult train = RunCommand({"train", "--config", config, "--set", "checkpoint.every=1", "--set",
+                                "checkpoint.keep_last=2"});
   ASSERT_EQ(train.status, kExitOk) << train.err;
   std::vector<std::string> kept;
   for (const auto& entry : std::filesystem::directory_iterator(run + "/checkpoints")) {

@@ -1,8 +1,6 @@
 // prepare → train → eval → sample through the command line, in-process.
 #include <filesystem>
 #include <fstream>
-#include <iostream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -11,27 +9,12 @@
 #include "core/logging.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "trainer/cli/cli.h"
+#include "tests/trainer/run_cli.h"
 
 namespace freeride {
 namespace {
 
 using ::testing::HasSubstr;
-
-struct CliResult {
-  int status;
-  std::string out, err;
-};
-
-CliResult RunFreeride(const std::vector<std::string>& args) {
-  std::ostringstream out, err;
-  std::streambuf* old_out = std::cout.rdbuf(out.rdbuf());
-  std::streambuf* old_err = std::cerr.rdbuf(err.rdbuf());
-  const int status = RunCli(args);
-  std::cout.rdbuf(old_out);
-  std::cerr.rdbuf(old_err);
-  return {status, out.str(), err.str()};
-}
 
 std::string Temp(const std::string& name) {
   return (std::filesystem::path(::testing::TempDir()) / name).string();
@@ -46,20 +29,35 @@ TEST(CliTrainTest, PrepareTrainEvalSample) {
   ASSERT_TRUE(WriteFileAtomically(Temp("corpus.txt"), text).ok());
   const std::string data = Temp("cli_data"), run = Temp("cli_run");
   std::filesystem::remove_all(run);
-  CliResult prep = RunFreeride({"prepare", "--input", Temp("corpus.txt"), "--out", data,
-                        "--val_tokens", "200"});
+  CliResult prep =
+      RunCommand({"prepare", "--input", Temp("corpus.txt"), "--out", data, "--val_tokens", "200"});
   ASSERT_EQ(prep.status, kExitOk) << prep.err;
   EXPECT_THAT(prep.out, HasSubstr("val_000000.bin (200 tokens)"));
 
   // Progress is kept at the warn threshold, in the log file as on stderr.
   const LogLevel level = GetLogLevel();
   SetLogLevel(LogLevel::kWarn);
-  CliResult train = RunFreeride({"train", "--set", "run.dir=\"" + run + "\"", "--set",
-                         "data.train=\"" + data + "/train_*.bin\"", "--set",
-                         "data.val=\"" + data + "/val_*.bin\"", "--set", "model.n_layer=1",
-                         "--set", "model.n_embd=16", "--set", "model.n_head=2", "--set",
-                         "train.steps=4", "--set", "train.seq_len=16", "--set", "eval.every=2",
-                         "--set", "eval.batches=1"});
+  CliResult train = RunCommand({"train",
+                                "--set",
+                                "run.dir=\"" + run + "\"",
+                                "--set",
+                                "data.train=\"" + data + "/train_*.bin\"",
+                                "--set",
+                                "data.val=\"" + data + "/val_*.bin\"",
+                                "--set",
+                                "model.n_layer=1",
+                                "--set",
+                                "model.n_embd=16",
+                                "--set",
+                                "model.n_head=2",
+                                "--set",
+                                "train.steps=4",
+                                "--set",
+                                "train.seq_len=16",
+                                "--set",
+                                "eval.every=2",
+                                "--set",
+                                "eval.batches=1"});
   SetLogLevel(level);
   ASSERT_EQ(train.status, kExitOk) << train.err;
   absl::StatusOr<std::string> log = ReadFile(run + "/log_rank000.txt");
@@ -76,23 +74,23 @@ TEST(CliTrainTest, PrepareTrainEvalSample) {
   EXPECT_TRUE(std::filesystem::exists(run + "/checkpoints/step_00000004/model.bin"));
   EXPECT_TRUE(std::filesystem::exists(run + "/checkpoints/step_00000004/manifest.json"));
 
-  CliResult eval = RunFreeride({"eval", "--checkpoint", run + "/checkpoints", "--data",
-                        data + "/val_*.bin", "--batch_size", "2", "--seq_len", "16"});
+  CliResult eval = RunCommand({"eval", "--checkpoint", run + "/checkpoints", "--data",
+                               data + "/val_*.bin", "--batch_size", "2", "--seq_len", "16"});
   ASSERT_EQ(eval.status, kExitOk) << eval.err;
   EXPECT_THAT(eval.out, HasSubstr("eval: 6 batches of 2 x 16 tokens: mean loss"));
 
-  CliResult sample = RunFreeride({"sample", "--checkpoint", run + "/checkpoints", "--prompt",
-                          "In the beginning", "--tokens", "5", "--seed", "1"});
+  CliResult sample = RunCommand({"sample", "--checkpoint", run + "/checkpoints", "--prompt",
+                                 "In the beginning", "--tokens", "5", "--seed", "1"});
   ASSERT_EQ(sample.status, kExitOk) << sample.err;
   EXPECT_THAT(sample.out, HasSubstr("In the beginning"));
-  EXPECT_EQ(sample.out, RunFreeride({"sample", "--checkpoint", run + "/checkpoints", "--prompt",
-                             "In the beginning", "--tokens", "5", "--seed", "1"})
+  EXPECT_EQ(sample.out, RunCommand({"sample", "--checkpoint", run + "/checkpoints", "--prompt",
+                                    "In the beginning", "--tokens", "5", "--seed", "1"})
                             .out);  // seeded: reproducible
   // The same sample as one JSON record: its ids beside the text, which is the streamed text
   // less the prompt.
-  CliResult record = RunFreeride({"sample", "--checkpoint", run + "/checkpoints", "--prompt",
-                                  "In the beginning", "--tokens", "5", "--seed", "1",
-                                  "--format", "jsonl"});
+  CliResult record =
+      RunCommand({"sample", "--checkpoint", run + "/checkpoints", "--prompt", "In the beginning",
+                  "--tokens", "5", "--seed", "1", "--format", "jsonl"});
   ASSERT_EQ(record.status, kExitOk) << record.err;
   const nlohmann::json json = nlohmann::json::parse(record.out);
   EXPECT_EQ(json["prompt"], "In the beginning");
@@ -103,21 +101,22 @@ TEST(CliTrainTest, PrepareTrainEvalSample) {
 
 TEST(CliTrainTest, BadInputsFailWithMessages) {
   ASSERT_TRUE(WriteFileAtomically(Temp("empty.txt"), "").ok());
-  CliResult empty = RunFreeride({"prepare", "--input", Temp("empty.txt"), "--out", Temp("empty_out")});
+  CliResult empty =
+      RunCommand({"prepare", "--input", Temp("empty.txt"), "--out", Temp("empty_out")});
   EXPECT_EQ(empty.status, kExitFailure);
   EXPECT_THAT(empty.err, HasSubstr("the corpus has 0 tokens"));
-  CliResult no_tok = RunFreeride({"prepare", "--input", Temp("empty.txt"), "--out", Temp("x"),
-                          "--tokenizer", Temp("missing.tiktoken")});
+  CliResult no_tok = RunCommand({"prepare", "--input", Temp("empty.txt"), "--out", Temp("x"),
+                                 "--tokenizer", Temp("missing.tiktoken")});
   EXPECT_EQ(no_tok.status, kExitFailure);
   EXPECT_THAT(no_tok.err, HasSubstr("fetch it with launch/prepare_data.sh"));
-  CliResult no_data = RunFreeride({"train", "--set", "data.train=\"" + Temp("nothing_*.bin") + "\"",
-                           "--set", "run.dir=\"" + Temp("nd_run") + "\""});
+  CliResult no_data = RunCommand({"train", "--set", "data.train=\"" + Temp("nothing_*.bin") + "\"",
+                                  "--set", "run.dir=\"" + Temp("nd_run") + "\""});
   EXPECT_EQ(no_data.status, kExitFailure);
   EXPECT_THAT(no_data.err, HasSubstr("no token shards match"));
-  CliResult bad_ckpt = RunFreeride({"sample", "--checkpoint", Temp("empty.txt")});
+  CliResult bad_ckpt = RunCommand({"sample", "--checkpoint", Temp("empty.txt")});
   EXPECT_EQ(bad_ckpt.status, kExitFailure);
   EXPECT_THAT(bad_ckpt.err, HasSubstr("shorter than the 1024-byte llm.c header"));
-  EXPECT_EQ(RunFreeride({"eval", "--checkpoint", "x"}).status, kExitUsage);
+  EXPECT_EQ(RunCommand({"eval", "--checkpoint", "x"}).status, kExitUsage);
 }
 
 }  // namespace

@@ -2,36 +2,19 @@
 // a resume appends to its metrics, --overwrite replaces it, and a study writes into its own
 // directory beside the training run's.
 #include <filesystem>
-#include <iostream>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "core/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/trainer/run_cli.h"
 #include "tests/trainer/tiny_run.h"
-#include "trainer/cli/cli.h"
 
 namespace freeride {
 namespace {
 
 using ::testing::HasSubstr;
-
-struct CliResult {
-  int status;
-  std::string out, err;
-};
-
-CliResult RunFreeride(const std::vector<std::string>& args) {
-  std::ostringstream out, err;
-  std::streambuf* old_out = std::cout.rdbuf(out.rdbuf());
-  std::streambuf* old_err = std::cerr.rdbuf(err.rdbuf());
-  const int status = RunCli(args);
-  std::cout.rdbuf(old_out);
-  std::cerr.rdbuf(old_err);
-  return {status, out.str(), err.str()};
-}
 
 std::string MustRead(const std::string& path) {
   absl::StatusOr<std::string> text = ReadFile(path);
@@ -66,12 +49,12 @@ TEST(RunDirCliTest, ASecondRunIsRefusedAResumeAppendsAndOverwriteReplaces) {
   const std::string run = Temp("run_dir_cli"), config = Temp("run_dir_cli.toml");
   std::filesystem::remove_all(run);
   ASSERT_TRUE(WriteFileAtomically(config, TinyToml(shard, run)).ok());
-  CliResult first = RunFreeride({"train", "--config", config, "--set", "train.steps=3"});
+  CliResult first = RunCommand({"train", "--config", config, "--set", "train.steps=3"});
   ASSERT_EQ(first.status, kExitOk) << first.err;
   const std::string metrics = MustRead(run + "/metrics.jsonl");
   EXPECT_EQ(TrainSteps(metrics), (std::vector<int>{1, 2, 3}));
 
-  CliResult again = RunFreeride({"train", "--config", config});
+  CliResult again = RunCommand({"train", "--config", config});
   EXPECT_EQ(again.status, kExitUsage);
   EXPECT_THAT(again.err, HasSubstr("holds another run (metrics.jsonl; checkpoints "
                                    "step_00000003"));
@@ -83,30 +66,30 @@ TEST(RunDirCliTest, ASecondRunIsRefusedAResumeAppendsAndOverwriteReplaces) {
   // message, and nothing in run.dir changes; with --overwrite or a resume, yes.
   const std::string run_json = MustRead(run + "/run.json");
   const std::vector<std::string> checkpoints = Checkpoints(run + "/checkpoints");
-  CliResult asked = RunFreeride({"train", "--config", config, "--check_run_dir"});
+  CliResult asked = RunCommand({"train", "--config", config, "--check_run_dir"});
   EXPECT_EQ(asked.status, kExitUsage);
   EXPECT_EQ(asked.err, again.err);
   EXPECT_EQ(asked.out, "");
   EXPECT_EQ(MustRead(run + "/run.json"), run_json);
-  EXPECT_EQ(RunFreeride({"train", "--config", config, "--check_run_dir", "--overwrite"}).status,
+  EXPECT_EQ(RunCommand({"train", "--config", config, "--check_run_dir", "--overwrite"}).status,
             kExitOk);
-  EXPECT_EQ(RunFreeride({"train", "--config", config, "--check_run_dir", "--set",
-                         "checkpoint.resume=latest"})
+  EXPECT_EQ(RunCommand({"train", "--config", config, "--check_run_dir", "--set",
+                        "checkpoint.resume=latest"})
                 .status,
             kExitOk);
   EXPECT_EQ(MustRead(run + "/metrics.jsonl"), metrics);
   EXPECT_EQ(Checkpoints(run + "/checkpoints"), checkpoints);
 
   // Three steps more than the checkpoint's run had: its cosine schedule is reshaped, on request.
-  CliResult resumed = RunFreeride({"train", "--config", config, "--set", "checkpoint.resume=latest",
-                                   "--set", "optim.reshape_schedule=true"});
+  CliResult resumed = RunCommand({"train", "--config", config, "--set", "checkpoint.resume=latest",
+                                  "--set", "optim.reshape_schedule=true"});
   ASSERT_EQ(resumed.status, kExitOk) << resumed.err;
   const std::string appended = MustRead(run + "/metrics.jsonl");
   EXPECT_TRUE(absl::StartsWith(appended, metrics)) << appended;
   EXPECT_EQ(TrainSteps(appended), (std::vector<int>{1, 2, 3, 4, 5, 6}));
 
   CliResult replaced =
-      RunFreeride({"train", "--config", config, "--set", "train.steps=2", "--overwrite"});
+      RunCommand({"train", "--config", config, "--set", "train.steps=2", "--overwrite"});
   ASSERT_EQ(replaced.status, kExitOk) << replaced.err;
   EXPECT_EQ(TrainSteps(MustRead(run + "/metrics.jsonl")), (std::vector<int>{1, 2}));
   EXPECT_EQ(Checkpoints(run + "/checkpoints"), (std::vector<std::string>{"step_00000002"}));
@@ -135,14 +118,14 @@ type = "spin"
 step_ms = 0.1
 )";
   ASSERT_TRUE(WriteFileAtomically(study, study_toml).ok());
-  CliResult trained = RunFreeride({"train", "--config", train, "--set", "train.steps=2"});
+  CliResult trained = RunCommand({"train", "--config", train, "--set", "train.steps=2"});
   ASSERT_EQ(trained.status, kExitOk) << trained.err;
   const std::string config_toml = MustRead(run + "/config.toml");
   const std::string metrics = MustRead(run + "/metrics.jsonl");
 
   std::vector<std::string> args = {"study", "--config", study};
   args.insert(args.end(), {"--rounds", "1", "--block_steps", "1"});
-  CliResult studied = RunFreeride(args);
+  CliResult studied = RunCommand(args);
   ASSERT_EQ(studied.status, kExitOk) << studied.err;
   EXPECT_EQ(MustRead(run + "/config.toml"), config_toml);
   EXPECT_EQ(MustRead(run + "/metrics.jsonl"), metrics);
@@ -152,12 +135,12 @@ step_ms = 0.1
   EXPECT_THAT(MustRead(run + "/study/config.toml"), HasSubstr("emulate_peers = true"));
 
   // A second study there replaces the first only when asked to.
-  CliResult again = RunFreeride(args);
+  CliResult again = RunCommand(args);
   EXPECT_EQ(again.status, kExitUsage);
   EXPECT_THAT(again.err, HasSubstr("/study\" holds another run (study.json; study_blocks_rank000.jsonl)"));
   std::vector<std::string> overwrite = args;
   overwrite.push_back("--overwrite");
-  EXPECT_EQ(RunFreeride(overwrite).status, kExitOk);
+  EXPECT_EQ(RunCommand(overwrite).status, kExitOk);
 }
 
 }  // namespace
