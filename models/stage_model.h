@@ -148,8 +148,10 @@ class StageModel {
   // A V placement's tied sum, its embedding chunk (this one) and head chunk both on this rank:
   // wte's gradient here += `head`'s, then `head`'s becomes the sum (the bits of the two-rank
   // sum, embedding first), on the device where both chunks keep their gradients on the same
-  // one (ordered between their streams by events, no copy through the host). False where this
-  // chunk cannot: the caller adds their host copies.
+  // one (ordered between their streams by events, no copy through the host). Both chunks'
+  // GradsWritten then come after all of it, the head's copy of the sum too: a sum in place
+  // ordered after this chunk's event never overwrites wte's gradient before the head has
+  // copied it. False where this chunk cannot: the caller adds their host copies.
   virtual absl::StatusOr<bool> SumTiedOnDevice(StageModel& /*head*/) { return false; }
 
   // Σ g² per model unit, in model order: the embedding (wte, wpe), each layer, the final

@@ -149,8 +149,13 @@ absl::StatusOr<bool> CudaStage<T>::SumTiedOnDevice(StageModel& head) {
   FR_KERNEL(kEmbedding, AddInPlace, mine, theirs, n, stream_);
   FR_ASSIGN_OR_RETURN(void* summed, GradsWritten());
   CUDA_CHECK(cudaStreamWaitEvent(other->stream_, static_cast<cudaEvent_t>(summed), 0));
-  Copy(theirs, static_cast<const float*>(mine), n, other->stream_);
-  FR_RETURN_IF_ERROR(other->Launched("Copy", kHead));
+  CUDA_CHECK(
+      cudaMemcpyAsync(theirs, mine, n * sizeof(float), cudaMemcpyDeviceToDevice, other->stream_));
+  // And this stream after the copy back, which reads `mine`: what writes `mine` next is
+  // ordered after this chunk's GradsWritten only (the data-parallel sum in place, on its
+  // communicator's stream); ahead of the copy, it handed the head the replicas' sum.
+  FR_ASSIGN_OR_RETURN(void* copied, other->GradsWritten());
+  CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(copied), 0));
   return true;
 }
 

@@ -4,6 +4,8 @@
 // thing between the chunk and the wrong values.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -113,6 +115,53 @@ TEST(MessageHazardsTest, ADeviceMessageIsWrittenWhenItsEventCompletes) {
       std::vector<float>(static_cast<float*>(pinned), static_cast<float*>(pinned) + message.size()),
       got);
   cudaFreeHost(pinned);
+}
+
+// A V placement's tied sum on one rank (StageModel::SumTiedOnDevice): the embedding chunk adds
+// the head's share into its wte gradient, and the head's stream copies the sum back. What writes
+// the embedding's gradient next, ordered only after the embedding chunk's GradsWritten (the
+// data-parallel sum in place, on its communicator's stream), must not overtake that copy back,
+// which reads it. Here the copy back comes late and a write on a stream of its own follows
+// GradsWritten, as that sum does; the head still gets the tied sum. Fails when the embedding
+// chunk's stream does not wait for the copy back (CudaStage::SumTiedOnDevice): the head then
+// copies what the write left, the intermittent dualpipev loss of
+// NcclPipelineTest.TwoStagesTwoReplicas* (issue 50).
+TEST(MessageHazardsTest, TheTiedSumIsCopiedToTheHeadBeforeTheEmbeddingGradientIsWrittenAgain) {
+  const GPT2Config config = *MakeGPT2Config(4, 2, 16, kT, 64);
+  auto embedding = CudaStageModel::Create(config, StageSpec{0, 2, true, false}, kB, kT, 1, {});
+  auto head = CudaStageModel::Create(config, StageSpec{2, 4, false, true}, kB, kT, 1, {});
+  ASSERT_TRUE(embedding.ok() && head.ok());
+  const int64_t n = TiedElements(config);
+  const int64_t mine = (*embedding)->layout().slot(ParamTensor::kWte).offset;
+  const int64_t theirs = (*head)->layout().slot(ParamTensor::kWte).offset;
+  // Each chunk's share of wte's gradient: 1 in the embedding's, 2 in the head's.
+  for (auto [chunk, offset, value] :
+       {std::tuple{embedding->get(), mine, 1.0f}, std::tuple{head->get(), theirs, 2.0f}}) {
+    ASSERT_TRUE(chunk->ZeroGrads().ok());
+    absl::StatusOr<float*> grads = chunk->HostGrads(offset, n);
+    ASSERT_TRUE(grads.ok()) << grads.status();
+    std::fill(*grads, *grads + n, value);
+    ASSERT_TRUE(chunk->CommitHostGrads(offset, n).ok());
+  }
+  emu::SetDeviceCopyDelay(0.05);
+  absl::StatusOr<bool> summed = (*embedding)->SumTiedOnDevice(**head);
+  emu::SetDeviceCopyDelay(0);
+  ASSERT_TRUE(summed.ok()) << summed.status();
+  ASSERT_TRUE(*summed) << "two CUDA chunks on one device sum on it";
+  absl::StatusOr<float*> grads = (*embedding)->DeviceGrads(mine, n);
+  absl::StatusOr<void*> written = (*embedding)->GradsWritten();
+  ASSERT_TRUE(grads.ok() && written.ok());
+  cudaStream_t next = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&next, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(next, static_cast<cudaEvent_t>(*written), 0), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(*grads, 0, n * sizeof(float), next), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(next), cudaSuccess);
+  ASSERT_EQ(cudaStreamDestroy(next), cudaSuccess);
+  ASSERT_TRUE((*head)->Drain().ok() && (*embedding)->Drain().ok());
+  absl::StatusOr<float*> head_grads = (*head)->HostGrads(theirs, n);
+  ASSERT_TRUE(head_grads.ok()) << head_grads.status();
+  EXPECT_EQ(std::vector<float>(*head_grads, *head_grads + n), std::vector<float>(n, 3.0f))
+      << "the head's wte gradient is not the tied sum";
 }
 
 }  // namespace

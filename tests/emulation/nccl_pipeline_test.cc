@@ -242,6 +242,32 @@ TEST(NcclPipelineTest, TwoStagesOverASlowCommunicationStream) {
   }
 }
 
+// DualPipeV at pp 2 × dp 2, buckets on and off, with every copy between device buffers 30 ms
+// late on its stream: among them the copy back of a V placement's tied sum to the head chunk
+// (CudaStage::SumTiedOnDevice), which reads the embedding chunk's wte gradient that the
+// data-parallel sum then writes in place. The losses do not change. Fails, every run, when the
+// embedding chunk's stream does not wait for that copy (the sum overtakes it and the head
+// steps with the replicas' sum): the race behind the intermittent DualPipeV failures of
+// TwoStagesTwoReplicasInBuckets and TwoStagesTwoReplicasPostValidated under load (issue 50).
+TEST(NcclPipelineTest, TwoReplicasOfAVPlacementBehindLateCopies) {
+  const std::string shard = ParityShard();
+  for (const double bucket_mb : {0.0, 1.0 / 256}) {
+    SCOPED_TRACE(absl::StrFormat("dp_bucket_mb %g", bucket_mb));
+    Config config = OnCuda(ParityConfig(shard, "dualpipev", 2, 2, 4));
+    config.parallel.partition = "even";
+    config.parallel.dp_bucket_mb = bucket_mb;
+    config.runtime.comm_timeout_s = 60;
+    const std::vector<double> in_process = ThreadedLosses(config, kSteps);
+    std::atomic<int64_t> bootstrap_calls{0};
+    emu::SetDeviceCopyDelay(0.03);
+    const std::vector<double> nccl = ThreadedLosses(
+        config, kSteps, nullptr, -1,
+        [&](pipeline::Transport& t) { return OverNccl::Make(t, config, &bootstrap_calls); });
+    emu::SetDeviceCopyDelay(0);
+    EXPECT_EQ(nccl, in_process);
+  }
+}
+
 // Over NCCL the messages and the gradients never leave the GPU: the chunks hand device buffers
 // to the transport (Transport::CarriesDeviceMemory), and no copy of a message's size goes
 // between host and device memory in the whole run; the in-process transport, on host memory,
