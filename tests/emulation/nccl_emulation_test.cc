@@ -1,7 +1,8 @@
 // The emulation build's NCCL (models/cuda/emulation/nccl.cc), ranks as threads of this process:
-// communicators from one id, grouped send/receive, sums in rank order, stream order against
-// events, the asynchronous error and abort; and pipeline/comm's NcclComm on top of it,
-// bootstrapped over the in-process transport as the executor's tests run their ranks.
+// communicators from one id, grouped send/receive, sums (all-reduce, reduce-scatter, reduce)
+// in rank order, all-gathers and broadcasts, stream order against events, the asynchronous
+// error and abort; and pipeline/comm's NcclComm on top of it, bootstrapped over the in-process
+// transport as the executor's tests run their ranks.
 // Every rank thread runs in a CUDA context of its own (SetThreadContext), as each rank's process
 // has: the device's synchronisation (cudaMemcpy, cudaFree) on one rank never waits for a peer's
 // collective that waits for this rank.
@@ -231,6 +232,61 @@ TEST(NcclEmulationTest, ReduceScatterSumsInRankOrderAndAllGatherConcatenatesInRa
          std::vector<void*>{in_place, wide_in, wide_out, mine, gathered, gathered_in_place}) {
       cudaFree(p);
     }
+  });
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+// ZeRO-1's unequal shares: a group of in-place reduces, one per share with its owner as root,
+// leaves the rank-order sum (the all-reduce's bits) at each root and the other ranks' buffers
+// untouched; a group of in-place broadcasts, root = each share's owner, gives every rank every
+// owner's values.
+TEST(NcclEmulationTest, ReducesSumToTheirRootInRankOrderAndBroadcastsCopyTheRoots) {
+  const int n = 3;
+  const std::vector<float> a = {1e8f, -1e8f, 1.0f};
+  ASSERT_NE((a[0] + a[1]) + a[2], a[0] + (a[1] + a[2]));
+  const std::vector<size_t> share_begin = {0, 1, 4, 6};  // unequal shares: 1, 3, 2 elements
+  std::vector<ncclComm_t> comms = InitAll(n);
+  RunRanks(n, [&](int r) {
+    std::vector<float> grads(6), params(6, -1.0f);
+    for (size_t i = 0; i < grads.size(); ++i) grads[i] = a[r] * static_cast<float>(i + 1);
+    for (size_t i = share_begin[r]; i < share_begin[r + 1]; ++i) params[i] = 10.0f * r + i;
+    float* g = DeviceCopy(grads);
+    float* p = DeviceCopy(params);
+    double* wide = DeviceCopy(std::vector<double>{static_cast<double>(a[r]) * 1e9});
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int owner = 0; owner < n; ++owner) {
+      float* share = g + share_begin[owner];
+      const size_t count = share_begin[owner + 1] - share_begin[owner];
+      ASSERT_EQ(ncclReduce(share, share, count, ncclFloat, ncclSum, owner, comms[r], stream),
+                ncclSuccess);
+    }
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+    ASSERT_EQ(ncclReduce(wide, wide, 1, ncclDouble, ncclSum, 2, comms[r], stream), ncclSuccess);
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int owner = 0; owner < n; ++owner) {
+      float* share = p + share_begin[owner];
+      const size_t count = share_begin[owner + 1] - share_begin[owner];
+      ASSERT_EQ(ncclBroadcast(share, share, count, ncclFloat, owner, comms[r], stream),
+                ncclSuccess);
+    }
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const std::vector<float> summed = HostCopy(g, 6);
+    for (size_t i = 0; i < summed.size(); ++i) {
+      const float k = static_cast<float>(i + 1);
+      const bool mine = i >= share_begin[r] && i < share_begin[r + 1];
+      EXPECT_EQ(summed[i], mine ? (a[0] * k + a[1] * k) + a[2] * k : grads[i]) << "element " << i;
+    }
+    const double w0 = a[0] * 1e9, w1 = a[1] * 1e9, w2 = a[2] * 1e9;
+    EXPECT_EQ(HostCopy(wide, 1)[0], r == 2 ? (w0 + w1) + w2 : static_cast<double>(a[r]) * 1e9);
+    EXPECT_EQ(HostCopy(p, 6), (std::vector<float>{0, 11, 12, 13, 24, 25}));
+    // A root outside the communicator is refused at the call.
+    EXPECT_EQ(ncclBroadcast(p, p, 1, ncclFloat, n, comms[r], stream), ncclInvalidArgument);
+    EXPECT_EQ(ncclReduce(g, g, 1, ncclFloat, ncclSum, -1, comms[r], stream), ncclInvalidArgument);
+    cudaStreamDestroy(stream);
+    for (void* q : std::vector<void*>{g, p, wide}) cudaFree(q);
   });
   for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
 }

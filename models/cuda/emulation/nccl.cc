@@ -11,8 +11,10 @@
 // Receives match sends in order per (sender, receiver); all-reduces match in issue order.
 // Sums add the ranks' contributions in rank order, so every rank gets the same bits (those of
 // the in-process transport's sums, pipeline/comm/in_process_transport.cc). Reduce-scatters and
-// all-gathers (ZeRO-1's) are collectives in the same issue order: a reduce-scatter gives each
-// rank its slice of that rank-order sum, an all-gather every rank's values in rank order.
+// all-gathers, reduces and broadcasts (ZeRO-1's) are collectives in the same issue order: a
+// reduce-scatter gives each rank its slice of that rank-order sum, an all-gather every rank's
+// values in rank order, a reduce the rank-order sum to its root only, a broadcast the root's
+// values to every rank. The calls themselves, with their checks, are in nccl_calls.cc.
 //
 // ncclCommAbort ends this rank's operations where they stand (buffers left as they are); a
 // peer's operation that needs an aborted or destroyed rank ends too, with ncclRemoteError as
@@ -35,10 +37,10 @@
 #include <thread>
 #include <vector>
 
+#include "models/cuda/emulation/nccl_internal.h"
 #include "models/cuda/emulation/runtime.h"
 
 namespace freeride::emu {
-namespace {
 
 size_t TypeBytes(ncclDataType_t type) {
   switch (type) {
@@ -60,6 +62,8 @@ size_t TypeBytes(ncclDataType_t type) {
   return 0;
 }
 
+namespace {
+
 struct Message {
   const void* data = nullptr;
   size_t bytes = 0;
@@ -72,7 +76,8 @@ struct Collective {
   ncclDataType_t type = ncclFloat;
   std::vector<std::vector<char>> contributions;
   int deposited = 0, read = 0;
-  int kind = -1;  // a reduce-scatter's or all-gather's Op::Kind (-1: an all-reduce's)
+  int kind = -1;  // its Op::Kind
+  int root = -1;  // a reduce's or broadcast's
 };
 
 struct Clique {
@@ -119,16 +124,6 @@ struct NcclComm {
 };
 
 namespace {
-
-struct Op {
-  enum Kind { kSend, kRecv, kAllReduce, kReduceScatter, kAllGather } kind;
-  const void* send = nullptr;
-  void* recv = nullptr;
-  size_t bytes = 0, count = 0;
-  ncclDataType_t type = ncclChar;
-  int peer = -1;
-  uint64_t collective = 0;
-};
 
 std::mutex registry_mu;
 std::map<std::string, std::shared_ptr<Clique>>& Registry() {
@@ -186,6 +181,24 @@ void FinishScatterOrGather(const Collective& c, int me, int n, void* out) {
   }
 }
 
+// A collective's result for rank `me` of `n`, once every rank has deposited: an all-reduce's
+// and the root's of a reduce the rank-order sum (a reduce leaves the others' buffers as they
+// are, as NCCL's recvbuff is the root's only), a broadcast every rank's the root's bytes.
+void FinishCollective(const Collective& c, int me, int n, void* out) {
+  if (c.kind == Op::kReduceScatter || c.kind == Op::kAllGather) {
+    FinishScatterOrGather(c, me, n, out);
+  } else if (c.kind == Op::kBroadcast) {
+    const std::vector<char>& root = c.contributions[c.root];
+    std::memcpy(out, root.data(), root.size());
+  } else if (c.kind == Op::kAllReduce || me == c.root) {
+    if (c.type == ncclFloat) {
+      SumInRankOrder<float>(c, out);
+    } else {
+      SumInRankOrder<double>(c, out);
+    }
+  }
+}
+
 // Waits on the clique until `ready` holds; false (the operation ends) when this rank is gone,
 // or when it is not ready and `peer_gone` says a rank it needs will never come: that is this
 // rank's asynchronous ncclRemoteError.
@@ -216,30 +229,23 @@ void RunGroup(const std::shared_ptr<CommState>& state, const std::vector<Op>& op
       m->bytes = op.bytes;
       c.channels[static_cast<size_t>(me) * n + op.peer].push_back(m);
       sent.push_back(m);
-    } else if (op.kind == Op::kAllReduce) {
-      std::shared_ptr<Collective>& coll = c.collectives[op.collective];
-      if (coll == nullptr) {
-        coll = std::make_shared<Collective>(n);
-        coll->count = op.count;
-        coll->type = op.type;
-      } else if (coll->count != op.count || coll->type != op.type) {
-        s.Fail(ncclInvalidUsage);  // ranks disagree on the sum: NCCL's would be garbage or hang
-      }
-      const char* src = static_cast<const char*>(op.send);
-      coll->contributions[me].assign(src, src + op.bytes);
-      ++coll->deposited;
-    } else if (op.kind == Op::kReduceScatter || op.kind == Op::kAllGather) {
+    } else if (op.kind != Op::kRecv) {
       std::shared_ptr<Collective>& coll = c.collectives[op.collective];
       if (coll == nullptr) {
         coll = std::make_shared<Collective>(n);
         coll->count = op.count;
         coll->type = op.type;
         coll->kind = op.kind;
-      } else if (coll->kind != op.kind || coll->count != op.count || coll->type != op.type) {
-        s.Fail(ncclInvalidUsage);  // ranks disagree on the collective
+        coll->root = op.peer;
+      } else if (coll->kind != op.kind || coll->count != op.count || coll->type != op.type ||
+                 coll->root != op.peer) {
+        s.Fail(ncclInvalidUsage);  // ranks disagree on the collective: NCCL's would be garbage
       }
-      const char* src = static_cast<const char*>(op.send);
-      coll->contributions[me].assign(src, src + op.bytes);
+      // A broadcast reads only its root's buffer.
+      if (op.kind != Op::kBroadcast || op.peer == me) {
+        const char* src = static_cast<const char*>(op.send);
+        coll->contributions[me].assign(src, src + op.bytes);
+      }
       ++coll->deposited;
     }
   }
@@ -263,25 +269,12 @@ void RunGroup(const std::shared_ptr<CommState>& state, const std::vector<Op>& op
     }
   }
   for (const Op& op : ops) {
-    if (op.kind != Op::kAllReduce) continue;
+    if (op.kind == Op::kSend || op.kind == Op::kRecv) continue;
     std::shared_ptr<Collective> coll = c.collectives[op.collective];
     if (!Await(
             s, lock, [&] { return coll->deposited == n; }, [&] { return c.AnyGone(); }))
       return;
-    if (coll->type == ncclFloat) {
-      SumInRankOrder<float>(*coll, op.recv);
-    } else {
-      SumInRankOrder<double>(*coll, op.recv);
-    }
-    if (++coll->read == n) c.collectives.erase(op.collective);
-  }
-  for (const Op& op : ops) {
-    if (op.kind != Op::kReduceScatter && op.kind != Op::kAllGather) continue;
-    std::shared_ptr<Collective> coll = c.collectives[op.collective];
-    if (!Await(
-            s, lock, [&] { return coll->deposited == n; }, [&] { return c.AnyGone(); }))
-      return;
-    FinishScatterOrGather(*coll, me, n, op.recv);
+    FinishCollective(*coll, me, n, op.recv);
     if (++coll->read == n) c.collectives.erase(op.collective);
   }
   for (size_t i = 0, k = 0; i < ops.size(); ++i) {
@@ -302,8 +295,8 @@ void Submit(ncclComm_t comm, cudaStream_t stream, std::vector<Op> ops) {
   Enqueue(stream, [state, ops = std::move(ops)] { RunGroup(state, ops); });
 }
 
-// Issues `op` now, or at the end of the group it is part of (one stream operation per
-// communicator and stream, in call order).
+}  // namespace
+
 ncclResult_t Issue(ncclComm_t comm, cudaStream_t stream, Op op) {
   if (group_depth == 0) {
     Submit(comm, stream, {op});
@@ -320,7 +313,6 @@ ncclResult_t Issue(ncclComm_t comm, cudaStream_t stream, Op op) {
   return ncclSuccess;
 }
 
-// The checks NCCL makes at the call: a live communicator, a peer in range, device memory.
 ncclResult_t CheckCall(ncclComm_t comm, cudaStream_t stream, int peer, const void* buffer,
                        size_t bytes) {
   if (comm == nullptr || !ValidStream(stream)) return ncclInvalidArgument;
@@ -329,6 +321,12 @@ ncclResult_t CheckCall(ncclComm_t comm, cudaStream_t stream, int peer, const voi
   if (comm->state->async_error.load() != ncclSuccess) return ncclInvalidUsage;
   return ncclSuccess;
 }
+
+int RanksOf(ncclComm_t comm) { return comm->state->clique->nranks; }
+
+uint64_t NextCollective(ncclComm_t comm) { return comm->state->next_collective++; }
+
+namespace {
 
 void Leave(ncclComm_t comm) {
   Clique& c = *comm->state->clique;
@@ -351,8 +349,6 @@ void SetNcclRankDelay(int rank, double seconds) {
 }
 
 }  // namespace freeride::emu
-
-using freeride::emu::Op;
 
 ncclResult_t ncclGetVersion(int* version) {
   *version = NCCL_VERSION_CODE;
@@ -495,103 +491,4 @@ ncclResult_t ncclGroupEnd() {
   freeride::emu::group_keys.clear();
   freeride::emu::group_ops.clear();
   return ncclSuccess;
-}
-
-ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
-                      ncclComm_t comm, cudaStream_t stream) {
-  const size_t bytes = count * freeride::emu::TypeBytes(datatype);
-  if (peer < 0) return ncclInvalidArgument;
-  if (ncclResult_t r = freeride::emu::CheckCall(comm, stream, peer, sendbuff, bytes);
-      r != ncclSuccess) {
-    return r;
-  }
-  Op op{Op::kSend};
-  op.send = sendbuff;
-  op.bytes = bytes;
-  op.peer = peer;
-  return freeride::emu::Issue(comm, stream, op);
-}
-
-ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
-                      ncclComm_t comm, cudaStream_t stream) {
-  const size_t bytes = count * freeride::emu::TypeBytes(datatype);
-  if (peer < 0) return ncclInvalidArgument;
-  if (ncclResult_t r = freeride::emu::CheckCall(comm, stream, peer, recvbuff, bytes);
-      r != ncclSuccess) {
-    return r;
-  }
-  Op op{Op::kRecv};
-  op.recv = recvbuff;
-  op.bytes = bytes;
-  op.peer = peer;
-  return freeride::emu::Issue(comm, stream, op);
-}
-
-ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
-                           ncclDataType_t datatype, ncclRedOp_t op_kind, ncclComm_t comm,
-                           cudaStream_t stream) {
-  if (op_kind != ncclSum || (datatype != ncclFloat && datatype != ncclDouble)) {
-    return ncclInvalidArgument;
-  }
-  const size_t bytes = count * freeride::emu::TypeBytes(datatype);
-  for (const void* buffer : {sendbuff, static_cast<const void*>(recvbuff)}) {
-    if (ncclResult_t r = freeride::emu::CheckCall(comm, stream, -1, buffer, bytes);
-        r != ncclSuccess) {
-      return r;
-    }
-  }
-  Op op{Op::kAllReduce};
-  op.send = sendbuff;
-  op.recv = recvbuff;
-  op.bytes = bytes;
-  op.count = count;
-  op.type = datatype;
-  op.collective = comm->state->next_collective++;
-  return freeride::emu::Issue(comm, stream, op);
-}
-
-ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                               ncclDataType_t datatype, ncclRedOp_t op_kind, ncclComm_t comm,
-                               cudaStream_t stream) {
-  if (op_kind != ncclSum || (datatype != ncclFloat && datatype != ncclDouble)) {
-    return ncclInvalidArgument;
-  }
-  if (comm == nullptr) return ncclInvalidArgument;
-  const size_t nranks = static_cast<size_t>(comm->state->clique->nranks);
-  const size_t bytes = recvcount * freeride::emu::TypeBytes(datatype);
-  for (const auto& [buffer, size] : {std::pair{sendbuff, bytes * nranks}, {recvbuff, bytes}}) {
-    if (ncclResult_t r = freeride::emu::CheckCall(comm, stream, -1, buffer, size);
-        r != ncclSuccess) {
-      return r;
-    }
-  }
-  Op op{Op::kReduceScatter};
-  op.send = sendbuff;
-  op.recv = recvbuff;
-  op.bytes = bytes * nranks;
-  op.count = recvcount * nranks;
-  op.type = datatype;
-  op.collective = comm->state->next_collective++;
-  return freeride::emu::Issue(comm, stream, op);
-}
-
-ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-  if (comm == nullptr || freeride::emu::TypeBytes(datatype) == 0) return ncclInvalidArgument;
-  const size_t nranks = static_cast<size_t>(comm->state->clique->nranks);
-  const size_t bytes = sendcount * freeride::emu::TypeBytes(datatype);
-  for (const auto& [buffer, size] : {std::pair{sendbuff, bytes}, {recvbuff, bytes * nranks}}) {
-    if (ncclResult_t r = freeride::emu::CheckCall(comm, stream, -1, buffer, size);
-        r != ncclSuccess) {
-      return r;
-    }
-  }
-  Op op{Op::kAllGather};
-  op.send = sendbuff;
-  op.recv = recvbuff;
-  op.bytes = bytes;
-  op.count = sendcount;
-  op.type = datatype;
-  op.collective = comm->state->next_collective++;
-  return freeride::emu::Issue(comm, stream, op);
 }

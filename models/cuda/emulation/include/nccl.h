@@ -103,3 +103,10 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
 // rank r's place in it (in place).
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                            ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+// Sum only, of ncclFloat or ncclDouble: the root's recvbuff gets the sum of every rank's
+// sendbuff; the others' recvbuff is left as it is. In place when sendbuff == recvbuff.
+ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
+// Every rank's recvbuff gets the root's sendbuff. In place when sendbuff == recvbuff.
+ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                           ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
