@@ -201,6 +201,17 @@ class StageModel {
   virtual absl::Status CommitHostParams(int64_t /*offset*/, int64_t /*n*/) {
     return absl::OkStatus();
   }
+  // ZeRO-1 over a transport that carries device memory (GradsOnDevice chunks): the fp32
+  // master parameters [offset, offset + n) where they lie on the device, for the all-gather's
+  // broadcasts in place (ordered after GradsWritten, an event after everything the chunk has
+  // queued, its step included); CommitDeviceParams, once they have landed (the caller waited
+  // for them), re-rounds the compute copy from them where it is not the master itself.
+  virtual absl::StatusOr<float*> DeviceParams(int64_t /*offset*/, int64_t /*n*/) {
+    return absl::UnimplementedError(Describe() + " keeps no parameters on a device");
+  }
+  virtual absl::Status CommitDeviceParams(int64_t /*offset*/, int64_t /*n*/) {
+    return absl::UnimplementedError(Describe() + " keeps no parameters on a device");
+  }
   // GPT-2's initialisation, the same values on every backend (GPT2Stage::InitRandom).
   virtual absl::Status InitRandom(uint64_t seed) = 0;
 };

@@ -18,6 +18,22 @@ absl::StatusOr<Transport::Request> StartDeviceGradSum(StageModel& chunk,
   return transport.StartDeviceSum(device, group, written);
 }
 
+absl::StatusOr<Transport::Request> StartDeviceShares(
+    Transport::DeviceRooted kind, StageModel& chunk, const std::vector<ParamRange>& ranges,
+    const std::vector<int>& roots, Transport& transport, const std::vector<int>& group) {
+  std::vector<Transport::DeviceRange> device;
+  for (const ParamRange& r : ranges) {
+    FR_ASSIGN_OR_RETURN(float* data, kind == Transport::DeviceRooted::kReduce
+                                         ? chunk.DeviceGrads(r.offset, r.n)
+                                         : chunk.DeviceParams(r.offset, r.n));
+    device.push_back({data, r.n});
+  }
+  // After DeviceGrads (its zeroing) and the step that wrote the parameters: the event marks
+  // everything the chunk has queued.
+  FR_ASSIGN_OR_RETURN(void* written, chunk.GradsWritten());
+  return transport.StartDeviceRooted(kind, device, roots, group, written);
+}
+
 absl::Status SumGrads(StageModel& chunk, int64_t offset, int64_t n, Transport& transport,
                       const std::vector<int>& group, double timeout_s) {
   if (SumsOnDevice(transport, chunk)) {

@@ -28,6 +28,14 @@ absl::StatusOr<Transport::Request> StartDeviceGradSum(StageModel& chunk,
                                                       Transport& transport,
                                                       const std::vector<int>& group);
 
+// ZeRO-1's halves on the device (SumsOnDevice must hold), range i (layout offsets) owned by
+// group member roots[i]: kReduce sums the chunk's gradients there in place onto each owner,
+// kBroadcast copies its fp32 master parameters there from each owner to every member (then
+// CommitDeviceParams, once waited for), both ordered after what the chunk has queued so far.
+absl::StatusOr<Transport::Request> StartDeviceShares(
+    Transport::DeviceRooted kind, StageModel& chunk, const std::vector<ParamRange>& ranges,
+    const std::vector<int>& roots, Transport& transport, const std::vector<int>& group);
+
 // Gradients [offset, offset + n) of `chunk` summed over `group`, waited for: on the device where
 // SumsOnDevice holds, else through its host copy (HostGrads, CommitHostGrads).
 absl::Status SumGrads(StageModel& chunk, int64_t offset, int64_t n, Transport& transport,

@@ -129,11 +129,33 @@ GradBuckets::GradBuckets(std::vector<StageModel*> chunks, int64_t bucket_floats,
       at += b.floats;
     }
     // Over NCCL a bucket sums the chunk's device gradients in place (ZeRO-1's reduce-scatter
-    // stays on the host copy): no staging.
-    c.on_device = !zero_ && SumsOnDevice(*transport_, *model);
+    // as reduces onto each part's owner): no staging.
+    c.on_device = SumsOnDevice(*transport_, *model);
     if (!c.on_device) c.staging.resize(at);
+    if (zero_ && c.on_device) CutShares(c);
     c.requests.assign(c.buckets.size(), -1);
     chunks_.push_back(std::move(c));
+  }
+}
+
+void GradBuckets::CutShares(Chunk& c) {
+  for (size_t k = 0; k < c.buckets.size(); ++k) {
+    std::vector<ParamRange> ranges;
+    std::vector<int> roots;
+    int64_t at = 0, part_end = 0;  // the piece's place in the bucket; the member's part's end
+    int member = -1;
+    for (const GradPiece& p : c.buckets[k].pieces) {
+      for (int64_t lo = at; lo < at + p.n;) {
+        while (lo >= part_end) part_end += c.counts[k][++member];
+        const int64_t hi = std::min(at + p.n, part_end);
+        ranges.push_back({p.offset + (lo - at), hi - lo});
+        roots.push_back(member);
+        lo = hi;
+      }
+      at += p.n;
+    }
+    c.share_ranges.push_back(std::move(ranges));
+    c.share_roots.push_back(std::move(roots));
   }
 }
 
@@ -156,6 +178,13 @@ absl::Status GradBuckets::StartReady(int index, int part) {
   if (verify_) c.sent.resize(c.staging.size());
   for (; c.next < c.buckets.size() && c.buckets[c.next].ready_part <= part; ++c.next) {
     const GradBucket& b = c.buckets[c.next];
+    if (c.on_device && zero_) {
+      FR_ASSIGN_OR_RETURN(
+          c.requests[c.next],
+          StartDeviceShares(Transport::DeviceRooted::kReduce, *c.model, c.share_ranges[c.next],
+                            c.share_roots[c.next], *transport_, group_));
+      continue;
+    }
     if (c.on_device) {
       // The bucket's pieces where they lie in the chunk's gradients, summed in one NCCL group
       // once the chunk's stream has run the products queued so far.
@@ -274,6 +303,12 @@ absl::Status GradBuckets::StartGather() {
   for (Chunk& c : chunks_) {
     c.gathers.assign(c.buckets.size(), -1);
     for (size_t k = 0; k < c.buckets.size(); ++k) {
+      if (c.on_device) {  // in place: each part from its owner's device parameters
+        FR_ASSIGN_OR_RETURN(c.gathers[k], StartDeviceShares(Transport::DeviceRooted::kBroadcast,
+                                                            *c.model, c.share_ranges[k],
+                                                            c.share_roots[k], *transport_, group_));
+        continue;
+      }
       FR_RETURN_IF_ERROR(CopyPart(c, k, c.mine_at[k], c.mine_n[k], true, true));
       FR_ASSIGN_OR_RETURN(c.gathers[k], transport_->StartAllGather(c.staging.data() + c.start[k],
                                                                    c.counts[k], group_));
@@ -297,7 +332,13 @@ absl::Status GradBuckets::PlaceGathered(int chunk) {
         absl::StrFormat("chunk %d: no all-gather waited for to place", chunk));
   }
   for (size_t k = 0; k < c.buckets.size(); ++k) {
-    FR_RETURN_IF_ERROR(CopyPart(c, k, 0, c.buckets[k].floats, true, false));
+    if (!c.on_device) {
+      FR_RETURN_IF_ERROR(CopyPart(c, k, 0, c.buckets[k].floats, true, false));
+      continue;
+    }
+    for (const ParamRange& r : c.share_ranges[k]) {
+      FR_RETURN_IF_ERROR(c.model->CommitDeviceParams(r.offset, r.n));
+    }
   }
   c.gathers.clear();
   c.gathered = false;

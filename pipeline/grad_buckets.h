@@ -67,7 +67,10 @@ class GradBuckets {
  public:
   // `group`: the data-parallel group (this rank's stage in every replica), at least 2 ranks.
   // `zero`: ZeRO-1, each bucket's sum a reduce-scatter (SplitForZero), this rank keeping the
-  // summed gradients of its share only.
+  // summed gradients of its share only: through the host, or over a transport that carries
+  // device memory one reduce per member's part onto that member, in place on the chunk's
+  // device gradients (and the all-gather one broadcast per part from its owner, in place on
+  // the device parameters).
   GradBuckets(std::vector<StageModel*> chunks, int64_t bucket_floats, Transport* transport,
               std::vector<int> group, bool zero = false);
   bool zero() const { return zero_; }
@@ -120,6 +123,10 @@ class GradBuckets {
     // ZeRO-1: each bucket's parts by member, and this rank's part and share.
     std::vector<std::vector<int64_t>> counts;
     std::vector<int64_t> mine_at, mine_n;  // per bucket, within it
+    // ZeRO-1 on the device: each bucket's pieces cut at the members' parts (layout offsets),
+    // and each cut's owner (its place in the group).
+    std::vector<std::vector<ParamRange>> share_ranges;
+    std::vector<std::vector<int>> share_roots;
     std::vector<ParamRange> owned;
     // ZeRO-1: the parameters' all-gathers in flight, one per bucket (empty: none); `gathered`:
     // all of them waited for, not yet placed.
@@ -130,6 +137,8 @@ class GradBuckets {
   // between the chunk's buffer (`get`: its gradients or parameters) and `packed` (the
   // bucket's place in staging); `to_packed` says which way.
   absl::Status CopyPart(Chunk& c, size_t k, int64_t from, int64_t n, bool params, bool to_packed);
+  // ZeRO-1 on the device: fills c.share_ranges and c.share_roots from its buckets and counts.
+  void CutShares(Chunk& c);
   // Starts chunk `c`'s buckets in order while they are ready after `part`.
   absl::Status StartReady(int c, int part);
 

@@ -123,6 +123,8 @@ class CudaStage final : public CudaStageModel {
   absl::StatusOr<std::vector<double>> CombineGradSquares(const double* partials) override;
   absl::StatusOr<float*> HostParams(int64_t offset, int64_t n) override;
   absl::Status CommitHostParams(int64_t offset, int64_t n) override;
+  absl::StatusOr<float*> DeviceParams(int64_t offset, int64_t n) override;
+  absl::Status CommitDeviceParams(int64_t offset, int64_t n) override;
 
  private:
   using Slot = StageBufferIds::Slot;

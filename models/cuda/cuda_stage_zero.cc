@@ -1,7 +1,8 @@
 // ZeRO-1 (parallel.zero = 1) on a CUDA chunk: the AdamW moments of this data-parallel rank's
 // share only (the optimizer phase planned again at the share's size and the whole one freed),
 // the gradient norm's chunk sums of the share and their combination in the order zero = 0's
-// fused norm adds them, and the host side of the parameters' all-gather.
+// fused norm adds them, and the parameters' all-gather's two sides: through the host (MPI) or
+// in place on the device (NCCL).
 #include <algorithm>
 #include <type_traits>
 #include <vector>
@@ -205,12 +206,35 @@ absl::Status CudaStage<T>::CommitHostParams(int64_t offset, int64_t n) {
   return Sync();
 }
 
+template <typename T>
+absl::StatusOr<float*> CudaStage<T>::DeviceParams(int64_t offset, int64_t n) {
+  FR_RETURN_IF_ERROR(Enter());
+  FR_RETURN_IF_ERROR(RequireTraining("DeviceParams"));
+  if (offset < 0 || n < 0 || offset + n > layout_.total) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "device parameters [%d, %d) outside the chunk's %d", offset, offset + n, layout_.total));
+  }
+  return Ptr<float>(ids_.master) + offset;
+}
+
+template <typename T>
+absl::Status CudaStage<T>::CommitDeviceParams(int64_t offset, int64_t n) {
+  FR_RETURN_IF_ERROR(Enter());
+  if constexpr (!std::is_same_v<T, float>) {  // the compute copy rounded as AdamW rounds it
+    FR_KERNEL(kWholeChunk, Convert, Ptr<bf16>(ids_.compute) + offset,
+              Ptr<float>(ids_.master) + offset, n, stream_);
+  }
+  return absl::OkStatus();
+}
+
 #define FR_INSTANTIATE(T)                                                                        \
   template absl::Status CudaStage<T>::ShardOptimizerState(std::vector<ParamRange>);              \
   template absl::Status CudaStage<T>::ShardGradSquares(const std::vector<ParamRange>&, double*); \
   template absl::StatusOr<std::vector<double>> CudaStage<T>::CombineGradSquares(const double*);  \
   template absl::StatusOr<float*> CudaStage<T>::HostParams(int64_t, int64_t);                    \
-  template absl::Status CudaStage<T>::CommitHostParams(int64_t, int64_t);
+  template absl::Status CudaStage<T>::CommitHostParams(int64_t, int64_t);                        \
+  template absl::StatusOr<float*> CudaStage<T>::DeviceParams(int64_t, int64_t);                  \
+  template absl::Status CudaStage<T>::CommitDeviceParams(int64_t, int64_t);
 FR_INSTANTIATE(float)
 FR_INSTANTIATE(bf16)
 #undef FR_INSTANTIATE

@@ -142,15 +142,29 @@ absl::StatusOr<Transport::Request> NcclTransport::StartSum(T* data, int64_t n,
   return Add(std::move(p));
 }
 
-absl::StatusOr<Transport::Request> NcclTransport::StartDeviceSum(
-    const std::vector<DeviceRange>& ranges, const std::vector<int>& group, void* ready) {
+absl::StatusOr<Transport::Request> NcclTransport::StartDevice(
+    bool rooted, DeviceRooted kind, const std::vector<DeviceRange>& ranges,
+    const std::vector<int>& roots, const std::vector<int>& group, void* ready) {
   std::lock_guard<std::mutex> lock(mu_);
   FR_RETURN_IF_ERROR(Usable());
   int64_t n = 0;
   for (const DeviceRange& r : ranges) n += r.n;
   Pending p;
-  p.what = absl::StrFormat("the sum of %d device values in %d ranges over ranks {%s}", n,
-                           ranges.size(), absl::StrJoin(group, ","));
+  p.what = absl::StrFormat("the %s of %d device values in %d ranges over ranks {%s}",
+                           !rooted                         ? "sum"
+                           : kind == DeviceRooted::kReduce ? "reduce to their owners"
+                                                           : "broadcast from their owners",
+                           n, ranges.size(), absl::StrJoin(group, ","));
+  if (rooted) {
+    bool roots_ok = roots.size() == ranges.size();
+    for (int root : roots)
+      roots_ok = roots_ok && root >= 0 && root < static_cast<int>(group.size());
+    if (!roots_ok) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: %d roots for %d ranges, each a member of the group's %d", p.what,
+                          roots.size(), ranges.size(), group.size()));
+    }
+  }
   if (group.size() <= 1) {
     p.complete = true;  // a sum over this rank alone
     return Add(std::move(p));
@@ -176,11 +190,19 @@ absl::StatusOr<Transport::Request> NcclTransport::StartDeviceSum(
     CUDA_CHECK(cudaStreamWaitEvent(c.stream, static_cast<cudaEvent_t>(ready), 0));
   }
   // One NCCL group: every range in place, one launch, the ranges' values as in one buffer
-  // (a sum is elementwise).
+  // (a sum is elementwise); ZeRO-1's unequal shares as one reduce or broadcast per range, its
+  // owner the root (ncclReduceScatter and ncclAllGather take equal parts only).
   NCCL_CHECK(ncclGroupStart());
-  for (const DeviceRange& r : ranges) {
-    NCCL_CHECK(ncclAllReduce(r.data, r.data, static_cast<size_t>(r.n), ncclFloat, ncclSum, c.comm,
-                             c.stream));
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const DeviceRange& r = ranges[i];
+    const size_t count = static_cast<size_t>(r.n);
+    if (!rooted) {
+      NCCL_CHECK(ncclAllReduce(r.data, r.data, count, ncclFloat, ncclSum, c.comm, c.stream));
+    } else if (kind == DeviceRooted::kReduce) {
+      NCCL_CHECK(ncclReduce(r.data, r.data, count, ncclFloat, ncclSum, roots[i], c.comm, c.stream));
+    } else {
+      NCCL_CHECK(ncclBroadcast(r.data, r.data, count, ncclFloat, roots[i], c.comm, c.stream));
+    }
   }
   FR_RETURN_IF_ERROR(Issued(c, ncclGroupEnd(), p.what));
   FR_RETURN_IF_ERROR(Record(p, c.stream));

@@ -62,12 +62,26 @@ class NcclTransport final : public Transport {
     return StartSum(data, n, group);
   }
   absl::StatusOr<Request> StartDeviceSum(const std::vector<DeviceRange>& ranges,
-                                         const std::vector<int>& group, void* ready) override;
+                                         const std::vector<int>& group, void* ready) override {
+    return StartDevice(/*rooted=*/false, DeviceRooted::kReduce, ranges, {}, group, ready);
+  }
+  absl::StatusOr<Request> StartDeviceRooted(DeviceRooted kind,
+                                            const std::vector<DeviceRange>& ranges,
+                                            const std::vector<int>& roots,
+                                            const std::vector<int>& group, void* ready) override {
+    return StartDevice(/*rooted=*/true, kind, ranges, roots, group, ready);
+  }
   int64_t bootstrap_sums() const { return bootstrap_sums_; }
   void AbortInFlight() override;
   void AbortLocally();  // AbortInFlight without waiting for the other ranks
 
  private:
+  // StartDeviceSum's all-reduces (`rooted` false) or StartDeviceRooted's reduces or
+  // broadcasts, one NCCL group on the group's communicator.
+  absl::StatusOr<Request> StartDevice(bool rooted, DeviceRooted kind,
+                                      const std::vector<DeviceRange>& ranges,
+                                      const std::vector<int>& roots, const std::vector<int>& group,
+                                      void* ready);
   struct Comm {
     std::vector<int> members;  // global ranks; a link's are {sender, receiver}
     std::string name;          // for errors: "the link from rank 0 to rank 1 (channel 2)"

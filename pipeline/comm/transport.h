@@ -81,6 +81,19 @@ class Transport {
                                                  void* /*ready*/) {
     return absl::UnimplementedError("this transport sums host memory only");
   }
+  // ZeRO-1's two halves on device memory (parallel.zero = 1 over NCCL), ordered as
+  // StartDeviceSum is: range i belongs to group member roots[i] (its place in `group`). A
+  // reduce sums each range in place over the group into its owner's (adding as AllReduceSum
+  // adds; the other members' values there are left as they were), a broadcast copies each
+  // range from its owner to every member, in place. One request for all of them.
+  enum class DeviceRooted { kReduce, kBroadcast };
+  virtual absl::StatusOr<Request> StartDeviceRooted(DeviceRooted /*kind*/,
+                                                    const std::vector<DeviceRange>& /*ranges*/,
+                                                    const std::vector<int>& /*roots*/,
+                                                    const std::vector<int>& /*group*/,
+                                                    void* /*ready*/) {
+    return absl::UnimplementedError("this transport moves host memory only");
+  }
   // ZeRO-1's two halves of a sum (parallel.zero = 1): `counts[k]` values belong to group
   // member k, back to back in member order (n = Σ counts in `data` on every member). The
   // reduce-scatter sums `data` over the group elementwise, adding as AllReduceSum adds, and

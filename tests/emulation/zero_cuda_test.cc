@@ -1,14 +1,15 @@
 // ZeRO-1 (parallel.zero = 1) on CUDA chunks, under the CUDA emulation: at pp 2 × dp 2, ranks as
 // threads over the in-process transport (host-staged sums that add the replicas in rank order,
-// as MPI's do at dp 2), the sharded run trains the unsharded run's bits: losses, gradient
-// norms (the shares' chunk sums combined by the fused norm's own kernel), every rank's
-// parameters, and each rank's moments against the unsharded moments at its share's places,
+// as MPI's do at dp 2) and over emulated NCCL, the sharded run trains the unsharded run's bits:
+// losses, gradient norms (the shares' chunk sums combined by the fused norm's own kernel), every
+// rank's parameters, and each rank's moments against the unsharded moments at its share's places,
 // the shares of a stage's replicas covering it once. A checkpoint saved sharded resumes at
 // dp 1 on CUDA and on the CPU with the moments an unsharded checkpoint gives.
 #include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "models/cuda/cuda_stage_model.h"
 #include "models/grad_norm.h"
+#include "tests/emulation/over_nccl.h"
 #include "tests/pipeline/train_parity.h"
 #include "tests/pipeline/zero_run.h"
 
@@ -23,6 +25,7 @@ namespace freeride {
 namespace {
 
 using testing::ExpectSameBits;
+using testing::OverNccl;
 using testing::ParityConfig;
 using testing::ParityShard;
 using testing::SingleProcessLosses;
@@ -91,9 +94,12 @@ TEST(ZeroCudaChunkTest, TheShardedNormCombinesInTheFusedNormsOrder) {
 
 // 1F1B and ZB-H1 (its W instructions make the last weight gradients), fp32 and bf16 (the
 // fp32 master stepped, the bf16 copy rounded from it, both gathered), buckets that cut tensors
-// and the default one: each sharded run against its unsharded one. Fails if a share steps
-// other elements or moments than its own, if the reduce-scatter leaves a rank another part, or
-// if the norm adds the shares' chunk sums in another order than the fused norm's.
+// and the default one: each sharded run, over the in-process transport (MPI's host sums) and
+// over emulated NCCL (the reduces and broadcasts in place on the device, nothing through the
+// bootstrap during the steps), against its unsharded one. Fails if a share steps other
+// elements or moments than its own, if the reduce-scatter leaves a rank another part, if the
+// norm adds the shares' chunk sums in another order than the fused norm's, or over NCCL if a
+// part's reduce or broadcast has another root or the broadcast is skipped.
 TEST_F(ZeroCudaTest, ShardsTrainTheUnshardedBits) {
   const std::string shard = ParityShard();
   for (const auto& [kind, precision, bucket_mb] :
@@ -105,6 +111,14 @@ TEST_F(ZeroCudaTest, ShardsTrainTheUnshardedBits) {
     const testing::ZeroRun whole = Train(config, kSteps);
     config.parallel.zero = 1;
     ExpectSameBits(Train(config, kSteps), whole, 2);
+    SCOPED_TRACE("over NCCL");
+    config.runtime.comm_timeout_s = 60;  // a failure fails in a minute, not five
+    std::atomic<int64_t> bootstrap_calls{0};
+    ExpectSameBits(
+        Train(config, kSteps, false,
+              [&](pipeline::Transport& t) { return OverNccl::Make(t, config, &bootstrap_calls); }),
+        whole, 2);
+    EXPECT_EQ(bootstrap_calls, 0) << "calls to the bootstrap transport during the steps";
   }
 }
 

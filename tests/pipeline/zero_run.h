@@ -28,7 +28,9 @@ struct ZeroRun {
 };
 
 // `gpu_per_rank`: rank r on CUDA device r (runtime.gpu), as each rank of mpirun takes its own.
-inline ZeroRun Train(const Config& config, int steps = 5, bool gpu_per_rank = false) {
+// With `over`, each rank trains on the transport it makes over the in-process one.
+inline ZeroRun Train(const Config& config, int steps = 5, bool gpu_per_rank = false,
+                     const TransportOver& over = nullptr) {
   const int world = static_cast<int>(config.parallel.pp * config.parallel.dp);
   auto transports = pipeline::MakeInProcessWorld(world);
   ZeroRun run;
@@ -41,7 +43,16 @@ inline ZeroRun Train(const Config& config, int steps = 5, bool gpu_per_rank = fa
     threads.emplace_back([&, r] {
       Config mine = config;
       if (gpu_per_rank) mine.runtime.gpu = r;
-      auto trainer = Trainer::Create(mine, transports[r].get());
+      std::unique_ptr<pipeline::Transport> wrapped;
+      if (over) {
+        auto made = over(*transports[r]);
+        if (!made.ok()) {
+          failures[r] = std::string(made.status().message());
+          return;
+        }
+        wrapped = *std::move(made);
+      }
+      auto trainer = Trainer::Create(mine, over ? wrapped.get() : transports[r].get());
       if (!trainer.ok()) {
         failures[r] = std::string(trainer.status().message());
         return;

@@ -19,7 +19,7 @@ Config With(const std::string& device, const std::string& transport) {
   return config;
 }
 
-// ZeRO-1 at dp 2: its reduce-scatter and all-gather go through host memory.
+// ZeRO-1 at dp 2: its reduce-scatter and all-gather run over NCCL as the sums do.
 Config ZeroOne(Config config) {
   config.parallel.dp = 2;
   config.parallel.zero = 1;
@@ -30,6 +30,10 @@ TEST(TransportChoiceTest, AutoTakesNcclOnlyForCudaStagesOfSeveralRanksWithNccl) 
   auto nccl = ChooseTransport(With("cuda", "auto"), 4, true);
   ASSERT_TRUE(nccl.ok()) << nccl.status();
   EXPECT_TRUE(nccl->nccl);
+  // ZeRO-1 changes nothing: its reduces and broadcasts run on the device too.
+  auto zero = ChooseTransport(ZeroOne(With("cuda", "auto")), 4, true);
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  EXPECT_TRUE(zero->nccl);
   EXPECT_THAT(DescribeTransport(*nccl, 3),
               HasSubstr("NCCL carries activations, gradients and every sum"));
   EXPECT_THAT(DescribeTransport(*nccl, 3), HasSubstr("cuda:3"));
@@ -39,7 +43,7 @@ TEST(TransportChoiceTest, AutoTakesNcclOnlyForCudaStagesOfSeveralRanksWithNccl) 
            {With("cuda", "auto"), 1, true, "one rank"},
            {With("cuda", "auto"), 4, false, "no NCCL that joins processes"},
            {With("cuda", "mpi"), 4, true, "parallel.transport = \"mpi\""},
-           {ZeroOne(With("cuda", "auto")), 4, true, "parallel.zero = 1"}}) {
+           {ZeroOne(With("cuda", "auto")), 4, false, "no NCCL that joins processes"}}) {
     auto mpi = ChooseTransport(config, world, built);
     ASSERT_TRUE(mpi.ok()) << mpi.status();
     EXPECT_FALSE(mpi->nccl) << why;

@@ -142,12 +142,6 @@ void Loader::CheckCrossField(bool check_files) {
                       "), or empty for model.recompute on every stage"),
          absl::StrCat(c.parallel.recompute_stages.size(), " entries"));
   }
-  if (c.parallel.zero == 1 && c.runtime.device == "cuda" && c.parallel.transport == "nccl") {
-    fail("parallel.transport",
-         "\"mpi\" or \"auto\" with parallel.zero = 1 on runtime.device = \"cuda\" (ZeRO-1's "
-         "reduce-scatter and all-gather go through host memory over MPI so far)",
-         "\"nccl\"", {"parallel.zero", "runtime.device"});
-  }
   const std::vector<int64_t>& trace = c.trace.steps;
   if (trace.size() != 2 || trace[0] < 1 || trace[1] < trace[0] || trace[1] - trace[0] >= 1000) {
     fail("trace.steps", "[first, last] with 1 <= first <= last and at most 1000 steps",

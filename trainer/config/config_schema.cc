@@ -237,8 +237,9 @@ std::vector<KeySpec> BuildSchema() {
                "share, and an all-gather returns the parameters. The same bits as 0 "
                "(docs/training.md#zero-1-optimizer-sharding); checkpoints save each rank's "
                "share and resume under any dp, pp or zero. On runtime.device = \"cuda\" "
-               "the sums go through host memory over MPI (parallel.transport = \"auto\" "
-               "picks it; \"nccl\" is refused). No effect at dp = 1."),
+               "over NCCL the reduce-scatter and all-gather run in place on the device "
+               "(one reduce or broadcast per rank's part), over MPI through host memory. No "
+               "effect at dp = 1."),
       FR_KEY(parallel, zero_overlap)
           .Doc("With parallel.zero = 1: the all-gather of the parameters after each step's "
                "update is left in flight, and each model chunk waits for its own where the "
@@ -252,9 +253,8 @@ std::vector<KeySpec> BuildSchema() {
           .Doc("What carries the activations and gradients between stages and the sums between "
                "ranks: \"nccl\" NCCL between GPUs (runtime.device = \"cuda\", one rank per "
                "GPU; MPI only starts it), \"mpi\" MPI through host memory, \"auto\" NCCL "
-               "where every stage is on CUDA, the job has more than one rank, the build has "
-               "NCCL and ZeRO-1 is off (parallel.zero), else MPI. The start log says which "
-               "carries what "
+               "where every stage is on CUDA, the job has more than one rank and the build has "
+               "NCCL (ZeRO-1 included), else MPI. The start log says which carries what "
                "(docs/training.md#over-nccl)."),
 
       FR_KEY(runtime, device).Choices({"cpu", "cuda"}).Doc("Backend that runs the model."),
