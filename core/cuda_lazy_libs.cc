@@ -171,6 +171,14 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   FR_LAZY(nccl, ncclAllReduce, send, recv, count, type, op, comm, stream);
 }
+ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType_t type,
+                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  FR_LAZY(nccl, ncclReduce, send, recv, count, type, op, root, comm, stream);
+}
+ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type,
+                           int root, ncclComm_t comm, cudaStream_t stream) {
+  FR_LAZY(nccl, ncclBroadcast, send, recv, count, type, root, comm, stream);
+}
 ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t type, int peer,
                       ncclComm_t comm, cudaStream_t stream) {
   FR_LAZY(nccl, ncclSend, send, count, type, peer, comm, stream);
