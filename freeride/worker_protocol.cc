@@ -4,13 +4,16 @@
 
 #include <cerrno>
 #include <cstring>
+#include <limits>
+#include <optional>
 #include <sstream>
+#include <type_traits>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include <toml++/toml.h>
-
+#include "core/status.h"
 #include "freeride/task_args_toml.h"
 
 namespace freeride {
@@ -19,7 +22,29 @@ namespace {
 constexpr char kSeparator = '\x1f';
 constexpr size_t kMaxMessage = 1 << 20;
 
-toml::node_view<const toml::node> Get(const toml::table& t, const char* key) { return t[key]; }
+// A field of the spec: absent gives `fallback`, another type is refused. Only a node of T's own
+// type converts: toml++'s value_or casts a float to int64_t unchecked, which is undefined beyond
+// int64_t's range (fuzz_worker_spec found `rank = 1e69`).
+template <typename T>
+absl::StatusOr<T> Field(const toml::table& t, const char* key, T fallback) {
+  const toml::node* node = t.get(key);
+  if (node == nullptr) return fallback;
+  if (std::optional<T> v = node->value_exact<T>()) return *std::move(v);
+  return absl::InvalidArgumentError(absl::StrFormat("worker spec: %s: not %s", key,
+                                                    std::is_same_v<T, std::string> ? "a string"
+                                                    : std::is_same_v<T, bool>      ? "a boolean"
+                                                                                   : "an integer"));
+}
+
+// An int field (rank, stage) that fits an int.
+absl::StatusOr<int> IntField(const toml::table& t, const char* key) {
+  FR_ASSIGN_OR_RETURN(int64_t v, Field<int64_t>(t, key, 0));
+  if (v < 0 || v > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("worker spec: %s: %d is out of range", key, v));
+  }
+  return static_cast<int>(v);
+}
 
 template <typename T>
 toml::array ToArray(const std::vector<T>& values) {
@@ -71,15 +96,15 @@ absl::StatusOr<WorkerSpec> DecodeWorkerSpec(absl::string_view text) {
         absl::StrFormat("worker spec: %s", std::string(e.description())));
   }
   WorkerSpec spec;
-  spec.task.type = Get(t, "type").value_or(std::string());
-  spec.task.name = Get(t, "name").value_or(std::string());
-  spec.task.plugin = Get(t, "plugin").value_or(std::string());
-  spec.task.memory_limit_bytes = Get(t, "memory_limit").value_or(int64_t{0});
+  FR_ASSIGN_OR_RETURN(spec.task.type, Field<std::string>(t, "type", ""));
+  FR_ASSIGN_OR_RETURN(spec.task.name, Field<std::string>(t, "name", ""));
+  FR_ASSIGN_OR_RETURN(spec.task.plugin, Field<std::string>(t, "plugin", ""));
+  FR_ASSIGN_OR_RETURN(spec.task.memory_limit_bytes, Field<int64_t>(t, "memory_limit", 0));
   spec.task.isolation = "process";
-  spec.task.repeat = Get(t, "repeat").value_or(false);
-  spec.rank = static_cast<int>(Get(t, "rank").value_or(int64_t{0}));
-  spec.stage = static_cast<int>(Get(t, "stage").value_or(int64_t{0}));
-  spec.results_dir = Get(t, "results_dir").value_or(std::string());
+  FR_ASSIGN_OR_RETURN(spec.task.repeat, Field<bool>(t, "repeat", false));
+  FR_ASSIGN_OR_RETURN(spec.rank, IntField(t, "rank"));
+  FR_ASSIGN_OR_RETURN(spec.stage, IntField(t, "stage"));
+  FR_ASSIGN_OR_RETURN(spec.results_dir, Field<std::string>(t, "results_dir", ""));
   if (const toml::table* args = t["args"].as_table()) {
     for (auto&& [key, node] : *args) {
       const std::string name(key.str());

@@ -105,6 +105,22 @@ TEST(WorkerProtocolTest, SpecsRoundTrip) {
   EXPECT_TRUE(back->task.repeat);
 }
 
+// A field of the wrong type is refused by name, never converted: a float rank past int64_t's
+// range was an undefined cast inside toml++ (found by fuzz_worker_spec).
+TEST(WorkerProtocolTest, FieldsOfTheWrongTypeAreRefusedByName) {
+  for (const auto& [text, refusal] : std::vector<std::pair<std::string, std::string>>{
+           {"type = \"x\"\nrank = 1e69\n", "worker spec: rank: not an integer"},
+           {"type = \"x\"\nstage = 2.0\n", "worker spec: stage: not an integer"},
+           {"type = \"x\"\nrank = 4294967296\n", "worker spec: rank: 4294967296 is out of range"},
+           {"type = \"x\"\nmemory_limit = \"1\"\n", "worker spec: memory_limit: not an integer"},
+           {"type = 3\n", "worker spec: type: not a string"},
+           {"type = \"x\"\nrepeat = 1\n", "worker spec: repeat: not a boolean"}}) {
+    absl::StatusOr<WorkerSpec> spec = DecodeWorkerSpec(text);
+    ASSERT_FALSE(spec.ok()) << text;
+    EXPECT_EQ(spec.status().message(), refusal) << text;
+  }
+}
+
 // A task that is done restarts (repeat) in its next step, in either host, and keeps the bubbles
 // busy; without repeat it finishes and the bubbles stay empty.
 TEST(IsolationTest, ARepeatingTaskRestartsInsteadOfFinishing) {

@@ -514,6 +514,19 @@ TEST(CliScheduleTest, CommComesFromTheTransportsLinkModel) {
   EXPECT_THAT(file.err, HasSubstr("comm_costs.toml:1: comm: comm is given by --transport"));
 }
 
+// A cost file's byte counts are whole numbers: a float is refused by name, never cast (a float
+// past int64_t's range made the cast undefined, as fuzz_worker_spec found for the worker spec).
+TEST(CliSimulateTest, ACostFilesBytesMustBeWhole) {
+  for (const char* bytes : {"1e69", "12.5", "-3"}) {
+    const std::string costs =
+        WriteTemp("byte_costs.toml", absl::StrCat("f = 1.0\nmemory_total = ", bytes, "\n"));
+    CliResult r = RunCommand({"simulate", "--stages", "2", "--cost-file", costs});
+    EXPECT_EQ(r.status, kExitFailure) << bytes;
+    EXPECT_THAT(r.err, HasSubstr("byte_costs.toml:2: memory_total: expected whole bytes >= 0"))
+        << bytes;
+  }
+}
+
 // --transport and --fabric take the transport's link model (pipeline/link_model.h), named in
 // the header; the config's transport by default (auto on the CPU: MPI, which NVLink does not
 // carry: refused naming both flags); a figure given outright still wins.

@@ -111,8 +111,11 @@ absl::StatusOr<CostModel> LoadCostFile(const std::string& path, int stages, bool
     } else if (key == "tied") {
       FR_ASSIGN_OR_RETURN(model.tied, CostValue(node, where));
     } else if (key == "memory_total" || key == "memory_static" || key == "memory_per_buffer") {
-      std::optional<int64_t> v = node.value<int64_t>();
-      if (!v || *v < 0) return absl::InvalidArgumentError(absl::StrCat(where, ": expected bytes >= 0"));
+      // value_exact: toml++'s value<int64_t> casts a float unchecked (undefined past int64_t).
+      std::optional<int64_t> v = node.value_exact<int64_t>();
+      if (!v || *v < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": expected whole bytes >= 0"));
+      }
       (key == "memory_total" ? model.memory_total
        : key == "memory_static" ? model.memory_static : model.memory_per_buffer) = *v;
     } else {
