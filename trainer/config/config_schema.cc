@@ -508,7 +508,7 @@ std::string TomlString(absl::string_view text) {
         out += "\\r";
         break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20) {
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {  // TOML escapes DEL too
           char buf[8];
           snprintf(buf, sizeof(buf), "\\u%04x", c);
           out += buf;
