@@ -2,9 +2,10 @@
 # A second stop signal while a background checkpoint is being written, and a 2-rank run that
 # fails while one is: neither may lose the checkpoint in flight.
 #  1. one process, checkpoint.every = 10 in the background, the write of step 10 held (test
-#     hook FREERIDE_TEST_HOLD_CHECKPOINT) until the test releases it; two SIGTERMs 20 ms apart
-#     once step 12 is done. The process must wait for the write, then exit 143: `latest` names
-#     step 10, no step_00000010.partial, `checkpoint verify` passes and the run resumes from it.
+#     hook FREERIDE_TEST_HOLD_CHECKPOINT) until the test releases it; two SIGTERMs after step
+#     12 (the second once the first is taken). The process must wait for the write, then exit
+#     143: `latest` names step 10, no step_00000010.partial, `checkpoint verify` passes and the
+#     run resumes from it.
 #  2. the same as a pp 2 pipeline under mpirun, stopped by two SIGUSR1s.
 #  3. pp 2, every = 1, each state file slowed by 1 s (FREERIDE_TEST_SLOW_CHECKPOINT_S), a loss
 #     that goes non-finite (lr = 1e6, on_nonfinite = "skip" up to 2): the run fails, and leaves
@@ -38,12 +39,17 @@ check_kept() {
   [[ ! -e $ckpt/step_00000010.partial ]] || fail "$2: step_00000010.partial was left"
   "$freeride" checkpoint verify "$ckpt" >> "$work/log.txt" 2>&1 || fail "$2: verify failed"
 }
-# Sends SIGNAL to $pid twice, 20 ms apart, once step 12 is in RUN's metrics; then checks the
+# Sends SIGNAL to $pid twice once step 12 is in RUN's metrics, the second as soon as each of the
+# run's RANKS has said it took the first (a busy mpirun folds two signals sent close together
+# into one, and the run then rightly stops with a checkpoint of a later step); then checks the
 # process waits for the held write instead of exiting, and releases the write.
 stop_twice() {
-  local run=$1 signal=$2
+  local run=$1 signal=$2 ranks=$3 before
   wait_for "grep -q '\"kind\": \"train\", \"step\": 12,' $run/metrics.jsonl"
-  kill -"$signal" "$pid"; sleep 0.02; kill -"$signal" "$pid"
+  before=$(grep -c "stop requested" "$work/log.txt" || true)
+  kill -"$signal" "$pid"
+  wait_for "(( \$(grep -c 'stop requested' '$work/log.txt' || true) >= before + ranks ))"
+  kill -"$signal" "$pid"
   sleep 2
   kill -0 "$pid" 2>/dev/null ||
     fail "$signal twice: the process exited without finishing the checkpoint being written"
@@ -56,7 +62,7 @@ FREERIDE_TEST_HOLD_CHECKPOINT=10 "$freeride" train --config "$work/run.toml" \
   --set "run.dir=\"$one\"" >> "$work/log.txt" 2>&1 &
 pid=$!
 wait_for "[[ -e $one/checkpoints/step_00000010.partial/held_r000 ]]"
-stop_twice "$one" TERM
+stop_twice "$one" TERM 1
 status=0
 wait "$pid" || status=$?
 pid=""
@@ -77,7 +83,7 @@ FREERIDE_TEST_HOLD_CHECKPOINT=10 "${mpirun[@]}" -x FREERIDE_TEST_HOLD_CHECKPOINT
 pid=$!
 wait_for "[[ -e $two/checkpoints/step_00000010.partial/held_r000 && \
   -e $two/checkpoints/step_00000010.partial/held_r001 ]]"
-stop_twice "$two" USR1
+stop_twice "$two" USR1 2
 status=0
 wait "$pid" || status=$?
 pid=""
