@@ -91,7 +91,10 @@ for arm in "${arms[@]}"; do echo "plan $arm ${plans[$arm]}" | tee -a "$work/plan
 for ((r = 0; r < rounds; r++)); do
   for ((k = 0; k < ${#arms[@]}; k++)); do
     arm=${arms[$(((r + k) % ${#arms[@]}))]}
-    echo "run $arm $r $(run "$arm")" | tee -a "$work/results"
+    # An assignment of its own, so that a failed run (its exit inside $(...)) stops the bench
+    # with its error rather than going on with empty figures.
+    figures=$(run "$arm")
+    echo "run $arm $r $figures" | tee -a "$work/results"
   done
 done
 python3 - "$work/results" "$work/plans" <<'PY'

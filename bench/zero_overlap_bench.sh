@@ -61,7 +61,10 @@ arms=(overlapped blocking)
 for ((r = 0; r < rounds; r++)); do
   for ((k = 0; k < 2; k++)); do
     arm=${arms[$(((r + k) % 2))]}
-    echo "run $arm $r $(run "$arm")" | tee -a "$work/results"
+    # An assignment of its own, so that a failed run (its exit inside $(...)) stops the bench
+    # with its error rather than going on with empty figures.
+    figures=$(run "$arm")
+    echo "run $arm $r $figures" | tee -a "$work/results"
   done
 done
 python3 - "$work/results" <<'PY'

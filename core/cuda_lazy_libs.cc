@@ -21,16 +21,17 @@
 namespace {
 
 struct Library {
+  explicit Library(const char* library_path) : path(library_path) {}
   const char* path;
   std::once_flag opened;
   void* handle = nullptr;
 };
 
-Library cublas{FREERIDE_CUBLAS_LIBRARY};
-Library cublas_lt{FREERIDE_CUBLASLT_LIBRARY};
-Library nccl{FREERIDE_NCCL_LIBRARY};
+Library cublas(FREERIDE_CUBLAS_LIBRARY);
+Library cublas_lt(FREERIDE_CUBLASLT_LIBRARY);
+Library nccl(FREERIDE_NCCL_LIBRARY);
 #ifdef FREERIDE_WITH_CUDNN
-Library cudnn{FREERIDE_CUDNN_LIBRARY};
+Library cudnn(FREERIDE_CUDNN_LIBRARY);
 #endif
 
 // A library that cannot be opened, or lacks a function the build linked against, leaves

@@ -82,8 +82,10 @@ std::string EncodeWorkerSpec(const WorkerSpec& spec) {
                 {"stage", spec.stage},
                 {"results_dir", spec.results_dir},
                 {"args", std::move(args)}};
+  // Basic strings only: toml++ 3.3 writes a string holding ''''' as a multi-line literal string
+  // that it cannot read back (fuzz_worker_spec found it).
   std::ostringstream out;
-  out << t;
+  out << toml::toml_formatter{t, toml::format_flags::none};
   return out.str();
 }
 

@@ -99,7 +99,7 @@ absl::Status StageExecutor::RunAhead(const MicrobatchData& data, float loss_scal
   if (!PostValidated() || step_.begun) {
     return absl::FailedPreconditionError("runs ahead only between post-validated steps");
   }
-  if (absl::Status s = BeginStep(); !s.ok()) return s;
+  if (absl::Status s = BeginStep(/*ahead=*/true); !s.ok()) return s;
   running_ahead_ = true;
   absl::Status s = RunUntil(ValidationPoint(instructions()), data, loss_scale);
   running_ahead_ = false;
@@ -132,6 +132,20 @@ absl::StatusOr<StepState> StageExecutor::AwaitState() {
   return state;
 }
 
+bool StageExecutor::SentAhead(const Instr& in) const {
+  const bool grad = in.op == Op::kRecvGrad;
+  const int sender = VirtualStage(in.chunk) + (grad ? 1 : -1);
+  const std::vector<Instr>& theirs = schedule_.per_stage[in.peer];
+  for (size_t j = 0; j < ValidationPoint(theirs); ++j) {
+    const Instr& t = theirs[j];
+    if (t.op == (grad ? Op::kSendGrad : Op::kSendAct) && t.microbatch == in.microbatch &&
+        VirtualStageOf(schedule_.placement, layout_.pp, in.peer, t.chunk) == sender) {
+      return true;
+    }
+  }
+  return false;
+}
+
 absl::Status StageExecutor::DiscardAhead() {
   if (!step_.begun) return absl::OkStatus();
   double dropped = 0;  // the losses of the forwards run ahead: the rerun makes them again
@@ -140,38 +154,27 @@ absl::Status StageExecutor::DiscardAhead() {
   if (step_.open_bubble >= 0) hook_->OnBubbleEnd(step_.open_bubble, clock().Now());
   // Every rank ran exactly its instructions before its validation point: a message was sent
   // ahead where its SEND is there on the peer. Those were made with the rolled-back weights:
-  // each is drained (if this stage has not taken it yet) and its receive posted again. Any
-  // other receive waits, still posted, for the message the step's rerun will send.
-  const int m = schedule_.microbatches;
-  const int64_t bytes = MessageBytes();
+  // each is drained (if this stage has not taken it yet) and its receive posted again, and
+  // then the receives the run ahead left for after it (BeginStep). Over NCCL a link's
+  // receives match its messages in the order they were posted, not by tag: a receive posted
+  // again behind one still waiting for a later micro-batch would take the wrong message and
+  // leave the rerun waiting for one the peer sends only after it (both stages blocked on
+  // micro-batch 0), so nothing but the messages sent ahead is posted before the validation.
   FR_RETURN_IF_ERROR(FinishMessageReads());
   const std::vector<Instr>& instrs = instructions();
   for (size_t i = 0; i < instrs.size(); ++i) {
     const Instr& in = instrs[i];
     if (in.op != Op::kRecvAct && in.op != Op::kRecvGrad) continue;
-    const bool grad = in.op == Op::kRecvGrad;
-    const int sender = VirtualStage(in.chunk) + (grad ? 1 : -1);
-    const std::vector<Instr>& theirs = schedule_.per_stage[in.peer];
-    bool sent_ahead = false;
-    for (size_t j = 0; j < ValidationPoint(theirs); ++j) {
-      const Instr& t = theirs[j];
-      sent_ahead =
-          sent_ahead ||
-          (t.op == (grad ? Op::kSendGrad : Op::kSendAct) && t.microbatch == in.microbatch &&
-           VirtualStageOf(schedule_.placement, layout_.pp, in.peer, t.chunk) == sender);
-    }
-    if (!sent_ahead) continue;
-    const int cell = in.chunk * m + in.microbatch;
-    Transport::Request& request = (grad ? recv_grad_req_ : recv_act_req_)[cell];
+    if (!SentAhead(in)) continue;
+    const int cell = in.chunk * schedule_.microbatches + in.microbatch;
+    const Transport::Request request =
+        (in.op == Op::kRecvGrad ? recv_grad_req_ : recv_act_req_)[cell];
     if (i >= step_.next) {
       if (absl::Status s = transport_->Wait(request, timeout_s_); !s.ok()) return s;
     }
-    absl::StatusOr<Transport::Request> r = transport_->Irecv(
-        (grad ? recv_grad_ : recv_act_)[cell].get(), bytes,
-        layout_.RankOf(in.peer, layout_.replica), Tag(grad, sender, in.microbatch));
-    if (!r.ok()) return r.status();
-    request = *r;
+    FR_RETURN_IF_ERROR(PostReceive(in));
   }
+  FR_RETURN_IF_ERROR(PostReceives(/*ahead=*/false));
   // The rerun reuses the send buffers.
   for (Transport::Request r : sends_) {
     if (absl::Status s = transport_->Wait(r, timeout_s_); !s.ok()) return s;

@@ -365,7 +365,7 @@ std::function<bool()> StageExecutor::InputReady(size_t bubble_index) const {
   return [this, r] { return transport_->Test(r); };
 }
 
-absl::Status StageExecutor::BeginStep() {
+absl::Status StageExecutor::BeginStep(bool ahead) {
   if (PostValidated() && !groups_ready_) {
     // MPI builds a group's communicator the first time the group sums, collectively over its
     // members. A post-validated head stage starts the tied sum mid-step, while the embedding's
@@ -393,24 +393,37 @@ absl::Status StageExecutor::BeginStep() {
   weight_left_ = weight_instrs_;
   if (buckets_) buckets_->Reset();
   if (receives_posted_) return absl::OkStatus();
-  // Every receive of the step is posted now, into its own buffer, once the chunks are done
+  // The step's receives are posted now, into their own buffers, once the chunks are done
   // reading the last step's messages from them.
   if (!messages_allocated_) FR_RETURN_IF_ERROR(AllocateMessages());
   FR_RETURN_IF_ERROR(FinishMessageReads());
-  const int m = schedule_.microbatches;
-  const int64_t bytes = MessageBytes();
-  for (const Instr& in : instructions()) {
+  posted_.assign(instructions().size(), false);
+  return PostReceives(ahead);
+}
+
+absl::Status StageExecutor::PostReceives(bool ahead) {
+  if (receives_posted_) return absl::OkStatus();
+  const std::vector<Instr>& instrs = instructions();
+  const size_t validation_point = ValidationPoint(instrs);
+  for (size_t i = 0; i < instrs.size(); ++i) {
+    const Instr& in = instrs[i];
     if (in.op != Op::kRecvAct && in.op != Op::kRecvGrad) continue;
-    const bool grad = in.op == Op::kRecvGrad;
-    const int cell = in.chunk * m + in.microbatch;
-    const int sender = VirtualStage(in.chunk) + (grad ? 1 : -1);
-    absl::StatusOr<Transport::Request> r = transport_->Irecv(
-        (grad ? recv_grad_ : recv_act_)[cell].get(), bytes,
-        layout_.RankOf(in.peer, layout_.replica), Tag(grad, sender, in.microbatch));
-    if (!r.ok()) return r.status();
-    (grad ? recv_grad_req_ : recv_act_req_)[cell] = *r;
+    if (posted_[i] || (ahead && i >= validation_point && !SentAhead(in))) continue;
+    FR_RETURN_IF_ERROR(PostReceive(in));
+    posted_[i] = true;
   }
-  receives_posted_ = true;
+  receives_posted_ = !ahead;
+  return absl::OkStatus();
+}
+
+absl::Status StageExecutor::PostReceive(const Instr& in) {
+  const bool grad = in.op == Op::kRecvGrad;
+  const int cell = in.chunk * schedule_.microbatches + in.microbatch;
+  const int sender = VirtualStage(in.chunk) + (grad ? 1 : -1);
+  FR_ASSIGN_OR_RETURN((grad ? recv_grad_req_ : recv_act_req_)[cell],
+                      transport_->Irecv((grad ? recv_grad_ : recv_act_)[cell].get(), MessageBytes(),
+                                        layout_.RankOf(in.peer, layout_.replica),
+                                        Tag(grad, sender, in.microbatch)));
   return absl::OkStatus();
 }
 
@@ -481,6 +494,8 @@ absl::StatusOr<StepOutcome> StageExecutor::RunStep(const MicrobatchData& data, f
   if (!step_.begun) {
     if (absl::Status s = BeginStep(); !s.ok()) return s;
   }
+  // After a run ahead that the validation kept: the receives it left for after it.
+  FR_RETURN_IF_ERROR(PostReceives(/*ahead=*/false));
   // Here, not at the step's start: a post-validated step that ran ahead began before the last
   // step's validation, which may still have needed that step's gradients (and the weights it
   // left, which its validation may still have changed).

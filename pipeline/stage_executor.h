@@ -185,7 +185,14 @@ class StageExecutor {
     int open_bubble = -1;  // the BUBBLE whose awaited instruction comes next
     StepOutcome outcome;
   };
-  absl::Status BeginStep();
+  // `ahead` (RunAhead): of the step's receives, only those before the validation point and
+  // those whose messages the peers send ahead of theirs are posted; the rest once the
+  // validation has kept the step (RunStep) or rolled it back (DiscardAhead).
+  absl::Status BeginStep(bool ahead = false);
+  absl::Status PostReceives(bool ahead);
+  absl::Status PostReceive(const Instr& in);
+  // Whether the peer sends the message `in` receives before its validation point.
+  bool SentAhead(const Instr& in) const;
   // Runs the step's instructions up to `end`.
   absl::Status RunUntil(size_t end, const MicrobatchData& data, float loss_scale);
   bool PostValidated() const { return schedule_.step_sync == StepSync::kPostValidate; }
@@ -259,7 +266,8 @@ class StageExecutor {
   std::unique_ptr<GradBuckets> buckets_;          // parallel.dp_bucket_mb > 0
   bool zero_overlap_ = true;                      // parallel.zero_overlap
   std::vector<int> weight_instrs_, weight_left_;  // per chunk: its Bs and Ws, those still to run
-  bool receives_posted_ = false;  // the step's receives (RunAhead's, or posted again after it)
+  bool receives_posted_ = false;  // every receive of the step (after RunAhead: once it is over)
+  std::vector<bool> posted_;      // per instruction: its receive is posted this step
   bool running_ahead_ = false;
   bool exact_timeline_ = true;
   // Post-validated: the tied sum in flight (its owner's wte gradient), the global state's.

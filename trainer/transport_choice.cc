@@ -34,12 +34,6 @@ absl::StatusOr<TransportChoice> ChooseTransport(const Config& config, int world,
   if (world <= 1) {
     return TransportChoice{false, "parallel.transport = \"auto\": one rank, nothing to carry"};
   }
-  if (config.parallel.zero == 1 && config.parallel.dp > 1 &&
-      config.optim.step_sync == "post_validate") {
-    return TransportChoice{false,
-                           "parallel.transport = \"auto\": parallel.zero = 1 with post-validated "
-                           "steps, which do not run over NCCL yet"};
-  }
   if (!nccl_across_processes) {
     return TransportChoice{false,
                            "parallel.transport = \"auto\": this build has no NCCL that joins "

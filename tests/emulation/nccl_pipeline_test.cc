@@ -42,8 +42,9 @@ constexpr const char* kKinds[] = {"gpipe", "1f1b", "interleaved", "zbh1",
 // need) of batch 8 per replica: over NCCL the losses equal the in-process transport's,
 // nothing goes through the bootstrap during the steps, and the tied embedding's gradient is
 // never copied to the host (its sum on the device, between two ranks or, in a V placement,
-// between two chunks of one). `tweak` changes the config.
-void ExpectNcclEqualsInProcess(int pp, int dp, const std::function<void(Config*)>& tweak = {}) {
+// between two chunks of one). `tweak` changes the config; `steps` trains that many.
+void ExpectNcclEqualsInProcess(int pp, int dp, const std::function<void(Config*)>& tweak = {},
+                               int steps = kSteps) {
   const std::string shard = ParityShard();
   for (const std::string kind : kKinds) {
     SCOPED_TRACE(absl::StrFormat("%s pp %d dp %d", kind, pp, dp));
@@ -51,15 +52,15 @@ void ExpectNcclEqualsInProcess(int pp, int dp, const std::function<void(Config*)
     config.parallel.partition = "even";  // the same split in both runs
     config.runtime.comm_timeout_s = 60;  // a failure fails in a minute, not five
     if (tweak) tweak(&config);
-    const std::vector<double> in_process = ThreadedLosses(config, kSteps);
+    const std::vector<double> in_process = ThreadedLosses(config, steps);
     const GPT2Config model = *ResolveModelConfig(config);
     const size_t tied_bytes = model.padded_vocab_size * model.n_embd * sizeof(float);
     const int64_t tied_copies = emu::DeviceToHostCopies()[tied_bytes];
     std::atomic<int64_t> bootstrap_calls{0};
     const std::vector<double> nccl = ThreadedLosses(
-        config, kSteps, nullptr, -1,
+        config, steps, nullptr, -1,
         [&](pipeline::Transport& t) { return OverNccl::Make(t, config, &bootstrap_calls); });
-    ASSERT_EQ(nccl.size(), static_cast<size_t>(kSteps));
+    ASSERT_EQ(nccl.size(), static_cast<size_t>(steps));
     EXPECT_EQ(nccl, in_process);
     EXPECT_EQ(bootstrap_calls, 0) << "calls to the bootstrap transport during the steps";
     EXPECT_EQ(emu::DeviceToHostCopies()[tied_bytes], tied_copies)
@@ -85,6 +86,23 @@ TEST(NcclPipelineTest, TwoStagesTwoReplicasInBuckets) {
 // or a send for the copy into its buffer.
 TEST(NcclPipelineTest, TwoStagesTwoReplicasPostValidated) {
   ExpectNcclEqualsInProcess(2, 2, [](Config* c) { c->optim.step_sync = "post_validate"; });
+}
+
+// Post-validated steps that run ahead and are rolled back, every schedule kind: 3 steps under a
+// clip every step reaches, so that step 3 runs ahead on step 2's speculative update and is
+// undone (the 2 steps above never run ahead). The rollback posts the receives of the messages
+// sent ahead again before the step's other receives, which NCCL matches in the order they were
+// posted: it hung, each stage waiting for the other's micro-batch 0, while every receive was
+// posted at the step's start (StageExecutor::DiscardAhead, 2026-11-27).
+TEST(NcclPipelineTest, TwoStagesPostValidatedRollBack) {
+  ExpectNcclEqualsInProcess(
+      2, 1,
+      [](Config* c) {
+        c->optim.step_sync = "post_validate";
+        c->optim.grad_clip = 1e-6;
+        c->train.steps = 3;
+      },
+      3);
 }
 
 // Every NCCL group of rank 1 starts 5 ms late on its stream (a slow communication stream, a

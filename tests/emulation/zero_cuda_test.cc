@@ -61,14 +61,25 @@ class ZeroCudaTest : public ::testing::Test {
     config.train.steps = kSteps;  // the last step finishes its all-gather: the harness reads it
     return config;
   }
+  // Post-validated steps, 4 under a clip that step 2 reaches and step 3 does not: step 3 runs
+  // ahead on step 2's speculative update and is rolled back, step 4 on step 3's and is kept.
+  static constexpr int kPostSteps = 4;
+  static constexpr double kClip = 0.6;
+  static Config PostValidatedConfig(const std::string& schedule, const std::string& precision) {
+    Config config = CudaConfig(ParityShard(), schedule, precision);
+    config.optim.step_sync = "post_validate";
+    config.optim.grad_clip = kClip;
+    config.train.steps = kPostSteps;
+    return config;
+  }
 };
 
 // `config` over emulated NCCL (ZeRO-1's reduces and broadcasts in place on the device), with
 // nothing through the bootstrap transport (MPI's stand-in) during the steps.
-testing::ZeroRun TrainOverNccl(Config config) {
+testing::ZeroRun TrainOverNccl(Config config, int steps = kSteps) {
   config.runtime.comm_timeout_s = 60;  // a failure fails in a minute, not five
   std::atomic<int64_t> bootstrap_calls{0};
-  testing::ZeroRun run = Train(config, kSteps, false, [&](pipeline::Transport& t) {
+  testing::ZeroRun run = Train(config, steps, false, [&](pipeline::Transport& t) {
     return OverNccl::Make(t, config, &bootstrap_calls);
   });
   EXPECT_EQ(bootstrap_calls, 0) << "calls to the bootstrap transport during the steps";
@@ -217,15 +228,76 @@ TEST_F(ZeroCudaTest, LlamaShardsTrainTheUnshardedBits) {
   ExpectSameBits(Train(config, kSteps), whole, 2);
 }
 
-// Post-validated steps back up and restore the share's moments (the packed ones on the
-// device) and start the all-gather only once the step is confirmed (over the in-process
-// transport: over NCCL these steps hang, a known bug, so the config refuses them there).
+// Post-validated steps (optim.step_sync = "post_validate"), 1F1B and ZB-H1, fp32 and bf16,
+// with a run ahead rolled back and one kept (PostValidatedConfig). The
+// sharded run backs up and restores its share's moments (the packed ones on the device) and
+// trains the unsharded bits over the in-process transport and over emulated NCCL, nothing
+// through the bootstrap during the steps; zero = 0 over NCCL trains them too. Over NCCL both
+// hung before the fix (rank 0 waiting for stage 1's gradient of micro-batch 0, rank 1 for
+// stage 0's activation): the rollback posted the receives of the messages sent ahead again
+// behind the step's other receives, still posted on the link, and NCCL matches a link's
+// receives in the order they were posted, not by tag (StageExecutor::DiscardAhead).
 TEST_F(ZeroCudaTest, PostValidatedStepsTrainTheUnshardedBits) {
-  Config config = CudaConfig(ParityShard(), "zbh1", "fp32");
-  config.optim.step_sync = "post_validate";
-  const testing::ZeroRun whole = Train(config, kSteps);
+  for (const auto& [kind, precision] : {std::pair{"1f1b", "fp32"}, std::pair{"zbh1", "bf16"},
+                                        std::pair{"1f1b", "bf16"}, std::pair{"zbh1", "fp32"}}) {
+    SCOPED_TRACE(absl::StrFormat("%s %s", kind, precision));
+    Config config = PostValidatedConfig(kind, precision);
+    const testing::ZeroRun whole = Train(config, kPostSteps);
+    ASSERT_EQ(whole.norm_values.size(), static_cast<size_t>(kPostSteps));
+    EXPECT_GT(whole.norm_values[1], kClip) << "step 3's run ahead is not rolled back";
+    EXPECT_LE(whole.norm_values[2], kClip) << "step 4's run ahead is not kept";
+    {
+      SCOPED_TRACE("zero = 0 over NCCL");
+      const testing::ZeroRun nccl = TrainOverNccl(config, kPostSteps);
+      EXPECT_EQ(nccl.losses, whole.losses);
+      EXPECT_EQ(nccl.norms, whole.norms);
+      EXPECT_TRUE(nccl.params == whole.params);
+    }
+    config.parallel.zero = 1;
+    ExpectSameBits(Train(config, kPostSteps), whole, 2);
+    SCOPED_TRACE("over NCCL");
+    ExpectSameBits(TrainOverNccl(config, kPostSteps), whole, 2);
+  }
+}
+
+// ZeRO-1 over emulated NCCL, post-validated 1F1B in fp32 and bf16 as above, with every NCCL
+// group that holds a broadcast 50 ms late on its stream: the all-gather of a speculative step
+// lands well after each rank reaches the first forward it runs ahead. The bits do not change.
+// Fails when that forward does not wait for the broadcasts (GradBuckets::WaitGather): it reads,
+// and in bf16 the compute copy is rounded from, parameters the broadcasts have not written yet
+// (found by removing the wait, 2026-11-27). The tests above pass without it: under a barrier
+// the step's loss sum over the data-parallel group queues behind the broadcasts on their
+// stream and the host waits for it, and undelayed broadcasts land before the forward reads.
+TEST_F(ZeroCudaTest, TheFirstForwardWaitsForALateAllGather) {
+  for (const std::string precision : {"fp32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    Config config = PostValidatedConfig("1f1b", precision);
+    const testing::ZeroRun whole = Train(config, kPostSteps);
+    config.parallel.zero = 1;
+    emu::SetNcclRootedDelay(0.05);
+    const testing::ZeroRun late = TrainOverNccl(config, kPostSteps);
+    emu::SetNcclRootedDelay(0);
+    ExpectSameBits(late, whole, 2);
+  }
+}
+
+// A post-validated step rolled back with no step run ahead of it (step 2, before a checkpoint,
+// which nothing runs ahead past), its speculative all-gather still on its way (every reduce
+// and broadcast 50 ms late): the rollback waits for that gather before it puts the backup back
+// and steps again (Trainer::Validate's CompleteParams), and the bits do not change.
+TEST_F(ZeroCudaTest, ARollbackFinishesTheSpeculativeAllGatherFirst) {
+  Config config = PostValidatedConfig("1f1b", "fp32");
+  config.checkpoint.every = 2;
+  config.checkpoint.background = false;
+  config.run.dir = (std::filesystem::path(::testing::TempDir()) / "zero_cuda_rollback").string();
+  std::filesystem::remove_all(config.run.dir);
+  const testing::ZeroRun whole = Train(config, kPostSteps);
+  std::filesystem::remove_all(config.run.dir);
   config.parallel.zero = 1;
-  ExpectSameBits(Train(config, kSteps), whole, 2);
+  emu::SetNcclRootedDelay(0.05);
+  const testing::ZeroRun late = TrainOverNccl(config, kPostSteps);
+  emu::SetNcclRootedDelay(0);
+  ExpectSameBits(late, whole, 2);
 }
 
 // Saved with zero = 1 at dp 2 on CUDA after step 2 (a share file per rank): resumed sharded at

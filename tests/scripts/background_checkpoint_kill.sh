@@ -18,18 +18,7 @@ export OMP_NUM_THREADS=1
 
 prepare_corpus "$freeride" "$root" "$work/data" 512
 cat > "$work/run.toml" <<TOML
-[run]
-seed = 7
-log_every = 1000
-$(model_toml 32 32)
-[data]
-train = "$work/data/train_*.bin"
-shuffle = true
-[train]
-batch_size = 4
-seq_len = 32
-microbatches = 2
-steps = $steps
+$(tiny_run_toml 7 "$work/data" 2 $steps shuffle)
 [optim]
 lr = 3e-3
 warmup_steps = 5
@@ -39,15 +28,6 @@ background = true
 TOML
 
 fail() { echo "background_checkpoint_kill: $*" >&2; tail -20 "$work/log.txt" >&2; exit 1; }
-# Waits up to 300 s for a command to succeed (a loaded machine is slow, never wrong).
-wait_for() {
-  for _ in $(seq 3000); do
-    if eval "$1"; then return 0; fi
-    kill -0 "$pid" 2>/dev/null || fail "the run ended while waiting for: $1"
-    sleep 0.1
-  done
-  fail "gave up after 300 s waiting for: $1"
-}
 
 "$freeride" train --config "$work/run.toml" --set "run.dir=\"$work/reference\"" \
   >> "$work/log.txt" 2>&1 || fail "the uninterrupted run failed"

@@ -1,5 +1,6 @@
 # Shared by the scripts in tests/scripts (sourced, not run): the --build/--steps options, a
-# corpus of the project's own docs as token shards, and a run's training losses in step order.
+# corpus of the project's own docs as token shards, a run's training losses in step order,
+# the marks of a run's processes and a wait for a condition while a run lives.
 
 # Sets `build` (--build DIR, default $BUILD_DIR or ROOT/build) and `steps` (--steps N, default
 # DEFAULT_STEPS); any other argument is a usage error.
@@ -36,6 +37,18 @@ model_toml() {
     "$1" "$2"
 }
 
+# The scripts' tiny run as a config's [run], [model], [data] and [train] tables: model_toml's
+# GPT at width 32, 4 sequences of 32 tokens a step from the shards in DATA_DIR, shuffled when
+# the fifth argument says `shuffle`. The caller appends the tables its test needs.
+#   tiny_run_toml SEED DATA_DIR MICROBATCHES STEPS [shuffle]
+tiny_run_toml() {
+  printf '[run]\nseed = %s\nlog_every = 1000\n' "$1"
+  model_toml 32 32
+  printf '[data]\ntrain = "%s/train_*.bin"\n' "$2"
+  [[ ${5:-} == shuffle ]] && printf 'shuffle = true\n'
+  printf '[train]\nbatch_size = 4\nseq_len = 32\nmicrobatches = %s\nsteps = %s\n' "$3" "$4"
+}
+
 # The train losses of RUN_DIR/metrics.jsonl as one line: "[l1, l2, ...]".
 train_losses() {
   python3 -c '
@@ -63,4 +76,17 @@ marked_processes() {
 kill_marked() {
   local pid
   for pid in $(marked_processes "$1"); do kill -KILL "$pid" 2> /dev/null || true; done
+}
+
+# Waits up to 300 s for COMMAND (eval'd) to succeed, while the run $pid lives; calls the
+# script's own `fail MESSAGE` when the run ends first or time is up (a loaded machine is slow,
+# never wrong).
+#   wait_for COMMAND
+wait_for() {
+  for _ in $(seq 3000); do
+    if eval "$1"; then return 0; fi
+    kill -0 "$pid" 2> /dev/null || fail "the run ended while waiting for: $1"
+    sleep 0.1
+  done
+  fail "gave up after 300 s waiting for: $1"
 }

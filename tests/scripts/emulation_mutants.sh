@@ -49,12 +49,16 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # Runs the suite with the barrier at $1 (FILE:LINE) deleted, in each order; prints the first
 # order that fails, or "none", or "not reached" when every order passed without ever calling it.
+# A run stops at its first failed assertion (--gtest_throw_on_failure ends the test there, and
+# --gtest_fail_fast the suite): whether it fails is all that is asked of it, and a test looping
+# over shapes used to go on through every shape after the first had caught the mutant.
 catching_order() {
   local site=$1 binary=$2 filter=$3 order
   for order in lane reversed warp warp-reversed; do
     if ! FREERIDE_EMULATE_SKIP_BARRIER=$site FREERIDE_EMULATE_ORDER=$order \
         FREERIDE_CUDA_CHECK_LAUNCHES=1 timeout 300 "$build/tests/$binary" \
-        --gtest_filter="$filter" --gtest_brief=1 --gtest_fail_fast >"$log" 2>&1; then
+        --gtest_filter="$filter" --gtest_brief=1 --gtest_fail_fast --gtest_throw_on_failure \
+        >"$log" 2>&1; then
       echo "$order"
       return
     fi

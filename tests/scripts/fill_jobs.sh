@@ -30,17 +30,7 @@ prepare_corpus "$freeride" "$root" "$work/data" 512
 # A constant learning rate: the run is stopped wherever the checks are done and resumed for a
 # fixed number of steps more, which must not change the schedule of the steps before.
 cat > "$work/run.toml" <<TOML
-[run]
-seed = 5
-log_every = 1000
-$(model_toml 32 32)
-[data]
-train = "$work/data/train_*.bin"
-[train]
-batch_size = 4
-seq_len = 32
-microbatches = 2
-steps = 100000
+$(tiny_run_toml 5 "$work/data" 2 100000)
 [optim]
 lr = 1e-3
 schedule = "constant"

@@ -23,32 +23,13 @@ mpirun=(mpirun -n 2 --oversubscribe --bind-to none)
 
 prepare_corpus "$freeride" "$root" "$work/data" 512
 cat > "$work/run.toml" <<TOML
-[run]
-seed = 7
-log_every = 1000
-$(model_toml 32 32)
-[data]
-train = "$work/data/train_*.bin"
-[train]
-batch_size = 4
-seq_len = 32
-microbatches = 2
-steps = $steps
+$(tiny_run_toml 7 "$work/data" 2 $steps)
 [checkpoint]
 every = 10
 background = true
 TOML
 
 fail() { echo "stop_during_checkpoint: $*" >&2; tail -30 "$work/log.txt" >&2; exit 1; }
-# Waits up to 300 s for a command to succeed (a loaded machine is slow, never wrong).
-wait_for() {
-  for _ in $(seq 3000); do
-    if eval "$1"; then return 0; fi
-    kill -0 "$pid" 2>/dev/null || fail "the run ended while waiting for: $1"
-    sleep 0.1
-  done
-  fail "gave up after 300 s waiting for: $1"
-}
 # Checks RUN's checkpoints after the stop: step 10 whole, named by latest, verified.
 check_kept() {
   local ckpt=$1/checkpoints

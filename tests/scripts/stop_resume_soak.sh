@@ -26,18 +26,7 @@ freeride=$build/freeride
 source "$root/tests/scripts/common.sh"
 prepare_corpus "$freeride" "$root" "$work/data" 512
 cat > "$work/soak.toml" <<TOML
-[run]
-seed = 7
-log_every = 1000
-$(model_toml 32 32)
-[data]
-train = "$work/data/train_*.bin"
-shuffle = true
-[train]
-batch_size = 4
-seq_len = 32
-microbatches = 2
-steps = $((200 * cycles))
+$(tiny_run_toml 7 "$work/data" 2 "$((200 * cycles))" shuffle)
 [optim]
 lr = 3e-3
 warmup_steps = 5

@@ -64,17 +64,7 @@ printf '%s slots=1\n%s slots=1\n' "$ip_a" "$ip_b" > "$work/hostfile"
 freeride=$build/freeride
 prepare_corpus "$freeride" "$root" "$work/data" 512
 cat > "$work/run.toml" << TOML
-[run]
-seed = 5
-log_every = 1000
-$(model_toml 32 32)
-[data]
-train = "$work/data/train_*.bin"
-[train]
-batch_size = 4
-seq_len = 32
-microbatches = 4
-steps = $steps
+$(tiny_run_toml 5 "$work/data" 4 $steps)
 [parallel]
 pp = 2
 [runtime]

@@ -235,7 +235,7 @@ TEST(ConfigTest, SideTaskNamesThatAreNotPlainFileNamesAreRefused) {
 TEST(ConfigTest, EffectiveConfigRoundTripsExactly) {
   absl::StatusOr<Config> config = ParseConfig(R"(
 [data]
-train = "we \"quote\" \\ things"
+train = "we \"quote\" \\ things\u007f"
 [optim]
 lr = 0.1
 eps = 1e-300
@@ -254,7 +254,7 @@ blur = 1.5
   absl::StatusOr<Config> again = ParseConfig(text, "effective.toml");
   ASSERT_TRUE(again.ok()) << again.status() << "\n" << text;
   EXPECT_EQ(ConfigToToml(*again), text);
-  EXPECT_EQ(again->data.train, "we \"quote\" \\ things");
+  EXPECT_EQ(again->data.train, "we \"quote\" \\ things\x7f");  // DEL, escaped in TOML
   EXPECT_EQ(again->optim.eps, 1e-300);
   EXPECT_EQ(again->side_tasks[0].memory_limit_bytes, 1000);
   EXPECT_THAT(std::get<std::vector<std::string>>(again->side_tasks[0].args.at("odd key")),

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/files.h"
+#include "gtest/gtest.h"
 #include "trainer/cli/cli.h"
 
 namespace freeride {
@@ -24,6 +26,13 @@ inline CliResult RunCommand(const std::vector<std::string>& args) {
   std::cout.rdbuf(old_out);
   std::cerr.rdbuf(old_err);
   return {status, out.str(), err.str()};
+}
+
+// Writes TEXT to a file NAME in the test's temporary directory and returns its path.
+inline std::string WriteTemp(const std::string& name, const std::string& text) {
+  std::string path = ::testing::TempDir() + name;
+  EXPECT_TRUE(WriteFileAtomically(path, text).ok());
+  return path;
 }
 
 }  // namespace freeride

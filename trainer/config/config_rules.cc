@@ -142,16 +142,6 @@ void Loader::CheckCrossField(bool check_files) {
                       "), or empty for model.recompute on every stage"),
          absl::StrCat(c.parallel.recompute_stages.size(), " entries"));
   }
-  if (c.parallel.zero == 1 && c.runtime.device == "cuda" && c.parallel.transport == "nccl" &&
-      c.optim.step_sync == "post_validate") {
-    // Its post-validated steps over NCCL hang in the emulation build's test (a known bug,
-    // docs/training.md#zero-1-optimizer-sharding); "auto" takes MPI there.
-    fail("parallel.transport",
-         "\"mpi\" or \"auto\" with parallel.zero = 1 and optim.step_sync = \"post_validate\" "
-         "on runtime.device = \"cuda\" (ZeRO-1's post-validated steps do not run over NCCL "
-         "yet)",
-         "\"nccl\"", {"parallel.zero", "optim.step_sync"});
-  }
   const std::vector<int64_t>& trace = c.trace.steps;
   if (trace.size() != 2 || trace[0] < 1 || trace[1] < trace[0] || trace[1] - trace[0] >= 1000) {
     fail("trace.steps", "[first, last] with 1 <= first <= last and at most 1000 steps",

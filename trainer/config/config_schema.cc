@@ -254,8 +254,8 @@ std::vector<KeySpec> BuildSchema() {
                "ranks: \"nccl\" NCCL between GPUs (runtime.device = \"cuda\", one rank per "
                "GPU; MPI only starts it), \"mpi\" MPI through host memory, \"auto\" NCCL "
                "where every stage is on CUDA, the job has more than one rank and the build has "
-               "NCCL (ZeRO-1 included, but not with post-validated steps, which do not run over "
-               "NCCL yet), else MPI. The start log says which carries what "
+               "NCCL (ZeRO-1 and post-validated steps included), else MPI. The start log says "
+               "which carries what "
                "(docs/training.md#over-nccl)."),
 
       FR_KEY(runtime, device).Choices({"cpu", "cuda"}).Doc("Backend that runs the model."),
@@ -508,7 +508,7 @@ std::string TomlString(absl::string_view text) {
         out += "\\r";
         break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20) {
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {  // TOML escapes DEL too
           char buf[8];
           snprintf(buf, sizeof(buf), "\\u%04x", c);
           out += buf;

@@ -142,6 +142,19 @@ double DelayOf(int rank) {
   return it == Delays().end() ? 0.0 : it->second;
 }
 
+double rooted_delay = 0;  // under delay_mu
+
+// A group's delay on its stream: its rank's, and a reduce's or broadcast's
+// (SetNcclRootedDelay).
+double GroupDelay(int rank, const std::vector<Op>& ops) {
+  double delay = DelayOf(rank);
+  std::lock_guard<std::mutex> lock(delay_mu);
+  for (const Op& op : ops) {
+    if (op.kind == Op::kReduce || op.kind == Op::kBroadcast) return delay + rooted_delay;
+  }
+  return delay;
+}
+
 template <typename T>
 void SumInRankOrder(const Collective& c, void* out) {
   T* dst = static_cast<T*>(out);
@@ -213,7 +226,7 @@ bool Await(CommState& s, std::unique_lock<std::mutex>& lock, Ready ready, PeerGo
 
 // One group's operations, on the stream's thread.
 void RunGroup(const std::shared_ptr<CommState>& state, const std::vector<Op>& ops) {
-  if (const double delay = DelayOf(state->rank); delay > 0) {
+  if (const double delay = GroupDelay(state->rank, ops); delay > 0) {
     std::this_thread::sleep_for(std::chrono::duration<double>(delay));
   }
   CommState& s = *state;
@@ -346,6 +359,11 @@ void SetNcclRankDelay(int rank, double seconds) {
   } else {
     Delays().erase(rank);
   }
+}
+
+void SetNcclRootedDelay(double seconds) {
+  std::lock_guard<std::mutex> lock(delay_mu);
+  rooted_delay = seconds;
 }
 
 }  // namespace freeride::emu

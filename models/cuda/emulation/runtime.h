@@ -70,6 +70,10 @@ namespace freeride::emu {
 // Tests: every NCCL group of communicators of rank `rank` (in any clique) starts `seconds` late
 // on its stream, a deliberately slow communication stream (nccl.cc); 0 removes the delay.
 void SetNcclRankDelay(int rank, double seconds);
+// Tests: every NCCL group that holds a reduce or a broadcast (ZeRO-1's reduce-scatter and
+// all-gather) starts `seconds` late on its stream, on every rank: the summed gradients and the
+// parameters land after whatever does not wait for them has read them. 0 removes the delay.
+void SetNcclRootedDelay(double seconds);
 // Tests: every cudaMemcpyAsync between device buffers runs `seconds` late on its stream: a
 // chunk's copies into and out of device messages come late, as behind a busy compute stream,
 // so that whatever reads or rewrites a message without waiting for its event sees the wrong
