@@ -94,6 +94,8 @@ absl::StatusOr<std::unique_ptr<StageModel>> MakeStageModel(const BackendOptions&
   cuda.inference_only = options.inference_only;
   cuda.recompute = options.recompute;
   cuda.device_messages = options.device_messages;
+  cuda.zero_share = options.zero_share;
+  cuda.zero_host_gather = options.zero_host_gather;
   absl::StatusOr<std::unique_ptr<CudaStageModel>> m =
       CudaStageModel::Create(config, stage, micro_batch, seq_len, slots, cuda);
   if (!m.ok()) {

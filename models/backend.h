@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,11 @@ struct BackendOptions {
   // Messages the chunk will allocate on its device (a transport that carries device memory):
   // on CUDA counted in the start-up memory check.
   int64_t device_messages = 0;
+  // ZeRO-1 (parallel.zero = 1): on CUDA the chunk is made with this share of its optimizer
+  // state (CudaStageOptions::zero_share), its all-gather through host memory or not
+  // (zero_host_gather); the CPU backend shards when ShardOptimizerState asks.
+  std::optional<std::vector<ParamRange>> zero_share = std::nullopt;
+  bool zero_host_gather = true;
 };
 
 // Whether this binary was built with the CUDA backend.

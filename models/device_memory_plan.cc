@@ -70,13 +70,18 @@ StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage,
   const bool tied = TiedElements(config) > 0;
   StageBufferIds ids;
   using enum MemoryPhase;
-  ids.master = plan->Add(kParameters, "master (fp32)", P * 4);
-  ids.compute = plan->Add(kParameters, "compute copy", X == 4 ? 0 : P * X);
   const int64_t G = training ? 1 : 0;  // multiplies what only training needs
-  ids.grads = plan->Add(kGradients, "gradients (fp32)", G * P * 4);
-  ids.head_wte_grad = plan->Add(kGradients, "head wte gradient", head && tied ? G * Vp * C * 4 : 0);
   const bool sharded = share.elements >= 0;
   const int64_t moments = sharded ? share.elements : P;
+  // ZeRO-1 in bf16: the fp32 master of the share only, optimizer state beside its moments (the
+  // forward reads the whole compute copy). In fp32 the master is the weights: whole.
+  ids.master_sharded = sharded && X < 4 && training;
+  ids.master = ids.master_sharded
+                   ? plan->Add(kOptimizer, "master (fp32, ZeRO-1 share)", moments * 4)
+                   : plan->Add(kParameters, "master (fp32)", P * 4);
+  ids.compute = plan->Add(kParameters, "compute copy", X == 4 ? 0 : P * X);
+  ids.grads = plan->Add(kGradients, "gradients (fp32)", G * P * 4);
+  ids.head_wte_grad = plan->Add(kGradients, "head wte gradient", head && tied ? G * Vp * C * 4 : 0);
   ids.adam_m = plan->Add(kOptimizer, sharded ? "adam m (ZeRO-1 share)" : "adam m", G * moments * 4);
   ids.adam_v = plan->Add(kOptimizer, sharded ? "adam v (ZeRO-1 share)" : "adam v", G * moments * 4);
   ids.share_table = plan->Add(

@@ -51,6 +51,9 @@ class MemoryPlan {
 struct StageBufferIds {
   // Parameters: fp32 master copy; the compute copy (bf16; the master itself in fp32).
   int master = -1, compute = -1;
+  // ZeRO-1 in bf16: `master` holds the share's elements only, packed as the moments are (in
+  // the optimizer phase); the compute copy stays whole.
+  bool master_sharded = false;
   int grads = -1, head_wte_grad = -1;  // fp32 always; no head_wte_grad for an untied head
   int adam_m = -1, adam_v = -1;
   // ZeRO-1: AdamW's table over the share (cuda::MakeShareTable); no space otherwise.
@@ -118,8 +121,9 @@ struct LayerWidths {
 };
 LayerWidths StageLayerWidths(const GPT2Config& config);
 
-// ZeRO-1 (parallel.zero = 1): the chunk's share of the AdamW moments, elements, and the chunks
-// of its AdamW table (cuda::ShareTableChunks); `elements` < 0: the whole moments, no table.
+// ZeRO-1 (parallel.zero = 1): the chunk's share of the AdamW moments (and in bf16 of the fp32
+// master copy), elements, and the chunks of its AdamW table (cuda::ShareTableChunks);
+// `elements` < 0: the whole moments and master, no table.
 struct OptimizerShare {
   int64_t elements = -1;
   int64_t table_chunks = 0;
@@ -131,7 +135,7 @@ struct OptimizerShare {
 // the gradients backward stashes and backward's workspace get no space. `attention` picks the
 // attention path as CudaStage will (cuda::UseFlashAttention). `recompute` (training only):
 // what the slots keep, and the shared buffers the recomputation writes (StageBufferIds).
-// `share`: the moments of a ZeRO-1 share only.
+// `share`: the moments of a ZeRO-1 share only, and in bf16 its fp32 master copy.
 StageBufferIds PlanStageMemory(const GPT2Config& config, const StageSpec& stage, int64_t B,
                                int64_t T, int slots, int compute_bytes, MemoryPlan* plan,
                                bool training = true,

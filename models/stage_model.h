@@ -161,7 +161,10 @@ class StageModel {
 
   // fp32 parameters (the master copy), `num_params()`, in the layout's order, and AdamW
   // moments, OptimizerStateElements() each (all of the layout unless sharded): checkpoints and
-  // initialisation from a whole model.
+  // initialisation from a whole model. A chunk that keeps the master of its ZeRO-1 share only
+  // (MasterParamElements() < num_params(): bf16 on CUDA) gets that share's master and, elsewhere,
+  // the compute copy widened to fp32 (exact: SetParams of it puts back the same chunk); it sets
+  // its share's master and the compute copy rounded from all of `src`.
   virtual absl::Status GetParams(float* dst) = 0;
   virtual absl::Status SetParams(const float* src) = 0;
   virtual absl::Status GetOptimizerState(float* m, float* v) = 0;
@@ -176,6 +179,10 @@ class StageModel {
   }
   // What the chunk holds of the moments: elements of each, and the bytes of both.
   virtual int64_t OptimizerStateElements() const { return num_params(); }
+  // The elements of its fp32 master copy the chunk holds: all of them, or under ZeRO-1 where
+  // the master is not the weights the forward reads (CUDA in bf16) the share's, the moments'
+  // ranges. A checkpoint gathers the others from the share's owners (GetParams).
+  virtual int64_t MasterParamElements() const { return num_params(); }
   virtual int64_t OptimizerStateBytes() const {
     return 2 * OptimizerStateElements() * static_cast<int64_t>(sizeof(float));
   }
@@ -193,23 +200,26 @@ class StageModel {
   virtual absl::StatusOr<std::vector<double>> CombineGradSquares(const double* partials) {
     return UnitsFromChunkSquares(PlanGradNorm(layout()), partials);
   }
-  // ZeRO-1's all-gather: parameter elements [offset, offset + n) in host memory;
-  // CommitHostParams makes the host copy the parameters again.
+  // ZeRO-1's all-gather through host memory: parameter elements [offset, offset + n) in host
+  // memory (fp32; a bf16 chunk's compute copy widened); CommitHostParams makes the host copy
+  // the parameters again.
   virtual absl::StatusOr<float*> HostParams(int64_t /*offset*/, int64_t /*n*/) {
     return absl::UnimplementedError(Describe() + " has no host parameters");
   }
   virtual absl::Status CommitHostParams(int64_t /*offset*/, int64_t /*n*/) {
     return absl::OkStatus();
   }
-  // ZeRO-1 over a transport that carries device memory (GradsOnDevice chunks): the fp32
-  // master parameters [offset, offset + n) where they lie on the device, for the all-gather's
-  // broadcasts in place (ordered after GradsWritten, an event after everything the chunk has
-  // queued, its step included); CommitDeviceParams, once they have landed (the caller waited
-  // for them), re-rounds the compute copy from them where it is not the master itself.
-  virtual absl::StatusOr<float*> DeviceParams(int64_t /*offset*/, int64_t /*n*/) {
-    return absl::UnimplementedError(Describe() + " keeps no parameters on a device");
-  }
-  virtual absl::Status CommitDeviceParams(int64_t /*offset*/, int64_t /*n*/) {
+  // ZeRO-1 over a transport that carries device memory (GradsOnDevice chunks): the weights
+  // the forward reads, [offset, offset + n), where they lie on the device (fp32, or the bf16
+  // compute copy, which the owner's step rounded from its fp32 master: what zero = 0 rounds),
+  // for the all-gather's broadcasts in place (ordered after GradsWritten, an event after
+  // everything the chunk has queued, its step included). Once they have landed (the caller
+  // waited for them) they are the chunk's parameters: nothing to commit.
+  struct DeviceWeights {
+    void* data = nullptr;
+    bool bf16 = false;  // else fp32
+  };
+  virtual absl::StatusOr<DeviceWeights> DeviceParams(int64_t /*offset*/, int64_t /*n*/) {
     return absl::UnimplementedError(Describe() + " keeps no parameters on a device");
   }
   // GPT-2's initialisation, the same values on every backend (GPT2Stage::InitRandom).

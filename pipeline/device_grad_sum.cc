@@ -23,10 +23,14 @@ absl::StatusOr<Transport::Request> StartDeviceShares(
     const std::vector<int>& roots, Transport& transport, const std::vector<int>& group) {
   std::vector<Transport::DeviceRange> device;
   for (const ParamRange& r : ranges) {
-    FR_ASSIGN_OR_RETURN(float* data, kind == Transport::DeviceRooted::kReduce
-                                         ? chunk.DeviceGrads(r.offset, r.n)
-                                         : chunk.DeviceParams(r.offset, r.n));
-    device.push_back({data, r.n});
+    if (kind == Transport::DeviceRooted::kReduce) {
+      FR_ASSIGN_OR_RETURN(float* grads, chunk.DeviceGrads(r.offset, r.n));
+      device.push_back({grads, r.n});
+    } else {
+      FR_ASSIGN_OR_RETURN(const StageModel::DeviceWeights weights,
+                          chunk.DeviceParams(r.offset, r.n));
+      device.push_back({weights.data, r.n, weights.bf16});
+    }
   }
   // After DeviceGrads (its zeroing) and the step that wrote the parameters: the event marks
   // everything the chunk has queued.

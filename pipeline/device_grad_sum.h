@@ -30,8 +30,9 @@ absl::StatusOr<Transport::Request> StartDeviceGradSum(StageModel& chunk,
 
 // ZeRO-1's halves on the device (SumsOnDevice must hold), range i (layout offsets) owned by
 // group member roots[i]: kReduce sums the chunk's gradients there in place onto each owner,
-// kBroadcast copies its fp32 master parameters there from each owner to every member (then
-// CommitDeviceParams, once waited for), both ordered after what the chunk has queued so far.
+// kBroadcast copies the weights its forward reads there (StageModel::DeviceParams: fp32, or
+// bf16 rounded by the owner's step) from each owner to every member, both ordered after what
+// the chunk has queued so far.
 absl::StatusOr<Transport::Request> StartDeviceShares(
     Transport::DeviceRooted kind, StageModel& chunk, const std::vector<ParamRange>& ranges,
     const std::vector<int>& roots, Transport& transport, const std::vector<int>& group);

@@ -331,14 +331,9 @@ absl::Status GradBuckets::PlaceGathered(int chunk) {
     return absl::FailedPreconditionError(
         absl::StrFormat("chunk %d: no all-gather waited for to place", chunk));
   }
-  for (size_t k = 0; k < c.buckets.size(); ++k) {
-    if (!c.on_device) {
-      FR_RETURN_IF_ERROR(CopyPart(c, k, 0, c.buckets[k].floats, true, false));
-      continue;
-    }
-    for (const ParamRange& r : c.share_ranges[k]) {
-      FR_RETURN_IF_ERROR(c.model->CommitDeviceParams(r.offset, r.n));
-    }
+  // On the device the broadcasts wrote the weights in place: nothing is left to do there.
+  for (size_t k = 0; k < c.buckets.size() && !c.on_device; ++k) {
+    FR_RETURN_IF_ERROR(CopyPart(c, k, 0, c.buckets[k].floats, true, false));
   }
   c.gathers.clear();
   c.gathered = false;

@@ -68,7 +68,10 @@ absl::StatusOr<std::string> DeviceMemoryReport(const Config& config) {
       config.runtime.precision, micro_batch, config.train.seq_len, config.parallel.schedule, pp,
       chunks, cuda::kDeviceHeadroomBytes / double(int64_t{1} << 30),
       config.parallel.zero == 1 && config.parallel.dp > 1
-          ? "; ZeRO-1: the AdamW moments of the rank with the stage's largest share"
+          ? (config.runtime.precision == "bf16"
+                 ? "; ZeRO-1: the AdamW moments and fp32 master copy (in the optimizer phase) of "
+                   "the rank with the stage's largest share"
+                 : "; ZeRO-1: the AdamW moments of the rank with the stage's largest share")
           : "");
   const int dp = static_cast<int>(config.parallel.dp);
   const bool zero = config.parallel.zero == 1 && dp > 1;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/device.h"
 #include "core/status.h"
 #include "models/backend.h"
@@ -121,6 +122,9 @@ MemoryFacts PlanningFacts(const Config& config) {
   FindDeviceMemory(config, &facts);
   facts.sharing = config.runtime.device == "cuda" || !several ? 1 : static_cast<int>(ranks);
   facts.mpi = several;
+  const absl::StatusOr<TransportChoice> transport =
+      ChooseTransport(config, static_cast<int>(ranks), /*nccl_across_processes=*/true);
+  facts.device_transport = transport.ok() && transport->nccl;
   return facts;
 }
 
@@ -164,9 +168,13 @@ absl::StatusOr<RankMemoryPlan> PlanRankMemory(const Config& config, const GPT2Co
   if (facts.mpi && dp > 1 && !cuda) {
     beside.push_back({"MPI's temporary for the data-parallel sum", params * kFloat});
   }
-  if (cuda && zero) {
+  if (cuda && zero && !facts.device_transport) {  // over NCCL it gathers in place on the GPU
     beside.push_back(
         {"ZeRO-1's pinned copy of the parameters for the all-gather", params * kFloat});
+    if (config.runtime.precision == "bf16") {
+      beside.push_back({"ZeRO-1's pinned copy of the bf16 weights it is widened from",
+                        params * static_cast<int64_t>(sizeof(uint16_t))});
+    }
   }
   if (cuda) {
     // The GPU's own plan, as the CUDA chunk allocates it under the stage's recompute mode and
@@ -216,6 +224,23 @@ absl::StatusOr<std::vector<RankMemoryPlan>> PlanStagesMemory(const Config& confi
     out.push_back(std::move(stage));
   }
   return out;
+}
+
+absl::Status CheckDevicePlan(const RankMemoryPlan& plan, const std::string& device_source) {
+  if (!plan.cuda || plan.device_bytes <= 0 || plan.peak_bytes <= plan.device_bytes) {
+    return absl::OkStatus();
+  }
+  std::vector<std::string> phases;
+  for (const HostBuffer& b : plan.buffers) {
+    phases.push_back(absl::StrFormat("%s %s", b.name, FormatBytes(b.bytes)));
+  }
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "stage %d's rank needs %s of GPU memory at its peak (%s, and %s kept for kernels and "
+      "libraries), more than the device's %s (%s); lower train.batch_size or raise "
+      "train.microbatches, recompute (model.recompute), shard the optimizer state "
+      "(parallel.zero = 1 with parallel.dp > 1), or spread the model over more stages",
+      plan.stage, FormatBytes(plan.peak_bytes), absl::StrJoin(phases, ", "),
+      FormatBytes(plan.baseline_bytes), FormatBytes(plan.device_bytes), device_source));
 }
 
 std::string DescribeSideRoom(const RankMemoryPlan& plan) {

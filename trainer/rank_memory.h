@@ -35,6 +35,9 @@ struct MemoryFacts {
   std::string device_source;
   int sharing = 1;   // ranks sharing that device (the host's node-local ranks on the CPU)
   bool mpi = false;  // the data-parallel sums run on MPI (its temporaries are counted)
+  // The transport carries device memory (NCCL): ZeRO-1's all-gather runs in place on the
+  // device, with no host copy of the parameters.
+  bool device_transport = false;
 };
 
 struct RankMemoryPlan {
@@ -67,7 +70,8 @@ void FindDeviceMemory(const Config& config, MemoryFacts* facts);
 
 // The facts `config memory` and `config check` plan with: this process's baseline (plus
 // kMpiInitBytes for a run of several ranks), the device's memory shared by every rank of the
-// run (the CPU pipeline's ranks on one machine), MPI's sums at dp > 1.
+// run (the CPU pipeline's ranks on one machine), MPI's sums at dp > 1, and the transport
+// parallel.transport picks for the run's ranks in a CUDA build with NCCL (ChooseTransport).
 MemoryFacts PlanningFacts(const Config& config);
 
 // The plan of stage `stage`'s rank in replica `replica` (its ZeRO-1 share), for `schedule`.
@@ -80,6 +84,11 @@ absl::StatusOr<RankMemoryPlan> PlanRankMemory(const Config& config, const GPT2Co
 // holding the largest ZeRO-1 share of it.
 absl::StatusOr<std::vector<RankMemoryPlan>> PlanStagesMemory(const Config& config,
                                                              const MemoryFacts& facts);
+
+// On CUDA, where the device's memory is known (runtime.device_memory_mb, or the GPU's total):
+// ResourceExhausted when training's planned peak does not fit in it, naming both figures,
+// each phase of the plan and `device_source`, before any chunk is made. OK otherwise.
+absl::Status CheckDevicePlan(const RankMemoryPlan& plan, const std::string& device_source);
 
 // "0.90 × 5.88 GiB − training's planned peak 264.4 MiB" (or why there is no figure).
 std::string DescribeSideRoom(const RankMemoryPlan& plan);

@@ -146,7 +146,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   const int slots = std::max(1, schedule.buffers_per_stage[L.stage]);
   const std::vector<StageSpec> own_specs = OwnChunkSpecs(pipeline, L);
   // A transport given to a CPU run is MPI's (`freeride train` under mpirun).
-  FR_RETURN_IF_ERROR(t->PlanMemory(pipeline.plan, schedule, t->own_transport_ == nullptr));
+  FR_RETURN_IF_ERROR(t->PlanMemory(pipeline.plan, schedule, t->own_transport_ == nullptr,
+                                   transport != nullptr && transport->CarriesDeviceMemory()));
   t->checkpoint_dir_ = CheckpointDirOf(config);
   // Only found at the first checkpoint otherwise, after the training it was meant to keep.
   if (!emulate && L.replica == 0) {
@@ -165,8 +166,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
                : pipeline::StageExecutor::MessageBuffersOf(eval.per_stage[L.stage], c));
     }
   }
-  FR_ASSIGN_OR_RETURN(
-      t->chunks_, StageModelsPhase(config, model, backend, L, own_specs, slots, device_messages));
+  FR_ASSIGN_OR_RETURN(t->chunks_,
+                      StageModelsPhase(config, model, backend, L, own_specs, slots, device_messages,
+                                       transport != nullptr && transport->CarriesDeviceMemory()));
   std::vector<StageModel*> raw;
   for (const std::unique_ptr<StageModel>& chunk : t->chunks_) raw.push_back(chunk.get());
   Trainer* self = t.get();
@@ -186,7 +188,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   t->eval_executor_ = std::move(executors.eval);
   if (t->executor_->zero()) {
     // ZeRO-1: each chunk keeps the moments of this rank's share only (a resume below fills
-    // them).
+    // them): a CUDA chunk was made so (StageModelsPhase) and confirms the share here.
     for (int c = 0; c < L.chunks; ++c) {
       FR_RETURN_IF_ERROR(t->chunks_[c]->ShardOptimizerState(t->executor_->buckets()->owned(c)));
     }
@@ -216,7 +218,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
 }
 
 absl::Status Trainer::PlanMemory(const PipelinePlan& plan, const pipeline::Schedule& schedule,
-                                 bool mpi) {
+                                 bool mpi, bool device_transport) {
   MemoryFacts facts;
   facts.baseline_bytes = ProcessBaselineBytes();
   facts.baseline_source = "this process's resident set before its model";
@@ -224,6 +226,7 @@ absl::Status Trainer::PlanMemory(const PipelinePlan& plan, const pipeline::Sched
   const bool cuda = config_.runtime.device == "cuda";
   facts.sharing = cuda || config_.runtime.emulate_peers ? 1 : NodeLocalSize();
   facts.mpi = mpi;
+  facts.device_transport = device_transport;
   memory_plans_.clear();
   for (int s = 0; s < layout_.pp; ++s) {
     FR_ASSIGN_OR_RETURN(RankMemoryPlan stage, PlanRankMemory(config_, model_config_, plan, schedule,
@@ -240,6 +243,7 @@ absl::Status Trainer::PlanMemory(const PipelinePlan& plan, const pipeline::Sched
       FormatBytes(own.peak_bytes - own.baseline_bytes),
       own.device_bytes > 0 ? FormatBytes(own.side_bytes) : "unknown", DescribeSideRoom(own),
       facts.device_source);
+  FR_RETURN_IF_ERROR(CheckDevicePlan(own, facts.device_source));
   // The baseline is resident already: only what is still to be allocated must fit.
   absl::Status s = CheckHostMemoryPlan(own.host_buffers, AvailableHostMemory(),
                                        config_.runtime.emulate_peers ? 1 : NodeLocalSize());

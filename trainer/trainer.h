@@ -157,8 +157,10 @@ class Trainer {
   bool RunsAhead() const;
   // Every stage's memory plan (trainer/rank_memory.h) with this process's baseline, logged for
   // this rank's stage; refuses a run whose host buffers would not fit in the memory this
-  // process may use. `mpi`: the data-parallel sums run on MPI.
-  absl::Status PlanMemory(const PipelinePlan& plan, const pipeline::Schedule& schedule, bool mpi);
+  // process may use. `mpi`: the data-parallel sums run on MPI; `device_transport`: the
+  // transport carries device memory (NCCL).
+  absl::Status PlanMemory(const PipelinePlan& plan, const pipeline::Schedule& schedule, bool mpi,
+                          bool device_transport);
   // On resume: drops metrics rows of steps after the checkpoint (a killed run wrote them), and
   // takes the elapsed time the kept rows reached.
   absl::Status TrimMetricsAfterResume();
@@ -173,6 +175,10 @@ class Trainer {
   absl::Status RunSteps();
   absl::Status WriteTrainMetric(const StepStats& s);
   absl::Status Barrier();
+  // ZeRO-1, for a checkpoint: chunk `c`'s fp32 master whole in `params` (GetParams's), where
+  // the chunk keeps its share's only (StageModel::MasterParamElements): each element from its
+  // owner in the data-parallel group (collective over it).
+  absl::Status GatherMaster(int c, float* params);
   pipeline::MicrobatchData Microbatches() const;
   void WriteMetric(const std::string& json);
   absl::Status WriteTimeline() const;

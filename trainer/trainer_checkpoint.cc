@@ -247,6 +247,22 @@ absl::Status Trainer::Resume(const std::string& path) {
   return absl::OkStatus();
 }
 
+absl::Status Trainer::GatherMaster(int c, float* params) {
+  const StageModel& chunk = *chunks_[c];
+  const int64_t n = chunk.num_params();
+  if (chunk.MasterParamElements() == n) return absl::OkStatus();
+  // Every element has one owner, and the others add -0, which leaves any value as it is
+  // (+0 included): the sum is the owner's bits, in any order.
+  std::vector<float> mine(n, -0.0f);
+  for (const ParamRange& r : executor_->buckets()->owned(c)) {
+    std::copy_n(params + r.offset, r.n, mine.begin() + r.offset);
+  }
+  FR_RETURN_IF_ERROR(transport_->AllReduceSum(mine.data(), n, layout_.DataParallelGroup(),
+                                              config_.runtime.comm_timeout_s));
+  std::copy(mine.begin(), mine.end(), params);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> Trainer::SaveCheckpoint(bool background) {
   if (absl::Status s = CompleteParams(); !s.ok()) return s;
   const bool leader = transport_->rank() == 0;
@@ -309,6 +325,7 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint(bool background) {
     std::vector<float> part(n), m(held), v(held);
     absl::Status got = chunk.GetParams(part.data());
     if (got.ok()) got = chunk.GetOptimizerState(m.data(), v.data());
+    if (got.ok() && sharded) got = GatherMaster(static_cast<int>(c), part.data());
     if (!got.ok()) return got;
     if (sharded) {
       for (const ParamRange& r : executor_->buckets()->owned(static_cast<int>(c))) {

@@ -7,6 +7,7 @@
 #include "core/status.h"
 #include "models/checkpoint_verify.h"
 #include "models/llmc_checkpoint.h"
+#include "pipeline/grad_buckets.h"
 #include "trainer/emulation.h"
 #include "trainer/trainer.h"
 
@@ -143,7 +144,7 @@ std::vector<StageSpec> OwnChunkSpecs(const PipelineSetup& pipeline,
 absl::StatusOr<std::vector<std::unique_ptr<StageModel>>> StageModelsPhase(
     const Config& config, const GPT2Config& model, const BackendOptions& backend,
     const pipeline::RankLayout& layout, const std::vector<StageSpec>& specs, int slots,
-    const std::vector<int64_t>& device_messages) {
+    const std::vector<int64_t>& device_messages, bool zero_on_device) {
   std::optional<LlmcModel> weights;
   if (!config.model.init_from.empty()) {
     FR_RETURN_IF_ERROR(VerifyModelFile(config.model.init_from));
@@ -156,6 +157,13 @@ absl::StatusOr<std::vector<std::unique_ptr<StageModel>>> StageModelsPhase(
   for (size_t c = 0; c < specs.size(); ++c) {
     const StageSpec& spec = specs[c];
     own.device_messages = c < device_messages.size() ? device_messages[c] : 0;
+    if (config.parallel.zero == 1 && layout.dp > 1) {  // the share GradBuckets will give it
+      own.zero_share = pipeline::SplitForZero(
+                           MakeParamLayout(model, spec),
+                           pipeline::BucketFloats(config.parallel.dp_bucket_mb, true), layout.dp)
+                           .owned[layout.replica];
+      own.zero_host_gather = !zero_on_device;
+    }
     FR_ASSIGN_OR_RETURN(std::unique_ptr<StageModel> chunk,
                         MakeStageModel(own, model, spec, micro_batch, config.train.seq_len, slots));
     if (weights) {

@@ -73,11 +73,13 @@ std::vector<StageSpec> OwnChunkSpecs(const PipelineSetup& pipeline,
 
 // 6. This rank's chunks, each holding `slots` micro-batches: model.init_from's slice of the
 // whole model, or initialised from run.seed. `device_messages[c]`: the messages chunk c will
-// allocate on its device (BackendOptions::device_messages; empty: none).
+// allocate on its device (BackendOptions::device_messages; empty: none). Under ZeRO-1 (dp > 1)
+// each chunk is made with this rank's share (the data-parallel buckets' split), its
+// all-gather in place on the device where `zero_on_device` (NCCL), else through host memory.
 absl::StatusOr<std::vector<std::unique_ptr<StageModel>>> StageModelsPhase(
     const Config& config, const GPT2Config& model, const BackendOptions& backend,
     const pipeline::RankLayout& layout, const std::vector<StageSpec>& specs, int slots,
-    const std::vector<int64_t>& device_messages = {});
+    const std::vector<int64_t>& device_messages = {}, bool zero_on_device = false);
 
 struct Executors {
   std::unique_ptr<pipeline::StageExecutor> train;

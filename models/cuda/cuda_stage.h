@@ -111,20 +111,23 @@ class CudaStage final : public CudaStageModel {
   absl::Status InitRandom(uint64_t seed) override;
   CudaLedger ledger() const override { return ledger_; }
 
-  // ZeRO-1 (cuda_stage_zero.cc): the moments of the share only, in a smaller optimizer phase
-  // planned again (the whole one freed), stepped through the share's AdamW table; the norm's
-  // chunk sums and their combination by the multi-tensor kernels (the bits of zero = 0's
-  // fused norm); the all-gather through a pinned host copy of the fp32 master parameters.
+  // ZeRO-1 (cuda_stage_zero.cc): the moments of the share only (in bf16 its fp32 master too),
+  // planned so from the start (CudaStageOptions::zero_share) or planned again here (the whole
+  // phases freed), stepped through the share's AdamW table; the norm's chunk sums and their
+  // combination by the multi-tensor kernels (the bits of zero = 0's fused norm); the
+  // all-gather of the weights the forward reads, through pinned host copies (MPI) or in place.
   absl::Status ShardOptimizerState(std::vector<ParamRange> ranges) override;
   int64_t OptimizerStateElements() const override {
     return sharded_ ? share_elements_ : layout_.total;
+  }
+  int64_t MasterParamElements() const override {
+    return ids_.master_sharded ? share_elements_ : layout_.total;
   }
   absl::Status ShardGradSquares(const std::vector<ParamRange>& ranges, double* partials) override;
   absl::StatusOr<std::vector<double>> CombineGradSquares(const double* partials) override;
   absl::StatusOr<float*> HostParams(int64_t offset, int64_t n) override;
   absl::Status CommitHostParams(int64_t offset, int64_t n) override;
-  absl::StatusOr<float*> DeviceParams(int64_t offset, int64_t n) override;
-  absl::Status CommitDeviceParams(int64_t offset, int64_t n) override;
+  absl::StatusOr<DeviceWeights> DeviceParams(int64_t offset, int64_t n) override;
 
  private:
   using Slot = StageBufferIds::Slot;
@@ -175,6 +178,14 @@ class CudaStage final : public CudaStageModel {
   // with LaunchSite and the chunk's description.
   absl::Status Launched(const char* call, int64_t layer, absl::Status status = absl::OkStatus());
   absl::Status RequireTraining(const char* what) const;
+  // ZeRO-1 (cuda_stage_zero.cc): refuses a share outside the chunk or across tensors, or a
+  // table whose chunks are not the norm's; the share's AdamW table onto the device (into the
+  // planned buffer of `plan` in the optimizer phase at `optimizer`), and the host copies a
+  // host-staged all-gather uses.
+  absl::Status CheckShare(const std::vector<ParamRange>& ranges) const;
+  absl::Status UploadShareTable(const std::vector<ParamRange>& ranges, const MemoryPlan& plan,
+                                const StageBufferIds& ids, char* optimizer);
+  absl::Status AllocateHostGather();
 
   // Forward's work, queued; the head's loss sum, queued for `loss_sum` (pinned).
   absl::Status LaunchForward(int slot, double* loss_sum);
@@ -254,12 +265,15 @@ class CudaStage final : public CudaStageModel {
   BlasContext blas_;
   std::shared_ptr<LtAlgorithmCache> algorithms_ = MakeLtAlgorithmCache();
   float* host_grads_ = nullptr;  // pinned mirror of the gradients for host sums (HostGrads)
-  // ZeRO-1: the share (ShardOptimizerState), its elements and AdamW table's chunks, and the
-  // pinned mirror of the master parameters for the host-staged all-gather (HostParams).
-  bool sharded_ = false;
+  // ZeRO-1: the share (ShardOptimizerState), its elements and AdamW table's chunks; whether
+  // the chunk was made sharded and ShardOptimizerState is still to confirm it; and for the
+  // host-staged all-gather (HostParams) the pinned fp32 copy of the parameters and, in bf16,
+  // of the compute copy it is widened from.
+  bool sharded_ = false, share_unconfirmed_ = false;
   std::vector<ParamRange> share_;
   int64_t share_elements_ = 0, share_chunks_ = 0;
   float* host_params_ = nullptr;
+  uint16_t* host_compute_ = nullptr;
   std::vector<int64_t> distinct_tokens_;  // per slot, for the embedding backward
   CudaLedger ledger_;
   // Pinned: the loss sums ForwardKeepingLoss keeps (kKeptLosses), Forward's, then SlotStaging.

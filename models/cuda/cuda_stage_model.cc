@@ -15,6 +15,7 @@
 #include "models/cuda/multi_tensor.h"
 #include "models/gpt2.h"
 #include "models/llama.h"
+#include "models/stage_message.h"
 #include "models/token_buckets.h"
 #include "models/token_ids.h"
 
@@ -24,8 +25,16 @@ template <typename T>
 CudaStage<T>::CudaStage(const GPT2Config& config, const StageSpec& stage, int64_t micro_batch,
                         int64_t seq_len, int slots, const CudaStageOptions& options)
     : layout_(MakeParamLayout(config, stage)), B_(micro_batch), T_(seq_len), options_(options) {
+  // ZeRO-1 made sharded: the share's optimizer state planned from the start (Init checks the
+  // ranges before anything is allocated).
+  OptimizerShare share;
+  if (options.zero_share && !options.inference_only) {
+    share.elements = 0;
+    for (const ParamRange& r : *options.zero_share) share.elements += r.n;
+    share.table_chunks = ShareTableChunks(*options.zero_share);
+  }
   ids_ = PlanStageMemory(config, stage, B_, T_, slots, static_cast<int>(sizeof(T)), &plan_,
-                         !options.inference_only, options.attention, options.recompute);
+                         !options.inference_only, options.attention, options.recompute, share);
   widths_ = StageLayerWidths(config);
   fuse_gelu_ = !config.is_llama() && FuseGelu(options.fuse_gelu, !std::is_same_v<T, float>);
   fused_kernels_ = UseFusedKernels(options.kernels, B_ * T_, config.n_embd, sizeof(T));
@@ -46,6 +55,7 @@ CudaStage<T>::~CudaStage() {
   }
   if (host_grads_ != nullptr) cudaFreeHost(host_grads_);
   if (host_params_ != nullptr) cudaFreeHost(host_params_);
+  if (host_compute_ != nullptr) cudaFreeHost(host_compute_);
   if (pinned_ != nullptr) cudaFreeHost(pinned_);
   for (auto* events : {&tokens_copied_, &targets_copied_}) {
     for (cudaEvent_t e : *events) {
@@ -87,6 +97,8 @@ absl::Status CudaStage<T>::Init() {
     FR_RETURN_IF_ERROR(CheckFlashSharedMemory(
         layout_.config.n_embd / layout_.config.n_head, optin, device_));
   }
+  const bool zero = options_.zero_share && !options_.inference_only;
+  if (zero) FR_RETURN_IF_ERROR(CheckShare(*options_.zero_share));
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   // The device messages the executor allocates before the first step count too: refused here,
@@ -144,6 +156,14 @@ absl::Status CudaStage<T>::Init() {
                                cudaMemcpyHostToDevice, stream_));
     CUDA_CHECK(cudaMemcpyAsync(table + UnitBeginOffsetBytes(chunks), table_.unit_begin.data(),
                                table_.unit_begin.size() * 4, cudaMemcpyHostToDevice, stream_));
+  }
+  if (zero) {
+    share_ = *options_.zero_share;
+    FR_RETURN_IF_ERROR(
+        UploadShareTable(share_, plan_, ids_, base_[static_cast<int>(MemoryPhase::kOptimizer)]));
+    if (options_.zero_host_gather) FR_RETURN_IF_ERROR(AllocateHostGather());
+    sharded_ = true;
+    share_unconfirmed_ = true;
   }
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
@@ -458,6 +478,20 @@ absl::StatusOr<double> CudaStage<T>::TakeLosses() {
 template <typename T>
 absl::Status CudaStage<T>::GetParams(float* dst) {
   FR_RETURN_IF_ERROR(Enter());
+  if (ids_.master_sharded) {  // the compute copy widened, the share's master over it
+    std::vector<uint16_t> bits(layout_.total);
+    CUDA_CHECK(cudaMemcpyAsync(bits.data(), Ptr<bf16>(ids_.compute), layout_.total * 2,
+                               cudaMemcpyDeviceToHost, stream_));
+    FR_RETURN_IF_ERROR(Sync());
+    for (int64_t i = 0; i < layout_.total; ++i) dst[i] = FloatOfBf16(bits[i]);
+    int64_t packed = 0;
+    for (const ParamRange& r : share_) {
+      CUDA_CHECK(cudaMemcpyAsync(dst + r.offset, Ptr<float>(ids_.master) + packed, r.n * 4,
+                                 cudaMemcpyDeviceToHost, stream_));
+      packed += r.n;
+    }
+    return Sync();
+  }
   CUDA_CHECK(cudaMemcpyAsync(dst, Ptr<float>(ids_.master), layout_.total * 4,
                              cudaMemcpyDeviceToHost, stream_));
   return Sync();
@@ -466,6 +500,19 @@ absl::Status CudaStage<T>::GetParams(float* dst) {
 template <typename T>
 absl::Status CudaStage<T>::SetParams(const float* src) {
   FR_RETURN_IF_ERROR(Enter());
+  if (ids_.master_sharded) {  // the share's master; the compute copy rounded as Convert rounds
+    std::vector<uint16_t> bits(layout_.total);
+    for (int64_t i = 0; i < layout_.total; ++i) bits[i] = Bf16Bits(src[i]);
+    CUDA_CHECK(cudaMemcpyAsync(Ptr<bf16>(ids_.compute), bits.data(), layout_.total * 2,
+                               cudaMemcpyHostToDevice, stream_));
+    int64_t packed = 0;
+    for (const ParamRange& r : share_) {
+      CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.master) + packed, src + r.offset, r.n * 4,
+                                 cudaMemcpyHostToDevice, stream_));
+      packed += r.n;
+    }
+    return Sync();  // before `bits` goes
+  }
   CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.master), src, layout_.total * 4,
                              cudaMemcpyHostToDevice, stream_));
   if constexpr (!std::is_same_v<T, float>) {

@@ -21,6 +21,8 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "models/cuda/stage_policy.h"
@@ -65,6 +67,15 @@ struct CudaStageOptions {
   // that carries it, NCCL's: the stage executor's, StageExecutor::MessageBuffersOf), counted
   // in the start-up memory check with the plan.
   int64_t device_messages = 0;
+  // ZeRO-1 (parallel.zero = 1): the chunk's share (StageModel::ShardOptimizerState's ranges),
+  // planned and allocated sharded from the start, so that the start-up memory check asks for
+  // the share's moments (and in bf16 its fp32 master) only; ShardOptimizerState with the same
+  // ranges then confirms it. Unset: whole, until ShardOptimizerState.
+  std::optional<std::vector<ParamRange>> zero_share = std::nullopt;
+  // ZeRO-1's all-gather goes through host memory (MPI): the pinned host copies HostParams
+  // hands out. False over a transport that carries device memory (NCCL), which gathers in
+  // place on the device and needs none.
+  bool zero_host_gather = true;
 };
 
 class CudaStageModel : public StageModel {

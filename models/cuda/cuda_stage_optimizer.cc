@@ -229,13 +229,13 @@ absl::Status CudaStage<T>::ApplyAdamW(const AdamWStep& step) {
   a.grad_scale = static_cast<float>(step.grad_scale);
   a.bias_correction1 = static_cast<float>(1.0 - std::pow(step.beta1, double(step.step)));
   a.bias_correction2 = static_cast<float>(1.0 - std::pow(step.beta2, double(step.step)));
-  if (sharded_) {  // ZeRO-1: the share's chunks only, their moments packed (cuda_stage_zero.cc)
+  if (sharded_) {  // ZeRO-1: the share's chunks only, their moments (and bf16's master) packed
     a.weight_decay = static_cast<float>(step.weight_decay);
     bf16* compute = nullptr;
     if constexpr (!std::is_same_v<T, float>) compute = Ptr<bf16>(ids_.compute);
     FR_KERNEL(kWholeChunk, MultiTensorAdamW, Ptr<float>(ids_.master), compute,
               Ptr<float>(ids_.grads), Ptr<float>(ids_.adam_m), Ptr<float>(ids_.adam_v),
-              Ptr<TensorChunk>(ids_.share_table), share_chunks_, a, stream_);
+              Ptr<TensorChunk>(ids_.share_table), share_chunks_, a, stream_, ids_.master_sharded);
     return Sync();
   }
   if (fused()) {  // every tensor in one launch, the decay per chunk from the table

@@ -1,8 +1,10 @@
 // ZeRO-1 (parallel.zero = 1) on a CUDA chunk: the AdamW moments of this data-parallel rank's
-// share only (the optimizer phase planned again at the share's size and the whole one freed),
-// the gradient norm's chunk sums of the share and their combination in the order zero = 0's
-// fused norm adds them, and the parameters' all-gather's two sides: through the host (MPI) or
-// in place on the device (NCCL).
+// share only, and in bf16 the fp32 master copy of it (planned so from the start, or planned
+// again at the share's size and the whole phases freed), the gradient norm's chunk sums of the
+// share and their combination in the order zero = 0's fused norm adds them, and the all-gather
+// of the weights the forward reads (fp32, or the bf16 copy each owner's step rounds from its
+// master: zero = 0's bits) on its two sides: through the host (MPI) or in place on the device
+// (NCCL).
 #include <algorithm>
 #include <type_traits>
 #include <vector>
@@ -13,6 +15,7 @@
 #include "core/status.h"
 #include "models/cuda/cuda_stage.h"
 #include "models/cuda/multi_tensor.h"
+#include "models/stage_message.h"
 
 namespace freeride::cuda {
 namespace {
@@ -38,12 +41,8 @@ absl::Status CheckTableIsNormPlan(const ParamLayout& layout, const MultiTensorTa
 }  // namespace
 
 template <typename T>
-absl::Status CudaStage<T>::ShardOptimizerState(std::vector<ParamRange> ranges) {
-  FR_RETURN_IF_ERROR(Enter());
-  FR_RETURN_IF_ERROR(RequireTraining("ShardOptimizerState"));
-  if (sharded_) return absl::FailedPreconditionError("the optimizer state is sharded already");
+absl::Status CudaStage<T>::CheckShare(const std::vector<ParamRange>& ranges) const {
   FR_RETURN_IF_ERROR(CheckTableIsNormPlan(layout_, table_));
-  int64_t held = 0;
   for (const ParamRange& r : ranges) {
     if (r.offset < 0 || r.n < 0 || r.offset + r.n > layout_.total) {
       return absl::InvalidArgumentError(
@@ -51,29 +50,86 @@ absl::Status CudaStage<T>::ShardOptimizerState(std::vector<ParamRange> ranges) {
                           r.offset + r.n, layout_.total));
     }
     FR_RETURN_IF_ERROR(TensorAt(layout_, r).status());
-    held += r.n;
   }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status CudaStage<T>::UploadShareTable(const std::vector<ParamRange>& ranges,
+                                            const MemoryPlan& plan, const StageBufferIds& ids,
+                                            char* optimizer) {
   const std::vector<TensorChunk> table = MakeShareTable(layout_, ranges);
+  if (!table.empty()) {
+    CUDA_CHECK(cudaMemcpyAsync(optimizer + plan.buffer(ids.share_table).offset, table.data(),
+                               table.size() * sizeof(TensorChunk), cudaMemcpyHostToDevice,
+                               stream_));
+  }
+  share_elements_ = 0;
+  for (const ParamRange& r : ranges) share_elements_ += r.n;
+  share_chunks_ = static_cast<int64_t>(table.size());
+  return Sync();  // the copy reads the host table
+}
+
+template <typename T>
+absl::Status CudaStage<T>::AllocateHostGather() {
+  char* host = nullptr;
+  FR_RETURN_IF_ERROR(PinnedAlloc(&host, layout_.total * sizeof(float)));
+  host_params_ = reinterpret_cast<float*>(host);
+  if constexpr (!std::is_same_v<T, float>) {  // the compute copy, widened into host_params_
+    FR_RETURN_IF_ERROR(PinnedAlloc(&host, layout_.total * sizeof(uint16_t)));
+    host_compute_ = reinterpret_cast<uint16_t*>(host);
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status CudaStage<T>::ShardOptimizerState(std::vector<ParamRange> ranges) {
+  FR_RETURN_IF_ERROR(Enter());
+  FR_RETURN_IF_ERROR(RequireTraining("ShardOptimizerState"));
+  if (share_unconfirmed_) {  // made sharded (CudaStageOptions::zero_share)
+    if (ranges != share_) {
+      return absl::InvalidArgumentError(
+          Describe() + ": ZeRO-1 share other than the one the chunk was made with");
+    }
+    share_unconfirmed_ = false;
+    return absl::OkStatus();
+  }
+  if (sharded_) return absl::FailedPreconditionError("the optimizer state is sharded already");
+  FR_RETURN_IF_ERROR(CheckShare(ranges));
+  int64_t held = 0;
+  for (const ParamRange& r : ranges) held += r.n;
   MemoryPlan plan;
-  const StageBufferIds ids =
-      PlanStageMemory(layout_.config, layout_.stage, B_, T_, slots(), static_cast<int>(sizeof(T)),
-                      &plan, true, options_.attention, options_.recompute,
-                      OptimizerShare{held, static_cast<int64_t>(table.size())});
+  const StageBufferIds ids = PlanStageMemory(
+      layout_.config, layout_.stage, B_, T_, slots(), static_cast<int>(sizeof(T)), &plan, true,
+      options_.attention, options_.recompute, OptimizerShare{held, ShareTableChunks(ranges)});
+  // In bf16 the master leaves the parameters' phase for the optimizer's.
+  const int opt = static_cast<int>(MemoryPhase::kOptimizer);
+  const int par = static_cast<int>(MemoryPhase::kParameters);
   for (int p = 0; p < kNumMemoryPhases; ++p) {
-    const MemoryPhase phase = static_cast<MemoryPhase>(p);
-    if (phase != MemoryPhase::kOptimizer && plan.PhaseBytes(phase) != plan_.PhaseBytes(phase)) {
+    if (p != opt && p != par &&
+        plan.PhaseBytes(static_cast<MemoryPhase>(p)) !=
+            plan_.PhaseBytes(static_cast<MemoryPhase>(p))) {
       return absl::InternalError(
           absl::StrFormat("the ZeRO-1 plan changes the %s phase, not only the optimizer's",
-                          MemoryPhaseName(phase)));
+                          MemoryPhaseName(static_cast<MemoryPhase>(p))));
     }
   }
-  // The share's moments (zeros before the first step, else what the whole ones held there)
-  // into a fresh optimizer phase; then the whole one goes back to the device.
-  const int opt = static_cast<int>(MemoryPhase::kOptimizer);
+  // The share's moments and master (zeros before the first step, else what the whole ones
+  // held there) into a fresh optimizer phase, the compute copy into a fresh parameters phase
+  // where that shrank; then the whole ones go back to the device.
   char* fresh = nullptr;
   if (plan.PhaseBytes(MemoryPhase::kOptimizer) > 0) {
     FR_RETURN_IF_ERROR(DeviceAlloc(&fresh, plan.PhaseBytes(MemoryPhase::kOptimizer)));
     CUDA_CHECK(cudaMemsetAsync(fresh, 0, plan.PhaseBytes(MemoryPhase::kOptimizer), stream_));
+  }
+  const bool params_shrink =
+      plan.PhaseBytes(MemoryPhase::kParameters) != plan_.PhaseBytes(MemoryPhase::kParameters);
+  char* fresh_params = base_[par];
+  if (params_shrink) {
+    FR_RETURN_IF_ERROR(DeviceAlloc(&fresh_params, plan.PhaseBytes(MemoryPhase::kParameters)));
+    CUDA_CHECK(cudaMemcpyAsync(fresh_params + plan.buffer(ids.compute).offset,
+                               Ptr<char>(ids_.compute), plan.buffer(ids.compute).bytes,
+                               cudaMemcpyDeviceToDevice, stream_));
   }
   auto at = [&](char* base, int id) {
     return reinterpret_cast<float*>(base + plan.buffer(id).offset);
@@ -81,31 +137,29 @@ absl::Status CudaStage<T>::ShardOptimizerState(std::vector<ParamRange> ranges) {
   int64_t packed = 0;
   for (const ParamRange& r : ranges) {
     if (r.n == 0) continue;
-    CUDA_CHECK(cudaMemcpyAsync(at(fresh, ids.adam_m) + packed, Ptr<float>(ids_.adam_m) + r.offset,
-                               r.n * 4, cudaMemcpyDeviceToDevice, stream_));
-    CUDA_CHECK(cudaMemcpyAsync(at(fresh, ids.adam_v) + packed, Ptr<float>(ids_.adam_v) + r.offset,
-                               r.n * 4, cudaMemcpyDeviceToDevice, stream_));
+    std::vector<std::pair<int, int>> moved = {{ids.adam_m, ids_.adam_m}, {ids.adam_v, ids_.adam_v}};
+    if (ids.master_sharded) moved.push_back({ids.master, ids_.master});
+    for (const auto& [to, from] : moved) {
+      CUDA_CHECK(cudaMemcpyAsync(at(fresh, to) + packed, Ptr<float>(from) + r.offset, r.n * 4,
+                                 cudaMemcpyDeviceToDevice, stream_));
+    }
     packed += r.n;
   }
-  if (!table.empty()) {
-    CUDA_CHECK(cudaMemcpyAsync(fresh + plan.buffer(ids.share_table).offset, table.data(),
-                               table.size() * sizeof(TensorChunk), cudaMemcpyHostToDevice,
-                               stream_));
-  }
-  FR_RETURN_IF_ERROR(Sync());  // the copies read the old phase and the host table
+  FR_RETURN_IF_ERROR(UploadShareTable(ranges, plan, ids, fresh));  // waits for the copies
   if (base_[opt] != nullptr) CUDA_CHECK(cudaFree(base_[opt]));
   base_[opt] = fresh;
+  if (params_shrink) {
+    CUDA_CHECK(cudaFree(base_[par]));
+    base_[par] = fresh_params;
+  }
   plan_ = std::move(plan);
   ids_ = ids;
-  char* host_params = nullptr;
-  FR_RETURN_IF_ERROR(PinnedAlloc(&host_params, layout_.total * sizeof(float)));
-  host_params_ = reinterpret_cast<float*>(host_params);
+  if (options_.zero_host_gather) FR_RETURN_IF_ERROR(AllocateHostGather());
   share_ = std::move(ranges);
-  share_elements_ = held;
-  share_chunks_ = static_cast<int64_t>(table.size());
   sharded_ = true;
   FR_LOG(INFO) << description_ << ": ZeRO-1 share of " << held << " of " << layout_.total
-               << " parameters' moments; device memory: " << plan_.Report();
+               << " parameters' moments" << (ids_.master_sharded ? " and fp32 master" : "")
+               << "; device memory: " << plan_.Report();
   return absl::OkStatus();
 }
 
@@ -183,11 +237,19 @@ template <typename T>
 absl::StatusOr<float*> CudaStage<T>::HostParams(int64_t offset, int64_t n) {
   FR_RETURN_IF_ERROR(Enter());
   if (host_params_ == nullptr) {
-    return absl::FailedPreconditionError(Describe() + ": host parameters exist under ZeRO-1 only");
+    return absl::FailedPreconditionError(
+        Describe() + ": host parameters exist under ZeRO-1 through host memory only");
   }
-  CUDA_CHECK(cudaMemcpyAsync(host_params_ + offset, Ptr<float>(ids_.master) + offset, n * 4,
-                             cudaMemcpyDeviceToHost, stream_));
-  FR_RETURN_IF_ERROR(Sync());
+  if constexpr (std::is_same_v<T, float>) {
+    CUDA_CHECK(cudaMemcpyAsync(host_params_ + offset, Ptr<float>(ids_.master) + offset, n * 4,
+                               cudaMemcpyDeviceToHost, stream_));
+    FR_RETURN_IF_ERROR(Sync());
+  } else {  // the weights the forward reads, widened: the owner's rounding of its master
+    CUDA_CHECK(cudaMemcpyAsync(host_compute_ + offset, Ptr<bf16>(ids_.compute) + offset, n * 2,
+                               cudaMemcpyDeviceToHost, stream_));
+    FR_RETURN_IF_ERROR(Sync());
+    for (int64_t i = offset; i < offset + n; ++i) host_params_[i] = FloatOfBf16(host_compute_[i]);
+  }
   return host_params_ + offset;
 }
 
@@ -195,46 +257,46 @@ template <typename T>
 absl::Status CudaStage<T>::CommitHostParams(int64_t offset, int64_t n) {
   FR_RETURN_IF_ERROR(Enter());
   if (host_params_ == nullptr) {
-    return absl::FailedPreconditionError(Describe() + ": host parameters exist under ZeRO-1 only");
+    return absl::FailedPreconditionError(
+        Describe() + ": host parameters exist under ZeRO-1 through host memory only");
   }
-  CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.master) + offset, host_params_ + offset, n * 4,
-                             cudaMemcpyHostToDevice, stream_));
-  if constexpr (!std::is_same_v<T, float>) {  // the compute copy rounded as AdamW rounds it
-    FR_KERNEL(kWholeChunk, Convert, Ptr<bf16>(ids_.compute) + offset,
-              Ptr<float>(ids_.master) + offset, n, stream_);
+  if constexpr (std::is_same_v<T, float>) {
+    CUDA_CHECK(cudaMemcpyAsync(Ptr<float>(ids_.master) + offset, host_params_ + offset, n * 4,
+                               cudaMemcpyHostToDevice, stream_));
+  } else {  // widened bf16 values: narrowing them is exact
+    for (int64_t i = offset; i < offset + n; ++i) host_compute_[i] = Bf16Bits(host_params_[i]);
+    CUDA_CHECK(cudaMemcpyAsync(Ptr<bf16>(ids_.compute) + offset, host_compute_ + offset, n * 2,
+                               cudaMemcpyHostToDevice, stream_));
   }
   return Sync();
 }
 
 template <typename T>
-absl::StatusOr<float*> CudaStage<T>::DeviceParams(int64_t offset, int64_t n) {
+absl::StatusOr<StageModel::DeviceWeights> CudaStage<T>::DeviceParams(int64_t offset, int64_t n) {
   FR_RETURN_IF_ERROR(Enter());
   FR_RETURN_IF_ERROR(RequireTraining("DeviceParams"));
   if (offset < 0 || n < 0 || offset + n > layout_.total) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "device parameters [%d, %d) outside the chunk's %d", offset, offset + n, layout_.total));
   }
-  return Ptr<float>(ids_.master) + offset;
-}
-
-template <typename T>
-absl::Status CudaStage<T>::CommitDeviceParams(int64_t offset, int64_t n) {
-  FR_RETURN_IF_ERROR(Enter());
-  if constexpr (!std::is_same_v<T, float>) {  // the compute copy rounded as AdamW rounds it
-    FR_KERNEL(kWholeChunk, Convert, Ptr<bf16>(ids_.compute) + offset,
-              Ptr<float>(ids_.master) + offset, n, stream_);
+  if constexpr (std::is_same_v<T, float>) {
+    return DeviceWeights{Ptr<float>(ids_.master) + offset, false};
+  } else {
+    return DeviceWeights{Ptr<bf16>(ids_.compute) + offset, true};
   }
-  return absl::OkStatus();
 }
 
-#define FR_INSTANTIATE(T)                                                                        \
-  template absl::Status CudaStage<T>::ShardOptimizerState(std::vector<ParamRange>);              \
-  template absl::Status CudaStage<T>::ShardGradSquares(const std::vector<ParamRange>&, double*); \
-  template absl::StatusOr<std::vector<double>> CudaStage<T>::CombineGradSquares(const double*);  \
-  template absl::StatusOr<float*> CudaStage<T>::HostParams(int64_t, int64_t);                    \
-  template absl::Status CudaStage<T>::CommitHostParams(int64_t, int64_t);                        \
-  template absl::StatusOr<float*> CudaStage<T>::DeviceParams(int64_t, int64_t);                  \
-  template absl::Status CudaStage<T>::CommitDeviceParams(int64_t, int64_t);
+#define FR_INSTANTIATE(T)                                                                          \
+  template absl::Status CudaStage<T>::ShardOptimizerState(std::vector<ParamRange>);                \
+  template absl::Status CudaStage<T>::ShardGradSquares(const std::vector<ParamRange>&, double*);   \
+  template absl::StatusOr<std::vector<double>> CudaStage<T>::CombineGradSquares(const double*);    \
+  template absl::StatusOr<float*> CudaStage<T>::HostParams(int64_t, int64_t);                      \
+  template absl::Status CudaStage<T>::CommitHostParams(int64_t, int64_t);                          \
+  template absl::StatusOr<StageModel::DeviceWeights> CudaStage<T>::DeviceParams(int64_t, int64_t); \
+  template absl::Status CudaStage<T>::CheckShare(const std::vector<ParamRange>&) const;            \
+  template absl::Status CudaStage<T>::UploadShareTable(                                            \
+      const std::vector<ParamRange>&, const MemoryPlan&, const StageBufferIds&, char*);            \
+  template absl::Status CudaStage<T>::AllocateHostGather();
 FR_INSTANTIATE(float)
 FR_INSTANTIATE(bf16)
 #undef FR_INSTANTIATE

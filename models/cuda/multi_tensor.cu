@@ -60,13 +60,16 @@ __global__ void __launch_bounds__(kThreads)
 
 __global__ void __launch_bounds__(kThreads)
     MultiTensorAdamWKernel(float* master, bf16* compute, const float* grad, float* m, float* v,
-                           const TensorChunk* chunks, AdamWScalars a, float weight_decay) {
+                           const TensorChunk* chunks, AdamWScalars a, float weight_decay,
+                           bool packed_master) {
   const TensorChunk c = chunks[blockIdx.x];
   const float wd = c.decayed ? weight_decay : 0.0f;
   const int64_t o = c.offset;
-  // The moments at their own place (a ZeRO-1 share packs them: MakeShareTable).
+  // The moments at their own place (a ZeRO-1 share packs them: MakeShareTable), and the master
+  // with them where it is the share's only.
   m += c.moment_offset - o;
   v += c.moment_offset - o;
+  if (packed_master) master += c.moment_offset - o;
   int vectors = 0;
   if (o % kWidth == 0 && c.moment_offset % kWidth == 0) {
     vectors = c.elements / kWidth;
@@ -128,7 +131,7 @@ void MultiTensorGradSquares(double* units, double* chunk_partials, const float* 
 
 void MultiTensorAdamW(float* master, bf16* compute, const float* grad, float* m, float* v,
                       const TensorChunk* chunks, int64_t num_chunks, const AdamWArgs& args,
-                      cudaStream_t stream) {
+                      cudaStream_t stream, bool packed_master) {
   if (num_chunks == 0) return;
   const AdamWScalars a{args.lr,
                        args.beta1,
@@ -137,8 +140,8 @@ void MultiTensorAdamW(float* master, bf16* compute, const float* grad, float* m,
                        args.grad_scale,
                        args.bias_correction1,
                        args.bias_correction2};
-  FR_LAUNCH(static_cast<unsigned>(num_chunks), kThreads, 0, stream, MultiTensorAdamWKernel)(
-      master, compute, grad, m, v, chunks, a, args.weight_decay);
+  FR_LAUNCH(static_cast<unsigned>(num_chunks), kThreads, 0, stream, MultiTensorAdamWKernel)
+  (master, compute, grad, m, v, chunks, a, args.weight_decay, packed_master);
 }
 
 }  // namespace freeride::cuda

@@ -28,11 +28,12 @@ void MultiTensorCombineUnits(double* units, const double* chunk_partials, const 
                              int64_t num_units, cudaStream_t stream);
 
 // AdamW (the per-tensor kernel's arithmetic, AdamWElement) over all `num_chunks` chunks, the
-// moments of each at its moment_offset:
+// moments of each at its moment_offset (and with `packed_master`, a ZeRO-1 share's fp32 master
+// in bf16, the master too):
 // args.weight_decay for the decayed ones, 0 for the others; `compute` (bf16 or null) gets the
-// rounded copy.
+// rounded copy, at the chunk's offset.
 void MultiTensorAdamW(float* master, bf16* compute, const float* grad, float* m, float* v,
                       const TensorChunk* chunks, int64_t num_chunks, const AdamWArgs& args,
-                      cudaStream_t stream);
+                      cudaStream_t stream, bool packed_master = false);
 
 }  // namespace freeride::cuda

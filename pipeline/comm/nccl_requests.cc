@@ -180,6 +180,10 @@ absl::StatusOr<Transport::Request> NcclTransport::StartDevice(
       return absl::InvalidArgumentError(
           absl::StrFormat("%s: a range is not device memory", p.what));
     }
+    if (r.bf16 && (!rooted || kind != DeviceRooted::kBroadcast)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: a bf16 range, which only a broadcast carries", p.what));
+    }
   }
   CUDA_CHECK(cudaSetDevice(device_));
   const Comm& c = comms_[found->second];
@@ -201,7 +205,8 @@ absl::StatusOr<Transport::Request> NcclTransport::StartDevice(
     } else if (kind == DeviceRooted::kReduce) {
       NCCL_CHECK(ncclReduce(r.data, r.data, count, ncclFloat, ncclSum, roots[i], c.comm, c.stream));
     } else {
-      NCCL_CHECK(ncclBroadcast(r.data, r.data, count, ncclFloat, roots[i], c.comm, c.stream));
+      NCCL_CHECK(ncclBroadcast(r.data, r.data, count, r.bf16 ? ncclBfloat16 : ncclFloat, roots[i],
+                               c.comm, c.stream));
     }
   }
   FR_RETURN_IF_ERROR(Issued(c, ncclGroupEnd(), p.what));

@@ -73,8 +73,9 @@ class Transport {
   // ordered on the device, the host does not wait for it. Completes as a started sum does
   // (Wait, Test). Others refuse.
   struct DeviceRange {
-    float* data = nullptr;
-    int64_t n = 0;
+    void* data = nullptr;
+    int64_t n = 0;      // elements
+    bool bf16 = false;  // else fp32; a broadcast's only (ZeRO-1's bf16 weights): sums are fp32
   };
   virtual absl::StatusOr<Request> StartDeviceSum(const std::vector<DeviceRange>& /*ranges*/,
                                                  const std::vector<int>& /*group*/,

@@ -10,16 +10,25 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "models/cuda/cuda_stage_model.h"
+#include "models/cuda/multi_tensor_table.h"
 #include "models/grad_norm.h"
+#include "models/stage_message.h"
+#include "pipeline/grad_buckets.h"
 #include "tests/emulation/over_nccl.h"
 #include "tests/pipeline/train_parity.h"
 #include "tests/pipeline/zero_run.h"
+#include "trainer/rank_memory.h"
+#include "trainer/train_state.h"
 
 namespace freeride {
 namespace {
@@ -115,6 +124,67 @@ TEST(ZeroCudaChunkTest, TheShardedNormCombinesInTheFusedNormsOrder) {
   EXPECT_NE(UnitsFromChunkSquares(plan, partials.data()), *fused);
 }
 
+// A bf16 chunk made with a ZeRO-1 share (CudaStageOptions::zero_share, as the trainer makes
+// it) allocates exactly its plan from the start, and the plan counts the share: the fp32 master
+// and both moments of the share's elements (the optimizer phase), the bf16 compute copy whole
+// (the parameters phase), in closed form. The all-gather's pinned host copies exist where it
+// runs through the host (MPI) and not over NCCL, which gathers in place on the device.
+TEST(ZeroCudaChunkTest, AShardedBf16ChunkAllocatesItsPlanWithTheMastersShare) {
+  absl::StatusOr<GPT2Config> config = MakeGPT2Config(2, 2, 16, 8, 64);
+  ASSERT_TRUE(config.ok());
+  const StageSpec spec = WholeModel(*config);
+  const ParamLayout layout = MakeParamLayout(*config, spec);
+  const int64_t P = layout.total;
+  const pipeline::ZeroSplit split =
+      pipeline::SplitForZero(layout, pipeline::BucketFloats(1.0 / 256, true), 2);
+  const std::vector<ParamRange>& share = split.owned[1];
+  int64_t held = 0;
+  for (const ParamRange& r : share) held += r.n;
+  ASSERT_GT(held, 0);
+  ASSERT_LT(held, P);
+  const auto aligned = [](int64_t bytes) {
+    return (bytes + MemoryPlan::kAlignment - 1) / MemoryPlan::kAlignment * MemoryPlan::kAlignment;
+  };
+  MemoryPlan whole, sharded;
+  PlanStageMemory(*config, spec, 1, 8, 1, 2, &whole);
+  PlanStageMemory(*config, spec, 1, 8, 1, 2, &sharded, true, cuda::AttentionMode::kAuto,
+                  Recompute::kNone, OptimizerShare{held, cuda::ShareTableChunks(share)});
+  EXPECT_EQ(whole.PhaseBytes(MemoryPhase::kParameters), aligned(P * 4) + aligned(P * 2));
+  EXPECT_EQ(sharded.PhaseBytes(MemoryPhase::kParameters), aligned(P * 2));
+  EXPECT_EQ(sharded.PhaseBytes(MemoryPhase::kOptimizer),
+            3 * aligned(held * 4) + aligned(cuda::ShareTableChunks(share) *
+                                            static_cast<int64_t>(sizeof(cuda::TensorChunk))));
+  for (bool host_gather : {false, true}) {
+    SCOPED_TRACE(host_gather ? "through the host" : "on the device");
+    CudaStageOptions options;
+    options.precision = CudaPrecision::kBf16;
+    options.zero_share = share;
+    options.zero_host_gather = host_gather;
+    size_t free_before = 0, free_after = 0, total = 0;
+    ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+    auto chunk = CudaStageModel::Create(*config, spec, 1, 8, 1, options);
+    ASSERT_TRUE(chunk.ok()) << chunk.status();
+    ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
+    CudaStageModel& m = **chunk;
+    EXPECT_EQ(static_cast<int64_t>(free_before - free_after), sharded.TotalBytes());
+    EXPECT_EQ(m.memory_plan().TotalBytes(), sharded.TotalBytes());
+    EXPECT_EQ(m.MasterParamElements(), held);
+    EXPECT_EQ(m.OptimizerStateElements(), held);
+    // Made sharded: confirmed with its own share only.
+    EXPECT_FALSE(m.ShardOptimizerState(split.owned[0]).ok());
+    EXPECT_TRUE(m.ShardOptimizerState(share).ok());
+    EXPECT_FALSE(m.ShardOptimizerState(share).ok());
+    EXPECT_EQ(m.HostParams(0, 1).ok(), host_gather);
+    // The share's master and the others' bf16 weights, and back: the same chunk.
+    std::vector<float> params(P), again(P);
+    ASSERT_TRUE(m.InitRandom(7).ok());
+    ASSERT_TRUE(m.GetParams(params.data()).ok());
+    ASSERT_TRUE(m.SetParams(params.data()).ok());
+    ASSERT_TRUE(m.GetParams(again.data()).ok());
+    EXPECT_EQ(std::memcmp(params.data(), again.data(), P * sizeof(float)), 0);
+  }
+}
+
 // 1F1B and ZB-H1 (its W instructions make the last weight gradients), fp32 and bf16 (the
 // fp32 master stepped, the bf16 copy rounded from it, both gathered), buckets that cut tensors
 // and the default one: each sharded run, over the in-process transport (MPI's host sums) and
@@ -133,7 +203,13 @@ TEST_F(ZeroCudaTest, ShardsTrainTheUnshardedBits) {
     config.parallel.dp_bucket_mb = bucket_mb;
     const testing::ZeroRun whole = Train(config, kSteps);
     config.parallel.zero = 1;
-    ExpectSameBits(Train(config, kSteps), whole, 2);
+    const testing::ZeroRun sharded = Train(config, kSteps);
+    ExpectSameBits(sharded, whole, 2);
+    // In bf16 each rank keeps the fp32 master of its share only.
+    for (const std::vector<bool>& master : sharded.master) {
+      EXPECT_EQ(std::count(master.begin(), master.end(), false) > 0,
+                std::string(precision) == "bf16");
+    }
     SCOPED_TRACE("over NCCL");
     ExpectSameBits(TrainOverNccl(config), whole, 2);
   }
@@ -277,6 +353,90 @@ TEST_F(ZeroCudaTest, AShardedCheckpointResumesAtDpTwoAndOneOnCudaAndOnTheCpu) {
     EXPECT_EQ(losses[1], losses[0]);
     for (int i = 0; i < 2; ++i) EXPECT_NEAR(losses[1][i], after[i], 1e-5) << "step " << 3 + i;
   }
+}
+
+// In bf16 a rank keeps the fp32 master of its share only: a checkpoint gathers the rest from
+// their owners, so the state files and model.bin of a run saved with zero = 1 at dp 2 hold the
+// unsharded run's fp32 master bit for bit (not the bf16 weights), and resumed sharded at dp 2 it
+// continues the uninterrupted run's losses.
+TEST_F(ZeroCudaTest, ABf16ShardedCheckpointHoldsTheWholeMasterAndResumes) {
+  const std::string shard = ParityShard();
+  const auto dir = [](const std::string& name) {
+    const std::string path = (std::filesystem::path(::testing::TempDir()) / name).string();
+    std::filesystem::remove_all(path);
+    return path;
+  };
+  std::vector<std::string> checkpoints;
+  std::vector<std::vector<double>> uninterrupted;
+  for (int zero : {0, 1}) {
+    Config config = CudaConfig(shard, "1f1b", "bf16");
+    config.parallel.zero = zero;
+    config.train.steps = 4;  // 2 before the save, 2 after
+    config.checkpoint.background = false;
+    config.run.dir = dir(absl::StrFormat("zero_cuda_bf16_ckpt_%d", zero));
+    uninterrupted.push_back(ThreadedLosses(config, 4, nullptr, /*resume_at=*/2));
+    checkpoints.push_back(config.run.dir + "/checkpoints/step_00000002");
+    ASSERT_TRUE(std::filesystem::exists(checkpoints.back())) << checkpoints.back();
+  }
+  ASSERT_EQ(uninterrupted[0].size(), 4u);
+  EXPECT_EQ(uninterrupted[1], uninterrupted[0]);
+  for (int stage = 0; stage < 2; ++stage) {
+    absl::StatusOr<RankState> whole =
+        ReadRankState(checkpoints[0] + "/" + RankStateFileName(stage));
+    absl::StatusOr<RankState> sharded =
+        ReadRankState(checkpoints[1] + "/" + RankStateFileName(stage));
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    ASSERT_TRUE(sharded.ok()) << sharded.status();
+    ASSERT_EQ(sharded->params.size(), whole->params.size());
+    EXPECT_EQ(std::memcmp(sharded->params.data(), whole->params.data(),
+                          whole->params.size() * sizeof(float)),
+              0)
+        << "stage " << stage;
+    // Not the bf16 weights: some master values are not bf16 values.
+    int64_t finer = 0;
+    for (float x : whole->params) finer += FloatOfBf16(Bf16Bits(x)) != x;
+    EXPECT_GT(finer, 0);
+  }
+  const auto read = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(read(checkpoints[1] + "/model.bin"), read(checkpoints[0] + "/model.bin"));
+  Config config = CudaConfig(shard, "1f1b", "bf16");
+  config.parallel.zero = 1;
+  config.train.steps = 4;
+  config.checkpoint.resume = checkpoints[1];
+  config.run.dir = dir("zero_cuda_bf16_resumed");
+  EXPECT_EQ(ThreadedLosses(config, 2),
+            std::vector<double>(uninterrupted[1].begin() + 2, uninterrupted[1].end()));
+}
+
+// The start-up check counts the share: on a device (runtime.device_memory_mb) between the
+// sharded plan's peak and the whole one's, a bf16 run at dp 2 starts with zero = 1 and is
+// refused with zero = 0, naming the figures, before any chunk is made.
+TEST_F(ZeroCudaTest, AShardedRunStartsWhereTheWholeOneIsRefused) {
+  Config config = CudaConfig(ParityShard(), "1f1b", "bf16");
+  int64_t smallest_whole = std::numeric_limits<int64_t>::max(), largest = 0;
+  const std::vector<RankMemoryPlan> whole = *PlanStagesMemory(config, PlanningFacts(config));
+  for (const RankMemoryPlan& plan : whole)
+    smallest_whole = std::min(smallest_whole, plan.peak_bytes);
+  config.parallel.zero = 1;
+  const std::vector<RankMemoryPlan> sharded = *PlanStagesMemory(config, PlanningFacts(config));
+  for (const RankMemoryPlan& plan : sharded) largest = std::max(largest, plan.peak_bytes);
+  ASSERT_LT(largest, smallest_whole) << "no device fits every sharded stage and no whole one";
+  config.parallel.zero = 0;
+  config.runtime.device_memory_mb = static_cast<double>(largest + smallest_whole) / 2 / (1 << 20);
+  std::vector<std::string> errors;
+  ThreadedLosses(config, 0, &errors);
+  ASSERT_EQ(errors.size(), 4u);
+  for (const std::string& e : errors) {
+    EXPECT_NE(e.find("more than the device's"), std::string::npos) << e;
+    EXPECT_NE(e.find("(runtime.device_memory_mb)"), std::string::npos) << e;
+  }
+  config.parallel.zero = 1;
+  errors.clear();
+  ThreadedLosses(config, 0, &errors);
+  for (const std::string& e : errors) EXPECT_EQ(e, "");
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "models/stage_message.h"
 #include "tests/pipeline/train_parity.h"
 
 namespace freeride::testing {
@@ -21,6 +22,9 @@ struct ZeroRun {
   std::vector<bool> applied;
   std::vector<double> norm_values;
   std::vector<std::vector<uint32_t>> params;  // per rank, every chunk's
+  // Per rank, parallel to params: whether the value is the fp32 master's (else the chunk keeps
+  // its share's master only, and it is the bf16 compute copy widened: GetParams).
+  std::vector<std::vector<bool>> master;
   // Per rank: each chunk's moments at their places in the chunk (element → m, v bits); a
   // ZeRO-1 rank's hold its share only.
   std::vector<std::map<std::pair<int, int64_t>, std::pair<uint32_t, uint32_t>>> moments;
@@ -35,6 +39,7 @@ inline ZeroRun Train(const Config& config, int steps = 5, bool gpu_per_rank = fa
   auto transports = pipeline::MakeInProcessWorld(world);
   ZeroRun run;
   run.params.resize(world);
+  run.master.resize(world);
   run.moments.resize(world);
   run.moment_bytes.resize(world);
   std::vector<std::string> failures(world);
@@ -79,6 +84,17 @@ inline ZeroRun Train(const Config& config, int steps = 5, bool gpu_per_rank = fa
         std::vector<float> p(chunk.num_params());
         EXPECT_TRUE(chunk.GetParams(p.data()).ok());
         for (float x : p) run.params[r].push_back(std::bit_cast<uint32_t>(x));
+        const bool whole_master = chunk.MasterParamElements() == chunk.num_params();
+        const size_t first = run.master[r].size();
+        run.master[r].resize(first + p.size(), whole_master);
+        if (!whole_master) {
+          int64_t held_master = 0;
+          for (const ParamRange& range : executor.buckets()->owned(c)) {
+            std::fill_n(run.master[r].begin() + first + range.offset, range.n, true);
+            held_master += range.n;
+          }
+          EXPECT_EQ(held_master, chunk.MasterParamElements()) << "rank " << r << " chunk " << c;
+        }
         const int64_t held = chunk.OptimizerStateElements();
         std::vector<float> m(held), v(held);
         EXPECT_TRUE(chunk.GetOptimizerState(m.data(), v.data()).ok());
@@ -109,7 +125,18 @@ inline void ExpectSameBits(const ZeroRun& sharded, const ZeroRun& whole, int pp)
   EXPECT_EQ(sharded.applied, whole.applied);
   ASSERT_EQ(sharded.params.size(), whole.params.size());
   for (size_t r = 0; r < whole.params.size(); ++r) {
-    EXPECT_TRUE(sharded.params[r] == whole.params[r]) << "rank " << r << "'s parameters differ";
+    // Where the sharded rank keeps no fp32 master, its weights are the bf16 rounding of the
+    // unsharded master (widened): what zero = 0's compute copy holds.
+    ASSERT_EQ(sharded.params[r].size(), whole.params[r].size());
+    std::vector<uint32_t> expected = whole.params[r];
+    for (size_t i = 0; i < expected.size(); ++i) {
+      ASSERT_TRUE(whole.master[r][i]);
+      if (!sharded.master[r][i]) {
+        expected[i] = std::bit_cast<uint32_t>(
+            FloatOfBf16(Bf16Bits(std::bit_cast<float>(whole.params[r][i]))));
+      }
+    }
+    EXPECT_TRUE(sharded.params[r] == expected) << "rank " << r << "'s parameters differ";
     EXPECT_LT(sharded.moment_bytes[r], whole.moment_bytes[r]) << "rank " << r;
     for (const auto& [place, bits] : sharded.moments[r]) {
       auto it = whole.moments[r].find(place);

@@ -11,8 +11,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/backend.h"
+#include "models/cuda/multi_tensor_table.h"
 #include "pipeline/grad_buckets.h"
 #include "trainer/memory_report.h"
+#include "trainer/trainer.h"
 
 namespace freeride {
 namespace {
@@ -181,6 +183,45 @@ TEST(ZeroSplitTest, ConfigMemoryShowsTheMomentsPerRank) {
   ASSERT_TRUE(report.ok());
   EXPECT_THAT(*report,
               HasSubstr(absl::StrFormat("AdamW moments %s per rank; ", FormatBytes(2 * share))));
+}
+
+// On CUDA in bf16, `config memory`'s device lines count ZeRO-1's fp32 master by the share too:
+// the same split, the middle stage's parameters phase is its 4 blocks' bf16 weights only, and
+// its optimizer phase the fp32 master, m and v of 2 blocks (and the share's AdamW table).
+TEST(ZeroSplitTest, ConfigMemoryShowsTheMastersShareOnCudaInBf16) {
+  absl::StatusOr<Config> config =
+      LoadConfigFile("configs/gpt2_124m.toml",
+                     {"parallel.pp=3", "parallel.dp=2", "parallel.zero=1",
+                      "parallel.layers_per_stage=[4, 4, 4]", "train.batch_size=4",
+                      "train.microbatches=4", "runtime.device=cuda", "runtime.precision=bf16"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<std::string> report = DeviceMemoryReport(*config);
+  ASSERT_TRUE(report.ok()) << report.status();
+  const std::vector<std::string> lines = absl::StrSplit(*report, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 4u) << *report;
+  EXPECT_THAT(lines[0], HasSubstr("ZeRO-1: the AdamW moments and fp32 master copy (in the "
+                                  "optimizer phase) of the rank with the stage's largest share"));
+  const auto aligned = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+  const auto mib = [](int64_t bytes) {
+    return absl::StrFormat("%.1f MiB", bytes / double(1 << 20));
+  };
+  const int64_t whole = 4 * BlockParams(768), share = 2 * BlockParams(768);
+  const GPT2Config model = *ResolveModelConfig(*config);
+  const StageSpec middle{4, 8, false, false};
+  ASSERT_EQ(MakeParamLayout(model, middle).total, whole);
+  const int64_t table = CudaOptimizerShare(*config, model, middle, 0).table_chunks;
+  ASSERT_EQ(CudaOptimizerShare(*config, model, middle, 0).elements, share);
+  EXPECT_THAT(lines[2], HasSubstr(absl::StrCat("parameters ", mib(aligned(whole * 2)))));
+  EXPECT_THAT(
+      lines[2],
+      HasSubstr(absl::StrCat(
+          "optimizer ", mib(3 * aligned(share * 4) +
+                            aligned(table * static_cast<int64_t>(sizeof(cuda::TensorChunk)))))));
+  config->parallel.zero = 0;
+  report = DeviceMemoryReport(*config);
+  ASSERT_TRUE(report.ok());
+  EXPECT_THAT(*report,
+              HasSubstr(absl::StrCat("parameters ", mib(aligned(whole * 4) + aligned(whole * 2)))));
 }
 
 }  // namespace

@@ -12,6 +12,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/backend.h"
+#include "models/cuda/multi_tensor_table.h"
+#include "models/device_memory_plan.h"
 #include "trainer/config/side_task_check.h"
 #include "trainer/memory_report.h"
 #include "trainer/rank_memory.h"
@@ -178,6 +180,103 @@ TEST(MemoryHeadroomTest, RecomputationAndZeroOneLeaveSideWorkWhatTheySave) {
     }
     EXPECT_TRUE(pinned);
   }
+}
+
+// ZeRO-1 in bf16 on CUDA: the chunk keeps the fp32 master of its share only, in the optimizer
+// phase beside the share's moments, so the plan (the start-up check's, `config memory`'s and
+// the side-work room's) counts 12 bytes per element of the share where zero = 0 counts 12 per
+// parameter, in closed form; the all-gather's pinned host copies (fp32, and the bf16 weights
+// they are widened from) are counted where it runs through host memory (MPI) and not over
+// NCCL, which gathers in place on the device.
+TEST(MemoryHeadroomTest, ZeroOneInBf16PlansTheMastersShareAndNoHostCopyOverNccl) {
+  Config gpu = PipelineConfig();
+  gpu.runtime.device = "cuda";
+  gpu.runtime.precision = "bf16";
+  gpu.parallel.dp = 4;
+  gpu.parallel.dp_bucket_mb = 4;
+  const std::vector<RankMemoryPlan> whole = *PlanStagesMemory(gpu, Facts());
+  gpu.parallel.zero = 1;
+  const std::vector<RankMemoryPlan> sharded = *PlanStagesMemory(gpu, Facts());
+  MemoryFacts nccl = Facts();
+  nccl.device_transport = true;
+  const std::vector<RankMemoryPlan> over_nccl = *PlanStagesMemory(gpu, nccl);
+  const GPT2Config model = *ResolveModelConfig(gpu);
+  const PipelinePlan split = *PlanPipeline(gpu, model);
+  const auto phase = [](const RankMemoryPlan& plan, const char* name) {
+    for (const HostBuffer& b : plan.buffers) {
+      if (b.name == name) return b.bytes;
+    }
+    return int64_t{-1};
+  };
+  const auto aligned = [](int64_t bytes) {
+    return (bytes + MemoryPlan::kAlignment - 1) / MemoryPlan::kAlignment * MemoryPlan::kAlignment;
+  };
+  for (int s = 0; s < 2; ++s) {
+    SCOPED_TRACE(s);
+    const int64_t P = MakeParamLayout(model, split.specs[s]).total;
+    int largest = 0;
+    for (int r = 1; r < 4; ++r) {
+      if (ZeroShareElements(model, split.specs[s], 4, r) >
+          ZeroShareElements(model, split.specs[s], 4, largest)) {
+        largest = r;
+      }
+    }
+    const OptimizerShare share = CudaOptimizerShare(gpu, model, split.specs[s], largest);
+    ASSERT_GT(share.elements, 0);
+    ASSERT_LT(3 * share.elements, P);
+    EXPECT_EQ(phase(whole[s], "parameters"), aligned(P * 4) + aligned(P * 2));
+    EXPECT_EQ(phase(whole[s], "optimizer"), 2 * aligned(P * 4));
+    EXPECT_EQ(phase(sharded[s], "parameters"), aligned(P * 2));
+    EXPECT_EQ(phase(sharded[s], "optimizer"),
+              3 * aligned(share.elements * 4) +
+                  aligned(share.table_chunks * static_cast<int64_t>(sizeof(cuda::TensorChunk))));
+    EXPECT_EQ(whole[s].peak_bytes - sharded[s].peak_bytes,
+              phase(whole[s], "parameters") + phase(whole[s], "optimizer") -
+                  phase(sharded[s], "parameters") - phase(sharded[s], "optimizer"));
+    EXPECT_EQ(over_nccl[s].peak_bytes, sharded[s].peak_bytes);
+    int64_t pinned = 0, pinned_over_nccl = 0;
+    for (const HostBuffer& b : sharded[s].host_buffers) {
+      if (absl::StartsWith(b.name, "ZeRO-1's pinned copy")) pinned += b.bytes;
+    }
+    for (const HostBuffer& b : over_nccl[s].host_buffers) {
+      if (absl::StartsWith(b.name, "ZeRO-1's pinned copy")) pinned_over_nccl += b.bytes;
+    }
+    EXPECT_EQ(pinned, P * 4 + P * 2);
+    EXPECT_EQ(pinned_over_nccl, 0);
+  }
+  // `config memory` plans for the transport the run would take: NCCL for 8 CUDA ranks.
+  EXPECT_TRUE(PlanningFacts(gpu).device_transport);
+  gpu.parallel.transport = "mpi";
+  EXPECT_FALSE(PlanningFacts(gpu).device_transport);
+}
+
+// The start-up check on CUDA: a rank whose planned peak is above the device's memory
+// (runtime.device_memory_mb here) is refused before any chunk is made, naming both figures and
+// the plan's phases; ZeRO-1's smaller plan fits the same device.
+TEST(MemoryHeadroomTest, TheDevicePlanIsCheckedAgainstTheDevicesMemory) {
+  Config gpu = PipelineConfig();
+  gpu.runtime.device = "cuda";
+  gpu.runtime.precision = "bf16";
+  const RankMemoryPlan whole = (*PlanStagesMemory(gpu, Facts()))[0];
+  gpu.parallel.zero = 1;
+  const RankMemoryPlan sharded = (*PlanStagesMemory(gpu, Facts()))[0];
+  ASSERT_LT(sharded.peak_bytes, whole.peak_bytes);
+  RankMemoryPlan refused = whole;
+  refused.device_bytes = (sharded.peak_bytes + whole.peak_bytes) / 2;
+  RankMemoryPlan fits = sharded;
+  fits.device_bytes = refused.device_bytes;
+  EXPECT_TRUE(CheckDevicePlan(fits, "runtime.device_memory_mb").ok());
+  const absl::Status s = CheckDevicePlan(refused, "runtime.device_memory_mb");
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("needs ", FormatBytes(whole.peak_bytes))));
+  EXPECT_THAT(s.message(),
+              HasSubstr(absl::StrCat("the device's ", FormatBytes(refused.device_bytes),
+                                     " (runtime.device_memory_mb)")));
+  EXPECT_THAT(s.message(), HasSubstr("optimizer "));
+  EXPECT_THAT(s.message(), HasSubstr("parallel.zero = 1"));
+  // An unknown device, or a CPU run, is not refused here.
+  refused.device_bytes = 0;
+  EXPECT_TRUE(CheckDevicePlan(refused, "unknown").ok());
 }
 
 TEST(MemoryHeadroomTest, ConfigMemoryPrintsEachStagesRoomForSideWork) {
