@@ -3,6 +3,7 @@
 #include "absl/base/config.h"
 #include "absl/strings/str_cat.h"
 #include "core/build_config.h"
+#include "core/cpu_isa.h"
 #include "core/mpi_check.h"
 
 #ifdef FREERIDE_WITH_CUDA
@@ -20,6 +21,7 @@ std::vector<std::pair<std::string, std::string>> BuildInfo() {
   rows.emplace_back("commit", FREERIDE_GIT_COMMIT);
   rows.emplace_back("compiler", FREERIDE_COMPILER);
   rows.emplace_back("build type", FREERIDE_BUILD_TYPE);
+  rows.emplace_back("CPU kernels", BuildIsaSummary());
 #ifdef FREERIDE_WITH_CUDA
   const CudaLibraryVersions v = GetCudaLibraryVersions();
 #ifdef FREERIDE_CUDA_EMULATED

@@ -30,7 +30,6 @@ namespace freeride {
 namespace {
 
 constexpr double kUntimedStepS = 10e-6;
-constexpr double kPollS = 100e-6;  // how often a waiting rank looks at its awaited input
 
 // What the task's code touches, owned jointly by the host and a call running on the side
 // thread: a hung step left behind keeps it alive.
@@ -223,7 +222,7 @@ class InProcessHost : public TaskHost {
     double last_poll = start;
     while (true) {
       // Wakes at the deadline itself when it comes before the next poll.
-      const double nap = std::clamp(deadline_s - clock.Now(), 0.0, kPollS);
+      const double nap = std::clamp(deadline_s - clock.Now(), 0.0, kAwaitPollS);
       if (thread_->WaitFor(nap)) {
         in_flight_ = false;
         out = core_->result;

@@ -16,6 +16,9 @@
 
 namespace freeride {
 
+// How often a rank waiting for its awaited input looks at it, in either host.
+inline constexpr double kAwaitPollS = 100e-6;
+
 struct SideTaskSpec {
   std::string type, name, plugin;
   int64_t priority = 0;

@@ -27,8 +27,6 @@
 namespace freeride {
 namespace {
 
-constexpr double kPollS = 100e-6;  // how often a waiting rank looks at its awaited input
-
 // Peak resident set of a live process, from /proc (0 when unreadable).
 int64_t PeakResidentBytes(pid_t pid) {
   std::ifstream in(absl::StrFormat("/proc/%d/status", pid));
@@ -169,7 +167,7 @@ class WorkerHost : public TaskHost {
     double last_poll = start;
     while (true) {
       // Wakes at the deadline itself when it comes before the next poll.
-      const double nap = std::clamp(deadline_s - clock.Now(), 0.0, kPollS);
+      const double nap = std::clamp(deadline_s - clock.Now(), 0.0, kAwaitPollS);
       short revents = 0;
       const int r = clock.WaitReadable(fd_, nap, &revents);
       const double now = clock.Now();

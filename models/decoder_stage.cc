@@ -6,22 +6,15 @@
 #include "models/cpu/kernels.h"
 
 namespace freeride {
-namespace {
-
-template <typename V>
-void Resize(V& v, int64_t n) {
-  v.assign(static_cast<size_t>(n), typename V::value_type{});
-}
-
-}  // namespace
 
 template <typename T>
 DecoderStage<T>::DecoderStage(const GPT2Config& config, const StageSpec& stage, int64_t micro_batch,
                               int64_t seq_len)
     : layout_(MakeParamLayout(config, stage)), B_(micro_batch), T_(seq_len) {
-  Resize(params_, layout_.total);
-  Resize(grads_, layout_.total);
-  if (stage.has_head && tied()) Resize(head_wte_grad_, config.padded_vocab_size * config.n_embd);
+  AssignZeros(params_, layout_.total);
+  AssignZeros(grads_, layout_.total);
+  if (stage.has_head && tied())
+    AssignZeros(head_wte_grad_, config.padded_vocab_size * config.n_embd);
 }
 
 template <typename T>
@@ -31,18 +24,18 @@ template <typename T>
 void DecoderStage<T>::AddSlot(std::unique_ptr<DecoderSlot<T>> slot) {
   DecoderSlot<T>& s = *slot;
   const int64_t BT = B_ * T_, C = config().n_embd, Vp = config().padded_vocab_size;
-  if (stage().has_embedding) Resize(s.tokens, BT);
-  Resize(s.input, BT * C);
-  Resize(s.dinput, BT * C);
+  if (stage().has_embedding) AssignZeros(s.tokens, BT);
+  AssignZeros(s.input, BT * C);
+  AssignZeros(s.dinput, BT * C);
   if (stage().has_head) {
-    Resize(s.targets, BT);
-    Resize(s.lnf, BT * C);
-    Resize(s.dlnf, BT * C);
-    Resize(s.lnf_rstd, BT);
-    Resize(s.logits, BT * Vp);
-    Resize(s.dlogits, BT * Vp);
-    Resize(s.logsumexp, BT);
-    Resize(s.losses, BT);
+    AssignZeros(s.targets, BT);
+    AssignZeros(s.lnf, BT * C);
+    AssignZeros(s.dlnf, BT * C);
+    AssignZeros(s.lnf_rstd, BT);
+    AssignZeros(s.logits, BT * Vp);
+    AssignZeros(s.dlogits, BT * Vp);
+    AssignZeros(s.logsumexp, BT);
+    AssignZeros(s.losses, BT);
   }
   slots_.push_back(std::move(slot));
 }

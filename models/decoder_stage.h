@@ -23,6 +23,12 @@
 
 namespace freeride {
 
+// `v` as `n` value-initialised elements: how the stages size their buffers.
+template <typename V>
+void AssignZeros(V& v, int64_t n) {
+  v.assign(static_cast<size_t>(n), typename V::value_type{});
+}
+
 // The buffers of a micro-batch's slot that every family has; a family's slot adds its layers'.
 template <typename T>
 struct DecoderSlot {

@@ -81,10 +81,6 @@ int64_t ScratchElements(Recompute mode, int t, int64_t per_layer, int64_t L) {
   return RecomputeScratchElements(mode, Role(t), per_layer, L);
 }
 
-template <typename V>
-void Resize(V& v, int64_t n) {
-  v.assign(static_cast<size_t>(n), typename V::value_type{});
-}
 }  // namespace
 
 template <typename T>
@@ -101,20 +97,20 @@ GPT2Stage<T>::GPT2Stage(const GPT2Config& config, const StageSpec& stage, int64_
       recompute_(recompute),
       recomputed_(kNumLayerTensors) {
   const int64_t BT = B_ * T_, C = config.n_embd, L = stage.num_layers();
-  Resize(scratch_4c_, BT * 4 * C);
-  Resize(scratch_c_, BT * C);
+  AssignZeros(scratch_4c_, BT * 4 * C);
+  AssignZeros(scratch_c_, BT * C);
   for (int t = 0; t < kNumLayerTensors; ++t) {
-    Resize(recomputed_[t],
-           ScratchElements(recompute_, t, LayerTensorElements(t, config, B_, T_), L));
+    AssignZeros(recomputed_[t],
+                ScratchElements(recompute_, t, LayerTensorElements(t, config, B_, T_), L));
   }
   for (int i = 0; i < slots; ++i) {
     auto s = std::make_unique<Slot>();
     for (int t = 0; t < kNumLayerTensors; ++t) {
       if (KeptPerSlot(recompute_, t))
-        Resize(s->layer[t], L * LayerTensorElements(t, config, B_, T_));
+        AssignZeros(s->layer[t], L * LayerTensorElements(t, config, B_, T_));
     }
-    if (!KeptPerSlot(recompute_, kDres3)) Resize(s->out_grad, BT * C);
-    if (stage.has_head) Resize(s->lnf_mean, BT);
+    if (!KeptPerSlot(recompute_, kDres3)) AssignZeros(s->out_grad, BT * C);
+    if (stage.has_head) AssignZeros(s->lnf_mean, BT);
     this->AddSlot(std::move(s));
   }
 }

@@ -81,11 +81,6 @@ LayerTensorRole Role(int t) {
   }
 }
 
-template <typename V>
-void Resize(V& v, int64_t n) {
-  v.assign(static_cast<size_t>(n), typename V::value_type{});
-}
-
 }  // namespace
 
 template <typename T>
@@ -101,20 +96,21 @@ LlamaStage<T>::LlamaStage(const GPT2Config& config, const StageSpec& stage, int6
       recompute_(recompute),
       recomputed_(kNumLayerTensors) {
   const int64_t BT = B_ * T_, C = config.n_embd, L = stage.num_layers();
-  Resize(scratch_f_, BT * LayerWidths(config).act);
-  Resize(scratch_c_, BT * C);
+  AssignZeros(scratch_f_, BT * LayerWidths(config).act);
+  AssignZeros(scratch_c_, BT * C);
   cpu::RopeTables(&rope_cos_, &rope_sin_, T_, config.head_size(), config.rope_theta);
   for (int t = 0; t < kNumLayerTensors; ++t) {
-    Resize(recomputed_[t], RecomputeScratchElements(recompute_, Role(t),
-                                                    LayerTensorElements(t, config, B_, T_), L));
+    AssignZeros(
+        recomputed_[t],
+        RecomputeScratchElements(recompute_, Role(t), LayerTensorElements(t, config, B_, T_), L));
   }
   for (int i = 0; i < slots; ++i) {
     auto s = std::make_unique<Slot>();
     for (int t = 0; t < kNumLayerTensors; ++t) {
       if (KeptPerSlot(recompute_, Role(t)))
-        Resize(s->layer[t], L * LayerTensorElements(t, config, B_, T_));
+        AssignZeros(s->layer[t], L * LayerTensorElements(t, config, B_, T_));
     }
-    if (!KeptPerSlot(recompute_, Role(kDres3))) Resize(s->out_grad, BT * C);
+    if (!KeptPerSlot(recompute_, Role(kDres3))) AssignZeros(s->out_grad, BT * C);
     this->AddSlot(std::move(s));
   }
 }

@@ -12,9 +12,9 @@
 namespace freeride {
 namespace {
 
-constexpr char kMagic[8] = {'F', 'R', 'M', 'O', 'M', 'E', 'N', 'T'};
+constexpr char kMomentsMagic[8] = {'F', 'R', 'M', 'O', 'M', 'E', 'N', 'T'};
 constexpr int64_t kVersion = 1;
-constexpr int kHeaderInts = 8;
+constexpr int kMomentsHeaderInts = 8;
 
 }  // namespace
 
@@ -29,20 +29,20 @@ absl::Status WriteMomentShard(const std::string& path, const MomentShard& s) {
     return absl::InternalError(
         absl::StrFormat("%s: %d moments for ranges of %d elements", path, s.m.size(), held));
   }
-  const int64_t header[kHeaderInts] = {kVersion,
-                                       s.step,
-                                       s.stage,
-                                       s.replica,
-                                       s.shards,
-                                       s.stage_params,
-                                       static_cast<int64_t>(s.ranges.size()),
-                                       held};
-  std::string bytes(sizeof(kMagic) + sizeof(header) + s.ranges.size() * 2 * sizeof(int64_t) +
+  const int64_t header[kMomentsHeaderInts] = {kVersion,
+                                              s.step,
+                                              s.stage,
+                                              s.replica,
+                                              s.shards,
+                                              s.stage_params,
+                                              static_cast<int64_t>(s.ranges.size()),
+                                              held};
+  std::string bytes(sizeof(kMomentsMagic) + sizeof(header) + s.ranges.size() * 2 * sizeof(int64_t) +
                         2 * held * sizeof(float),
                     '\0');
   char* p = bytes.data();
-  std::memcpy(p, kMagic, sizeof(kMagic));
-  std::memcpy(p += sizeof(kMagic), header, sizeof(header));
+  std::memcpy(p, kMomentsMagic, sizeof(kMomentsMagic));
+  std::memcpy(p += sizeof(kMomentsMagic), header, sizeof(header));
   p += sizeof(header);
   for (const ParamRange& r : s.ranges) {
     const int64_t range[2] = {r.offset, r.n};
@@ -57,13 +57,13 @@ absl::Status WriteMomentShard(const std::string& path, const MomentShard& s) {
 absl::StatusOr<MomentShard> ReadMomentShard(const std::string& path) {
   FR_RETURN_IF_ERROR(CheckRegularFile(path));
   FR_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
-  int64_t h[kHeaderInts];
-  if (bytes.size() < sizeof(kMagic) + sizeof(h) ||
-      std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
+  int64_t h[kMomentsHeaderInts];
+  if (bytes.size() < sizeof(kMomentsMagic) + sizeof(h) ||
+      std::memcmp(bytes.data(), kMomentsMagic, sizeof(kMomentsMagic)) != 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: not a freeride moments share (bad magic or truncated)", path));
   }
-  std::memcpy(h, bytes.data() + sizeof(kMagic), sizeof(h));
+  std::memcpy(h, bytes.data() + sizeof(kMomentsMagic), sizeof(h));
   if (h[0] != kVersion) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: moments share version %d; this build reads %d", path, h[0], kVersion));
@@ -73,13 +73,13 @@ absl::StatusOr<MomentShard> ReadMomentShard(const std::string& path) {
   const int64_t ranges = h[6], held = h[7];
   const int64_t max = std::numeric_limits<int32_t>::max();
   if (ranges < 0 || held < 0 || ranges > max || held > s.stage_params ||
-      bytes.size() !=
-          sizeof(kMagic) + sizeof(h) + (ranges * 2 * sizeof(int64_t)) + 2 * held * sizeof(float)) {
+      bytes.size() != sizeof(kMomentsMagic) + sizeof(h) + (ranges * 2 * sizeof(int64_t)) +
+                          2 * held * sizeof(float)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: %d bytes, not a share of %d ranges and %d moments (truncated or corrupt)", path,
         bytes.size(), ranges, held));
   }
-  const char* p = bytes.data() + sizeof(kMagic) + sizeof(h);
+  const char* p = bytes.data() + sizeof(kMomentsMagic) + sizeof(h);
   int64_t sum = 0;
   for (int64_t k = 0; k < ranges; ++k) {
     int64_t range[2];

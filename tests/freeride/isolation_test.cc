@@ -35,9 +35,9 @@ using testing::BubblesUntil;
 
 // A worker's start, create and load have step_timeout_s of real time: 30 s is far more than they
 // take even on a loaded machine (tens of ms), and only a hang reaches it.
-std::unique_ptr<SideTaskExecutor> MakeExecutor(const std::vector<SideTaskSpec>& specs,
-                                               double step_timeout_s = 30.0,
-                                               Clock* clock = nullptr) {
+std::unique_ptr<SideTaskExecutor> MakeIsolatedExecutor(const std::vector<SideTaskSpec>& specs,
+                                                       double step_timeout_s = 30.0,
+                                                       Clock* clock = nullptr) {
   ExecutorOptions options;
   options.clock = clock;
   options.results_dir = (std::filesystem::path(::testing::TempDir()) / "isolation").string();
@@ -141,7 +141,7 @@ TEST(IsolationTest, ARepeatingTaskRestartsInsteadOfFinishing) {
     SideTaskSpec once = Spin("once", 1.0, isolation);
     once.args["steps"] = int64_t{3};
     for (const SideTaskSpec& spec : {repeating, once}) {
-      auto ex = MakeExecutor({spec});
+      auto ex = MakeIsolatedExecutor({spec});
       ASSERT_NE(ex, nullptr);
       // 8 bubbles, or (a worker on a loaded machine) as many as three restarts take.
       for (int i = 0; i < 8; ++i) Bubble(*ex, 0.030);
@@ -166,7 +166,7 @@ TEST(IsolationTest, ARepeatingTaskRestartsInsteadOfFinishing) {
 }
 
 TEST(IsolationTest, AWorkerRunsTheTaskAndReportsItsWork) {
-  auto ex = MakeExecutor({Spin("spin", 1.0, "process")});
+  auto ex = MakeIsolatedExecutor({Spin("spin", 1.0, "process")});
   ASSERT_NE(ex, nullptr);
   for (int i = 0; i < 6; ++i) Bubble(*ex, 0.030);
   EXPECT_TRUE(BubblesUntil(*ex, 0.030, -1, 500, [&] { return ex->Report().tasks[0].steps > 10; }));
@@ -194,10 +194,11 @@ TEST(IsolationTest, EveryFailureStaysWithItsTask) {
   over_cap.args["memory"] = int64_t{8} << 20;  // asks for more than its cap at load
   SideTaskSpec hog = Misbehave("hog", "hog");
   hog.memory_limit_bytes = 32 << 20;
-  auto ex = MakeExecutor({Misbehave("segfault", "segfault", 3), Misbehave("abort", "abort", 3),
-                          Misbehave("exit", "exit", 3), Misbehave("throw", "throw", 3),
-                          Misbehave("throw_inprocess", "throw", 3, "inprocess"), hog, over_cap,
-                          Spin("healthy", 1.0, "process")});
+  auto ex =
+      MakeIsolatedExecutor({Misbehave("segfault", "segfault", 3), Misbehave("abort", "abort", 3),
+                            Misbehave("exit", "exit", 3), Misbehave("throw", "throw", 3),
+                            Misbehave("throw_inprocess", "throw", 3, "inprocess"), hog, over_cap,
+                            Spin("healthy", 1.0, "process")});
   ASSERT_NE(ex, nullptr);
   // Until the seven have failed (each after its third step), and the healthy one has run.
   BubblesUntil(*ex, 0.030, -1, 400, [&] {
@@ -236,7 +237,7 @@ TEST(IsolationTest, AStepRunningAtTheBubblesEndIsPausedThenResumed) {
   // 25 ms steps in 10 ms bubbles whose input arrives after 8 ms: every step spans bubbles.
   SideTaskSpec slow = Misbehave("slow", "ok");
   slow.args["step_ms"] = 25.0;
-  auto ex = MakeExecutor({slow});
+  auto ex = MakeIsolatedExecutor({slow});
   ASSERT_NE(ex, nullptr);
   // A step cannot end inside one bubble unless the rank itself is held off the CPU for most of
   // a step, so pauses come with nearly every step; 20 × ~8 ms of bubble make several steps on
@@ -271,7 +272,7 @@ TEST(IsolationTest, ABubbleThatCannotBePolledEndsAtItsDeadline) {
   {
     // On simulated time: neither task ever ends a step by itself, so what decides is the clock.
     SimulatedClock clock;
-    auto ex = MakeExecutor({command, hung}, /*step_timeout_s=*/0.15, &clock);
+    auto ex = MakeIsolatedExecutor({command, hung}, /*step_timeout_s=*/0.15, &clock);
     ASSERT_NE(ex, nullptr);
     Bubble(*ex, 0.020, -1, /*pollable=*/false, 0, clock);
     double worst_held = 0;

@@ -26,7 +26,7 @@
 namespace freeride {
 namespace {
 
-std::string Temp(const std::string& name) {
+std::string LlamaTaskTemp(const std::string& name) {
   return (std::filesystem::path(::testing::TempDir()) / name).string();
 }
 
@@ -50,7 +50,7 @@ std::vector<std::string> Generations(const std::string& checkpoint, const std::s
                 {"temperature", temperature}, {"top_k", int64_t{0}},
                 {"seed", int64_t{5}},         {"engine", engine}};
   CappedArena arena(64 << 20);
-  SideTaskContext ctx{"infer", 0, 0, &args, &arena, Temp(dir), 0, [] { return false; }};
+  SideTaskContext ctx{"infer", 0, 0, &args, &arena, LlamaTaskTemp(dir), 0, [] { return false; }};
   std::filesystem::remove_all(ctx.results_dir);
   EXPECT_TRUE((*task)->Create(ctx).ok());
   EXPECT_TRUE(MakeDirectories(ctx.results_dir).ok());
@@ -68,7 +68,7 @@ std::vector<std::string> Generations(const std::string& checkpoint, const std::s
 
 TEST(LlamaTasksTest, GptInferKvCacheDrawsWhatTheRecomputeEngineDraws) {
   GPT2Config cfg;
-  const std::string model = Temp("llama_infer/model.bin");
+  const std::string model = LlamaTaskTemp("llama_infer/model.bin");
   const std::vector<float> params = LlamaCheckpoint(model, 100, &cfg);
   const std::vector<std::string> cached = Generations(model, "kv_cache", 1.0, "llama_infer_kv");
   ASSERT_EQ(cached.size(), 6u);
@@ -89,11 +89,11 @@ TEST(LlamaTasksTest, GptInferKvCacheDrawsWhatTheRecomputeEngineDraws) {
 
 TEST(LlamaTasksTest, ServeAnswersACompletionWithTheFullForwardsTokens) {
   GPT2Config cfg;
-  const std::string model = Temp("llama_serve/step_00000004/model.bin");
+  const std::string model = LlamaTaskTemp("llama_serve/step_00000004/model.bin");
   const std::vector<float> params = LlamaCheckpoint(model, 50257, &cfg);
   SimulatedClock clock;
   ExecutorOptions options;
-  options.results_dir = Temp("llama_serve_results");
+  options.results_dir = LlamaTaskTemp("llama_serve_results");
   options.calibration_steps = 1;
   options.clock = &clock;
   const SideTaskSpec serve = {"serve", "serve", "",

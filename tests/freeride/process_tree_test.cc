@@ -66,7 +66,7 @@ std::set<pid_t> Descendants(pid_t root, const ProcessTable& table) {
   return out;
 }
 
-bool Gone(pid_t pid) {
+bool ProcessGone(pid_t pid) {
   const ProcessTable table = ReadProcesses();
   return table.parent.count(pid) == 0;
 }
@@ -76,7 +76,7 @@ struct Reaper {
   std::set<pid_t> pids;
   ~Reaper() {
     for (pid_t pid : pids) {
-      if (!Gone(pid)) kill(pid, SIGKILL);
+      if (!ProcessGone(pid)) kill(pid, SIGKILL);
     }
   }
 };
@@ -108,14 +108,14 @@ int CountSleeps(const std::set<pid_t>& tree) {
 bool AllGone(const std::set<pid_t>& tree) {
   for (int i = 0; i < 100000; ++i) {
     bool all = true;
-    for (pid_t pid : tree) all = all && Gone(pid);
+    for (pid_t pid : tree) all = all && ProcessGone(pid);
     if (all) return true;
     usleep(1000);
   }
   return false;
 }
 
-class ProcessTreeTest : public testing::TestWithParam<Containment> {
+class ProcessTreeTest : public ::testing::TestWithParam<Containment> {
  protected:
   ChildOptions Options(const std::string& script) const {
     ChildOptions options;
@@ -192,14 +192,14 @@ TEST_P(ProcessTreeTest, EscapedDescendantsEndWithTheRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Containments, ProcessTreeTest,
-                         testing::Values(Containment::kPidNamespace, Containment::kSubreaper),
-                         [](const testing::TestParamInfo<Containment>& info) {
+                         ::testing::Values(Containment::kPidNamespace, Containment::kSubreaper),
+                         [](const ::testing::TestParamInfo<Containment>& info) {
                            return info.param == Containment::kPidNamespace ? "PidNamespace"
                                                                            : "Subreaper";
                          });
 
 TEST(ChildProcessTest, OutputGoesToItsLogNotTheParents) {
-  const std::string log = testing::TempDir() + "/child_output.log";
+  const std::string log = ::testing::TempDir() + "/child_output.log";
   std::filesystem::remove(log);
   ChildOptions options;
   options.argv = {"sh", "-c", "echo out; echo err >&2; cat"};  // cat: stdin is /dev/null

@@ -24,7 +24,7 @@
 namespace freeride {
 namespace {
 
-SimulatedClock& TestClock() {
+SimulatedClock& ServeClassClock() {
   static SimulatedClock clock;
   return clock;
 }
@@ -84,14 +84,14 @@ class TestFiller : public SideTask {
 };
 FREERIDE_REGISTER_SIDE_TASK(TestFiller, "test_filler");
 
-std::unique_ptr<SideTaskExecutor> MakeExecutor(const std::vector<SideTaskSpec>& specs,
-                                               double serve_reserve = 0) {
+std::unique_ptr<SideTaskExecutor> MakeServeClassExecutor(const std::vector<SideTaskSpec>& specs,
+                                                         double serve_reserve = 0) {
   TheClients() = {};
   ExecutorOptions options;
   options.results_dir = ::testing::TempDir() + "/serve_class_results";
   options.margin = 0.1;
   options.serve_reserve = serve_reserve;
-  options.clock = &TestClock();
+  options.clock = &ServeClassClock();
   auto ex = SideTaskExecutor::Create(specs, options);
   EXPECT_TRUE(ex.ok()) << ex.status();
   return ex.ok() ? *std::move(ex) : nullptr;
@@ -107,11 +107,11 @@ SideTaskSpec Spin(double step_ms, int64_t priority) {
 
 // One bubble of `length_s` at index 0 whose input lands at its end (polled), or, with
 // `pollable` false, one that ends at a sum; returns when it began.
-double Bubble(SideTaskExecutor& ex, double length_s, bool pollable = true) {
+double ServeBubble(SideTaskExecutor& ex, double length_s, bool pollable = true) {
   pipeline::Instr bubble;
   bubble.op = pipeline::Op::kBubble;
   bubble.bubble = pipeline::BubbleKind::kSteady;
-  SimulatedClock& clock = TestClock();
+  SimulatedClock& clock = ServeClassClock();
   const double start = clock.Now();
   std::function<bool()> ready;
   if (pollable) ready = [&] { return clock.Now() >= start + length_s - 1e-12; };
@@ -136,12 +136,12 @@ std::vector<std::pair<double, double>> StepsOf(const SideTaskExecutor& ex, int i
 TEST(ServeClassTest, WaitingRequestsGoAheadOfAHigherPriorityTaskAndFillJob) {
   // Before classes, the fill job (priority 9) took every bubble, and the request waited for
   // as long as it ran.
-  auto ex = MakeExecutor({Spin(1.0, 2), Server(1.0, 0)});
+  auto ex = MakeServeClassExecutor({Spin(1.0, 2), Server(1.0, 0)});
   absl::StatusOr<int> job = ex->AddTask(Filler(9), ::testing::TempDir() + "/serve_class_job");
   ASSERT_TRUE(job.ok()) << job.status();
-  Bubble(*ex, 0.010);  // measured
-  TheClients() = {3, TestClock().Now()};
-  const double start = Bubble(*ex, 0.010);
+  ServeBubble(*ex, 0.010);  // measured
+  TheClients() = {3, ServeClassClock().Now()};
+  const double start = ServeBubble(*ex, 0.010);
   const std::vector<std::pair<double, double>> served = StepsOf(*ex, 1, start);
   ASSERT_EQ(served.size(), 3u);
   EXPECT_NEAR(served[0].first, 0, 1e-9);  // first, though the lowest priority
@@ -161,31 +161,31 @@ TEST(ServeClassTest, WaitingRequestsGoAheadOfAHigherPriorityTaskAndFillJob) {
 TEST(ServeClassTest, WaitingRequestsAreServedInPlainBlocksAndBubblesTheGuardLeavesOut) {
   // Before, a plain block (the overhead's reference) or the guard's paused level ran nothing:
   // a request waited out the whole block, 2.5-10 s beside a busy host against a 1 s target.
-  auto ex = MakeExecutor({Spin(1.0, 5), Server(1.0, 0)});
-  Bubble(*ex, 0.010);  // measured
+  auto ex = MakeServeClassExecutor({Spin(1.0, 5), Server(1.0, 0)});
+  ServeBubble(*ex, 0.010);  // measured
   ex->set_harvesting(false);
-  TheClients() = {2, TestClock().Now()};
-  double start = Bubble(*ex, 0.010);
+  TheClients() = {2, ServeClassClock().Now()};
+  double start = ServeBubble(*ex, 0.010);
   EXPECT_EQ(StepsOf(*ex, 1, start).size(), 2u);
   EXPECT_TRUE(StepsOf(*ex, 0, start).empty());  // no throughput work in a plain block
   EXPECT_EQ(TheClients().requests, 0);
-  start = Bubble(*ex, 0.010);  // none waiting: nothing runs
+  start = ServeBubble(*ex, 0.010);  // none waiting: nothing runs
   EXPECT_TRUE(StepsOf(*ex, 0, start).empty());
   EXPECT_TRUE(StepsOf(*ex, 1, start).empty());
   // "Fewer bubbles": throughput work in every other bubble, on half of it; waiting requests
   // in each, on all of it.
   ex->set_harvesting(true);
   ex->set_offer(0.5, 2);
-  TheClients() = {100, TestClock().Now()};
-  const double first = Bubble(*ex, 0.010);
-  const double second = Bubble(*ex, 0.010);
+  TheClients() = {100, ServeClassClock().Now()};
+  const double first = ServeBubble(*ex, 0.010);
+  const double second = ServeBubble(*ex, 0.010);
   const size_t served_both = StepsOf(*ex, 1, first).size();
   const size_t served_second = StepsOf(*ex, 1, second).size();
   EXPECT_EQ(served_second, 9u);  // 1 ms steps to the deadline, 9 ms
   EXPECT_EQ(served_both - served_second, 9u);
   TheClients() = {};
-  const double third = Bubble(*ex, 0.010);
-  const double fourth = Bubble(*ex, 0.010);
+  const double third = ServeBubble(*ex, 0.010);
+  const double fourth = ServeBubble(*ex, 0.010);
   const size_t spun_both = StepsOf(*ex, 0, third).size();
   const size_t spun_fourth = StepsOf(*ex, 0, fourth).size();
   // 1 ms steps in half of the 9 ms, in one of the two bubbles.
@@ -195,12 +195,12 @@ TEST(ServeClassTest, WaitingRequestsAreServedInPlainBlocksAndBubblesTheGuardLeav
 
 TEST(ServeClassTest, ThroughputWorkStopsAtTheReserveWhereRequestsWait) {
   // 10 ms predicted, margin 0.1: side work until 9 ms; serve_reserve = 0.3 keeps 3 ms, from 6.
-  auto ex = MakeExecutor({Filler(5), Server(1.0, 0)}, 0.3);
-  Bubble(*ex, 0.010);
+  auto ex = MakeServeClassExecutor({Filler(5), Server(1.0, 0)}, 0.3);
+  ServeBubble(*ex, 0.010);
   // Two requests arrive at 2 ms, while the filler runs: they are served from the reserve's
   // start, in the same bubble; then the filler has the rest again.
-  TheClients() = {2, TestClock().Now() + 0.002};
-  double start = Bubble(*ex, 0.010);
+  TheClients() = {2, ServeClassClock().Now() + 0.002};
+  double start = ServeBubble(*ex, 0.010);
   std::vector<std::pair<double, double>> filled = StepsOf(*ex, 0, start);
   std::vector<std::pair<double, double>> served = StepsOf(*ex, 1, start);
   ASSERT_EQ(filled.size(), 2u);
@@ -214,7 +214,7 @@ TEST(ServeClassTest, ThroughputWorkStopsAtTheReserveWhereRequestsWait) {
   // With no request the reserve is not kept: the filler looks at the reserve's start, finds
   // none waiting, and goes on to the bubble's end. (The bubble is now predicted a µs short:
   // the filler saw the input a poll late.)
-  start = Bubble(*ex, 0.010);
+  start = ServeBubble(*ex, 0.010);
   filled = StepsOf(*ex, 0, start);
   ASSERT_EQ(filled.size(), 2u);
   EXPECT_NEAR(filled[0].second, 6, 2e-2);
@@ -226,10 +226,10 @@ TEST(ServeClassTest, ByDefaultOneServeStepIsKeptFromThroughputSteps) {
   // serve_reserve = 0: the reserve is one predicted step of the server, 2 ms. A request comes
   // at 7.5 ms, too late for a 2 ms step before the deadline (9 ms): the spin task, whose 1 ms
   // steps would fit, starts none into the reserve while it waits.
-  auto ex = MakeExecutor({Spin(1.0, 5), Server(2.0, 0)});
-  Bubble(*ex, 0.010, /*pollable=*/false);
-  TheClients() = {1, TestClock().Now() + 0.0075};
-  const double start = Bubble(*ex, 0.010, /*pollable=*/false);
+  auto ex = MakeServeClassExecutor({Spin(1.0, 5), Server(2.0, 0)});
+  ServeBubble(*ex, 0.010, /*pollable=*/false);
+  TheClients() = {1, ServeClassClock().Now() + 0.0075};
+  const double start = ServeBubble(*ex, 0.010, /*pollable=*/false);
   const std::vector<std::pair<double, double>> spun = StepsOf(*ex, 0, start);
   ASSERT_EQ(spun.size(), 8u);  // 0 to 8 ms; before classes, 9
   EXPECT_NEAR(spun.back().second, 8, 2e-3);

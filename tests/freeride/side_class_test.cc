@@ -26,13 +26,13 @@ namespace {
 
 using testing::BubblesUntil;
 
-std::string ResultsDir() {
+std::string SideClassResultsDir() {
   return (std::filesystem::path(::testing::TempDir()) / "side_class").string();
 }
 
-std::unique_ptr<SideTaskExecutor> MakeExecutor(const std::vector<SideTaskSpec>& specs) {
+std::unique_ptr<SideTaskExecutor> MakeSideClassExecutor(const std::vector<SideTaskSpec>& specs) {
   ExecutorOptions options;
-  options.results_dir = ResultsDir();
+  options.results_dir = SideClassResultsDir();
   options.calibration_steps = 2;
   options.step_timeout_s = 30;  // far beyond any step here: only a hang reaches it
   auto ex = SideTaskExecutor::Create(specs, options);
@@ -94,7 +94,7 @@ TEST(SchedClassTest, ALatencySensitiveStepRunsAtTheCallersClassUntilItOutlivesIt
   const absl::StatusOr<ThreadSched> here = ReadThreadSched(getpid(), CurrentThreadId());
   ASSERT_TRUE(here.ok());
   SideTaskSpec spec{"class_probe_server", "probe", "", 0, 0, {{"step_ms", 0.5}}};
-  auto ex = MakeExecutor({spec});
+  auto ex = MakeSideClassExecutor({spec});
   ASSERT_NE(ex, nullptr);
   Probe& p = TheProbe();
   // 0.5 ms steps in 10 ms bubbles end where they started. Not every one: a host busy enough to
@@ -108,7 +108,7 @@ TEST(SchedClassTest, ALatencySensitiveStepRunsAtTheCallersClassUntilItOutlivesIt
 
   // 40 ms steps in bubbles whose input lands after 2 ms: each outlives its bubble.
   spec.args = {{"step_ms", 40.0}};
-  ex = MakeExecutor({spec});
+  ex = MakeSideClassExecutor({spec});
   ASSERT_NE(ex, nullptr);
   const int lowered = p.ends_lowered;
   EXPECT_TRUE(BubblesUntil(*ex, 0.002, 0.002, 5000, [&] { return p.ends_lowered >= lowered + 2; }));
@@ -173,8 +173,8 @@ std::pair<int, int> FirstStepPolicyOf(const TaskReport& t) {
 }
 
 TEST(SchedClassTest, InProcessAndWorkerTasksRunInTheIdleClass) {
-  auto ex = MakeExecutor({Misbehave("inprocess", "inprocess", 0.5),
-                          Misbehave("worker", "process", 0.5)});
+  auto ex = MakeSideClassExecutor(
+      {Misbehave("inprocess", "inprocess", 0.5), Misbehave("worker", "process", 0.5)});
   ASSERT_NE(ex, nullptr);
   EXPECT_TRUE(BubblesUntil(*ex, 0.010, 0.010, 2000, [&] {
     const HarvestReport r = ex->Report();
@@ -196,8 +196,8 @@ TEST(SchedClassTest, CalibrationStepsRunAtTheCallersClass) {
   // process kept the cores busy, and its time would price the task at that. In process and in
   // a worker, the steps measured alone run at the caller's class, and those in bubbles at the
   // idle class.
-  auto ex = MakeExecutor({Misbehave("alone", "inprocess", 0.5),
-                          Misbehave("alone_worker", "process", 0.5)});
+  auto ex = MakeSideClassExecutor(
+      {Misbehave("alone", "inprocess", 0.5), Misbehave("alone_worker", "process", 0.5)});
   ASSERT_NE(ex, nullptr);
   const TaskReport calibrated = ex->Report().tasks[0];
   EXPECT_EQ(calibrated.state, "LOADED");
@@ -219,13 +219,13 @@ TEST(SchedClassTest, CalibrationStepsRunAtTheCallersClass) {
 
 TEST(SchedClassTest, ACommandsProgramRunsInTheIdleClass) {
   const std::filesystem::path stat_file =
-      std::filesystem::path(ResultsDir()) / "cmd_r0" / "stat";
+      std::filesystem::path(SideClassResultsDir()) / "cmd_r0" / "stat";
   std::filesystem::remove(stat_file);
   SideTaskSpec command{
       "command", "cmd", "", 0, 0,
       {{"argv", std::vector<std::string>{
                     "sh", "-c", "cat /proc/self/stat > stat.tmp && mv stat.tmp stat; sleep 1000"}}}};
-  auto ex = MakeExecutor({command});
+  auto ex = MakeSideClassExecutor({command});
   ASSERT_NE(ex, nullptr);
   // The program runs only inside bubbles: more of them until it has written its line.
   EXPECT_TRUE(
@@ -240,7 +240,7 @@ TEST(SchedClassTest, ACommandsProgramRunsInTheIdleClass) {
 TEST(SchedClassTest, AStepOutlivingItsBubbleGoesOnAndALaterBubbleCollectsIt) {
   // 40 ms steps in bubbles whose input lands after 2 ms: the rank goes back to training at the
   // input (it never waits for the step), and the steps still end and count.
-  auto ex = MakeExecutor({Misbehave("long", "inprocess", 40.0)});
+  auto ex = MakeSideClassExecutor({Misbehave("long", "inprocess", 40.0)});
   ASSERT_NE(ex, nullptr);
   EXPECT_TRUE(BubblesUntil(*ex, 0.002, 0.002, 5000, [&] {
     const TaskReport t = ex->Report().tasks[0];

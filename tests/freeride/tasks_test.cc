@@ -26,7 +26,7 @@
 namespace freeride {
 namespace {
 
-std::string Temp(const std::string& name) {
+std::string TasksTemp(const std::string& name) {
   return (std::filesystem::path(::testing::TempDir()) / name).string();
 }
 
@@ -47,7 +47,8 @@ TEST(SideTaskRegistryTest, PluginLoadsAndRuns) {
   ASSERT_TRUE(task.ok()) << task.status();
   TaskArgs args{{"chunk", int64_t{1000}}};
   CappedArena arena;
-  SideTaskContext ctx{"collatz", 0, 0, &args, &arena, Temp("collatz"), 0, [] { return false; }};
+  SideTaskContext ctx{"collatz",           0, 0, &args, &arena, TasksTemp("collatz"), 0,
+                      [] { return false; }};
   ASSERT_TRUE((*task)->Create(ctx).ok());
   ASSERT_TRUE((*task)->Step(ctx).ok());
   // Below 1000, 871 has the longest chain: 179 terms (a known result).
@@ -56,7 +57,8 @@ TEST(SideTaskRegistryTest, PluginLoadsAndRuns) {
 }
 
 TEST(SideTaskRegistryTest, PluginErrorsAreClear) {
-  EXPECT_NE(ErrorOf("collatz", Temp("missing.so")).find("cannot be loaded"), std::string::npos);
+  EXPECT_NE(ErrorOf("collatz", TasksTemp("missing.so")).find("cannot be loaded"),
+            std::string::npos);
   EXPECT_NE(ErrorOf("x", FREERIDE_NO_SYMBOL_PLUGIN)
                 .find("lacks the symbol freeride_side_task_abi_version"),
             std::string::npos);
@@ -86,7 +88,7 @@ TEST(SideTaskRegistryTest, PluginWithNullIdentityIsRefusedInProcessAndInAWorker)
   SideTaskSpec spec{"x", "x", FREERIDE_NULL_IDENTITY_PLUGIN, 0, 0, {}};
   spec.isolation = "process";
   HostOptions options;
-  options.results_dir = Temp("null_identity");
+  options.results_dir = TasksTemp("null_identity");
   auto host = MakeTaskHost(spec, options);
   ASSERT_TRUE(host.ok()) << host.status();
   const absl::Status created = (*host)->Create();
@@ -98,7 +100,7 @@ TEST(SideTaskRegistryTest, PluginWithNullIdentityIsRefusedInProcessAndInAWorker)
 
 TEST(SideTaskArgsTest, BadArgumentsNameTaskAndArgument) {
   ExecutorOptions options;
-  options.results_dir = Temp("args");
+  options.results_dir = TasksTemp("args");
   auto bad = SideTaskExecutor::Create(
       {SideTaskSpec{"pagerank", "pr", "", 0, 0, {{"damping", std::string("high")}}}}, options);
   ASSERT_FALSE(bad.ok());
@@ -158,16 +160,18 @@ TEST(PageRankTaskTest, MatchesPlainPowerIterationThenPersonalizedAfterARestart) 
   const std::vector<std::pair<int, int>> edges{{0, 1}, {0, 2}, {1, 2}, {2, 0}, {3, 2}, {3, 4}};
   std::string text = "# a small graph\n";
   for (auto [u, v] : edges) text += std::to_string(u) + " " + std::to_string(v) + "\n";
-  ASSERT_TRUE(WriteFileAtomically(Temp("graph.txt"), text).ok());
+  ASSERT_TRUE(WriteFileAtomically(TasksTemp("graph.txt"), text).ok());
   auto task = CreateSideTask("pagerank", "");
   ASSERT_TRUE(task.ok());
-  TaskArgs args{{"edges", Temp("graph.txt")}, {"tolerance", 1e-12}, {"rows_per_step", int64_t{2}},
+  TaskArgs args{{"edges", TasksTemp("graph.txt")},
+                {"tolerance", 1e-12},
+                {"rows_per_step", int64_t{2}},
                 {"seed", int64_t{7}}};
   CappedArena arena;
-  SideTaskContext ctx{"pr", 0, 0, &args, &arena, Temp("pr"), 0, [] { return false; }};
+  SideTaskContext ctx{"pr", 0, 0, &args, &arena, TasksTemp("pr"), 0, [] { return false; }};
   RunToEnd(**task, ctx, 100000);
   EXPECT_TRUE((*task)->Done());
-  ExpectRanks(Temp("pr") + "/ranks.txt", DensePageRank(edges, 5, -1));
+  ExpectRanks(TasksTemp("pr") + "/ranks.txt", DensePageRank(edges, 5, -1));
   // The second query: personalized to vertex (7 + 1) mod 5 = 3, on the same graph.
   ASSERT_TRUE((*task)->Load(ctx).ok());
   ctx.restarts = 1;
@@ -175,7 +179,7 @@ TEST(PageRankTaskTest, MatchesPlainPowerIterationThenPersonalizedAfterARestart) 
   EXPECT_FALSE((*task)->Done());
   for (int i = 0; i < 100000 && !(*task)->Done(); ++i) ASSERT_TRUE((*task)->Step(ctx).ok());
   ASSERT_TRUE((*task)->Unload(ctx).ok());
-  ExpectRanks(Temp("pr") + "/ranks.txt", DensePageRank(edges, 5, 3));
+  ExpectRanks(TasksTemp("pr") + "/ranks.txt", DensePageRank(edges, 5, 3));
 }
 
 TEST(ImageTaskTest, WritesWatermarkedImages) {
@@ -184,10 +188,10 @@ TEST(ImageTaskTest, WritesWatermarkedImages) {
   TaskArgs args{{"width", int64_t{64}}, {"height", int64_t{48}}, {"out_width", int64_t{40}},
                 {"out_height", int64_t{30}}, {"count", int64_t{3}}, {"write_every", int64_t{1}}};
   CappedArena arena(1 << 20);
-  SideTaskContext ctx{"img", 0, 0, &args, &arena, Temp("img"), 0, [] { return false; }};
+  SideTaskContext ctx{"img", 0, 0, &args, &arena, TasksTemp("img"), 0, [] { return false; }};
   RunToEnd(**task, ctx, 10);
   EXPECT_TRUE((*task)->Done());
-  auto ppm = ReadFile(Temp("img") + "/image_000003.ppm");
+  auto ppm = ReadFile(TasksTemp("img") + "/image_000003.ppm");
   ASSERT_TRUE(ppm.ok());
   EXPECT_EQ(ppm->substr(0, 13), "P6\n40 30\n255\n");
   EXPECT_EQ(ppm->size(), 13u + 40 * 30 * 3);
@@ -202,7 +206,7 @@ TEST(ImageTaskTest, ARestartTakesTheNextImages) {
                      {"write_every", int64_t{1}}}};
   spec.repeat = true;
   HostOptions options;
-  options.results_dir = Temp("img_repeat");
+  options.results_dir = TasksTemp("img_repeat");
   ASSERT_TRUE(MakeDirectories(options.results_dir).ok());
   auto host = MakeInProcessHost(spec, options);
   ASSERT_TRUE(host.ok()) << host.status();
@@ -217,7 +221,8 @@ TEST(ImageTaskTest, ARestartTakesTheNextImages) {
   }
   EXPECT_EQ(restarted, (std::vector<bool>{false, false, true, false}));
   for (int n = 1; n <= 4; ++n) {
-    EXPECT_TRUE(std::filesystem::exists(absl::StrFormat("%s/image_%06d.ppm", Temp("img_repeat"), n)))
+    EXPECT_TRUE(
+        std::filesystem::exists(absl::StrFormat("%s/image_%06d.ppm", TasksTemp("img_repeat"), n)))
         << n;
   }
 }
@@ -238,7 +243,7 @@ TEST(CommandTaskTest, RunsOnlyInsideBubbles) {
   TaskArgs args{{"argv", std::vector<std::string>{
                              "sh", "-c", "cut -d' ' -f4 /proc/self/stat > pid; exec sleep 60"}}};
   CappedArena arena;
-  SideTaskContext ctx{"cmd", 0, 0, &args, &arena, Temp("cmd"), 0, [] { return false; }};
+  SideTaskContext ctx{"cmd", 0, 0, &args, &arena, TasksTemp("cmd"), 0, [] { return false; }};
   std::filesystem::remove_all(ctx.results_dir);
   ASSERT_TRUE(MakeDirectories(ctx.results_dir).ok());
   ASSERT_TRUE((*task)->Create(ctx).ok());
@@ -272,7 +277,7 @@ TEST(CommandTaskTest, CrashIsAnErrorWithTheStatus) {
   auto task = CreateSideTask("command", "");
   TaskArgs args{{"argv", std::vector<std::string>{"sh", "-c", "exit 3"}}};
   CappedArena arena;
-  SideTaskContext ctx{"crash", 0, 0, &args, &arena, Temp("crash"), 0, [] { return false; }};
+  SideTaskContext ctx{"crash", 0, 0, &args, &arena, TasksTemp("crash"), 0, [] { return false; }};
   ASSERT_TRUE(MakeDirectories(ctx.results_dir).ok());
   ASSERT_TRUE((*task)->Create(ctx).ok());
   ASSERT_TRUE((*task)->Load(ctx).ok());
@@ -294,7 +299,7 @@ TEST(TrainTaskTest, LossFalls) {
   TaskArgs args{{"steps", int64_t{80}}, {"n_embd", int64_t{32}}, {"vocab", int64_t{32}},
                 {"seq_len", int64_t{16}}, {"lr", 1e-2}};
   CappedArena arena(64 << 20);
-  SideTaskContext ctx{"train", 0, 0, &args, &arena, Temp("train"), 0, [] { return false; }};
+  SideTaskContext ctx{"train", 0, 0, &args, &arena, TasksTemp("train"), 0, [] { return false; }};
   RunToEnd(**task, ctx, 1000);
   EXPECT_TRUE((*task)->Done());
   double first = 0, last = 0;
@@ -309,7 +314,7 @@ TEST(TrainTaskTest, DeviceArgumentsAreCheckedAndAMissingGpuIsAClearLoadError) {
   auto error_at = [&](const TaskArgs& args, bool load) -> std::string {
     auto task = CreateSideTask("train", "");
     EXPECT_TRUE(task.ok());
-    SideTaskContext ctx{"t", 0, 0, &args, &arena, Temp("train_dev"), 0, [] { return false; }};
+    SideTaskContext ctx{"t", 0, 0, &args, &arena, TasksTemp("train_dev"), 0, [] { return false; }};
     absl::Status s = (*task)->Create(ctx);
     if (s.ok() && load) s = (*task)->Load(ctx);
     return std::string(s.message());
@@ -330,7 +335,7 @@ TEST(GptInferTaskTest, GeneratesBatchesFromACheckpoint) {
   TaskArgs args{{"checkpoint", std::string("tests/data/gpt2_golden/model.bin")},
                 {"batch", int64_t{2}}, {"max_tokens", int64_t{5}}, {"requests", int64_t{4}}};
   CappedArena arena(16 << 20);
-  SideTaskContext ctx{"infer", 0, 0, &args, &arena, Temp("infer"), 0, [] { return false; }};
+  SideTaskContext ctx{"infer", 0, 0, &args, &arena, TasksTemp("infer"), 0, [] { return false; }};
   std::filesystem::remove_all(ctx.results_dir);
   RunToEnd(**task, ctx, 100);
   EXPECT_TRUE((*task)->Done());
@@ -375,14 +380,14 @@ TEST(GptInferTaskTest, GeneratesBatchesFromACheckpoint) {
   TaskArgs bad = args;
   bad["tokenizer"] = std::string("no/such/ranks.tiktoken");
   auto refused = CreateSideTask("gpt_infer", "");
-  SideTaskContext ctx3{"infer", 0, 0, &bad, &arena, Temp("infer3"), 0, [] { return false; }};
+  SideTaskContext ctx3{"infer", 0, 0, &bad, &arena, TasksTemp("infer3"), 0, [] { return false; }};
   absl::Status created = (*refused)->Create(ctx3);
   ASSERT_FALSE(created.ok());
   EXPECT_NE(created.message().find("no/such/ranks.tiktoken"), std::string::npos);
   // The weights alone (about 120 KB) do not fit a 64 KiB limit.
   auto small = CreateSideTask("gpt_infer", "");
   CappedArena tiny(64 << 10);
-  SideTaskContext ctx2{"infer", 0, 0, &args, &tiny, Temp("infer2"), 0, [] { return false; }};
+  SideTaskContext ctx2{"infer", 0, 0, &args, &tiny, TasksTemp("infer2"), 0, [] { return false; }};
   ASSERT_TRUE((*small)->Create(ctx2).ok());
   absl::Status load = (*small)->Load(ctx2);
   ASSERT_FALSE(load.ok());
@@ -401,7 +406,7 @@ std::string Generations(const std::string& engine, const std::string& dir) {
                 {"top_k", int64_t{0}},       {"seed", int64_t{5}},
                 {"engine", engine}};
   CappedArena arena(64 << 20);
-  SideTaskContext ctx{"infer", 0, 0, &args, &arena, Temp(dir), 0, [] { return false; }};
+  SideTaskContext ctx{"infer", 0, 0, &args, &arena, TasksTemp(dir), 0, [] { return false; }};
   std::filesystem::remove_all(ctx.results_dir);
   RunToEnd(**task, ctx, 100);
   EXPECT_TRUE((*task)->Done());
@@ -428,7 +433,8 @@ TEST(GptInferTaskTest, KvCacheEngineIsRefusedOnAGpu) {
   TaskArgs args{{"checkpoint", std::string("tests/data/gpt2_golden/model.bin")},
                 {"engine", std::string("kv_cache")}, {"device", std::string("cuda")}};
   CappedArena arena;
-  SideTaskContext ctx{"infer", 0, 0, &args, &arena, Temp("infer_gpu"), 0, [] { return false; }};
+  SideTaskContext ctx{
+      "infer", 0, 0, &args, &arena, TasksTemp("infer_gpu"), 0, [] { return false; }};
   absl::Status s = (*task)->Create(ctx);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("use engine = \"recompute\""), std::string::npos) << s;

@@ -20,11 +20,11 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string Temp(const std::string& name) {
+std::string HfLlamaTemp(const std::string& name) {
   return (std::filesystem::path(::testing::TempDir()) / name).string();
 }
 
-GPT2Config Tiny(bool tied) {
+GPT2Config TinyHfLlama(bool tied) {
   return *MakeLlamaConfig(2, 4, 2, 16, 8, 11, 24, 500000.0, 1e-6, tied);
 }
 
@@ -36,9 +36,9 @@ std::vector<float> RandomParams(const GPT2Config& c) {
 }
 
 void RoundTrip(bool tied, int64_t shard_bytes) {
-  const GPT2Config c = Tiny(tied);
+  const GPT2Config c = TinyHfLlama(tied);
   const std::vector<float> params = RandomParams(c);
-  const std::string dir = Temp(absl::StrCat("hf_llama_", tied, "_", shard_bytes));
+  const std::string dir = HfLlamaTemp(absl::StrCat("hf_llama_", tied, "_", shard_bytes));
   std::filesystem::remove_all(dir);
   absl::StatusOr<std::vector<std::string>> written = WriteHfModel(
       dir, LlamaHfConfig(c, "float32"), LlamaToHf(c, params.data()), "F32", shard_bytes);
@@ -68,7 +68,7 @@ TEST(HfLlamaTest, UntiedRoundTripIsBitExact) { RoundTrip(false, 0); }
 TEST(HfLlamaTest, TiedRoundTripThroughShardsIsBitExact) { RoundTrip(true, 4000); }
 
 TEST(HfLlamaTest, TheQkvAndGateUpSplitsAreTheFusedRows) {
-  const GPT2Config c = Tiny(false);
+  const GPT2Config c = TinyHfLlama(false);
   const std::vector<float> params = RandomParams(c);
   const ParamLayout layout = MakeParamLayout(c, WholeModel(c));
   for (const SafetensorsTensor& t : LlamaToHf(c, params.data())) {
@@ -85,26 +85,26 @@ TEST(HfLlamaTest, TheQkvAndGateUpSplitsAreTheFusedRows) {
 }
 
 TEST(HfLlamaTest, WhatOurLlamaCannotComputeIsRefusedNamingTheKey) {
-  nlohmann::ordered_json json = LlamaHfConfig(Tiny(true), "float32");
+  nlohmann::ordered_json json = LlamaHfConfig(TinyHfLlama(true), "float32");
   json["hidden_act"] = "gelu";
   EXPECT_THAT(std::string(LlamaConfigFromHf(json, "c.json").status().message()),
               HasSubstr("c.json: hidden_act = gelu"));
-  json = LlamaHfConfig(Tiny(true), "float32");
+  json = LlamaHfConfig(TinyHfLlama(true), "float32");
   json["rope_scaling"] = {{"rope_type", "llama3"}};
   EXPECT_THAT(std::string(LlamaConfigFromHf(json, "c.json").status().message()),
               HasSubstr("rope_scaling"));
-  json = LlamaHfConfig(Tiny(true), "float32");
+  json = LlamaHfConfig(TinyHfLlama(true), "float32");
   json["attention_bias"] = true;
   EXPECT_THAT(std::string(LlamaConfigFromHf(json, "c.json").status().message()),
               HasSubstr("attention_bias = true"));
-  json = LlamaHfConfig(Tiny(true), "float32");
+  json = LlamaHfConfig(TinyHfLlama(true), "float32");
   json["num_key_value_heads"] = 3;
   EXPECT_THAT(std::string(LlamaConfigFromHf(json, "c.json").status().message()),
               HasSubstr("model.n_kv_head (3)"));
 }
 
 TEST(HfLlamaTest, MissingUnknownAndMisshapenTensorsAreRefusedByName) {
-  const GPT2Config c = Tiny(true);
+  const GPT2Config c = TinyHfLlama(true);
   const std::vector<float> params = RandomParams(c);
   std::map<std::string, HfTensorValues> tensors;
   for (const SafetensorsTensor& t : LlamaToHf(c, params.data())) {

@@ -27,7 +27,7 @@ using ::testing::HasSubstr;
 
 constexpr char kGolden[] = "tests/data/hf_gpt2_golden";
 
-std::string Temp(const std::string& name) {
+std::string HfTemp(const std::string& name) {
   return (std::filesystem::path(::testing::TempDir()) / name).string();
 }
 
@@ -143,7 +143,7 @@ TEST(HfGpt2Test, RoundTripIsBitExactInOneFileAndInShards) {
   const GPT2Config c = TinyConfig();
   const std::vector<float> params = RandomParams(c, 7);
   for (const int64_t shard_bytes : {int64_t{0}, int64_t{20000}}) {
-    const std::string dir = Temp(absl::StrCat("hf_round_", shard_bytes));
+    const std::string dir = HfTemp(absl::StrCat("hf_round_", shard_bytes));
     std::filesystem::remove_all(dir);
     absl::StatusOr<std::vector<std::string>> written = WriteHfModel(
         dir, Gpt2HfConfig(c, "float32"), Gpt2ToHf(c, params.data()), "F32", shard_bytes);
@@ -221,7 +221,7 @@ TEST(HfGpt2Test, PyTorchsModelImportsToItsLogits) {
   EXPECT_LT(worst, 1e-4) << "largest logit difference from PyTorch's";
 
   // And back out: every tensor as PyTorch wrote it, bit for bit.
-  const std::string dir = Temp("hf_golden_again");
+  const std::string dir = HfTemp("hf_golden_again");
   std::filesystem::remove_all(dir);
   ASSERT_TRUE(
       WriteHfModel(dir, Gpt2HfConfig(c, "float32"), Gpt2ToHf(c, params->data()), "F32", 0).ok());
@@ -244,7 +244,7 @@ TEST(HfGpt2Test, Bf16AndFp16ExportRoundAsTorchDoes) {
   ASSERT_TRUE(params.ok()) << params.status();
   for (const auto& [dtype, sub] :
        {std::pair<std::string, std::string>{"BF16", "bf16"}, {"F16", "fp16"}}) {
-    const std::string dir = Temp("hf_golden_" + sub);
+    const std::string dir = HfTemp("hf_golden_" + sub);
     std::filesystem::remove_all(dir);
     ASSERT_TRUE(
         WriteHfModel(dir, Gpt2HfConfig(c, sub), Gpt2ToHf(c, params->data()), dtype, 0).ok());
@@ -325,7 +325,7 @@ TEST(HfGpt2Test, ConfigAndTensorMismatchesAreNamed) {
 TEST(HfDirectoryTest, AnIndexThatDisagreesWithItsShardsIsRefused) {
   const GPT2Config c = TinyConfig();
   const std::vector<float> params = RandomParams(c, 10);
-  const std::string dir = Temp("hf_index");
+  const std::string dir = HfTemp("hf_index");
   std::filesystem::remove_all(dir);
   ASSERT_TRUE(
       WriteHfModel(dir, Gpt2HfConfig(c, "float32"), Gpt2ToHf(c, params.data()), "F32", 20000).ok());

@@ -17,7 +17,7 @@ namespace freeride {
 namespace {
 
 // 4 query heads sharing 2 key/value heads of size 4, SwiGLU width 24, a context of 8.
-GPT2Config TinyLlama(bool tied, int64_t n_kv_head = 2) {
+GPT2Config TinyDecoderLlama(bool tied, int64_t n_kv_head = 2) {
   return *MakeLlamaConfig(/*n_layer=*/2, /*n_head=*/4, n_kv_head, /*n_embd=*/16,
                           /*max_seq_len=*/8, /*vocab_size=*/37, /*ffn_hidden=*/24,
                           /*rope_theta=*/100.0, /*norm_eps=*/1e-5, tied);
@@ -28,7 +28,7 @@ using testing::LivelyLlamaParams;
 
 template <typename T>
 void ExpectEveryPositionMatches(bool tied, double tolerance) {
-  const GPT2Config cfg = TinyLlama(tied);
+  const GPT2Config cfg = TinyDecoderLlama(tied);
   const std::vector<T> params = LivelyLlamaParams<T>(cfg, 21);
   std::mt19937 rng(22);
   std::vector<std::vector<int32_t>> seqs(2, std::vector<int32_t>(cfg.max_seq_len));
@@ -74,7 +74,7 @@ TEST(LlamaDecoderTest, EveryPositionEqualsTheFullForwardInDouble) {
 // key/value heads as query heads): the grouping at both ends.
 TEST(LlamaDecoderTest, GroupingsAtBothEndsEqualTheFullForward) {
   for (int64_t kv : {1, 4}) {
-    const GPT2Config cfg = TinyLlama(true, kv);
+    const GPT2Config cfg = TinyDecoderLlama(true, kv);
     const std::vector<double> params = LivelyLlamaParams<double>(cfg, 3);
     auto decoder = MakeKvDecoder<double>(cfg, params.data(), 1, 5);
     ASSERT_TRUE(decoder.ok()) << decoder.status();
@@ -92,7 +92,7 @@ TEST(LlamaDecoderTest, GroupingsAtBothEndsEqualTheFullForward) {
 }
 
 TEST(LlamaDecoderTest, GreedyGenerationEqualsTheArgmaxOfRecomputingFromScratch) {
-  const GPT2Config cfg = TinyLlama(false);
+  const GPT2Config cfg = TinyDecoderLlama(false);
   const std::vector<float> params = LivelyLlamaParams<float>(cfg, 5);
   const std::vector<int32_t> prompt = {3, 11};
   auto decoder = MakeKvDecoder<float>(cfg, params.data(), 1, cfg.max_seq_len);
@@ -118,14 +118,14 @@ TEST(LlamaDecoderTest, GreedyGenerationEqualsTheArgmaxOfRecomputingFromScratch) 
 
 TEST(LlamaDecoderTest, TheCacheHoldsTheKeyValueHeadsOnly) {
   // Two key/value heads of 4 instead of four: the cache and the qkv row shrink by exactly that.
-  const GPT2Config gqa = TinyLlama(true, 2), mha = TinyLlama(true, 4);
+  const GPT2Config gqa = TinyDecoderLlama(true, 2), mha = TinyDecoderLlama(true, 4);
   const int64_t B = 3, len = 6, L = 2, hs = 4;
   EXPECT_EQ(KvDecoderWorkspaceFloats(mha, B, len) - KvDecoderWorkspaceFloats(gqa, B, len),
             2 * L * B * len * 2 * hs + B * 2 * 2 * hs);
 }
 
 TEST(LlamaDecoderTest, ACacheLongerThanTheContextOrAStepPastItIsRefused) {
-  const GPT2Config cfg = TinyLlama(true);
+  const GPT2Config cfg = TinyDecoderLlama(true);
   const std::vector<float> params = LivelyLlamaParams<float>(cfg, 1);
   auto too_long = MakeKvDecoder<float>(cfg, params.data(), 1, cfg.max_seq_len + 1);
   ASSERT_FALSE(too_long.ok());

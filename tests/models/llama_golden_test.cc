@@ -15,7 +15,7 @@
 namespace freeride {
 namespace {
 
-constexpr char kGolden[] = "tests/data/llama_golden";
+constexpr char kLlamaGolden[] = "tests/data/llama_golden";
 
 std::vector<float> ReadFloats(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -26,8 +26,8 @@ std::vector<float> ReadFloats(const std::string& path) {
 }
 
 TEST(LlamaGoldenTest, LossesOverTenAdamWStepsAndGradientsMatchPyTorch) {
-  std::ifstream in(std::string(kGolden) + "/golden.json");
-  ASSERT_TRUE(in) << kGolden << "/golden.json";
+  std::ifstream in(std::string(kLlamaGolden) + "/golden.json");
+  ASSERT_TRUE(in) << kLlamaGolden << "/golden.json";
   const nlohmann::json g = nlohmann::json::parse(in);
   const nlohmann::json& m = g["model"];
   absl::StatusOr<GPT2Config> cfg = MakeLlamaConfig(
@@ -36,8 +36,8 @@ TEST(LlamaGoldenTest, LossesOverTenAdamWStepsAndGradientsMatchPyTorch) {
   ASSERT_TRUE(cfg.ok()) << cfg.status();
   const int64_t B = g["batch_size"], T = g["seq_len"];
   CpuLlamaStageModel model(*cfg, WholeModel(*cfg), B, T, 1);
-  const std::vector<float> init = ReadFloats(std::string(kGolden) + "/init.bin");
-  const std::vector<float> grads1 = ReadFloats(std::string(kGolden) + "/grads1.bin");
+  const std::vector<float> init = ReadFloats(std::string(kLlamaGolden) + "/init.bin");
+  const std::vector<float> grads1 = ReadFloats(std::string(kLlamaGolden) + "/grads1.bin");
   ASSERT_EQ(static_cast<int64_t>(init.size()), model.num_params());
   ASSERT_EQ(grads1.size(), init.size());
   ASSERT_TRUE(model.SetParams(init.data()).ok());

@@ -60,9 +60,9 @@ int32_t UnitOf(const StageSpec& st, const Owner& o) {
 }
 
 void CheckTable(const ParamLayout& layout) {
-  SCOPED_TRACE(testing::Message() << "C " << layout.config.n_embd << ", layers ["
-                                  << layout.stage.first_layer << ", " << layout.stage.last_layer
-                                  << ")");
+  SCOPED_TRACE(::testing::Message()
+               << "C " << layout.config.n_embd << ", layers [" << layout.stage.first_layer << ", "
+               << layout.stage.last_layer << ")");
   const MultiTensorTable t = MakeMultiTensorTable(layout);
   ASSERT_EQ(t.units(), NumGradNormUnits(layout.stage));
   ASSERT_EQ(static_cast<int64_t>(t.chunks.size()), NumTensorChunks(layout));

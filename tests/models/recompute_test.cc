@@ -14,9 +14,11 @@
 namespace freeride {
 namespace {
 
-GPT2Config Tiny() { return *MakeGPT2Config(/*layers=*/3, /*n_head=*/2, /*n_embd=*/8, 6, 11); }
+GPT2Config TinyRecompute() {
+  return *MakeGPT2Config(/*layers=*/3, /*n_head=*/2, /*n_embd=*/8, 6, 11);
+}
 // 4 query heads sharing 2 key/value heads of 4 (kv = 8), SwiGLU width 24.
-GPT2Config TinyLlama(bool tied) {
+GPT2Config TinyRecomputeLlama(bool tied) {
   return *MakeLlamaConfig(/*n_layer=*/3, /*n_head=*/4, /*n_kv_head=*/2, /*n_embd=*/16,
                           /*max_seq_len=*/6, /*vocab_size=*/11, /*ffn_hidden=*/24, 1e4, 1e-5, tied);
 }
@@ -129,7 +131,7 @@ void ExpectEveryModeGivesTheSameBits(const GPT2Config& cfg) {
 }
 
 TEST(RecomputeTest, EveryModeGivesTheSameBitsInEveryScheduleOrder) {
-  ExpectEveryModeGivesTheSameBits<GPT2Stage<float>>(Tiny());
+  ExpectEveryModeGivesTheSameBits<GPT2Stage<float>>(TinyRecompute());
 }
 
 // RMSNorm, rotary q and k, grouped-query attention, SwiGLU; the head tied to the embedding
@@ -137,7 +139,7 @@ TEST(RecomputeTest, EveryModeGivesTheSameBitsInEveryScheduleOrder) {
 TEST(RecomputeTest, EveryLlamaModeGivesTheSameBitsInEveryScheduleOrder) {
   for (bool tied : {true, false}) {
     SCOPED_TRACE(tied ? "tied" : "untied");
-    ExpectEveryModeGivesTheSameBits<LlamaStage<float>>(TinyLlama(tied));
+    ExpectEveryModeGivesTheSameBits<LlamaStage<float>>(TinyRecomputeLlama(tied));
   }
 }
 
@@ -145,9 +147,9 @@ TEST(RecomputeTest, EveryLlamaModeGivesTheSameBitsInEveryScheduleOrder) {
 TEST(RecomputeTest, TheComparedGradientsCarrySignal) {
   const std::vector<Call> calls = {{'F', 0}, {'I', 0}, {'W', 0}};
   for (const Outcome& o :
-       {RunCalls<GPT2Stage<float>>(Tiny(), {1, 2, false, false}, Recompute::kFull, calls),
-        RunCalls<LlamaStage<float>>(TinyLlama(false), {1, 2, false, false}, Recompute::kFull,
-                                    calls)}) {
+       {RunCalls<GPT2Stage<float>>(TinyRecompute(), {1, 2, false, false}, Recompute::kFull, calls),
+        RunCalls<LlamaStage<float>>(TinyRecomputeLlama(false), {1, 2, false, false},
+                                    Recompute::kFull, calls)}) {
     int nonzero = 0;
     for (float g : o.grads) nonzero += g != 0;
     EXPECT_GT(nonzero, static_cast<int>(o.grads.size()) / 2);
@@ -155,7 +157,7 @@ TEST(RecomputeTest, TheComparedGradientsCarrySignal) {
 }
 
 TEST(RecomputeTest, SlotBytesDropAsTheModeKeepsLessInClosedForm) {
-  const GPT2Config cfg = Tiny();  // C = 8, NH = 2, Vp = 128
+  const GPT2Config cfg = TinyRecompute();  // C = 8, NH = 2, Vp = 128
   constexpr int64_t B = 2, T = 5, C = 8, NH = 2, L = 2, Vp = 128, f = sizeof(float);
   const int64_t BT = B * T, BTC = BT * C, att = B * NH * T * T;
   // Per block: activations ln1 1, qkv 3, atty 1, residual2 1, ln2 1, fch 4, GELU output 4,
@@ -192,7 +194,7 @@ TEST(RecomputeTest, SlotBytesDropAsTheModeKeepsLessInClosedForm) {
 }
 
 TEST(RecomputeTest, LlamaSlotBytesDropAsTheModeKeepsLessInClosedForm) {
-  const GPT2Config cfg = TinyLlama(/*tied=*/false);  // C = 16, kv = 8, F = 24, Vp = 128
+  const GPT2Config cfg = TinyRecomputeLlama(/*tied=*/false);  // C = 16, kv = 8, F = 24, Vp = 128
   constexpr int64_t B = 2, T = 5, C = 16, NH = 4, kv = 8, F = 24, L = 2, Vp = 128;
   constexpr int64_t f = sizeof(float);
   const int64_t BT = B * T, BTC = BT * C, att = B * NH * T * T, qkv = BT * (C + 2 * kv);

@@ -19,7 +19,7 @@
 namespace freeride {
 namespace {
 
-GPT2Config TinyModel() {
+GPT2Config TinyLossModel() {
   absl::StatusOr<GPT2Config> c = MakeGPT2Config(/*n_layer=*/2, /*n_head=*/2, /*n_embd=*/4,
                                                 /*max_seq_len=*/8, /*vocab_size=*/16);
   EXPECT_TRUE(c.ok());
@@ -36,7 +36,7 @@ std::vector<int32_t> Tokens(int k, int shift) {
 }
 
 TEST(CpuStageModelLossTest, KeptLossesSumLikeForwardsReturns) {
-  const GPT2Config cfg = TinyModel();
+  const GPT2Config cfg = TinyLossModel();
   CpuStageModel keeping(cfg, WholeModel(cfg), kB, kT, 1),
       returning(cfg, WholeModel(cfg), kB, kT, 1);
   ASSERT_TRUE(keeping.InitRandom(3).ok());
@@ -169,7 +169,7 @@ StepRun RunSteps(CountingChunk* chunk, bool exact_timeline, int m) {
 }
 
 TEST(StageExecutorLossTest, ReadsTheHeadsLossesOnceAStep) {
-  const GPT2Config cfg = TinyModel();
+  const GPT2Config cfg = TinyLossModel();
   constexpr int m = 4;
   CountingChunk chunk(cfg, /*slots=*/m);
   ASSERT_TRUE(chunk.InitRandom(5).ok());
@@ -198,7 +198,7 @@ TEST(StageExecutorLossTest, ReadsTheHeadsLossesOnceAStep) {
 }
 
 TEST(StageExecutorLossTest, ExactTimelineDrainsAfterEachComputeInstruction) {
-  const GPT2Config cfg = TinyModel();
+  const GPT2Config cfg = TinyLossModel();
   constexpr int m = 3;
   CountingChunk exact(cfg, m), queued(cfg, m);
   ASSERT_TRUE(exact.InitRandom(5).ok());

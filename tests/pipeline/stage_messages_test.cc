@@ -162,9 +162,9 @@ class RecordingTransport final : public pipeline::Transport {
   std::vector<MessageChunk*> chunks_;
 };
 
-constexpr int64_t kB = 2, kT = 8, kMicrobatches = 4, kSteps = 3;
+constexpr int64_t kMsgB = 2, kMsgT = 8, kMicrobatches = 4, kSteps = 3;
 
-GPT2Config Tiny() { return *MakeGPT2Config(4, 2, 16, kT, 64); }
+GPT2Config TinyMessageModel() { return *MakeGPT2Config(4, 2, 16, kMsgT, 64); }
 
 pipeline::Schedule TwoStage1F1B() {
   pipeline::ScheduleOptions options;
@@ -185,21 +185,21 @@ struct MessageRun {
 // kSteps steps of a 2-stage 1F1B pipeline of MessageChunks of `type`, ranks as threads
 // (no optimizer: each step the same weights).
 MessageRun TrainTwoStages(MessageType type) {
-  const GPT2Config config = Tiny();
+  const GPT2Config config = TinyMessageModel();
   const pipeline::Schedule schedule = TwoStage1F1B();
-  std::vector<int32_t> tokens(kMicrobatches * kB * kT);
+  std::vector<int32_t> tokens(kMicrobatches * kMsgB * kMsgT);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7 + 3) % 64);
   pipeline::MicrobatchData data;
-  data.rows = kB * kT;
-  data.tokens = [&](int mb) { return tokens.data() + mb * kB * kT; };
-  data.targets = [&](int mb) { return tokens.data() + ((mb + 1) % kMicrobatches) * kB * kT; };
+  data.rows = kMsgB * kMsgT;
+  data.tokens = [&](int mb) { return tokens.data() + mb * kMsgB * kMsgT; };
+  data.targets = [&](int mb) { return tokens.data() + ((mb + 1) % kMicrobatches) * kMsgB * kMsgT; };
   auto world = pipeline::MakeInProcessWorld(2);
   MessageRun runs[2];
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
       const StageSpec spec = {r == 0 ? 0 : 2, r == 0 ? 2 : 4, r == 0, r == 1};
-      MessageChunk chunk(config, spec, kB, kT, schedule.buffers_per_stage[r], type);
+      MessageChunk chunk(config, spec, kMsgB, kMsgT, schedule.buffers_per_stage[r], type);
       ASSERT_TRUE(chunk.InitRandom(9).ok());
       RecordingTransport transport(world[r].get(), {&chunk});
       pipeline::RankLayout layout;
@@ -208,7 +208,7 @@ MessageRun TrainTwoStages(MessageType type) {
       pipeline::StageExecutor executor(schedule, layout, {&chunk}, &transport, 60, {});
       for (int step = 0; step < kSteps; ++step) {
         absl::StatusOr<pipeline::StepOutcome> out =
-            executor.RunStep(data, 1.0f / (kB * kT * kMicrobatches));
+            executor.RunStep(data, 1.0f / (kMsgB * kMsgT * kMicrobatches));
         ASSERT_TRUE(out.ok()) << out.status();
         runs[r].losses.push_back(out->loss);
         if (step == 0) runs[r].allocations_after_first_step = chunk.allocations;
@@ -235,7 +235,7 @@ MessageRun TrainTwoStages(MessageType type) {
 }
 
 TEST(StageMessagesTest, MessagesHaveTheChunksElementTypeInTheChunksMemory) {
-  const int64_t elements = kB * kT * Tiny().n_embd;
+  const int64_t elements = kMsgB * kMsgT * TinyMessageModel().n_embd;
   const MessageRun fp32 = TrainTwoStages(MessageType::kFp32);
   const MessageRun bf16 = TrainTwoStages(MessageType::kBf16);
   for (const MessageRun* run : {&fp32, &bf16}) {
@@ -263,7 +263,7 @@ TEST(StageMessagesTest, MessagesHaveTheChunksElementTypeInTheChunksMemory) {
 TEST(StageMessagesTest, ChunksWhoseMessagesDifferAreRefused) {
   // One rank holding two chunks (interleaved), one bf16, one fp32: refused at the first step,
   // before any message.
-  const GPT2Config config = Tiny();
+  const GPT2Config config = TinyMessageModel();
   pipeline::ScheduleOptions options;
   options.kind = pipeline::ScheduleKind::kInterleaved;
   options.stages = 2;
@@ -272,16 +272,16 @@ TEST(StageMessagesTest, ChunksWhoseMessagesDifferAreRefused) {
   absl::StatusOr<pipeline::Schedule> schedule = pipeline::BuildSchedule(options);
   ASSERT_TRUE(schedule.ok()) << schedule.status();
   const int slots = schedule->buffers_per_stage[0];
-  MessageChunk first(config, {0, 1, true, false}, kB, kT, slots, MessageType::kBf16);
-  MessageChunk second(config, {2, 3, false, false}, kB, kT, slots, MessageType::kFp32);
+  MessageChunk first(config, {0, 1, true, false}, kMsgB, kMsgT, slots, MessageType::kBf16);
+  MessageChunk second(config, {2, 3, false, false}, kMsgB, kMsgT, slots, MessageType::kFp32);
   auto world = pipeline::MakeInProcessWorld(2);
   pipeline::RankLayout layout;
   layout.pp = 2;
   layout.chunks = 2;
   pipeline::StageExecutor executor(*schedule, layout, {&first, &second}, world[0].get(), 5, {});
-  std::vector<int32_t> tokens(kB * kT, 1);
+  std::vector<int32_t> tokens(kMsgB * kMsgT, 1);
   pipeline::MicrobatchData data;
-  data.rows = kB * kT;
+  data.rows = kMsgB * kMsgT;
   data.tokens = data.targets = [&](int) { return tokens.data(); };
   absl::StatusOr<pipeline::StepOutcome> out = executor.RunStep(data, 1.0f);
   ASSERT_FALSE(out.ok());

@@ -111,7 +111,7 @@ struct RankRun {
   std::vector<uint32_t> params;
 };
 
-std::vector<RankRun> Train(const Config& config, int steps, bool evaluate = false) {
+std::vector<RankRun> TrainOverlap(const Config& config, int steps, bool evaluate = false) {
   const int world = static_cast<int>(config.parallel.pp * config.parallel.dp);
   auto inner = pipeline::MakeInProcessWorld(world);
   std::vector<std::unique_ptr<SimulatedClock>> clocks;
@@ -227,7 +227,7 @@ TEST_F(ZeroOverlapTest, EachChunkWaitsForItsGatherAtItsFirstForward) {
   constexpr int kSteps = 4;
   for (const std::string schedule : {"1f1b", "interleaved", "zbv"}) {
     SCOPED_TRACE(schedule);
-    const std::vector<RankRun> runs = Train(OverlapConfig(schedule, true, kSteps), kSteps);
+    const std::vector<RankRun> runs = TrainOverlap(OverlapConfig(schedule, true, kSteps), kSteps);
     for (size_t r = 0; r < runs.size(); ++r) {
       SCOPED_TRACE(absl::StrFormat("rank %d", r));
       const RankRun& run = runs[r];
@@ -261,7 +261,8 @@ TEST_F(ZeroOverlapTest, EachChunkWaitsForItsGatherAtItsFirstForward) {
     }
     // Gathering at the step's end instead: the same bits, no waits in the step's instructions,
     // every step's gathers waited for in that step after they start.
-    const std::vector<RankRun> blocking = Train(OverlapConfig(schedule, false, kSteps), kSteps);
+    const std::vector<RankRun> blocking =
+        TrainOverlap(OverlapConfig(schedule, false, kSteps), kSteps);
     for (size_t r = 0; r < runs.size(); ++r) {
       SCOPED_TRACE(absl::StrFormat("rank %d at the step's end", r));
       EXPECT_EQ(blocking[r].losses, runs[r].losses);
@@ -287,8 +288,8 @@ TEST_F(ZeroOverlapTest, EvaluationBetweenStepsSeesTheWholeParameters) {
     overlapped.eval.batches = 1;
     Config blocking = overlapped;
     blocking.parallel.zero_overlap = false;
-    const std::vector<RankRun> a = Train(overlapped, kSteps, true);
-    const std::vector<RankRun> b = Train(blocking, kSteps, true);
+    const std::vector<RankRun> a = TrainOverlap(overlapped, kSteps, true);
+    const std::vector<RankRun> b = TrainOverlap(blocking, kSteps, true);
     for (size_t r = 0; r < a.size(); ++r) {
       EXPECT_EQ(a[r].val_losses.size(), static_cast<size_t>(kSteps));
       EXPECT_EQ(a[r].val_losses, b[r].val_losses) << "rank " << r;
@@ -312,8 +313,8 @@ TEST_F(ZeroOverlapTest, ARollbackWithoutRunningAheadFinishesTheSpeculativeGather
   Config overlapped = blocking;
   overlapped.parallel.zero_overlap = true;
   overlapped.optim.step_sync = "post_validate";
-  const std::vector<RankRun> a = Train(overlapped, kSteps, true);
-  const std::vector<RankRun> b = Train(blocking, kSteps, true);
+  const std::vector<RankRun> a = TrainOverlap(overlapped, kSteps, true);
+  const std::vector<RankRun> b = TrainOverlap(blocking, kSteps, true);
   for (size_t r = 0; r < a.size(); ++r) {
     EXPECT_EQ(a[r].losses, b[r].losses) << "rank " << r;
     EXPECT_EQ(a[r].val_losses, b[r].val_losses) << "rank " << r;

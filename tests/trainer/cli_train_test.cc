@@ -16,7 +16,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string Temp(const std::string& name) {
+std::string CliTrainTemp(const std::string& name) {
   return (std::filesystem::path(::testing::TempDir()) / name).string();
 }
 
@@ -26,11 +26,11 @@ TEST(CliTrainTest, PrepareTrainEvalSample) {
     text += "In the beginning God created the heaven and the earth. And the earth was without "
             "form, and void; and darkness was upon the face of the deep.\n";
   }
-  ASSERT_TRUE(WriteFileAtomically(Temp("corpus.txt"), text).ok());
-  const std::string data = Temp("cli_data"), run = Temp("cli_run");
+  ASSERT_TRUE(WriteFileAtomically(CliTrainTemp("corpus.txt"), text).ok());
+  const std::string data = CliTrainTemp("cli_data"), run = CliTrainTemp("cli_run");
   std::filesystem::remove_all(run);
-  CliResult prep =
-      RunCommand({"prepare", "--input", Temp("corpus.txt"), "--out", data, "--val_tokens", "200"});
+  CliResult prep = RunCommand(
+      {"prepare", "--input", CliTrainTemp("corpus.txt"), "--out", data, "--val_tokens", "200"});
   ASSERT_EQ(prep.status, kExitOk) << prep.err;
   EXPECT_THAT(prep.out, HasSubstr("val_000000.bin (200 tokens)"));
 
@@ -100,20 +100,22 @@ TEST(CliTrainTest, PrepareTrainEvalSample) {
 }
 
 TEST(CliTrainTest, BadInputsFailWithMessages) {
-  ASSERT_TRUE(WriteFileAtomically(Temp("empty.txt"), "").ok());
-  CliResult empty =
-      RunCommand({"prepare", "--input", Temp("empty.txt"), "--out", Temp("empty_out")});
+  ASSERT_TRUE(WriteFileAtomically(CliTrainTemp("empty.txt"), "").ok());
+  CliResult empty = RunCommand(
+      {"prepare", "--input", CliTrainTemp("empty.txt"), "--out", CliTrainTemp("empty_out")});
   EXPECT_EQ(empty.status, kExitFailure);
   EXPECT_THAT(empty.err, HasSubstr("the corpus has 0 tokens"));
-  CliResult no_tok = RunCommand({"prepare", "--input", Temp("empty.txt"), "--out", Temp("x"),
-                                 "--tokenizer", Temp("missing.tiktoken")});
+  CliResult no_tok =
+      RunCommand({"prepare", "--input", CliTrainTemp("empty.txt"), "--out", CliTrainTemp("x"),
+                  "--tokenizer", CliTrainTemp("missing.tiktoken")});
   EXPECT_EQ(no_tok.status, kExitFailure);
   EXPECT_THAT(no_tok.err, HasSubstr("fetch it with launch/prepare_data.sh"));
-  CliResult no_data = RunCommand({"train", "--set", "data.train=\"" + Temp("nothing_*.bin") + "\"",
-                                  "--set", "run.dir=\"" + Temp("nd_run") + "\""});
+  CliResult no_data =
+      RunCommand({"train", "--set", "data.train=\"" + CliTrainTemp("nothing_*.bin") + "\"", "--set",
+                  "run.dir=\"" + CliTrainTemp("nd_run") + "\""});
   EXPECT_EQ(no_data.status, kExitFailure);
   EXPECT_THAT(no_data.err, HasSubstr("no token shards match"));
-  CliResult bad_ckpt = RunCommand({"sample", "--checkpoint", Temp("empty.txt")});
+  CliResult bad_ckpt = RunCommand({"sample", "--checkpoint", CliTrainTemp("empty.txt")});
   EXPECT_EQ(bad_ckpt.status, kExitFailure);
   EXPECT_THAT(bad_ckpt.err, HasSubstr("shorter than the 1024-byte llm.c header"));
   EXPECT_EQ(RunCommand({"eval", "--checkpoint", "x"}).status, kExitUsage);

@@ -15,7 +15,7 @@
 namespace freeride {
 namespace {
 
-std::string Temp(const std::string& name) {
+std::string DataTemp(const std::string& name) {
   return (std::filesystem::path(::testing::TempDir()) / name).string();
 }
 
@@ -77,11 +77,11 @@ TEST(TokenizerTest, ClearErrors) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("not valid UTF-8 at byte 3"), std::string::npos);
   EXPECT_FALSE(Gpt2().Decode({50257}).ok());
-  auto missing = Tokenizer::Load(Temp("nope.tiktoken"));
+  auto missing = Tokenizer::Load(DataTemp("nope.tiktoken"));
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("launch/prepare_data.sh"), std::string::npos);
-  std::ofstream(Temp("bad.tiktoken")) << "IQ== 0\nnot-a-line\n";
-  auto malformed = Tokenizer::Load(Temp("bad.tiktoken"));
+  std::ofstream(DataTemp("bad.tiktoken")) << "IQ== 0\nnot-a-line\n";
+  auto malformed = Tokenizer::Load(DataTemp("bad.tiktoken"));
   ASSERT_FALSE(malformed.ok());
   EXPECT_NE(malformed.status().message().find("bad.tiktoken:2:"), std::string::npos);
 }
@@ -93,9 +93,9 @@ std::vector<uint16_t> Iota(int n) {
 }
 
 TEST(TokenLoaderTest, LlmcWindowsAndShardRollover) {
-  ASSERT_TRUE(WriteTokenShard(Temp("roll_000.bin"), Iota(25)).ok());
-  ASSERT_TRUE(WriteTokenShard(Temp("roll_001.bin"), Iota(13)).ok());
-  auto loader = TokenLoader::Open(Temp("roll_*.bin"), 2, 4, false, 0);
+  ASSERT_TRUE(WriteTokenShard(DataTemp("roll_000.bin"), Iota(25)).ok());
+  ASSERT_TRUE(WriteTokenShard(DataTemp("roll_001.bin"), Iota(13)).ok());
+  auto loader = TokenLoader::Open(DataTemp("roll_*.bin"), 2, 4, false, 0);
   ASSERT_TRUE(loader.ok()) << loader.status();
   EXPECT_EQ(loader->batches_per_epoch(), 3 + 1);
   std::vector<int32_t> x(8), y(8);
@@ -109,9 +109,9 @@ TEST(TokenLoaderTest, LlmcWindowsAndShardRollover) {
 }
 
 TEST(TokenLoaderTest, ShuffleIsSeededPermutationAndSeekResumes) {
-  ASSERT_TRUE(WriteTokenShard(Temp("shuf.bin"), Iota(801)).ok());
-  auto a = TokenLoader::Open(Temp("shuf.bin"), 1, 8, true, 42);
-  auto b = TokenLoader::Open(Temp("shuf.bin"), 1, 8, true, 42);
+  ASSERT_TRUE(WriteTokenShard(DataTemp("shuf.bin"), Iota(801)).ok());
+  auto a = TokenLoader::Open(DataTemp("shuf.bin"), 1, 8, true, 42);
+  auto b = TokenLoader::Open(DataTemp("shuf.bin"), 1, 8, true, 42);
   ASSERT_TRUE(a.ok() && b.ok());
   std::vector<int32_t> x(8), y(8), x2(8);
   std::set<int32_t> starts;
@@ -134,26 +134,28 @@ TEST(TokenLoaderTest, ShuffleIsSeededPermutationAndSeekResumes) {
 }
 
 TEST(TokenShardTest, BadShardsGiveClearErrors) {
-  std::ofstream(Temp("junk.bin")) << "junk";
-  EXPECT_NE(ReadTokenShard(Temp("junk.bin")).status().message().find("shorter than"),
+  std::ofstream(DataTemp("junk.bin")) << "junk";
+  EXPECT_NE(ReadTokenShard(DataTemp("junk.bin")).status().message().find("shorter than"),
             std::string::npos);
-  ASSERT_TRUE(WriteTokenShard(Temp("short.bin"), Iota(5)).ok());
-  auto loader = TokenLoader::Open(Temp("short.bin"), 2, 4, false, 0);
+  ASSERT_TRUE(WriteTokenShard(DataTemp("short.bin"), Iota(5)).ok());
+  auto loader = TokenLoader::Open(DataTemp("short.bin"), 2, 4, false, 0);
   ASSERT_FALSE(loader.ok());
   EXPECT_NE(loader.status().message().find("5 tokens, but one batch of 2 × 4 needs 9"),
             std::string::npos);
-  std::filesystem::resize_file(Temp("short.bin"), 1024 + 4);
-  EXPECT_NE(ReadTokenShard(Temp("short.bin")).status().message().find("(truncated)"),
+  std::filesystem::resize_file(DataTemp("short.bin"), 1024 + 4);
+  EXPECT_NE(ReadTokenShard(DataTemp("short.bin")).status().message().find("(truncated)"),
             std::string::npos);
-  EXPECT_NE(TokenLoader::Open(Temp("none_*.bin"), 1, 1, false, 0).status().message().find(
-                "no token shards match"),
+  EXPECT_NE(TokenLoader::Open(DataTemp("none_*.bin"), 1, 1, false, 0)
+                .status()
+                .message()
+                .find("no token shards match"),
             std::string::npos);
 }
 
 // A FIFO must not block the open (nothing ever writes it: the run would hang before its first
 // step), a directory is not "truncated", and a device is not data.
 TEST(TokenShardTest, OnlyRegularFilesAreRead) {
-  const std::string fifo = Temp("shard_fifo.bin"), dir = Temp("shard_dir");
+  const std::string fifo = DataTemp("shard_fifo.bin"), dir = DataTemp("shard_dir");
   std::filesystem::remove(fifo);
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   std::filesystem::create_directories(dir);

@@ -26,7 +26,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-std::string FreshDir(const std::string& name) {
+std::string HostileFreshDir(const std::string& name) {
   const std::string dir = (fs::path(::testing::TempDir()) / name).string();
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -76,7 +76,7 @@ void Write(const std::string& path, const std::string& text) {
 }
 
 TEST(HostileDocumentsTest, JobJsonNeverThrowsAndABadJobIsListedWithTheKeyNamed) {
-  const std::string dir = FreshDir("hostile_job_json");
+  const std::string dir = HostileFreshDir("hostile_job_json");
   JobSubmission job;
   job.toml = "[[side_tasks]]\ntype = \"spin\"\n";
   job.name = job.type = "spin";
@@ -108,7 +108,7 @@ TEST(HostileDocumentsTest, JobJsonNeverThrowsAndABadJobIsListedWithTheKeyNamed) 
 }
 
 TEST(HostileDocumentsTest, JobRecordsAndProgressNeverThrow) {
-  const std::string dir = FreshDir("hostile_jobs_jsonl");
+  const std::string dir = HostileFreshDir("hostile_jobs_jsonl");
   JobSubmission job;
   job.toml = "[[side_tasks]]\ntype = \"spin\"\n";
   job.name = job.type = "spin";
@@ -131,7 +131,7 @@ TEST(HostileDocumentsTest, JobRecordsAndProgressNeverThrow) {
 }
 
 TEST(HostileDocumentsTest, ManifestNeverThrowsAndNamesTheKey) {
-  const std::string dir = FreshDir("hostile_manifest");
+  const std::string dir = HostileFreshDir("hostile_manifest");
   Write(dir + "/model.bin", "weights");
   const json manifest = {
       {"format", "freeride-checkpoint"},
@@ -156,7 +156,7 @@ TEST(HostileDocumentsTest, ManifestNeverThrowsAndNamesTheKey) {
 }
 
 TEST(HostileDocumentsTest, ManifestNamesAreConfinedToTheCheckpointDirectory) {
-  const std::string dir = FreshDir("hostile_manifest_names/ckpt");
+  const std::string dir = HostileFreshDir("hostile_manifest_names/ckpt");
   Write(fs::path(dir).parent_path().string() + "/outside", "secret");
   for (const std::string name : {"../outside", "../../../../etc/hostname", "/etc/hostname", "..",
                                  ".", "a/../../outside", ""}) {
@@ -172,7 +172,7 @@ TEST(HostileDocumentsTest, ManifestNamesAreConfinedToTheCheckpointDirectory) {
 }
 
 TEST(HostileDocumentsTest, RunFilesForTheReportNeverThrow) {
-  const std::string dir = FreshDir("hostile_report");
+  const std::string dir = HostileFreshDir("hostile_report");
   Write(dir + "/config.toml", "[data]\ntrain = \"x.bin\"\n");
   const std::vector<json> metrics = {
       {{"kind", "start"}, {"step", 0}, {"time", "2026-11-26T10:00:00Z"}, {"devices", 2},

@@ -107,7 +107,7 @@ std::map<Key, float> Scalars(const std::string& dir) {
   return out;
 }
 
-absl::Status RunOn(const Config& config, Clock* clock = nullptr) {
+absl::Status RunWithTensorboard(const Config& config, Clock* clock = nullptr) {
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(config, nullptr, clock);
   if (!trainer.ok()) return trainer.status();
   absl::Status s = (*trainer)->Run();
@@ -143,7 +143,7 @@ TEST(TensorBoardTest, EveryMetricsNumberIsAScalarOfItsRunAndStep) {
   spin.args["step_ms"] = 0.1;
   config.side_tasks = {spin};
   SimulatedClock clock(1000.0, 0.05, 7);
-  ASSERT_TRUE(RunOn(config, &clock).ok());
+  ASSERT_TRUE(RunWithTensorboard(config, &clock).ok());
 
   const std::map<Key, float> scalars = Scalars(config.run.dir);
   const std::vector<json> rows = Rows(config.run.dir);
@@ -217,12 +217,12 @@ TEST(TensorBoardTest, AResumeAppendsWithoutTheStepsAfterItsCheckpoint) {
   config.run.tensorboard = true;
   config.train.steps = 4;
   config.checkpoint.every = 2;
-  ASSERT_TRUE(RunOn(config).ok());
+  ASSERT_TRUE(RunWithTensorboard(config).ok());
   const std::map<Key, float> first = Scalars(dir);
   ASSERT_TRUE(first.count({"pipeline", "train/loss", 4}));
   // As a run stopped after step 4 and resumed from its checkpoint at 2: steps 3 and 4 again.
   config.checkpoint.resume = (fs::path(dir) / "checkpoints" / "step_00000002").string();
-  ASSERT_TRUE(RunOn(config).ok());
+  ASSERT_TRUE(RunWithTensorboard(config).ok());
   const std::map<Key, float> resumed = Scalars(dir);  // fails on a step written twice
   std::map<Key, float> expected;
   for (const json& row : Rows(dir)) {
@@ -242,7 +242,7 @@ TEST(TensorBoardTest, OffByDefault) {
                                         (fs::path(::testing::TempDir()) / "tb_off").string());
   fs::remove_all(config.run.dir);
   config.train.steps = 1;
-  ASSERT_TRUE(RunOn(config).ok());
+  ASSERT_TRUE(RunWithTensorboard(config).ok());
   EXPECT_FALSE(fs::exists(fs::path(config.run.dir) / "tensorboard"));
 }
 

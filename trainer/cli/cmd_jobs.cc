@@ -20,7 +20,7 @@
 namespace freeride {
 namespace {
 
-int Fail(const absl::Status& status) {
+int FailJobs(const absl::Status& status) {
   for (absl::string_view line : absl::StrSplit(status.message(), '\n')) {
     std::cerr << "error: " << line << "\n";
   }
@@ -34,7 +34,7 @@ int Usage(const std::string& message) {
 
 // A run directory that is not there is bad usage (exit 2), not an empty queue.
 int FailLoading(const absl::Status& status) {
-  return absl::IsNotFound(status) ? Usage(std::string(status.message())) : Fail(status);
+  return absl::IsNotFound(status) ? Usage(std::string(status.message())) : FailJobs(status);
 }
 
 // A directory that holds no run is bad usage too: its empty queue would read as "no jobs".
@@ -128,21 +128,21 @@ int SubmitCommand(const ParsedFlags& flags) {
                      flags.Get("name"), "'"));
   }
   absl::StatusOr<Config> run = ConfigOfRun(run_dir);
-  if (!run.ok()) return Fail(run.status());
-  if (absl::Status s = CheckRegularFile(path); !s.ok()) return Fail(s);
+  if (!run.ok()) return FailJobs(run.status());
+  if (absl::Status s = CheckRegularFile(path); !s.ok()) return FailJobs(s);
   absl::StatusOr<std::string> text = ReadFile(path);
-  if (!text.ok()) return Fail(text.status());
+  if (!text.ok()) return FailJobs(text.status());
   // Its table reaches every rank in one broadcast (a value a byte): a task's table is small.
   constexpr size_t kMaxJobFileBytes = 64 << 10;
   if (text->size() > kMaxJobFileBytes) {
-    return Fail(absl::InvalidArgumentError(absl::StrFormat(
+    return FailJobs(absl::InvalidArgumentError(absl::StrFormat(
         "%s: %d bytes; a job file holds one [[side_tasks]] table of at most %d bytes (put large "
         "inputs in files its arguments name)",
         path, text->size(), kMaxJobFileBytes)));
   }
   // Checked as `config check` checks a task: its keys, then built as the training would.
   absl::StatusOr<SideTaskConfig> task = ParseSideTaskFile(*text, path, *run);
-  if (!task.ok()) return Fail(task.status());
+  if (!task.ok()) return FailJobs(task.status());
   if (flags.Has("name")) task->name = flags.Get("name");
   if (flags.Has("priority")) task->priority = priority;
   Config check = *run;
@@ -150,7 +150,7 @@ int SubmitCommand(const ParsedFlags& flags) {
   std::vector<std::string> warnings, classes;
   absl::Status built = ValidateSideTasks(check, &warnings, &classes, PlannedSideRooms(check));
   for (const std::string& w : warnings) std::cerr << "warning: " << w << "\n";
-  if (!built.ok()) return Fail(built);
+  if (!built.ok()) return FailJobs(built);
   if (!run->freeride.enabled || !run->freeride.jobs) {
     std::cerr << "warning: " << run_dir << "'s run has freeride."
               << (run->freeride.enabled ? "jobs" : "enabled")
@@ -165,7 +165,7 @@ int SubmitCommand(const ParsedFlags& flags) {
   job.priority = task->priority;
   job.work_s = work;
   absl::StatusOr<int64_t> id = SubmitJob(run_dir, job, WallClockSeconds());
-  if (!id.ok()) return Fail(id.status());
+  if (!id.ok()) return FailJobs(id.status());
   std::cerr << absl::StrFormat("job %d '%s' (%s) PENDING in %s\n", *id, job.name, job.type,
                                JobDir(run_dir, *id));
   std::cout << *id << "\n";
@@ -214,10 +214,10 @@ int CancelCommand(const ParsedFlags& flags) {
   if (!jobs.ok()) return FailLoading(jobs.status());
   auto job = std::find_if(jobs->begin(), jobs->end(), [&](const Job& j) { return j.id == id; });
   if (job == jobs->end()) {
-    return Fail(absl::NotFoundError(absl::StrFormat("no job %d in %s/jobs", id, run_dir)));
+    return FailJobs(absl::NotFoundError(absl::StrFormat("no job %d in %s/jobs", id, run_dir)));
   }
   if (IsTerminal(job->state)) {
-    return Fail(absl::FailedPreconditionError(
+    return FailJobs(absl::FailedPreconditionError(
         absl::StrFormat("job %d is %s already", id, JobStateName(job->state))));
   }
   // No training holds the run directory: nobody else changes the job, so it ends here.
@@ -229,15 +229,15 @@ int CancelCommand(const ParsedFlags& flags) {
     record.step = job->step;
     record.reason = "cancelled while no training ran";
     record.progress = job->progress;
-    if (absl::Status s = AppendJobRecord(run_dir, record); !s.ok()) return Fail(s);
+    if (absl::Status s = AppendJobRecord(run_dir, record); !s.ok()) return FailJobs(s);
     job->state = record.state;
     job->reason = record.reason;
     job->updated_s = record.time_s;
-    if (absl::Status s = WriteJobStatus(run_dir, *job); !s.ok()) return Fail(s);
+    if (absl::Status s = WriteJobStatus(run_dir, *job); !s.ok()) return FailJobs(s);
     std::cout << absl::StrFormat("job %d CANCELLED\n", id);
     return kExitOk;
   }
-  if (absl::Status s = RequestCancel(run_dir, id); !s.ok()) return Fail(s);
+  if (absl::Status s = RequestCancel(run_dir, id); !s.ok()) return FailJobs(s);
   std::cout << absl::StrFormat(
       "job %d: cancellation requested; the training in %s ends it at its next step boundary\n", id,
       run_dir);

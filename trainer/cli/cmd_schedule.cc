@@ -303,7 +303,7 @@ std::string Header(const Built& built, absl::string_view prefix) {
   return out;
 }
 
-int Fail(const absl::Status& status, int exit_status = kExitFailure) {
+int FailSchedule(const absl::Status& status, int exit_status = kExitFailure) {
   std::cerr << "error: " << status.message() << (absl::EndsWith(status.message(), "\n") ? "" : "\n");
   return exit_status;
 }
@@ -313,12 +313,12 @@ int Fail(const absl::Status& status, int exit_status = kExitFailure) {
 std::optional<Built> BuildOrReport(const ParsedFlags& flags, int* exit_status) {
   absl::StatusOr<Request> request = ParseRequest(flags);
   if (!request.ok()) {
-    *exit_status = Fail(request.status(), kExitUsage);
+    *exit_status = FailSchedule(request.status(), kExitUsage);
     return std::nullopt;
   }
   absl::StatusOr<Built> built = Build(flags, *request);
   if (!built.ok()) {
-    *exit_status = Fail(built.status());
+    *exit_status = FailSchedule(built.status());
     return std::nullopt;
   }
   return *std::move(built);
@@ -348,10 +348,10 @@ int ScheduleCommand(const ParsedFlags& flags) {
   const std::string format = flags.Get("format", "text");
   if (format != "text" && format != "csv" && format != "torch" && format != "json" &&
       format != "chrome" && format != "svg") {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-                    "--format: expected text, csv, torch, json, chrome or svg, found '", format,
-                    "'")),
-                kExitUsage);
+    return FailSchedule(
+        absl::InvalidArgumentError(absl::StrCat(
+            "--format: expected text, csv, torch, json, chrome or svg, found '", format, "'")),
+        kExitUsage);
   }
   int status = kExitOk;
   std::optional<Built> built = BuildOrReport(flags, &status);
@@ -363,7 +363,7 @@ int ScheduleCommand(const ParsedFlags& flags) {
   if (format == "csv") return EmitOutput(flags, pipeline::ScheduleToCsv(built->schedule));
   if (format == "torch") return EmitOutput(flags, pipeline::ScheduleToTorchCsv(built->schedule));
   absl::StatusOr<pipeline::SimResult> sim = pipeline::Simulate(built->schedule, built->cost);
-  if (!sim.ok()) return Fail(sim.status());
+  if (!sim.ok()) return FailSchedule(sim.status());
   if (format == "json") return EmitOutput(flags, pipeline::SummaryJson(built->schedule, *sim));
   if (format == "chrome") return EmitOutput(flags, pipeline::ChromeTrace(built->schedule, *sim));
   return EmitOutput(flags, pipeline::GanttSvg(built->schedule, *sim));
@@ -372,15 +372,15 @@ int ScheduleCommand(const ParsedFlags& flags) {
 int SimulateCommand(const ParsedFlags& flags) {
   const std::string format = flags.Get("format", "text");
   if (format != "text" && format != "json") {
-    return Fail(absl::InvalidArgumentError(
-                    absl::StrCat("--format: expected text or json, found '", format, "'")),
-                kExitUsage);
+    return FailSchedule(absl::InvalidArgumentError(
+                            absl::StrCat("--format: expected text or json, found '", format, "'")),
+                        kExitUsage);
   }
   int status = kExitOk;
   std::optional<Built> built = BuildOrReport(flags, &status);
   if (!built) return status;
   absl::StatusOr<pipeline::SimResult> sim = pipeline::Simulate(built->schedule, built->cost);
-  if (!sim.ok()) return Fail(sim.status());
+  if (!sim.ok()) return FailSchedule(sim.status());
   if (format == "json") {
     std::cerr << Header(*built, "");
     return EmitOutput(flags, pipeline::SummaryJson(built->schedule, *sim));

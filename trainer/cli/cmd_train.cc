@@ -42,7 +42,7 @@
 namespace freeride {
 namespace {
 
-int Fail(const absl::Status& status) {
+int FailTrain(const absl::Status& status) {
   for (absl::string_view line : absl::StrSplit(status.message(), '\n')) {
     std::cerr << absl::StrCat("error: ", line, "\n");  // one write: ranks share the terminal
     WriteToLogFile(absl::StrCat("error: ", line));
@@ -191,13 +191,13 @@ int WithTrainer(const ParsedFlags& flags, RunDirOptions run_dir,
   absl::StatusOr<Config> config =
       flags.Has("config") ? LoadConfigFile(flags.Get("config"), overrides)
                           : ParseConfig(DefaultConfigToml(), kDefaultConfigName, overrides);
-  if (!config.ok()) return Fail(config.status());
-  if (absl::Status s = adjust(*config); !s.ok()) return Fail(s);
+  if (!config.ok()) return FailTrain(config.status());
+  if (absl::Status s = adjust(*config); !s.ok()) return FailTrain(s);
   run_dir.overwrite = flags.Has("overwrite");
   if (flags.Has("check_run_dir")) {
     const absl::Status free = CheckRunDirFree(*config, run_dir);
     if (free.ok()) return kExitOk;
-    Fail(free);
+    FailTrain(free);
     return ExitCodeOfRunDir(free);
   }
   InstallStopHandlers();
@@ -206,19 +206,19 @@ int WithTrainer(const ParsedFlags& flags, RunDirOptions run_dir,
   if (!LaunchedByMpi()) {
     absl::StatusOr<DirectoryLock> lock = PrepareRunDir(*config, run_dir, origin);
     if (!lock.ok()) {
-      Fail(lock.status());
+      FailTrain(lock.status());
       return ExitCodeOfRunDir(lock.status());
     }
-    if (absl::Status s = LogToRunDir(*config, 0); !s.ok()) return Fail(s);
+    if (absl::Status s = LogToRunDir(*config, 0); !s.ok()) return FailTrain(s);
     absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*config);
     if (!trainer.ok()) {
-      Fail(trainer.status());
+      FailTrain(trainer.status());
       return IsUsageError(trainer.status()) ? kExitUsage : kExitFailure;
     }
     absl::Status s = work(**trainer, *config);
     (*trainer)->RecordEnd(s);
     if (absl::IsCancelled(s)) return Stopped(s);
-    return s.ok() ? kExitOk : Fail(s);
+    return s.ok() ? kExitOk : FailTrain(s);
   }
   int provided = 0;
   MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
@@ -227,8 +227,9 @@ int WithTrainer(const ParsedFlags& flags, RunDirOptions run_dir,
   SetLogRank(rank);
   auto fail = [&](const absl::Status& status, int code = kExitFailure) {
     const bool named = absl::StartsWith(status.message(), "rank ");
-    Fail(named ? status
-               : absl::Status(status.code(), absl::StrFormat("rank %d: %s", rank, status.message())));
+    FailTrain(named ? status
+                    : absl::Status(status.code(),
+                                   absl::StrFormat("rank %d: %s", rank, status.message())));
     MPI_Abort(MPI_COMM_WORLD, code);
     return code;
   };
@@ -240,7 +241,7 @@ int WithTrainer(const ParsedFlags& flags, RunDirOptions run_dir,
       lock = *std::move(locked);
     } else {
       refused = ExitCodeOfRunDir(locked.status());
-      Fail(locked.status());
+      FailTrain(locked.status());
     }
   }
   // Rank 0 has made run.dir or refused it. A refusal ends every rank quietly with its status:
@@ -402,18 +403,18 @@ int SampleCommand(const ParsedFlags& flags) {
     return kExitUsage;
   }
   auto tokenizer = Tokenizer::Load(flags.Get("tokenizer", kDefaultTokenizerPath));
-  if (!tokenizer.ok()) return Fail(tokenizer.status());
+  if (!tokenizer.ok()) return FailTrain(tokenizer.status());
   absl::StatusOr<LlmcModel> weights = ReadCheckpointModel(flags.Get("checkpoint"));
-  if (!weights.ok()) return Fail(weights.status());
+  if (!weights.ok()) return FailTrain(weights.status());
   const GPT2Config& config = weights->config;
   // As `serve` starts a request: <|endoftext|>, or id 0 in a vocabulary without it.
   std::vector<int32_t> context{kEndOfText < config.vocab_size ? kEndOfText : 0};
   if (flags.Has("prompt")) {
     absl::StatusOr<std::vector<int32_t>> ids = (*tokenizer)->Encode(flags.Get("prompt"));
-    if (!ids.ok()) return Fail(ids.status());
+    if (!ids.ok()) return FailTrain(ids.status());
     for (int32_t id : *ids) {
       if (id >= config.vocab_size) {
-        return Fail(absl::InvalidArgumentError(
+        return FailTrain(absl::InvalidArgumentError(
             absl::StrFormat("the prompt has token %d, outside the model's %d-token vocabulary", id,
                             config.vocab_size)));
       }
@@ -422,9 +423,9 @@ int SampleCommand(const ParsedFlags& flags) {
   }
   const int64_t room = config.max_seq_len - static_cast<int64_t>(context.size());
   if (room < 1) {
-    return Fail(absl::InvalidArgumentError(absl::StrFormat(
-        "the prompt has %d tokens; the model's context holds %d", context.size() - 1,
-        config.max_seq_len)));
+    return FailTrain(absl::InvalidArgumentError(
+        absl::StrFormat("the prompt has %d tokens; the model's context holds %d",
+                        context.size() - 1, config.max_seq_len)));
   }
   if (tokens > room) {
     std::cerr << absl::StrFormat("note: generating %d tokens, what the model's context of %d "
@@ -434,10 +435,10 @@ int SampleCommand(const ParsedFlags& flags) {
   // The prompt goes through the key/value cache once; each new token then costs one position.
   absl::StatusOr<std::unique_ptr<KvDecoder<float>>> decoder =
       MakeKvDecoder<float>(config, weights->params.data(), 1, context.size() + tokens);
-  if (!decoder.ok()) return Fail(decoder.status());
+  if (!decoder.ok()) return FailTrain(decoder.status());
   absl::StatusOr<const float*> logits;
   for (int32_t token : context) {
-    if (!(logits = (*decoder)->Step(&token)).ok()) return Fail(logits.status());
+    if (!(logits = (*decoder)->Step(&token)).ok()) return FailTrain(logits.status());
   }
   TokenSampler sampler(temperature, top_k, static_cast<uint64_t>(seed));
   const bool stream = format == "text";
@@ -450,7 +451,8 @@ int SampleCommand(const ParsedFlags& flags) {
       absl::StatusOr<std::string> text = (*tokenizer)->Decode({next});
       if (text.ok()) std::cout << *text << std::flush;
     }
-    if (n + 1 < tokens && !(logits = (*decoder)->Step(&next)).ok()) return Fail(logits.status());
+    if (n + 1 < tokens && !(logits = (*decoder)->Step(&next)).ok())
+      return FailTrain(logits.status());
   }
   if (stream) {
     std::cout << "\n";
@@ -458,7 +460,7 @@ int SampleCommand(const ParsedFlags& flags) {
   }
   // One record: the prompt's and the generated token ids beside the decoded text.
   absl::StatusOr<std::string> text = (*tokenizer)->Decode(generated);
-  if (!text.ok()) return Fail(text.status());
+  if (!text.ok()) return FailTrain(text.status());
   std::cout << absl::StrFormat(
       "{\"prompt\": %s, \"prompt_tokens\": [%s], \"tokens\": [%s], \"text\": %s}\n",
       JsonString(flags.Get("prompt")), absl::StrJoin(context.begin() + 1, context.end(), ", "),
@@ -486,18 +488,18 @@ int EvalCommand(const ParsedFlags& flags) {
     return kExitUsage;
   }
   absl::StatusOr<LlmcModel> weights = ReadCheckpointModel(flags.Get("checkpoint"));
-  if (!weights.ok()) return Fail(weights.status());
+  if (!weights.ok()) return FailTrain(weights.status());
   if (T > weights->config.max_seq_len) {
-    return Fail(absl::InvalidArgumentError(absl::StrFormat(
+    return FailTrain(absl::InvalidArgumentError(absl::StrFormat(
         "sequence length %d exceeds the model's max_seq_len %d", T, weights->config.max_seq_len)));
   }
   absl::StatusOr<TokenLoader> loader = TokenLoader::Open(flags.Get("data"), B, T, false, 0);
-  if (!loader.ok()) return Fail(loader.status());
+  if (!loader.ok()) return FailTrain(loader.status());
   if (batches == 0) batches = loader->batches_per_epoch();
   absl::StatusOr<double> loss = weights->config.is_llama()
                                     ? MeanLoss<LlamaStage<float>>(*weights, *loader, B, T, batches)
                                     : MeanLoss<GPT2Stage<float>>(*weights, *loader, B, T, batches);
-  if (!loss.ok()) return Fail(loss.status());
+  if (!loss.ok()) return FailTrain(loss.status());
   std::cout << absl::StrFormat("eval: %d batches of %d x %d tokens: mean loss %.6f\n", batches, B,
                                T, *loss);
   return kExitOk;
