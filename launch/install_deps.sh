@@ -20,6 +20,7 @@ for arg in "$@"; do
 done
 
 packages=(build-essential cmake ninja-build pkg-config git
+          ccache lld  # a rebuild's unchanged units from the cache; the faster linker (CMakeLists.txt)
           libabsl-dev libtomlplusplus-dev nlohmann-json3-dev libcpp-httplib-dev
           libgtest-dev libgmock-dev  # CMake's configure step finds them even when no test is built
           libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libpcre2-dev

@@ -22,11 +22,11 @@ phase_done() {
 "$root/launch/fetch_tokenizer.sh"
 phase_done install
 # CI's builds (CI=true: .ci/run) check that everything compiles, warnings and register spills as
-# errors, on a machine without a GPU: they take line tables only for debug information
-# (FREERIDE_DEBUG_INFO=lines, CMakeLists.txt; the same code, a third less compile time), compile
-# the suites' own sources at -O1 (FREERIDE_TESTS_O1; the libraries and kernels they test keep
-# -O2) and the kernels for one CUDA architecture, sm_90, not both of the default. A person's run
-# builds as launch/build.sh does. Measured: launch/README.md.
+# errors, on a machine without a GPU: they compile the suites' own sources at -O1
+# (FREERIDE_TESTS_O1; the libraries and kernels they test keep -O2) and the kernels for one CUDA
+# architecture, sm_90, not both of the default. Line tables only for debug information
+# (FREERIDE_DEBUG_INFO=lines) and unity batches are every build's default. A person's run builds
+# as launch/build.sh does. Measured: launch/README.md.
 ci_build=()
 if [[ ${CI:-} == true ]]; then
   export FREERIDE_DEBUG_INFO=lines  # the fuzz build's too (tests/fuzz/run.sh)
@@ -71,7 +71,7 @@ if [[ ${FREERIDE_EMULATED_TESTS:-1} != 0 ]]; then
   if command -v ninja >/dev/null && [[ ! -f $emulate/CMakeCache.txt ]]; then generator=(-G Ninja); fi
   rc=0
   { cmake -S "$root" -B "$emulate" "${generator[@]}" -DFREERIDE_CUDA=EMULATE \
-      -DFREERIDE_DEBUG_INFO="${FREERIDE_DEBUG_INFO:-full}" \
+      -DFREERIDE_DEBUG_INFO="${FREERIDE_DEBUG_INFO:-lines}" \
       -DFREERIDE_TESTS_O1="${FREERIDE_TESTS_O1:-OFF}" >/dev/null &&
     cmake --build "$emulate" -j "$(nproc)" --target freeride_emulated_tests; } || rc=$?
   phase_done "emulation build"

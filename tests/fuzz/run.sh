@@ -6,7 +6,7 @@
 # Prints one line per target (time, runs, coverage) and exits 1 when any target found a crash,
 # a leak or undefined behaviour; the input that did is in build-fuzz/artifacts/.
 #   tests/fuzz/run.sh SECONDS [TARGET...]      (FUZZ_BUILD_DIR overrides build-fuzz/)
-# FREERIDE_DEBUG_INFO=lines compiles with line tables only (-g1; CMakeLists.txt says why).
+# Line tables only (-g1; CMakeLists.txt says why) unless FREERIDE_DEBUG_INFO=full.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 if [[ $# -lt 1 || ! $1 =~ ^[0-9]+$ || $1 -lt 1 ]]; then
@@ -22,7 +22,7 @@ generator=()
 if command -v ninja >/dev/null && [[ ! -f $build/CMakeCache.txt ]]; then generator=(-G Ninja); fi
 start=$(date +%s)
 cmake -S "$root/tests/fuzz" -B "$build" "${generator[@]}" -DCMAKE_CXX_COMPILER="$cxx" \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFREERIDE_DEBUG_INFO="${FREERIDE_DEBUG_INFO:-full}" > /dev/null
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFREERIDE_DEBUG_INFO="${FREERIDE_DEBUG_INFO:-lines}" > /dev/null
 cmake --build "$build" -j "$(nproc)" > "$build/build.log" 2>&1 ||
   { tail -40 "$build/build.log" >&2; exit 1; }
 echo "fuzz: built in $(($(date +%s) - start)) s"

@@ -74,7 +74,30 @@ TEST_P(CudaModelTest, OneTrainingStepMatchesTheCpuBackend) {
     EXPECT_NEAR(got.units[u], want.units[u], (bf16() ? 5e-2 : 1e-4) * want.units[u]) << "unit " << u;
   }
   EXPECT_LT(RelativeError(got.grads, want.grads), bf16() ? 5e-2 : 1e-4);
-  EXPECT_LT(RelativeError(got.params, want.params), tolerance());
+  if (bf16()) {
+    EXPECT_LT(RelativeError(got.params, want.params), tolerance());
+    return;
+  }
+  // fp32: both backends start from the same parameters and take AdamW's first step, which moves
+  // each by the same decay and by lr·g/(|g| + eps) (the bias corrections cancel at step 1). So
+  // the parameters may differ by what the two gradients make of that step, exactly, plus float's
+  // rounding on either side (u = 2^-24: about 2 roundings of p, 8 of the lr-sized step). A
+  // tolerance relative to the largest parameter would instead hang on how close some gradient
+  // lies to eps on the CPU at hand (1.8e-5 on an AVX2 CPU against 1e-5 tuned elsewhere).
+  ASSERT_EQ(got.params_before, want.params_before);
+  const double lr = testing::kTrainStepLr, eps = AdamWStep{}.eps, u = 0x1p-24;
+  auto step = [&](double g) { return lr * g / (std::fabs(g) + eps); };
+  int64_t outside = 0;
+  for (size_t i = 0; i < want.params.size(); ++i) {
+    const double bound = std::fabs(step(got.grads[i]) - step(want.grads[i])) +
+                         4 * u * std::fabs(want.params_before[i]) + 16 * u * lr;
+    if (std::fabs(double(got.params[i]) - want.params[i]) > bound && ++outside <= 5) {
+      ADD_FAILURE() << "parameter " << i << ": " << got.params[i] << " against " << want.params[i]
+                    << " (bound " << bound << ", gradients " << got.grads[i] << ", "
+                    << want.grads[i] << ")";
+    }
+  }
+  EXPECT_EQ(outside, 0);
 }
 
 TEST_P(CudaModelTest, TenStepLossTrajectoryFollowsTheCpu) {

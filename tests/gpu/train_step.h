@@ -11,10 +11,14 @@
 
 namespace freeride::testing {
 
+// TrainStep's AdamW learning rate (its other settings are AdamWStep's defaults, weight decay 0.1).
+inline constexpr double kTrainStepLr = 1e-3;
+
 struct StepResult {
   double loss = 0;
   std::vector<double> units;
   std::vector<float> grads, params;
+  std::vector<float> params_before;  // as the step found them
 };
 
 inline StepResult TrainStep(StageModel& model, int64_t step, uint32_t seed) {
@@ -40,8 +44,10 @@ inline StepResult TrainStep(StageModel& model, int64_t step, uint32_t seed) {
   absl::StatusOr<float*> grads = model.HostGrads(0, model.num_params());
   EXPECT_TRUE(grads.ok());
   if (grads.ok()) r.grads.assign(*grads, *grads + model.num_params());
+  r.params_before.resize(model.num_params());
+  EXPECT_TRUE(model.GetParams(r.params_before.data()).ok());
   AdamWStep adam;
-  adam.lr = 1e-3;
+  adam.lr = kTrainStepLr;
   adam.weight_decay = 0.1;
   adam.step = step;
   EXPECT_TRUE(model.ApplyAdamW(adam).ok());
