@@ -14,7 +14,6 @@ namespace freeride {
 namespace {
 
 constexpr double kStepAlpha = 0.3;    // weight of a new step-time measurement
-constexpr double kBubbleAlpha = 0.5;  // weight of a new bubble measurement
 constexpr size_t kMaxEvents = 100000;
 // Where the input can be polled, a task that runs until a deadline keeps going while the input
 // has not landed, up to this many times the predicted bubble: past that something else is
@@ -62,7 +61,8 @@ double HarvestReport::total_overrun_s() const {
   return s;
 }
 
-SideTaskExecutor::SideTaskExecutor(const ExecutorOptions& options) : options_(options) {}
+SideTaskExecutor::SideTaskExecutor(const ExecutorOptions& options)
+    : options_(options), predictor_(options.margin) {}
 SideTaskExecutor::~SideTaskExecutor() = default;  // hosts kill their workers
 
 void SideTaskExecutor::Fail(Task& task, const std::string& reason) {
@@ -298,13 +298,12 @@ TaskReport SideTaskExecutor::task_report(int id) const {
 bool SideTaskExecutor::fills_bubble(int id) const { return tasks_[id]->host->fills_bubble(); }
 
 double SideTaskExecutor::LongestPredictedBubble() const {
-  double longest = 0;
-  for (size_t i = 0; i < seen_in_step_.size(); ++i) {
-    if (seen_in_step_[i] != step_) continue;
-    const double own = predicted_[harvesting_][i];
-    longest = std::max(longest, own > 0 ? own : predicted_[!harvesting_][i]);
-  }
-  return longest;
+  return predictor_.Longest(harvesting_);
+}
+
+void SideTaskExecutor::SetSchedule(const std::vector<pipeline::Instr>& instrs,
+                                   double seconds_per_ms, int64_t free_bytes) {
+  predictor_.SetSchedule(instrs, seconds_per_ms, free_bytes);
 }
 
 absl::StatusOr<std::unique_ptr<SideTaskExecutor>> SideTaskExecutor::Create(
@@ -444,22 +443,14 @@ SideTaskExecutor::Task* SideTaskExecutor::Pick(const Window& latency, const Wind
 
 void SideTaskExecutor::OnBubble(const pipeline::Instr& bubble, int index, double start_s,
                                 const std::function<bool()>& input_ready) {
-  for (std::vector<double>& p : predicted_) {
-    if (static_cast<int>(p.size()) <= index) p.resize(index + 1, -1.0);
-  }
-  if (static_cast<int>(seen_in_step_.size()) <= index) seen_in_step_.resize(index + 1, -1);
-  if (index <= last_index_) ++step_;
-  last_index_ = index;
-  seen_in_step_[index] = step_;
   open_ = Open{};
   open_.index = index;
   open_.kind = bubble.bubble;
   open_.start = open_.harvest_end = open_.predicted_end = start_s;
   open_.pollable = static_cast<bool>(input_ready);
   open_.harvesting = harvesting_;
-  // This state's prediction; until it has one, the other state's.
-  const double own = predicted_[harvesting_][index];
-  const double predicted = own > 0 ? own : predicted_[!harvesting_][index];
+  open_.begun = predictor_.Begin(index, bubble.bubble, harvesting_);
+  const double predicted = open_.begun.predicted_s;
   open_.predicted = predicted;
   if (predicted <= 0 || tasks_.empty()) return;  // measure first
   // Throughput work runs in harvesting blocks, in the bubbles the overhead guard's level
@@ -543,16 +534,8 @@ void SideTaskExecutor::OnBubbleEnd(int index, double end_s) {
   // measured rather than averaging toward it (which let side work come late to every sum).
   const bool end_hidden = !open_.pollable && open_.harvested > 0 &&
                           end_s - open_.harvest_end < 0.5 * options_.margin * open_.predicted;
-  double& p = predicted_[open_.harvesting][index];
-  if (p <= 0) {
-    p = measured - overrun;
-  } else if (end_hidden) {
-    p = std::min(p, measured) * (1 - options_.margin);
-  } else if (overrun == 0 || open_.late_known) {
-    p = (1 - kBubbleAlpha) * p + kBubbleAlpha * (measured - overrun);
-  } else {
-    p *= 0.9;
-  }
+  predictor_.Learn(index, open_.kind, open_.harvesting, open_.begun, measured, overrun, end_hidden,
+                   open_.late_known);
   open_ = Open{};
 }
 

@@ -5,16 +5,16 @@
 // process or in worker processes (task_host.h): a worker's step is paused at the deadline or
 // the ready input and resumed in a later bubble, so it may start whenever time is left; an
 // in-process step starts only if its predicted time fits, and one whose steps overrun
-// repeatedly is demoted, then failed. Bubble durations are predicted per bubble (its place in
-// the stage's schedule) from the measured durations of earlier steps; task step times from a
-// calibration run at start, corrected online. A failing task (error, exception, crash, hang,
+// repeatedly is demoted, then failed. Bubble durations are predicted per bubble (its identity in
+// the stage's schedule, pipeline::BubbleKey): the schedule's own figure (SetSchedule) from the
+// first step, then corrected by each measurement; task step times from a calibration run at
+// start, corrected online. A failing task (error, exception, crash, hang,
 // memory) is FAILED with its reason; training never sees it. A latency-sensitive task (serve)
 // whose requests wait goes before every other, and a reserve of the bubble is kept for it
 // (docs/side_tasks.md#classes-of-side-work).
 #pragma once
 
 #include <array>
-#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/clock.h"
+#include "freeride/bubble_predictor.h"
 #include "freeride/side_task.h"
 #include "freeride/task_host.h"
 #include "pipeline/stage_executor.h"
@@ -73,14 +74,15 @@ struct SideStepEvent {
   double start_s = 0, end_s = 0;  // on the executor's clock
 };
 
-// One BUBBLE as it happened: the duration predicted when it began (< 0: none yet, the first
-// measurement), the measured one (start to the awaited instruction's end of waiting), and the
-// side work run in it.
+// One BUBBLE as it happened: the duration predicted when it began (< 0: none, neither the
+// schedule's nor a measurement), the measured one (start to the awaited instruction's end of
+// waiting), and the side work run in it.
 struct BubbleRecord {
   int stage = 0;
   int index = 0;  // the BUBBLE instruction's place in the stage's list
   pipeline::BubbleKind kind = pipeline::BubbleKind::kNone;
   double predicted_s = -1, measured_s = 0, harvested_s = 0;
+  int anchor = -1;  // its pipeline::BubbleKey's: the same bubble in every placement (-1 unknown)
 };
 
 struct HarvestReport {
@@ -103,6 +105,14 @@ class SideTaskExecutor : public pipeline::BubbleHook {
   void OnBubble(const pipeline::Instr& bubble, int index, double start_s,
                 const std::function<bool()>& input_ready) override;
   void OnBubbleEnd(int index, double end_s) override;
+  // The stage's instructions as the schedule placed its BUBBLEs, again after a re-placement
+  // (BubblePredictor::SetSchedule: the schedule's figures seed the predictions; `free_bytes`,
+  // the rank's memory plan, where a BUBBLE has none).
+  void SetSchedule(const std::vector<pipeline::Instr>& instrs, double seconds_per_ms,
+                   int64_t free_bytes);
+  // The device memory free in BUBBLE `index`, as the schedule or the memory plan say (< 0:
+  // unknown).
+  int64_t free_bytes(int index) const { return predictor_.free_bytes(index); }
 
   // Off: bubbles are still measured (for the predictions), no throughput work runs in them and
   // they stay out of the report (the overhead's reference blocks); requests waiting for a
@@ -135,8 +145,7 @@ class SideTaskExecutor : public pipeline::BubbleHook {
   bool latency_sensitive(int id) const;
   // Whether task `id` runs until each bubble's end (imperative): it has no step time to fit.
   bool fills_bubble(int id) const;
-  // The longest of the bubbles of the last step, as predicted from those measured so far (0
-  // before any).
+  // The longest of the bubbles of the last step, as predicted (0 before any).
   double LongestPredictedBubble() const;
   double margin() const { return options_.margin; }
   // Tasks in the order they were added (their ids), as SideStepEvent::task counts them.
@@ -152,6 +161,7 @@ class SideTaskExecutor : public pipeline::BubbleHook {
     pipeline::BubbleKind kind = pipeline::BubbleKind::kNone;
     double start = 0, harvest_end = 0, predicted_end = 0, harvested = 0;
     double predicted = -1;  // the prediction the bubble began with
+    BubblePredictor::Begun begun;  // what the predictor said of it
     bool pollable = false;  // the awaited input can be polled
     bool overran = false;   // the input was found ready right after an in-process step
     double late = 0;        // a worker paused at the ready input ran at most this past it
@@ -200,16 +210,7 @@ class SideTaskExecutor : public pipeline::BubbleHook {
   // higher first, equals in the order they came.
   std::vector<std::unique_ptr<Task>> tasks_;
   std::vector<int> order_;
-  // Per harvesting state (off, on), per BUBBLE index; < 0 until measured. Kept apart because a
-  // bubble can last longer while the peers harvest too (a late peer's cold caches), and
-  // blocks that alternate would otherwise predict each from the other.
-  std::vector<double> predicted_[2];
-  // Per BUBBLE index, the step it was last seen in: a step visits its bubbles in ascending
-  // order, so an index not above the last one begins the next step. Indices that a re-placed
-  // schedule no longer has keep their old predictions, which must not count.
-  std::vector<int64_t> seen_in_step_;
-  int64_t step_ = 0;
-  int last_index_ = std::numeric_limits<int>::max();
+  BubblePredictor predictor_;
   std::vector<bool> active_;  // per task (in tasks_ order)
   bool harvesting_ = true;
   double offer_share_ = 1.0;

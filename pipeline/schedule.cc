@@ -149,6 +149,24 @@ size_t ValidationPoint(const std::vector<Instr>& instrs) {
   return instrs.size();
 }
 
+std::vector<BubbleKey> BubbleKeys(const std::vector<Instr>& instrs) {
+  std::vector<BubbleKey> keys(instrs.size(), BubbleKey{-1, BubbleKind::kNone, 0});
+  int anchor = 0;
+  for (size_t i = 0; i < instrs.size(); ++i) {
+    if (instrs[i].op != Op::kBubble) {
+      ++anchor;
+      continue;
+    }
+    BubbleKey key{anchor, instrs[i].bubble, 0};
+    // Earlier BUBBLEs at this anchor sit just before this one.
+    for (size_t j = i; j-- > 0 && instrs[j].op == Op::kBubble;) {
+      if (instrs[j].bubble == key.kind) ++key.nth;
+    }
+    keys[i] = key;
+  }
+  return keys;
+}
+
 absl::string_view BubbleKindName(BubbleKind kind) {
   switch (kind) {
     case BubbleKind::kNone: return "none";

@@ -11,6 +11,7 @@
 //   REDUCE_TIED  REDUCE_GRADS  OPTIMIZER   BUBBLE(warmup,4.2ms)
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -119,6 +120,18 @@ absl::StatusOr<StepSync> ParseStepSync(absl::string_view name);
 // instruction that is not a forward's (LOAD, RECV_ACT, F, SEND_ACT) or a BUBBLE, so only the
 // next step's first forwards run on speculatively updated weights. The list's size if none.
 size_t ValidationPoint(const std::vector<Instr>& instrs);
+// A BUBBLE's identity across placements (InsertBubbles with other costs moves BUBBLEs and so
+// their indices, never the other instructions): the instruction it waits at, counted among the
+// stage's non-BUBBLE instructions; its kind; its place among the BUBBLEs with both. What is
+// measured of a bubble stays with it when the bubbles are placed again.
+struct BubbleKey {
+  int anchor = 0;
+  BubbleKind kind = BubbleKind::kNone;
+  int nth = 0;
+  friend auto operator<=>(const BubbleKey&, const BubbleKey&) = default;
+};
+// The keys of `instrs`' BUBBLEs, indexed like `instrs` (other entries: anchor -1).
+std::vector<BubbleKey> BubbleKeys(const std::vector<Instr>& instrs);
 absl::string_view BubbleKindName(BubbleKind kind);
 absl::StatusOr<BubbleKind> ParseBubbleKind(absl::string_view name);
 absl::string_view OpName(Op op);  // "FORWARD", "SEND_ACT", ...

@@ -85,6 +85,8 @@ absl::Status Trainer::PlaceBubblesFromMeasuredCosts(
   }
   executor_->set_schedule(std::move(schedule));
   IndexBubbles();
+  schedule_seconds_per_ms_ = 1e-3;
+  SeedBubblePredictions();
   return absl::OkStatus();
 }
 

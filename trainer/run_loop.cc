@@ -146,10 +146,10 @@ absl::Status Trainer::WriteTrainMetric(const StepStats& s) {
   for (const BubbleRecord& b : s.bubbles) {
     const bool known = b.predicted_s > 0;
     WriteMetric(absl::StrFormat(
-        "{\"kind\": \"bubble\", \"step\": %d, \"stage\": %d, \"index\": %d, "
+        "{\"kind\": \"bubble\", \"step\": %d, \"stage\": %d, \"index\": %d, \"anchor\": %d, "
         "\"bubble_kind\": \"%s\", \"predicted_s\": %s, \"measured_s\": %.6f, "
         "\"harvested_s\": %.6f}",
-        s.step, b.stage, b.index, pipeline::BubbleKindName(b.kind),
+        s.step, b.stage, b.index, b.anchor, pipeline::BubbleKindName(b.kind),
         known ? absl::StrFormat("%.6f", b.predicted_s) : "null", b.measured_s, b.harvested_s));
     if (known) {
       prediction_errors_[b.stage * K + static_cast<int>(b.kind)].push_back(

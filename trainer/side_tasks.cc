@@ -95,6 +95,7 @@ absl::Status Trainer::CreateSideTasks() {
   if (!side.ok()) return side.status();
   side_ = *std::move(side);
   executor_->set_bubble_hook(side_.get());
+  SeedBubblePredictions();
   if (config_.freeride.overhead_check != "off") {
     OverheadGuardOptions guard;
     guard.budget = config_.freeride.max_overhead;
@@ -122,6 +123,13 @@ absl::Status Trainer::CreateJobRunner() {
   if (!jobs.ok()) return jobs.status();
   jobs_ = *std::move(jobs);
   return absl::OkStatus();
+}
+
+void Trainer::SeedBubblePredictions() {
+  if (!side_) return;
+  const RankMemoryPlan& memory = memory_plans_[layout_.stage];
+  side_->SetSchedule(executor_->schedule().per_stage[layout_.stage], schedule_seconds_per_ms_,
+                     memory.device_bytes > 0 ? memory.side_bytes : -1);
 }
 
 void Trainer::IndexBubbles() {

@@ -81,8 +81,9 @@ absl::Status Trainer::FinishStep(const pipeline::StepOutcome& outcome,
     const double* v = &sums[head + 4 * k];
     if (v[0] == 0) continue;  // a stage without side tasks, or not really run (emulated)
     const auto [stage, index] = slots[k];
-    stats->bubbles.push_back(
-        {stage, index, executor_->schedule().per_stage[stage][index].bubble, v[1], v[2], v[3]});
+    const std::vector<pipeline::Instr>& instrs = executor_->schedule().per_stage[stage];
+    stats->bubbles.push_back({stage, index, instrs[index].bubble, v[1], v[2], v[3],
+                              pipeline::BubbleKeys(instrs)[index].anchor});
   }
   last_timeline_ = outcome.timeline;
   last_step_start_s_ = outcome.start_s;

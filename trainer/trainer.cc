@@ -138,6 +138,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
                       PipelinePhase(config, model, part_costs, backend, &L, simulated, leader));
   t->flops_per_token_ = TrainingFlopsPerTokenWithRecompute(config, model, pipeline.plan);
   if (emulate) t->emulation_cost_ = pipeline.cost;
+  t->schedule_seconds_per_ms_ = pipeline.cost_in_ms ? 1e-3 : 0.0;
   FR_ASSIGN_OR_RETURN(t->own_transport_,
                       TransportPhase(config, transport, pipeline, L, backend, clock));
   if (t->own_transport_ != nullptr) transport = t->own_transport_.get();

@@ -188,6 +188,10 @@ class Trainer {
   absl::Status WriteTimelineSvg();
   // Fills bubble_slots_ from the executed schedule (with side tasks; else leaves it empty).
   void IndexBubbles();
+  // Gives the side tasks' executor this stage's schedule: its BUBBLEs' identities, predicted
+  // durations (when schedule_seconds_per_ms_ says its costs were in ms) and the memory free in
+  // them (the rank's memory plan).
+  void SeedBubblePredictions();
   // The virtual stage this rank's chunk `chunk` computes (by the schedule's placement).
   int VirtualStageOf(int chunk) const {
     return pipeline::VirtualStageOf(executor_->schedule().placement, layout_.pp, layout_.stage,
@@ -246,6 +250,9 @@ class Trainer {
   // (stage, instruction index) of every BUBBLE of the schedule, in order: where each stage's
   // bubble records go in the per-step sum (set with the schedule).
   std::vector<std::pair<int, int>> bubble_slots_;
+  // What a BUBBLE's duration_ms is in seconds: 1e-3 where the schedule's costs were measured or
+  // simulated in ms, 0 where they were uniform (no prediction).
+  double schedule_seconds_per_ms_ = 0;
   // Per recorded step: this rank's BUBBLEs' predictions then (ms, by instruction index).
   std::vector<std::map<int, double>> timeline_predicted_;
   // |predicted - measured| of every predicted bubble, per stage × bubble kind (seconds).

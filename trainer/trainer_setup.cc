@@ -115,6 +115,13 @@ absl::StatusOr<PipelineSetup> PipelinePhase(const Config& config, const GPT2Conf
     }
     FR_LOG(INFO) << "emulated peers: stage " << layout->stage << " of " << layout->pp
                  << " runs for real; measured costs (ms): " << pipeline::FormatCostModel(out.cost);
+    out.cost_in_ms = true;
+  } else if (part_costs.has_value() && layout->pp > 1) {
+    // The split's measured part costs place the bubbles where this model's stages wait from the
+    // first step, and predict how long (step 1's measurements place them again).
+    out.cost = CostModelFromParts(out.plan.specs, *part_costs, out.plan.placement, layout->pp,
+                                  RecomputedForwardShares(config, model));
+    out.cost_in_ms = true;
   }
   FR_ASSIGN_OR_RETURN(out.schedule, TrainingSchedule(config, out.plan, out.cost));
   return out;

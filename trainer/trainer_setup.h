@@ -48,8 +48,11 @@ absl::StatusOr<std::optional<PartCosts>> PartCostsPhase(
 struct PipelineSetup {
   PipelinePlan plan;
   pipeline::Schedule schedule;
-  // The costs the schedule's bubbles were placed with: uniform, or the emulated peers'.
+  // The costs the schedule's bubbles were placed with: the emulated peers', the measured part
+  // costs' (a split that measured them), else uniform.
   pipeline::CostModel cost = pipeline::CostModel::Uniform();
+  // Whether `cost` is in milliseconds, so that the BUBBLEs' durations predict the step's.
+  bool cost_in_ms = false;
   // On simulated time, what every compute instruction and message takes.
   std::optional<pipeline::CostModel> compute;
 };

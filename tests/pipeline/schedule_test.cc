@@ -1,10 +1,13 @@
 // The IR's text and CSV forms: round trips, golden files, and parse errors.
 #include "pipeline/schedule.h"
 
+#include <map>
+
 #include "core/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pipeline/generators.h"
+#include "pipeline/passes.h"
 #include "tests/pipeline/schedule_builders.h"
 
 namespace freeride::pipeline {
@@ -100,6 +103,59 @@ TEST(ScheduleTest, GoldenFiles) {
     ASSERT_TRUE(golden.ok()) << golden.status();
     EXPECT_EQ(ScheduleToText(MustBuild(g.kind, g.p, g.m, g.v)), *golden) << g.file;
   }
+}
+
+// A bubble's key names it in every placement: the bubbles 1F1B's uniform costs place and those
+// a skewed stage (the last twice as slow) places sit at other indices, yet each kept bubble has
+// the same key, a key appears once in a stage, and the non-BUBBLE instructions keep their order.
+TEST(ScheduleTest, ABubblesKeySurvivesItsPlacementWithOtherCosts) {
+  ScheduleOptions options;
+  options.kind = ScheduleKind::k1F1B;
+  options.stages = 3;
+  options.microbatches = 4;
+  absl::StatusOr<Schedule> uniform = BuildSchedule(options);
+  ASSERT_TRUE(uniform.ok()) << uniform.status();
+  Schedule skewed = *uniform;
+  CostModel cost;
+  cost.stages = {StageCost{1, 1, 0}, StageCost{1, 1, 0}, StageCost{2, 2, 0}};
+  ASSERT_TRUE(InsertBubbles(&skewed, cost).ok());
+  int moved = 0, kept = 0;
+  for (int s = 0; s < 3; ++s) {
+    const std::vector<Instr>& a = uniform->per_stage[s];
+    const std::vector<Instr>& b = skewed.per_stage[s];
+    std::vector<Instr> a_work, b_work;
+    std::map<BubbleKey, int> a_keys;
+    const std::vector<BubbleKey> ka = BubbleKeys(a), kb = BubbleKeys(b);
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i].op != Op::kBubble) {
+        EXPECT_EQ(ka[i].anchor, -1);
+        a_work.push_back(a[i]);
+        continue;
+      }
+      // The anchor counts the instructions before it that are not BUBBLEs.
+      EXPECT_EQ(ka[i].anchor, static_cast<int>(a_work.size()));
+      EXPECT_EQ(ka[i].kind, a[i].bubble);
+      EXPECT_TRUE(a_keys.emplace(ka[i], static_cast<int>(i)).second) << "stage " << s;
+    }
+    for (size_t i = 0; i < b.size(); ++i) {
+      if (b[i].op != Op::kBubble) {
+        b_work.push_back(b[i]);
+        continue;
+      }
+      const auto it = a_keys.find(kb[i]);
+      if (it == a_keys.end()) continue;
+      ++kept;
+      moved += it->second != static_cast<int>(i);
+      // The same instruction follows it in both placements.
+      size_t na = it->second, nb = i;
+      while (a[na].op == Op::kBubble) ++na;
+      while (b[nb].op == Op::kBubble) ++nb;
+      EXPECT_EQ(a[na], b[nb]) << "stage " << s;
+    }
+    EXPECT_EQ(a_work, b_work) << "stage " << s;
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(moved, 0);  // the case the key is for: a kept bubble at another index
 }
 
 }  // namespace
