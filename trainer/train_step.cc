@@ -16,26 +16,20 @@
 
 namespace freeride {
 
-absl::StatusOr<std::vector<double>> Trainer::StepSums(const pipeline::StepOutcome& outcome,
-                                                      std::map<int, double>* predicted_here) {
-  // Each stage's waiting time, as replica 0 measured it, and one value more: how many ranks
-  // were asked to stop. Riding on this sum, the stop is agreed without a collective of its
-  // own, and every rank stops after the same step.
-  // With side tasks, every stage's bubbles of the step ride on it too: four values per BUBBLE
-  // of the schedule (every rank knows it), filled in by the rank that ran it.
-  // Each stage's memory rides on it too: its process's peak resident set and device memory.
+absl::StatusOr<StepExchange> Trainer::StepSums(const pipeline::StepOutcome& outcome,
+                                               std::map<int, double>* predicted_here) {
+  // With side tasks, every stage's bubbles of the step ride on it: one entry per BUBBLE of the
+  // schedule (every rank knows it), filled in by the rank that ran it.
   const std::vector<std::pair<int, int>>& slots = bubble_slots_;
-  const int pp = layout_.pp;
-  const size_t head = 3 * pp + 1;
-  std::vector<double> sums(head + 4 * slots.size(), 0.0);
+  StepExchange e = StepExchange::Shaped(layout_.pp, slots.size(),
+                                        jobs_ ? jobs_->exchange_size() : 0, guard_ != nullptr);
   if (layout_.replica == 0) {
-    sums[layout_.stage] = outcome.bubble_s;
-    sums[pp + 1 + layout_.stage] = static_cast<double>(PeakRssBytes());
-    for (const auto& chunk : chunks_) {
-      sums[2 * pp + 1 + layout_.stage] += static_cast<double>(chunk->DeviceBytes());
-    }
+    StepExchange::Stage& own = e.stages[layout_.stage];
+    own.bubble_s = outcome.bubble_s;
+    own.host_peak_bytes = static_cast<double>(PeakRssBytes());
+    for (const auto& chunk : chunks_) own.device_bytes += static_cast<double>(chunk->DeviceBytes());
   }
-  sums[pp] = StopRequestedBy() != 0 ? 1.0 : 0.0;
+  e.stop_requests = StopRequestedBy() != 0 ? 1 : 0;
   if (side_) {
     for (const BubbleRecord& r : side_->TakeBubbleRecords()) {
       if (r.predicted_s > 0) (*predicted_here)[r.index] = r.predicted_s * 1e3;
@@ -44,46 +38,42 @@ absl::StatusOr<std::vector<double>> Trainer::StepSums(const pipeline::StepOutcom
       if (layout_.replica != 0 || it == slots.end() || *it != std::pair{layout_.stage, r.index}) {
         continue;
       }
-      double* v = &sums[head + 4 * (it - slots.begin())];
-      v[0] = 1, v[1] = r.predicted_s, v[2] = r.measured_s, v[3] = r.harvested_s;
+      e.bubbles[it - slots.begin()] = {true, r.predicted_s, r.measured_s, r.harvested_s};
     }
   }
-  // Fill jobs ride on it as well: an offer, cancellations, their progress (JobsAt).
+  // Fill jobs ride on it as well: an offer, cancellations, their progress.
   if (jobs_) {
-    const size_t jobs_at = sums.size();
-    sums.resize(jobs_at + jobs_->exchange_size(), 0.0);
-    if (absl::Status s = jobs_->Fill(step_, &sums[jobs_at]); !s.ok()) return s;
+    if (absl::Status s = jobs_->Fill(step_, e.jobs.data()); !s.ok()) return s;
   }
-  // Last, the step's time: summed, it gives every rank the same mean for the overhead guard.
-  if (guard_) sums.push_back(outcome.step_s);
-  return sums;
+  // The step's time: summed, it gives every rank the same mean for the overhead guard.
+  if (guard_) e.step_s_sum = outcome.step_s;
+  return e;
 }
 
-size_t Trainer::JobsAt() const { return 3 * layout_.pp + 1 + 4 * bubble_slots_.size(); }
-
-absl::Status Trainer::FinishStep(const pipeline::StepOutcome& outcome,
-                                 const std::vector<double>& sums, bool harvesting,
-                                 std::map<int, double> predicted_here, StepStats* stats) {
+absl::Status Trainer::FinishStep(const pipeline::StepOutcome& outcome, const StepExchange& summed,
+                                 bool harvesting, std::map<int, double> predicted_here,
+                                 StepStats* stats) {
   const std::vector<std::pair<int, int>>& slots = bubble_slots_;
-  const int pp = layout_.pp;
-  const size_t head = 3 * pp + 1;
   if (jobs_) {
-    if (absl::Status s = jobs_->Apply(stats->step, sums.data() + JobsAt()); !s.ok()) return s;
+    if (absl::Status s = jobs_->Apply(stats->step, summed.jobs.data()); !s.ok()) return s;
   }
   if (guard_) {
-    ObserveOverhead(stats->step - 1, sums.back() / static_cast<double>(transport_->size()));
+    ObserveOverhead(stats->step - 1,
+                    summed.step_s_sum.value_or(0) / static_cast<double>(transport_->size()));
   }
-  stats->stop_requested = sums[pp] > 0;
-  stats->bubble_s.assign(sums.begin(), sums.begin() + pp);
-  stats->host_peak_bytes.assign(sums.begin() + pp + 1, sums.begin() + 2 * pp + 1);
-  stats->device_bytes.assign(sums.begin() + 2 * pp + 1, sums.begin() + 3 * pp + 1);
+  stats->stop_requested = summed.stop_requests > 0;
+  for (const StepExchange::Stage& st : summed.stages) {
+    stats->bubble_s.push_back(st.bubble_s);
+    stats->host_peak_bytes.push_back(st.host_peak_bytes);
+    stats->device_bytes.push_back(st.device_bytes);
+  }
   for (size_t k = 0; k < slots.size(); ++k) {
-    const double* v = &sums[head + 4 * k];
-    if (v[0] == 0) continue;  // a stage without side tasks, or not really run (emulated)
+    const StepExchange::Bubble& b = summed.bubbles[k];
+    if (!b.ran) continue;
     const auto [stage, index] = slots[k];
     const std::vector<pipeline::Instr>& instrs = executor_->schedule().per_stage[stage];
-    stats->bubbles.push_back({stage, index, instrs[index].bubble, v[1], v[2], v[3],
-                              pipeline::BubbleKeys(instrs)[index].anchor});
+    stats->bubbles.push_back({stage, index, instrs[index].bubble, b.predicted_s, b.measured_s,
+                              b.harvested_s, pipeline::BubbleKeys(instrs)[index].anchor});
   }
   last_timeline_ = outcome.timeline;
   last_step_start_s_ = outcome.start_s;
@@ -130,9 +120,9 @@ absl::StatusOr<StepStats> Trainer::Step() {
   stats.step = ++step_;
   stats.harvesting = config_.freeride.enabled && harvesting;
   std::map<int, double> predicted_here;
-  absl::StatusOr<std::vector<double>> summed = StepSums(*outcome, &predicted_here);
-  if (!summed.ok()) return summed.status();
-  std::vector<double>& sums = *summed;
+  absl::StatusOr<StepExchange> exchange = StepSums(*outcome, &predicted_here);
+  if (!exchange.ok()) return exchange.status();
+  std::vector<double> sums = exchange->Pack();
   const double timeout = config_.runtime.comm_timeout_s;
   if (!post) {
     if (absl::Status s = transport_->AllReduceSum(sums.data(), static_cast<int64_t>(sums.size()),
@@ -140,6 +130,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
         !s.ok()) {
       return s;
     }
+    if (absl::Status s = exchange->Unpack(sums); !s.ok()) return s;
     stats.loss = outcome->loss;
   } else {
     // The step's figures are summed while the next step's first forwards run, which the
@@ -158,12 +149,13 @@ absl::StatusOr<StepStats> Trainer::Step() {
     absl::StatusOr<pipeline::StepState> state = executor_->AwaitState();
     if (!state.ok()) return state.status();
     if (absl::Status s = transport_->Wait(*summing, timeout); !s.ok()) return s;
+    if (absl::Status s = exchange->Unpack(sums); !s.ok()) return s;
     absl::StatusOr<bool> confirmed = Validate(*state);
     if (!confirmed.ok()) return confirmed.status();
     stats.loss = state->loss;
     // The next step's batch is loaded, unless a stop comes first: it goes back for the
     // checkpoint to resume from. After a rollback the next step runs anew on it.
-    const bool stop = sums[layout_.pp] > 0;
+    const bool stop = exchange->stop_requests > 0;
     next_batch_loaded_ = ahead && !stop;
     if (ahead && (!*confirmed || stop)) {
       if (absl::Status s = executor_->DiscardAhead(); !s.ok()) return s;
@@ -176,7 +168,8 @@ absl::StatusOr<StepStats> Trainer::Step() {
   stats.tokens_per_s =
       static_cast<double>(tc.batch_size * layout_.dp * tc.seq_len) / outcome->step_s;
   stats.applied = last_applied_;
-  if (absl::Status s = FinishStep(*outcome, sums, harvesting, std::move(predicted_here), &stats);
+  if (absl::Status s =
+          FinishStep(*outcome, *exchange, harvesting, std::move(predicted_here), &stats);
       !s.ok()) {
     return s;
   }

@@ -26,6 +26,7 @@
 #include "trainer/overhead_guard.h"
 #include "trainer/rank_memory.h"
 #include "trainer/run_metrics.h"
+#include "trainer/step_exchange.h"
 #include "trainer/study_stats.h"
 #include "trainer/tensorboard.h"
 
@@ -139,12 +140,12 @@ class Trainer {
   absl::Status OptimizerStep(const std::vector<double>& summed_units, bool loss_finite);
   // AdamW at last_lr_ as AdamW's 1-based `step`, gradients times `grad_scale` (clipping).
   absl::Status ApplyUpdate(int64_t step, double grad_scale);
-  // The step's figures every rank adds up (waits, the stop flag, side tasks' bubbles), and
-  // what the step leaves once they are summed (train_step.cc).
-  absl::StatusOr<std::vector<double>> StepSums(const pipeline::StepOutcome& outcome,
-                                               std::map<int, double>* predicted_here);
-  size_t JobsAt() const;  // where the fill jobs' values start in those sums
-  absl::Status FinishStep(const pipeline::StepOutcome& outcome, const std::vector<double>& sums,
+  // This rank's part of what every rank agrees on after the step (waits, memory, the stop
+  // flag, side tasks' bubbles, fill jobs, the step time), and what the step leaves once the
+  // exchange is summed (train_step.cc).
+  absl::StatusOr<StepExchange> StepSums(const pipeline::StepOutcome& outcome,
+                                        std::map<int, double>* predicted_here);
+  absl::Status FinishStep(const pipeline::StepOutcome& outcome, const StepExchange& summed,
                           bool harvesting, std::map<int, double> predicted_here, StepStats* stats);
   // Post-validated steps (optim.step_sync): the copy a rollback needs, whether this rank steps
   // before the global state (its own share of it clean), the speculative step, the validation

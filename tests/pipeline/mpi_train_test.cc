@@ -10,6 +10,7 @@
 
 #include "pipeline/comm/transport.h"
 #include "tests/pipeline/train_parity.h"
+#include "tests/trainer/step_exchange_check.h"
 
 namespace freeride {
 namespace {
@@ -42,6 +43,11 @@ class MpiTrainTest : public ::testing::Test {
   }
   std::unique_ptr<pipeline::Transport> transport_;
 };
+
+// The step's exchange (trainer/step_exchange.h) over MPI: each rank's fields, by name.
+TEST_F(MpiTrainTest, TheStepExchangeRoundTripsOverMpi) {
+  testing::ExpectStepExchangeRoundTrip(*transport_);
+}
 
 TEST_F(MpiTrainTest, FourStagesMatchOneProcessBitForBit) {
   const std::string shard = ParityShard();
