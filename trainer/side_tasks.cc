@@ -39,11 +39,8 @@ std::string EarlierSideTaskRecords(const std::string& path, int64_t resumed_at) 
   return kept;
 }
 
-}  // namespace
-
-std::optional<Estimate> AlternatingOverhead(const std::vector<std::pair<bool, double>>& steps) {
-  // Runs of steps with the same state are the blocks; their mean step times are paired as a
-  // study pairs them (trainer/study_stats.h).
+// Runs of steps with the same state are the blocks, each its mean step time.
+std::vector<Block> AlternatingBlocks(const std::vector<std::pair<bool, double>>& steps) {
   std::vector<Block> blocks;
   std::vector<int> counts;
   for (const auto& [harvesting, step_s] : steps) {
@@ -62,9 +59,23 @@ std::optional<Estimate> AlternatingOverhead(const std::vector<std::pair<bool, do
   // pairs the same way.
   if (!blocks.empty() && blocks.back().arm == 1) blocks.pop_back();
   if (!blocks.empty() && blocks.front().arm == 1) blocks.erase(blocks.begin());
-  const std::vector<double> ratios = PairedRatios(blocks, 2)[1];
+  return blocks;
+}
+
+}  // namespace
+
+std::optional<Estimate> AlternatingOverhead(const std::vector<std::pair<bool, double>>& steps) {
+  // Paired as a study pairs them (trainer/study_stats.h).
+  const std::vector<double> ratios = PairedRatios(AlternatingBlocks(steps), 2)[1];
   if (ratios.empty()) return std::nullopt;
   return MeanWithInterval(ratios);
+}
+
+std::optional<OverheadFigure> AlternatingOverheadFigure(
+    const std::vector<std::pair<bool, double>>& steps, double budget) {
+  const std::optional<Estimate> estimate = AlternatingOverhead(steps);
+  if (!estimate) return std::nullopt;
+  return OverheadFigure{*estimate, PlainBlockNoise(AlternatingBlocks(steps)), budget};
 }
 
 absl::Status Trainer::CreateSideTasks() {
@@ -269,11 +280,25 @@ absl::Status Trainer::ReportHarvest() {
         step_, st, bubble, harvested, util, overrun, absl::StrJoin(by_kind, ", ")));
   }
   const double reclaimed = totals[1] > 0 ? totals[0] / totals[1] : 0;
-  std::string overhead = "null", interval = "null";
-  if (std::optional<Estimate> e = AlternatingOverhead(timed_steps_)) {
+  // One figure, stated alike here, in harvest_summary, the report and TensorBoard.
+  std::optional<OverheadFigure> figure = AlternatingOverheadFigure(
+      timed_steps_, guard_ ? guard_->options().budget : config_.freeride.max_overhead);
+  if (figure && guard_ && guard_->level() == SideLevel::kPaused &&
+      guard_->LevelOverhead().known()) {
+    // Paused, the blocks still alternate, plain against plain: the host's own noise, at the
+    // guard's block lengths.
+    figure->noise = guard_->LevelOverhead();
+  }
+  std::string overhead = "null", interval = "null", noise = "null", verdict = "null",
+              text = "null";
+  if (figure) {
+    const Estimate* e = &figure->estimate;
     overhead = absl::StrFormat("%.6f", e->mean);
     if (e->known()) interval = absl::StrFormat("[%.6f, %.6f]", e->lo, e->hi);
-    FR_LOG(INFO) << "overhead: " << DescribeOverhead(*e)
+    if (figure->noise.known()) noise = absl::StrFormat("%.6f", figure->noise.half_width());
+    verdict = absl::StrFormat("\"%s\"", OverheadVerdictName(figure->verdict()));
+    text = JsonString(DescribeOverhead(*figure));
+    FR_LOG(INFO) << "overhead: " << DescribeOverhead(*figure)
                  << (e->known()
                          ? absl::StrFormat(" (95%% interval over %d blocks with side tasks, each "
                                            "against the blocks without on either side, as "
@@ -291,12 +316,6 @@ absl::Status Trainer::ReportHarvest() {
     const double b = guard_->options().budget;
     budget = absl::StrFormat("%.6f", b);
     level = absl::StrFormat("\"%s\"", SideLevelName(guard_->level()));
-    const std::optional<Estimate> e = AlternatingOverhead(timed_steps_);
-    const std::string verdict =
-        !e || !e->known() ? "not measured with an interval"
-        : e->lo > b       ? absl::StrFormat("above the budget of %.1f%%", 100 * b)
-        : e->hi <= b      ? absl::StrFormat("within the budget of %.1f%%", 100 * b)
-                          : absl::StrFormat("not shown to exceed the budget of %.1f%%", 100 * b);
     std::string why;
     if (guard_->level() == SideLevel::kPaused) {
       // Paused, the blocks still alternate, plain against plain: the host's own noise.
@@ -315,15 +334,17 @@ absl::Status Trainer::ReportHarvest() {
                      : " (no side work: every level with some cost more than the budget here)";
     }
     FR_LOG(INFO) << absl::StrFormat(
-        "overhead budget (%s): %s over the run; %d back-offs; side work ended at level '%s'%s",
-        guard_->options().strict ? "strict" : "on", verdict, guard_->back_offs(),
+        "overhead budget (%s, %g%%; the overhead line says where the run stands): %d back-offs; "
+        "side work ended at level '%s'%s",
+        guard_->options().strict ? "strict" : "on", 100 * b, guard_->back_offs(),
         SideLevelName(guard_->level()), why);
   }
   WriteMetric(absl::StrFormat(
       "{\"kind\": \"harvest_summary\", \"step\": %d, \"overhead\": %s, \"overhead_ci\": %s, "
+      "\"overhead_noise\": %s, \"overhead_verdict\": %s, \"overhead_text\": %s, "
       "\"reclaimed\": %.6f, \"side_work_s\": %.6f, \"device_s\": %.6f, \"budget\": %s, "
       "\"back_offs\": %d, \"guard_level\": %s, \"check\": \"%s\"}",
-      step_, overhead, interval, reclaimed, totals[0], totals[1], budget,
+      step_, overhead, interval, noise, verdict, text, reclaimed, totals[0], totals[1], budget,
       guard_ ? guard_->back_offs() : 0, level, config_.freeride.overhead_check));
   return absl::OkStatus();
 }

@@ -67,16 +67,71 @@ std::vector<std::vector<double>> PairedRatios(const std::vector<Block>& blocks, 
   return ratios;
 }
 
-std::string DescribeOverhead(const Estimate& overhead) {
-  if (!overhead.known()) {
-    return absl::StrFormat("%+.2f%% (%s: no interval)", 100 * overhead.mean,
-                           overhead.n == 1 ? "one pair" : "no pairs");
+Estimate PlainBlockNoise(const std::vector<Block>& blocks) {
+  std::vector<double> plain;
+  for (const Block& b : blocks) {
+    if (b.arm == 0) plain.push_back(b.step_s);
   }
-  if (overhead.covers(0)) {
-    return absl::StrFormat("no measurable overhead (±%.2f%%)", 100 * overhead.half_width());
+  std::vector<double> ratios;
+  for (size_t k = 0; k + 2 < plain.size(); k += 3) {
+    const double reference = (plain[k] + plain[k + 2]) / 2;
+    if (reference > 0) ratios.push_back(plain[k + 1] / reference - 1);
   }
-  return absl::StrFormat("%+.2f%% [%+.2f%%, %+.2f%%]", 100 * overhead.mean, 100 * overhead.lo,
-                         100 * overhead.hi);
+  if (ratios.empty()) return Estimate{};
+  return MeanWithInterval(ratios);
+}
+
+OverheadFigure::Verdict OverheadFigure::verdict() const {
+  if (!estimate.known()) return Verdict::kNoInterval;
+  if (estimate.lo > budget) return Verdict::kAbove;
+  if (estimate.hi <= budget) return Verdict::kWithin;
+  // The interval holds the budget: more blocks narrow it, unless the host's own noise is
+  // wider than the budget.
+  return noise.known() && noise.half_width() > budget ? Verdict::kUnresolvable
+                                                      : Verdict::kUndecided;
+}
+
+const char* OverheadVerdictName(OverheadFigure::Verdict verdict) {
+  switch (verdict) {
+    case OverheadFigure::Verdict::kNoInterval: return "no_interval";
+    case OverheadFigure::Verdict::kAbove: return "above";
+    case OverheadFigure::Verdict::kWithin: return "within";
+    case OverheadFigure::Verdict::kUnresolvable: return "cannot_resolve";
+    case OverheadFigure::Verdict::kUndecided: return "undecided";
+  }
+  return "";
+}
+
+std::string DescribeOverhead(const OverheadFigure& figure) {
+  using Verdict = OverheadFigure::Verdict;
+  const Estimate& e = figure.estimate;
+  const Verdict verdict = figure.verdict();
+  if (verdict == Verdict::kNoInterval) {
+    return absl::StrFormat("%+.2f%% (%s: no interval)", 100 * e.mean,
+                           e.n == 1 ? "one pair" : "no pairs");
+  }
+  const std::string budget = absl::StrFormat("%g%%", 100 * figure.budget);
+  std::string says;
+  switch (verdict) {
+    case Verdict::kAbove:
+      says = absl::StrFormat("above the %s budget", budget);
+      break;
+    case Verdict::kWithin:
+      says = absl::StrFormat("within the %s budget", budget);
+      break;
+    case Verdict::kUndecided:
+      says = absl::StrFormat("not shown above or within the %s budget", budget);
+      break;
+    case Verdict::kUnresolvable:
+      says = absl::StrFormat(
+          "cannot resolve a %s budget on this host: blocks without side work differ by ±%.2f%%",
+          budget, 100 * figure.noise.half_width());
+      break;
+    case Verdict::kNoInterval:
+      break;
+  }
+  return absl::StrFormat("%+.2f%% [%+.2f%%, %+.2f%%]: %s", 100 * e.mean, 100 * e.lo, 100 * e.hi,
+                         says);
 }
 
 std::string DescribePercent(const Estimate& fraction, int decimals) {

@@ -49,9 +49,35 @@ std::vector<int> ShuffledRound(int arms, int previous_last, std::mt19937_64& rng
 // An arm block with no plain neighbour has no reference and is left out.
 std::vector<std::vector<double>> PairedRatios(const std::vector<Block>& blocks, int arms);
 
-// "+1.23% [+0.51%, +1.95%]"; "no measurable overhead (±0.84%)" when the interval holds 0;
-// "+1.23% (one pair: no interval)" with fewer than two pairs.
-std::string DescribeOverhead(const Estimate& overhead);
+// Plain blocks against plain blocks, as an A/A arm would be: the blocks without side work,
+// taken in disjoint triples of consecutive ones, each middle block against the mean of its two
+// neighbours (disjoint, so that no two ratios share a block). What "no effect" looks like on
+// this host when a run has no A/A arm; none (n = 0) with fewer than three plain blocks.
+Estimate PlainBlockNoise(const std::vector<Block>& blocks);
+
+// The overhead of side work as every place states it (the log's end line, harvest_summary,
+// both report tables, the study): the paired estimate and its 95% interval against the budget,
+// beside what blocks without side work differ by on this host.
+struct OverheadFigure {
+  Estimate estimate;
+  Estimate noise;  // an A/A arm, or PlainBlockNoise; n = 0: not measured
+  double budget = 0.01;
+  enum class Verdict {
+    kNoInterval,    // fewer than two pairs
+    kAbove,         // the interval lies above the budget
+    kWithin,        // the interval lies within it
+    kUnresolvable,  // the interval holds the budget, and the host's noise exceeds it
+    kUndecided,     // the interval holds the budget: more blocks may tell
+  };
+  Verdict verdict() const;
+};
+// "above", "within", "cannot_resolve", "undecided", "no_interval".
+const char* OverheadVerdictName(OverheadFigure::Verdict verdict);
+// The one wording, "+2.70% [-0.90%, +6.30%]: " then "above the 1% budget", "within the 1%
+// budget", "not shown above or within the 1% budget", or "cannot resolve a 1% budget on this
+// host: blocks without side work differ by ±3.80%"; "+1.20% (one pair: no interval)" with
+// fewer than two pairs.
+std::string DescribeOverhead(const OverheadFigure& figure);
 // "88.1% [87.2%, 89.0%]" (a fraction as a percentage with its interval).
 std::string DescribePercent(const Estimate& fraction, int decimals);
 

@@ -66,6 +66,10 @@ absl::Status CheckWorldSize(const Config& config, int world_size);
 // side is compared with their mean (a first or last block with side tasks is left out), and
 // the ratios give a mean with its 95% interval (trainer/study_stats.h). None without a pair.
 std::optional<Estimate> AlternatingOverhead(const std::vector<std::pair<bool, double>>& steps);
+// That estimate as the run states it against `budget` (freeride.max_overhead), beside the
+// noise of the run's own plain blocks (PlainBlockNoise). None without a pair.
+std::optional<OverheadFigure> AlternatingOverheadFigure(
+    const std::vector<std::pair<bool, double>>& steps, double budget);
 
 class Trainer {
  public:

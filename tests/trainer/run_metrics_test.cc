@@ -9,11 +9,14 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/clock.h"
 #include "core/files.h"
 #include "gtest/gtest.h"
 #include "tests/pipeline/train_parity.h"
+#include "trainer/report/report.h"
+#include "trainer/report/svg_plot.h"
 
 namespace freeride {
 namespace {
@@ -149,6 +152,30 @@ TEST(RunMetricsTest, TrainRowsCarryTimeTokensHarvestingMfuAndMemory) {
   ASSERT_TRUE(ci.is_array()) << summary[0].dump();
   EXPECT_LE(ci[0].get<double>(), summary[0]["overhead"].get<double>());
   EXPECT_GE(ci[1].get<double>(), summary[0]["overhead"].get<double>());
+  // One figure: the sentence the log and the report print holds the same digits, and states
+  // where the interval stands against the budget (a verdict the row names too).
+  const std::string text = summary[0]["overhead_text"];
+  EXPECT_TRUE(absl::StartsWith(
+      text, absl::StrFormat("%+.2f%% [%+.2f%%, %+.2f%%]: ",
+                            100 * summary[0]["overhead"].get<double>(), 100 * ci[0].get<double>(),
+                            100 * ci[1].get<double>())))
+      << text;
+  const std::string verdict = summary[0]["overhead_verdict"];
+  EXPECT_TRUE(verdict == "above" || verdict == "within" || verdict == "undecided" ||
+              verdict == "cannot_resolve")
+      << verdict;
+  EXPECT_EQ(absl::StrContains(text, "cannot resolve a 1% budget on this host"),
+            verdict == "cannot_resolve");
+  absl::StatusOr<RunFiles> run = LoadRunFiles(config.run.dir);
+  ASSERT_TRUE(run.ok()) << run.status();
+  const std::string page = RenderReport(*run);
+  // Both the overhead table and the budget's (the guard is on) show it, HTML-escaped alike.
+  size_t shown = 0;
+  for (size_t at = page.find(HtmlEscape(text)); at != std::string::npos;
+       at = page.find(HtmlEscape(text), at + 1)) {
+    ++shown;
+  }
+  EXPECT_EQ(shown, summary[0]["budget"].is_number() ? 2u : 1u) << text;
   const std::vector<json> end = Records(config.run.dir, "end");
   ASSERT_EQ(end.size(), 1u);
   EXPECT_TRUE(std::regex_match(end[0]["time"].get<std::string>(), iso));

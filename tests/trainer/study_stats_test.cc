@@ -110,8 +110,10 @@ TEST(StudyStatsTest, RecoversAKnownEffectThroughDriftAndNoise) {
   EXPECT_FALSE(slower.covers(0));
   EXPECT_TRUE(faster.covers(-0.015)) << faster.lo << " " << faster.hi;
   EXPECT_FALSE(faster.covers(0));
-  EXPECT_NE(DescribeOverhead(slower).find("+3."), std::string::npos) << DescribeOverhead(slower);
-  EXPECT_NE(DescribeOverhead(aa).find("no measurable overhead (±"), std::string::npos);
+  // Against a 1% budget, with the A/A arm as the noise: +3% is above it, the A/A within.
+  const std::string said = DescribeOverhead({slower, aa, 0.01});
+  EXPECT_TRUE(said.ends_with(": above the 1% budget")) << said;
+  EXPECT_TRUE(DescribeOverhead({aa, aa, 0.01}).ends_with(": within the 1% budget"));
 }
 
 TEST(StudyStatsTest, NoArmsBlocksShareAPlainNeighbour) {
@@ -152,15 +154,62 @@ TEST(StudyStatsTest, IntervalsCoverTheTruthAboutNinetyFivePercentOfTheTime) {
 }
 
 TEST(StudyStatsTest, DescriptionsSayWhatIsKnown) {
-  EXPECT_EQ(DescribeOverhead(MeanWithInterval({0.012})), "+1.20% (one pair: no interval)");
-  EXPECT_EQ(DescribeOverhead(MeanWithInterval({})), "+0.00% (no pairs: no interval)");
+  EXPECT_EQ(DescribeOverhead({MeanWithInterval({0.012}), Estimate{}, 0.01}), "+1.20% (one pair: no interval)");
+  EXPECT_EQ(DescribeOverhead({MeanWithInterval({}), Estimate{}, 0.01}), "+0.00% (no pairs: no interval)");
   Estimate e;
-  e.mean = 0.02, e.lo = 0.01, e.hi = 0.03, e.n = 5;
-  EXPECT_EQ(DescribeOverhead(e), "+2.00% [+1.00%, +3.00%]");
-  e.mean = 0.005, e.lo = -0.004, e.hi = 0.014;
-  EXPECT_EQ(DescribeOverhead(e), "no measurable overhead (±0.90%)");
+  e.mean = 0.02, e.lo = 0.015, e.hi = 0.025, e.n = 5;
+  EXPECT_EQ(DescribeOverhead({e, Estimate{}, 0.01}), "+2.00% [+1.50%, +2.50%]: above the 1% budget");
+  e.mean = 0.002, e.lo = -0.004, e.hi = 0.008;
+  EXPECT_EQ(DescribeOverhead({e, Estimate{}, 0.01}), "+0.20% [-0.40%, +0.80%]: within the 1% budget");
+  e.mean = 0.01, e.lo = 0.006, e.hi = 0.014;
+  EXPECT_EQ(DescribeOverhead({e, Estimate{}, 0.01}), "+1.00% [+0.60%, +1.40%]: not shown above or within the 1% "
+                                   "budget");
+  // The interval holds the budget and is wider than it: more blocks may tell, unless blocks
+  // without side work differ by more than the budget.
+  e.mean = 0.027, e.lo = -0.009, e.hi = 0.063;
+  EXPECT_EQ(DescribeOverhead({e, Estimate{}, 0.01}),
+            "+2.70% [-0.90%, +6.30%]: not shown above or within the 1% budget");
+  Estimate noise;
+  noise.mean = 0.001, noise.lo = -0.037, noise.hi = 0.039, noise.n = 4;
+  EXPECT_EQ(DescribeOverhead({e, noise, 0.01}),
+            "+2.70% [-0.90%, +6.30%]: cannot resolve a 1% budget on this host: blocks without "
+            "side work differ by ±3.80%");
   e.mean = 0.881, e.lo = 0.872, e.hi = 0.89;
   EXPECT_EQ(DescribePercent(e, 1), "88.1% [87.2, 89.0]");
+}
+
+// Made-up step times of a busy host, where side work costs nothing and plain blocks alone swing
+// by ±30% from block to block: the run's own plain blocks say so, and the figure says the host
+// cannot resolve the budget, never "no measurable overhead"; the same cost on a quiet host
+// (plain blocks within ±0.2%) is shown above the budget.
+TEST(StudyStatsTest, AHostTooNoisyForTheBudgetIsSaidToBe) {
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> swing(0.7, 1.3);
+  std::vector<Block> noisy, quiet;
+  for (int i = 0; i < 48; ++i) {
+    const int arm = i % 2;
+    noisy.push_back({arm, swing(rng)});
+    quiet.push_back({arm, (arm == 1 ? 1.05 : 1.0) * (i % 4 == 0 ? 1.002 : 0.999)});
+  }
+  const Estimate noise = PlainBlockNoise(noisy);
+  ASSERT_TRUE(noise.known());
+  EXPECT_EQ(noise.n, 8);  // 24 plain blocks, in disjoint triples
+  EXPECT_GT(noise.half_width(), 0.1);
+  const OverheadFigure busy{MeanWithInterval(PairedRatios(noisy, 2)[1]), noise, 0.01};
+  EXPECT_EQ(busy.verdict(), OverheadFigure::Verdict::kUnresolvable);
+  const std::string said = DescribeOverhead(busy);
+  EXPECT_NE(said.find(": cannot resolve a 1% budget on this host: blocks without side work "
+                      "differ by ±"),
+            std::string::npos)
+      << said;
+  EXPECT_EQ(said.find("no measurable"), std::string::npos);
+  EXPECT_STREQ(OverheadVerdictName(busy.verdict()), "cannot_resolve");
+  const OverheadFigure calm{MeanWithInterval(PairedRatios(quiet, 2)[1]), PlainBlockNoise(quiet),
+                            0.01};
+  EXPECT_EQ(calm.verdict(), OverheadFigure::Verdict::kAbove) << DescribeOverhead(calm);
+  EXPECT_LT(calm.noise.half_width(), 0.01);
+  // Fewer than three plain blocks measure no noise.
+  EXPECT_FALSE(PlainBlockNoise({{0, 1.0}, {1, 1.1}, {0, 1.0}}).known());
 }
 
 }  // namespace

@@ -53,6 +53,17 @@ std::string Interval(const json& v) {
   return absl::StrFormat(" [%.1f, %.1f]", 100 * v[0].get<double>(), 100 * v[1].get<double>());
 }
 
+// The overhead as the run stated it (harvest_summary's or a study arm's overhead_text: the
+// estimate, its interval and where it stands against the budget); records written before that
+// field existed show their estimate and interval.
+std::string OverheadText(const json& row) {
+  if (row.contains("overhead_text") && row["overhead_text"].is_string()) {
+    return HtmlEscape(row["overhead_text"].get<std::string>());
+  }
+  if (!row.contains("overhead") || !row["overhead"].is_number()) return "not measured";
+  return Percent(Num(row, "overhead")) + Interval(row.value("overhead_ci", json()));
+}
+
 // The run's state from its last record: the end record, else in progress (or killed).
 std::string StateBadge(const RunFiles& run) {
   if (const json* end = run.Last("end")) {
@@ -232,14 +243,13 @@ std::string Bubbles(const RunFiles& run) {
 // every back-off and probe the guard made.
 std::string OverheadBudget(const RunFiles& run, const json& summary) {
   std::string html = absl::StrFormat(
-      "<h3>Overhead budget</h3>\n<p>Budget %s%s; measured over the run %s %s; %d back-offs; "
+      "<h3>Overhead budget</h3>\n<p>Budget %s%s; measured over the run %s; %d back-offs; "
       "side work ended at level <em>%s</em>.</p>\n",
       Percent(Num(summary, "budget")),
       JsonStringOr(summary, "check", "") == "strict"
           ? " (strict: a level kept only while shown within it)"
           : "",
-      summary["overhead"].is_number() ? Percent(Num(summary, "overhead")) : "not measured",
-      Interval(summary.value("overhead_ci", json())), summary.value("back_offs", 0),
+      OverheadText(summary), summary.value("back_offs", 0),
       HtmlEscape(summary.value("guard_level", "")));
   const std::vector<const json*> decisions = run.Records("overhead_guard");
   if (decisions.empty()) return html;
@@ -272,8 +282,7 @@ std::string SideTasks(const RunFiles& run) {
         "run (freeride.alternate_every; none: not measured). Reclaimed: the side work done in "
         "bubbles, in the seconds the same tasks need alone, over the training's device-seconds "
         "of all ranks. <code>freeride study</code> gives both with 95%% intervals.</p>\n",
-        s->contains("overhead") && (*s)["overhead"].is_number() ? Percent(Num(*s, "overhead"))
-                                                                : "not measured",
+        OverheadText(*s),
         Percent(Num(*s, "reclaimed")), Fmt(Num(*s, "side_work_s")), Fmt(Num(*s, "device_s")));
     if ((*s)["budget"].is_number()) html += OverheadBudget(run, *s);
   }
@@ -346,10 +355,10 @@ std::string Study(const RunFiles& run) {
     const std::string name = JsonStringOr(arm, "arm", "");
     absl::StrAppendFormat(
         &html,
-        "<tr><td class=\"text\">%s</td><td>%d</td><td>%s</td><td>%s%s</td><td>%s%s</td>"
+        "<tr><td class=\"text\">%s</td><td>%d</td><td>%s</td><td>%s</td><td>%s%s</td>"
         "<td>%s%s</td><td class=\"text\">%s</td></tr>\n",
         HtmlEscape(name), JsonIntOr(arm, "steps", 0), Fmt(Num(arm, "step_s")),
-        Percent(Num(arm, "overhead")), Interval(JsonArrayOr(arm, "overhead_ci")),
+        arm.contains("overhead") && arm["overhead"].is_number() ? OverheadText(arm) : "—",
         Percent(Num(arm, "utilisation")), Interval(JsonArrayOr(arm, "utilisation_ci")),
         Percent(Num(arm, "reclaimed")), Interval(JsonArrayOr(arm, "reclaimed_ci")),
         arm.contains("refused") && arm["refused"].is_string()

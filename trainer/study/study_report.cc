@@ -223,7 +223,9 @@ std::string StudyMarkdown(const StudyRun& run) {
   for (size_t a = 0; a < run.arms.size(); ++a) {
     const ArmFigures& f = run.figures[a];
     const bool tasks = !run.arms[a].tasks.empty();
-    std::string overhead = a == kAlone ? "—" : DescribeOverhead(f.overhead);
+    std::string overhead =
+        a == kAlone ? "—"
+                    : DescribeOverhead({f.overhead, floor, run.config->freeride.max_overhead});
     if (!f.refused.empty()) {
       overhead = "refused (see below)";
       refusals.push_back(absl::StrFormat("- %s: %s.", run.arms[a].name, f.refused));
@@ -255,7 +257,9 @@ std::string StudyMarkdown(const StudyRun& run) {
       &md,
       "\nOverhead: per arm block, its mean step over the mean of the plain blocks on either side, "
       "minus 1; the figure is the mean over the arm's blocks and the interval a 95% Student t "
-      "interval over them (an interval holding 0 reads \"no measurable overhead\"). Utilisation: "
+      "interval over them, against freeride.max_overhead: above or within it where the interval lies "
+      "wholly on one side; where it holds the budget and the A/A noise floor is wider than the "
+      "budget, this host cannot resolve it, and the table says so. Utilisation: "
       "harvested over bubble time, per block. Reclaimed: side work in seconds of the tasks alone "
       "over the block's training device-seconds. The timeline of a measured step is "
       "run.dir/timeline.svg.\n");
@@ -273,12 +277,16 @@ std::string StudyJson(const StudyRun& run) {
     const bool none = a == kAlone || !f.refused.empty();
     arms.push_back(absl::StrFormat(
         "{\"arm\": %s, \"steps\": %d, \"blocks\": %d, \"step_s\": %.6f, \"overhead\": %s, "
-        "\"overhead_ci\": %s, \"bubble_s\": %.6f, \"harvested_s\": %.6f, \"utilisation\": %.6f, "
+        "\"overhead_ci\": %s, \"overhead_text\": %s, \"bubble_s\": %.6f, \"harvested_s\": %.6f, \"utilisation\": %.6f, "
         "\"utilisation_ci\": %s, \"overrun_s\": %.6f, \"reclaimed\": %.6f, \"reclaimed_ci\": %s, "
         "\"refused\": %s}",
         JsonString(run.arms[a].name), f.steps, f.blocks, f.step_s,
         none ? "null" : absl::StrFormat("%.6f", f.overhead.mean),
-        none ? "null" : JsonInterval(f.overhead), f.bubble, f.harvested, f.utilisation.mean,
+        none ? "null" : JsonInterval(f.overhead),
+        none ? "null"
+             : JsonString(DescribeOverhead({f.overhead, run.figures[kAA].overhead,
+                                            config.freeride.max_overhead})),
+        f.bubble, f.harvested, f.utilisation.mean,
         JsonInterval(f.utilisation), f.overrun, f.reclaimed.mean, JsonInterval(f.reclaimed),
         f.refused.empty() ? "null" : JsonString(f.refused)));
   }
