@@ -106,12 +106,15 @@ TEST(HarvestTrainTest, SideStepsLieInsideBubbleWindows) {
       Trainer& t = **trainer;
       size_t seen = 0;
       for (int step = 0; step < 8; ++step) {
+        // The schedule the step runs: step 1's end places the bubbles anew, and the timeline
+        // indexes the instructions it ran (side work runs from step 1, on the schedule's figures).
+        const pipeline::Schedule schedule = t.schedule();
         auto s = t.Step();
         if (!s.ok()) {
           problems[r] = std::string(s.status().message());
           return;
         }
-        const auto& instrs = t.schedule().per_stage[t.layout().stage];
+        const auto& instrs = schedule.per_stage[t.layout().stage];
         const auto& timeline = t.last_timeline();
         const double t0 = t.last_step_start_s();
         std::vector<std::pair<double, double>> windows;
