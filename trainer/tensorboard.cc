@@ -122,15 +122,20 @@ std::vector<TensorBoardScalar> ScalarsOfMetricsRow(const json& row) {
       row.contains("stage") ? absl::StrFormat("stage%d", JsonIntOr(row, "stage", -1)) : "pipeline";
   std::string prefix = kind;
   if (kind == "bubble") {
-    prefix = absl::StrFormat("bubble/%d_%s", JsonIntOr(row, "index", 0),
-                             JsonStringOr(row, "bubble_kind", ""));
+    // One series per bubble across re-placements: its anchor (rows written before it existed:
+    // the index, which step 1's re-placement may change).
+    prefix = row.contains("anchor")
+                 ? absl::StrFormat("bubble/a%d_%s", JsonIntOr(row, "anchor", 0),
+                                   JsonStringOr(row, "bubble_kind", ""))
+                 : absl::StrFormat("bubble/%d_%s", JsonIntOr(row, "index", 0),
+                                   JsonStringOr(row, "bubble_kind", ""));
   } else if (kind == "side_task") {
     prefix = absl::StrFormat("side_task/%s/rank%d", JsonStringOr(row, "name", ""),
                              JsonIntOr(row, "rank", 0));
   }
   for (const auto& [key, value] : row.items()) {
-    if (key == "kind" || key == "step" || key == "stage" || key == "index" || key == "rank" ||
-        key == "from_step") {
+    if (key == "kind" || key == "step" || key == "stage" || key == "index" || key == "anchor" ||
+        key == "rank" || key == "from_step") {
       continue;
     }
     if (PerStageList(kind, key) && value.is_array()) {

@@ -180,7 +180,8 @@ TEST(TensorBoardTest, EveryMetricsNumberIsAScalarOfItsRunAndStep) {
       EXPECT_EQ(scalars.at({"pipeline", "val/loss", step}), row["loss"].get<float>());
     } else if (row["kind"] == "bubble") {
       ++bubbles;
-      const std::string tag = "bubble/" + std::to_string(row["index"].get<int>()) + "_" +
+      // Named by the bubble's anchor: one series across step 1's re-placement.
+      const std::string tag = "bubble/a" + std::to_string(row["anchor"].get<int>()) + "_" +
                               row["bubble_kind"].get<std::string>() + "/measured_s";
       EXPECT_EQ(scalars.at({"stage" + std::to_string(row["stage"].get<int>()), tag, step}),
                 row["measured_s"].get<float>());
